@@ -1,0 +1,1 @@
+"""raftka.raft.quorum."""

@@ -1,0 +1,5 @@
+"""Entry point of the ``raftka`` command."""
+
+
+def main() -> None:
+    print("raftka")

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# mypy --strict over the package as it installs (raftka.raft, raftka.client, ...).
+# The repository keeps the layers as top-level folders (raft/, client/, ...) that the
+# installed package maps under raftka/; mypy cannot follow setuptools' package-dir
+# mapping, so we give it a link tree with the installed shape. Directory links keep it
+# current as files are added.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+tree="$top/build/typecheck"
+rm -rf "$tree" && mkdir -p "$tree/raftka"
+for f in "$top"/src/raftka/*; do ln -s "$f" "$tree/raftka/"; done
+for layer in raft metadata broker client; do ln -s "$top/$layer" "$tree/raftka/$layer"; done
+cd "$tree"
+exec "${MYPY:-mypy}" --config-file "$top/pyproject.toml" --cache-dir "$top/build/mypy-cache" -p raftka "$@"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from raftka.client.errors import CorruptMessageError
 from raftka.client.records import varint
+from raftka.client.records.compression import compress, decompress
 from raftka.client.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -107,11 +108,8 @@ def build_batch(
     is_control: bool = False,
 ) -> bytes:
     """Encode ``records`` as one RecordBatch v2 with a valid CRC."""
-    from raftka.client.records.compression import compress
-
     if not records:
         raise ValueError("a record batch holds at least one record")
-    base_ts = records[0].timestamp_ms
     max_ts = max(r.timestamp_ms for r in records)
     base_ts = min(r.timestamp_ms for r in records)
     body = bytearray()
@@ -150,8 +148,6 @@ def decode_batch(buf: bytes | bytearray | memoryview, *, check_crc: bool = True)
 
     Raises CorruptMessageError on any framing, CRC or record-level inconsistency.
     """
-    from raftka.client.records.compression import decompress
-
     header = parse_header(buf)
     if len(buf) < header.size_bytes:
         raise CorruptMessageError("record batch is truncated")

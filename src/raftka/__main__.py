@@ -1,5 +1,62 @@
-"""Entry point of the ``raftka`` command."""
+"""The ``raftka`` command: a thin dispatcher over the layers.
+
+Each subcommand lives with the layer it belongs to and is imported only when it runs,
+so ``raftka produce`` never imports broker code and start-up stays fast. The table
+below is the whole command surface; the help line for each is kept here so that
+``raftka --help`` imports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Final
+
+import click
+
+# name -> (module, attribute, one-line help)
+_COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+    "dump-log": (
+        "raftka.raft.log.dump",
+        "dump_log_command",
+        "Print the record batches of segment files (like kafka-dump-log).",
+    ),
+    "perf": (
+        "raftka.raft.log.perf",
+        "perf_command",
+        "Performance tools (storage now; produce and consume with the client).",
+    ),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = _COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attr, _ = entry
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command), (module, attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="raftka", prog_name="raftka")
+def cli() -> None:
+    """raftka: a KRaft-style replicated commit log in Python."""
 
 
 def main() -> None:
-    print("raftka")
+    cli.main(args=sys.argv[1:], prog_name="raftka")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The fault suite: test hosts, nemeses, histories, the checker and its reports."""

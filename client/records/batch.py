@@ -13,18 +13,39 @@ record is::
     headersCount: varint
     headers: [keyLength: varint, key (UTF-8), valueLength: varint, value]
 
-Varints are zig-zag encoded, as in protobuf. Bytes in, frozen records out; no I/O.
+Varints are zig-zag encoded, as in protobuf (:mod:`.varint`). Bytes in, immutable
+records out; no I/O.
+
+Choices that follow Kafka's Java client:
+
+* baseTimestamp is the *first* record's timestamp, so later deltas may be negative;
+  maxTimestamp is the largest timestamp in the batch.
+* A LOG_APPEND_TIME batch reads back with every record stamped at maxTimestamp (the
+  broker's append time), whatever the per-record deltas say.
+* A fetch response may end with a truncated batch; :func:`decode_batches` stops there
+  quietly. A truncated batch anywhere else is corrupt.
+
+Speed: this is the hot path of producers and consumers, so the record loops are written
+out by hand. Records are NamedTuples (built with ``tuple.__new__``, several times
+cheaper than a frozen dataclass); varints of one byte, the common case for deltas,
+key lengths and header counts, are read inline through a lookup table, and longer ones
+through :func:`.varint.read_unsigned`; the encoder takes small varints from a cache.
+The readable definition of each field is the layout above and :mod:`.varint`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
 
 from raftka.client.errors import CorruptMessageError
-from raftka.client.records import varint
-from raftka.client.records.compression import compress, decompress
+from raftka.client.records.compression import (
+    DECOMPRESSED_BYTES_MAX_DEFAULT,
+    compress,
+    decompress,
+)
 from raftka.client.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -45,26 +66,43 @@ from raftka.client.records.header import (
     compute_crc,
     crc_valid,
     parse_header,
+    peek_batch_size,
+)
+from raftka.client.records.varint import (
+    VARINT_BYTES_MAX,
+    VARLONG_BYTES_MAX,
+    ZIGZAG_ONE_BYTE,
+    encode_length,
+    encode_varint,
+    encode_varlong,
+    read_bytes,
+    read_unsigned,
+    read_varint,
 )
 
 Header = tuple[str, bytes | None]
+Buffer = bytes | bytearray | memoryview
+
+RECORDS_PER_BATCH_MAX: Final = 2**31 - 1  # offset deltas and the count are int32
 
 _HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
 _PREFIX = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_CRC = struct.Struct(">I")
+_NULL: Final = b"\x01"  # varint -1: a null key, value or header value
+_NO_HEADERS: Final = b"\x00"
+_ATTRIBUTES: Final = b"\x00"
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One record as a producer hands it over: no offset yet."""
 
     value: bytes | None
     key: bytes | None = None
     timestamp_ms: int = 0
-    headers: tuple[Header, ...] = field(default=())
+    headers: tuple[Header, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedRecord:
+class DecodedRecord(NamedTuple):
     """One record read back from a batch, with its absolute offset and timestamp."""
 
     offset: int
@@ -80,18 +118,59 @@ class DecodedBatch:
     records: tuple[DecodedRecord, ...]
 
 
-def _encode_record(out: bytearray, rec: Record, offset_delta: int, base_ts: int) -> None:
-    body = bytearray(b"\x00")  # attributes
-    varint.write_varlong(body, rec.timestamp_ms - base_ts)
-    varint.write_varint(body, offset_delta)
-    varint.write_bytes(body, rec.key)
-    varint.write_bytes(body, rec.value)
-    varint.write_varint(body, len(rec.headers))
-    for hkey, hvalue in rec.headers:
-        varint.write_bytes(body, hkey.encode("utf-8"))
-        varint.write_bytes(body, hvalue)
-    varint.write_varint(out, len(body))
-    out += body
+# --------------------------------------------------------------------------- encode
+
+
+def _encode_headers(headers: tuple[Header, ...]) -> bytes:
+    out = bytearray(encode_varint(len(headers)))
+    for hkey, hvalue in headers:
+        kb = hkey.encode("utf-8")
+        out += encode_length(len(kb))
+        out += kb
+        if hvalue is None:
+            out += _NULL
+        else:
+            out += encode_length(len(hvalue))
+            out += hvalue
+    return bytes(out)
+
+
+def encode_records(records: Sequence[Record], base_timestamp: int) -> bytes:
+    """The uncompressed records section of a batch (what follows the 61-byte header)."""
+    parts: list[bytes] = []
+    append = parts.append
+    for offset_delta, (value, key, timestamp_ms, headers) in enumerate(records):
+        ts_b = encode_varlong(timestamp_ms - base_timestamp)
+        od_b = encode_varint(offset_delta)
+        if key is None:
+            key_b, key = _NULL, b""
+        else:
+            key_b = encode_length(len(key))
+        if value is None:
+            value_b, value = _NULL, b""
+        else:
+            value_b = encode_length(len(value))
+        headers_b = _encode_headers(headers) if headers else _NO_HEADERS
+        size = (
+            1
+            + len(ts_b)
+            + len(od_b)
+            + len(key_b)
+            + len(key)
+            + len(value_b)
+            + len(value)
+            + len(headers_b)
+        )
+        append(encode_length(size))
+        append(_ATTRIBUTES)
+        append(ts_b)
+        append(od_b)
+        append(key_b)
+        append(key)
+        append(value_b)
+        append(value)
+        append(headers_b)
+    return b"".join(parts)
 
 
 def build_batch(
@@ -110,12 +189,11 @@ def build_batch(
     """Encode ``records`` as one RecordBatch v2 with a valid CRC."""
     if not records:
         raise ValueError("a record batch holds at least one record")
+    if len(records) > RECORDS_PER_BATCH_MAX:
+        raise ValueError(f"a record batch holds at most {RECORDS_PER_BATCH_MAX} records")
+    base_ts = records[0].timestamp_ms
     max_ts = max(r.timestamp_ms for r in records)
-    base_ts = min(r.timestamp_ms for r in records)
-    body = bytearray()
-    for delta, rec in enumerate(records):
-        _encode_record(body, rec, delta, base_ts)
-    payload = compress(compression, bytes(body))
+    payload = compress(compression, encode_records(records, base_ts))
     attributes = int(compression) & COMPRESSION_MASK
     if timestamp_type is TimestampType.LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_BIT
@@ -139,53 +217,240 @@ def build_batch(
         len(records),
     )
     buf[HEADER_SIZE:] = payload
-    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, size))
+    _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, size))
     return bytes(buf)
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, *, check_crc: bool = True) -> DecodedBatch:
-    """Decode the one batch that starts at the beginning of ``buf``.
+# --------------------------------------------------------------------------- decode
 
-    Raises CorruptMessageError on any framing, CRC or record-level inconsistency.
+
+def _read_headers(payload: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
+    count, pos = read_varint(payload, pos)
+    if count < 0:
+        raise CorruptMessageError(f"record has a negative header count {count}")
+    headers: list[Header] = []
+    for _ in range(count):
+        hkey, pos = read_bytes(payload, pos)
+        hvalue, pos = read_bytes(payload, pos)
+        if hkey is None:
+            raise CorruptMessageError("record header with a null key")
+        headers.append((hkey.decode("utf-8"), hvalue))
+    return tuple(headers), pos
+
+
+def decode_records(
+    payload: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    *,
+    log_append_time: int | None = None,
+) -> list[DecodedRecord]:
+    """Decode ``count`` records from an uncompressed records section.
+
+    ``log_append_time``, when given, replaces every record's timestamp (the reading of
+    a LOG_APPEND_TIME batch). Raises CorruptMessageError if the records do not exactly
+    fill ``payload``.
     """
-    header = parse_header(buf)
-    if len(buf) < header.size_bytes:
-        raise CorruptMessageError("record batch is truncated")
-    if check_crc and not crc_valid(buf):
-        raise CorruptMessageError("record batch fails its CRC-32C check")
-    payload = decompress(header.compression, bytes(buf[HEADER_SIZE : header.size_bytes]))
     records: list[DecodedRecord] = []
+    append = records.append
+    new = tuple.__new__
+    cls = DecodedRecord
+    zz = ZIGZAG_ONE_BYTE
+    end_of_payload = len(payload)
     pos = 0
     try:
-        for _ in range(header.records_count):
-            length, pos = varint.read_varint(payload, pos)
+        for _ in range(count):
+            # Each varint inline: one byte (< 0x80) through the zig-zag table, two
+            # bytes by hand, longer ones through the general reader.
+            b = payload[pos]
+            if b < 0x80:
+                length = zz[b]
+                pos += 1
+            elif payload[pos + 1] < 0x80:
+                u = (b & 0x7F) | (payload[pos + 1] << 7)
+                length = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                u, pos = read_unsigned(payload, pos, VARINT_BYTES_MAX)
+                length = (u >> 1) ^ -(u & 1)
             end = pos + length
-            pos += 1  # attributes
-            ts_delta, pos = varint.read_varlong(payload, pos)
-            offset_delta, pos = varint.read_varint(payload, pos)
-            key, pos = varint.read_bytes(payload, pos)
-            value, pos = varint.read_bytes(payload, pos)
-            count, pos = varint.read_varint(payload, pos)
-            headers: list[Header] = []
-            for _ in range(count):
-                hkey, pos = varint.read_bytes(payload, pos)
-                hvalue, pos = varint.read_bytes(payload, pos)
-                if hkey is None:
-                    raise CorruptMessageError("record header with a null key")
-                headers.append((hkey.decode("utf-8"), hvalue))
-            if pos != end or end > len(payload):
-                raise CorruptMessageError("record length does not match its contents")
-            records.append(
-                DecodedRecord(
-                    offset=header.base_offset + offset_delta,
-                    timestamp_ms=header.base_timestamp + ts_delta,
-                    key=key,
-                    value=value,
-                    headers=tuple(headers),
+            pos += 1  # attributes: unused in v2
+            b = payload[pos]
+            if b < 0x80:
+                ts_delta = zz[b]
+                pos += 1
+            elif payload[pos + 1] < 0x80:
+                u = (b & 0x7F) | (payload[pos + 1] << 7)
+                ts_delta = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                u, pos = read_unsigned(payload, pos, VARLONG_BYTES_MAX)
+                ts_delta = (u >> 1) ^ -(u & 1)
+            b = payload[pos]
+            if b < 0x80:
+                offset_delta = zz[b]
+                pos += 1
+            elif payload[pos + 1] < 0x80:
+                u = (b & 0x7F) | (payload[pos + 1] << 7)
+                offset_delta = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                u, pos = read_unsigned(payload, pos, VARINT_BYTES_MAX)
+                offset_delta = (u >> 1) ^ -(u & 1)
+            b = payload[pos]
+            if b < 0x80:
+                key_len = zz[b]
+                pos += 1
+            elif payload[pos + 1] < 0x80:
+                u = (b & 0x7F) | (payload[pos + 1] << 7)
+                key_len = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                u, pos = read_unsigned(payload, pos, VARINT_BYTES_MAX)
+                key_len = (u >> 1) ^ -(u & 1)
+            if key_len >= 0:
+                key: bytes | None = payload[pos : pos + key_len]
+                pos += key_len
+            elif key_len == -1:
+                key = None
+            else:
+                raise CorruptMessageError(f"record key length {key_len}")
+            b = payload[pos]
+            if b < 0x80:
+                value_len = zz[b]
+                pos += 1
+            elif payload[pos + 1] < 0x80:
+                u = (b & 0x7F) | (payload[pos + 1] << 7)
+                value_len = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                u, pos = read_unsigned(payload, pos, VARINT_BYTES_MAX)
+                value_len = (u >> 1) ^ -(u & 1)
+            if value_len >= 0:
+                value: bytes | None = payload[pos : pos + value_len]
+                pos += value_len
+            elif value_len == -1:
+                value = None
+            else:
+                raise CorruptMessageError(f"record value length {value_len}")
+            if payload[pos] == 0:
+                headers: tuple[Header, ...] = ()
+                pos += 1
+            else:
+                headers, pos = _read_headers(payload, pos)
+            # A slice past the end comes back short but moves pos past end_of_payload.
+            if pos != end or end > end_of_payload:
+                raise CorruptMessageError(
+                    f"record length {length} does not match its contents"
+                )
+            append(
+                new(
+                    cls,
+                    (
+                        base_offset + offset_delta,
+                        base_timestamp + ts_delta
+                        if log_append_time is None
+                        else log_append_time,
+                        key,
+                        value,
+                        headers,
+                    ),
                 )
             )
-    except (IndexError, UnicodeDecodeError, ValueError) as exc:
-        raise CorruptMessageError(f"malformed record in batch: {exc}") from exc
-    if pos != len(payload):
+    except IndexError:
+        raise CorruptMessageError("record runs past the end of its batch") from None
+    except UnicodeDecodeError as exc:
+        raise CorruptMessageError(f"record header key is not UTF-8: {exc}") from None
+    if pos != end_of_payload:
         raise CorruptMessageError("record batch has bytes after its last record")
+    return records
+
+
+def decode_batch(
+    buf: Buffer,
+    *,
+    check_crc: bool = True,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+) -> DecodedBatch:
+    """Decode the one batch that starts at the beginning of ``buf``.
+
+    Records carry absolute offsets (baseOffset + offsetDelta) and timestamps. Bytes
+    after the batch are ignored. Raises CorruptMessageError on any framing, CRC,
+    decompression or record-level inconsistency, and on a truncated batch.
+    """
+    header = parse_header(buf)
+    size = header.size_bytes
+    if len(buf) < size:
+        raise CorruptMessageError(
+            f"record batch is truncated: {len(buf)} of {size} bytes present"
+        )
+    if check_crc and not crc_valid(buf):
+        raise CorruptMessageError("record batch fails its CRC-32C check")
+    codec_id = header.attributes & COMPRESSION_MASK
+    try:
+        codec = Compression(codec_id)
+    except ValueError:
+        raise CorruptMessageError(f"record batch names unknown codec {codec_id}") from None
+    payload = decompress(
+        codec,
+        memoryview(buf)[HEADER_SIZE:size],
+        decompressed_bytes_max=decompressed_bytes_max,
+    )
+    log_append_time = (
+        header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT else None
+    )
+    records = decode_records(
+        payload,
+        header.records_count,
+        header.base_offset,
+        header.base_timestamp,
+        log_append_time=log_append_time,
+    )
     return DecodedBatch(header=header, records=tuple(records))
+
+
+def decode_batches(
+    buf: Buffer,
+    *,
+    check_crc: bool = True,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+) -> Iterator[DecodedBatch]:
+    """Decode concatenated batches, as a fetch response or a log segment holds them.
+
+    Stops quietly at a trailing partial batch (a fetch response is cut at the byte
+    limit, often mid-batch; Kafka's consumers skip that remainder). A whole batch that
+    is corrupt raises CorruptMessageError.
+    """
+    view = memoryview(buf)
+    pos, end = 0, len(view)
+    while pos < end:
+        size = peek_batch_size(view, pos)
+        if size is None or pos + max(size, HEADER_SIZE) > end:
+            return  # trailing partial batch
+        yield decode_batch(
+            view[pos : pos + size],
+            check_crc=check_crc,
+            decompressed_bytes_max=decompressed_bytes_max,
+        )
+        pos += size
+
+
+def iter_records(
+    buf: Buffer,
+    *,
+    check_crc: bool = True,
+    include_control: bool = False,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+) -> Iterator[DecodedRecord]:
+    """Every record of the concatenated batches in ``buf``, in order.
+
+    Control batches (transaction markers) are skipped unless ``include_control``, as a
+    Kafka consumer never hands them to the application. A trailing partial batch is
+    skipped as in :func:`decode_batches`.
+    """
+    for batch in decode_batches(
+        buf, check_crc=check_crc, decompressed_bytes_max=decompressed_bytes_max
+    ):
+        if include_control or not batch.header.is_control:
+            yield from batch.records

@@ -1,0 +1,277 @@
+"""Property tests for metadata replay: random valid record sequences, generated from a
+small model of the cluster (so every record fits the state before it), replayed in one
+delta or in many; images written back as records; every record through bytes."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftka.metadata.delta import MetadataDelta, image_from_records
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.records import (
+    NO_LEADER,
+    NO_LEADER_CHANGE,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnregisterBrokerRecord,
+    decode_record,
+    decode_records,
+    encode_record,
+    encode_records,
+)
+
+BROKERS = list(range(5))
+NAMES = ["a", "b", "c", "d"]
+KEYS = ["retention.ms", "cleanup.policy"]
+
+
+@dataclass
+class _Partition:
+    replicas: tuple[int, ...]
+    leader: int
+
+
+@dataclass
+class _Model:
+    """Just enough state to emit only records that replay cleanly."""
+
+    brokers: dict[int, int] = field(default_factory=dict)  # id -> broker epoch
+    topics: dict[str, str] = field(default_factory=dict)  # id -> name
+    partitions: dict[str, dict[int, _Partition]] = field(default_factory=dict)
+    epoch_counter: int = 0
+    id_counter: int = 0
+    next_producer_id: int = 0
+
+
+def _uuid(n: int) -> str:
+    return str(uuid.UUID(int=n + 1, version=4))
+
+
+def _subset(draw: st.DrawFn, items: tuple[int, ...], min_size: int = 0) -> tuple[int, ...]:
+    picked = draw(st.lists(st.sampled_from(items), unique=True, min_size=min_size))
+    return tuple(picked)
+
+
+def _assignment(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    replicas = tuple(draw(st.lists(st.sampled_from(BROKERS), unique=True, min_size=1, max_size=3)))
+    isr = _subset(draw, replicas)
+    leader = draw(st.sampled_from((*isr, NO_LEADER)))
+    return replicas, isr, leader
+
+
+def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
+    kind = draw(
+        st.sampled_from(
+            [
+                "register",
+                "unregister",
+                "broker_change",
+                "topic",
+                "partition_change",
+                "partition_change",
+                "remove",
+                "config",
+                "pid",
+                "noop",
+            ]
+        )
+    )
+    if kind == "register":
+        m.epoch_counter += 1
+        broker = draw(st.sampled_from(BROKERS))
+        m.brokers[broker] = m.epoch_counter
+        return [
+            RegisterBrokerRecord(
+                broker_id=broker,
+                incarnation_id=_uuid(broker),
+                broker_epoch=m.epoch_counter,
+                endpoints=(Endpoint("PLAINTEXT", f"host{broker}", 9092 + broker),),
+                rack=draw(st.sampled_from([None, "r1"])),
+                fenced=draw(st.booleans()),
+                in_controlled_shutdown=draw(st.booleans()),
+            )
+        ]
+    if kind in ("unregister", "broker_change") and m.brokers:
+        broker = draw(st.sampled_from(sorted(m.brokers)))
+        epoch = m.brokers[broker]
+        if kind == "unregister":
+            del m.brokers[broker]
+            return [UnregisterBrokerRecord(broker_id=broker, broker_epoch=epoch)]
+        return [
+            BrokerRegistrationChangeRecord(
+                broker_id=broker,
+                broker_epoch=epoch,
+                fenced=draw(st.sampled_from([-1, 0, 1])),
+                in_controlled_shutdown=draw(st.sampled_from([0, 1])),
+            )
+        ]
+    if kind == "topic":
+        free = [n for n in NAMES if n not in m.topics.values()]
+        if not free:
+            return []
+        m.id_counter += 1
+        topic_id = _uuid(1000 + m.id_counter)
+        m.topics[topic_id] = draw(st.sampled_from(free))
+        out: list[MetadataRecord] = [TopicRecord(name=m.topics[topic_id], topic_id=topic_id)]
+        m.partitions[topic_id] = {}
+        for index in range(draw(st.integers(1, 3))):
+            replicas, isr, leader = _assignment(draw)
+            m.partitions[topic_id][index] = _Partition(replicas, leader)
+            out.append(
+                PartitionRecord(
+                    partition_id=index,
+                    topic_id=topic_id,
+                    replicas=replicas,
+                    isr=isr,
+                    leader=leader,
+                    leader_epoch=draw(st.integers(0, 3)),
+                    partition_epoch=draw(st.integers(0, 3)),
+                    eligible_leader_replicas=draw(st.sampled_from([None, isr])),
+                )
+            )
+        return out
+    if kind == "partition_change" and m.topics:
+        topic_id = draw(st.sampled_from(sorted(m.topics)))
+        index = draw(st.sampled_from(sorted(m.partitions[topic_id])))
+        part = m.partitions[topic_id][index]
+        if draw(st.booleans()):
+            replicas, isr, leader = _assignment(draw)
+            new_replicas: tuple[int, ...] | None = replicas
+            moving = (replicas, ()) if draw(st.booleans()) else ((), ())
+        else:
+            new_replicas, replicas, moving = None, part.replicas, (None, None)
+            isr = _subset(draw, replicas)
+            leader = draw(st.sampled_from((*replicas, NO_LEADER)))
+        keep_leader = part.leader in (*replicas, NO_LEADER) and draw(st.booleans())
+        record_leader = NO_LEADER_CHANGE if keep_leader else leader
+        part.replicas = replicas
+        part.leader = part.leader if keep_leader else leader
+        return [
+            PartitionChangeRecord(
+                partition_id=index,
+                topic_id=topic_id,
+                isr=isr,
+                leader=record_leader,
+                replicas=new_replicas,
+                adding_replicas=moving[0],
+                removing_replicas=moving[1],
+                last_known_elr=draw(st.sampled_from([None, (), isr])),
+            )
+        ]
+    if kind == "remove" and m.topics:
+        topic_id = draw(st.sampled_from(sorted(m.topics)))
+        del m.topics[topic_id], m.partitions[topic_id]
+        return [RemoveTopicRecord(topic_id=topic_id)]
+    if kind == "config":
+        value = draw(st.sampled_from([None, "1", "2"]))
+        key = draw(st.sampled_from(KEYS))
+        if m.topics and draw(st.booleans()):
+            name = m.topics[draw(st.sampled_from(sorted(m.topics)))]
+            return [ConfigRecord("topic", name, key, value)]
+        return [ConfigRecord("broker", draw(st.sampled_from(["", "1"])), key, value)]
+    if kind == "pid":
+        m.next_producer_id += draw(st.integers(1, 1000))
+        return [ProducerIdsRecord(broker_id=0, broker_epoch=1, next_producer_id=m.next_producer_id)]
+    return [NoOpRecord()]
+
+
+@st.composite
+def record_sequences(draw: st.DrawFn) -> list[MetadataRecord]:
+    model = _Model()
+    records: list[MetadataRecord] = []
+    for _ in range(draw(st.integers(0, 30))):
+        records.extend(_step(draw, model))
+    return records
+
+
+def _one_delta(records: list[MetadataRecord]) -> MetadataImage:
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for offset, record in enumerate(records):
+        delta.replay(record, offset=offset, epoch=1)
+    return delta.apply()
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=record_sequences(), data=st.data())
+def test_one_delta_equals_many_small_deltas(
+    records: list[MetadataRecord], data: st.DataObject
+) -> None:
+    """Replaying a valid sequence in one delta, or cut at random points into many
+    deltas applied one after another, gives equal images (offsets included)."""
+    cuts = data.draw(st.sets(st.integers(0, len(records))))
+    image = MetadataImage.EMPTY
+    delta = MetadataDelta(image)
+    for offset, record in enumerate(records):
+        if offset in cuts:
+            image = delta.apply()
+            delta = MetadataDelta(image)
+        delta.replay(record, offset=offset, epoch=1)
+    assert delta.apply() == _one_delta(records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=record_sequences())
+def test_image_to_records_round_trip(records: list[MetadataRecord]) -> None:
+    """image -> to_records -> bytes -> records -> replay over EMPTY == image."""
+    image = _one_delta(records)
+    written = decode_records(encode_records(image.to_records()))
+    assert image_from_records(written, image.offset, image.epoch) == image
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=record_sequences())
+def test_every_record_round_trips_through_bytes(records: list[MetadataRecord]) -> None:
+    """Every generated record decodes to itself, alone and as a list."""
+    for record in records:
+        assert decode_record(encode_record(record)) == record
+    assert decode_records(encode_records(records)) == records
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=record_sequences(), data=st.data())
+def test_local_changes_match_the_images(records: list[MetadataRecord], data: st.DataObject) -> None:
+    """For a random split (before, after), local_changes(b) of the second delta agrees
+    with the two images: a partition led by b in the new image and changed is in
+    leaders, one b replicates but does not lead is in followers, and every delete was a
+    replica of b before and is not one now (same topic id)."""
+    cut = data.draw(st.integers(0, len(records)))
+    before = _one_delta(records[:cut]) if cut else MetadataImage.EMPTY
+    delta = MetadataDelta(before)
+    delta.replay_all(records[cut:])
+    after = delta.apply()
+    for broker in BROKERS:
+        changes = delta.local_changes(broker)
+        for tp, reg in changes.leaders.items():
+            assert after.topics.partition(tp.topic_id, tp.partition) == reg
+            assert reg.leader == broker
+            assert before.topics.partition(tp.topic_id, tp.partition) != reg
+        for tp, reg in changes.followers.items():
+            assert after.topics.partition(tp.topic_id, tp.partition) == reg
+            assert broker in reg.replicas and reg.leader != broker
+        for tp in changes.deletes:
+            old = before.topics.partition(tp.topic_id, tp.partition)
+            new = after.topics.partition(tp.topic_id, tp.partition)
+            assert old is not None and broker in old.replicas
+            assert new is None or broker not in new.replicas
+        # Completeness: every partition of b that differs between the images is reported.
+        for tp in after.topics.partitions_with_replica(broker):
+            new_reg = after.topics.partition(tp.topic_id, tp.partition)
+            if before.topics.partition(tp.topic_id, tp.partition) != new_reg:
+                assert tp in changes.leaders or tp in changes.followers
+        for tp in before.topics.partitions_with_replica(broker):
+            new_reg = after.topics.partition(tp.topic_id, tp.partition)
+            if new_reg is None or broker not in new_reg.replicas:
+                assert tp in changes.deletes

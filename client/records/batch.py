@@ -139,17 +139,17 @@ def encode_records(records: Sequence[Record], base_timestamp: int) -> bytes:
     """The uncompressed records section of a batch (what follows the 61-byte header)."""
     parts: list[bytes] = []
     append = parts.append
-    for offset_delta, (value, key, timestamp_ms, headers) in enumerate(records):
+    for offset_delta, (value_or_none, key_or_none, timestamp_ms, headers) in enumerate(records):
         ts_b = encode_varlong(timestamp_ms - base_timestamp)
         od_b = encode_varint(offset_delta)
-        if key is None:
+        if key_or_none is None:
             key_b, key = _NULL, b""
         else:
-            key_b = encode_length(len(key))
-        if value is None:
+            key_b, key = encode_length(len(key_or_none)), key_or_none
+        if value_or_none is None:
             value_b, value = _NULL, b""
         else:
-            value_b = encode_length(len(value))
+            value_b, value = encode_length(len(value_or_none)), value_or_none
         headers_b = _encode_headers(headers) if headers else _NO_HEADERS
         size = (
             1
@@ -341,17 +341,13 @@ def decode_records(
                 headers, pos = _read_headers(payload, pos)
             # A slice past the end comes back short but moves pos past end_of_payload.
             if pos != end or end > end_of_payload:
-                raise CorruptMessageError(
-                    f"record length {length} does not match its contents"
-                )
+                raise CorruptMessageError(f"record length {length} does not match its contents")
             append(
                 new(
                     cls,
                     (
                         base_offset + offset_delta,
-                        base_timestamp + ts_delta
-                        if log_append_time is None
-                        else log_append_time,
+                        base_timestamp + ts_delta if log_append_time is None else log_append_time,
                         key,
                         value,
                         headers,
@@ -382,9 +378,7 @@ def decode_batch(
     header = parse_header(buf)
     size = header.size_bytes
     if len(buf) < size:
-        raise CorruptMessageError(
-            f"record batch is truncated: {len(buf)} of {size} bytes present"
-        )
+        raise CorruptMessageError(f"record batch is truncated: {len(buf)} of {size} bytes present")
     if check_crc and not crc_valid(buf):
         raise CorruptMessageError("record batch fails its CRC-32C check")
     codec_id = header.attributes & COMPRESSION_MASK
@@ -397,9 +391,7 @@ def decode_batch(
         memoryview(buf)[HEADER_SIZE:size],
         decompressed_bytes_max=decompressed_bytes_max,
     )
-    log_append_time = (
-        header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT else None
-    )
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT else None
     records = decode_records(
         payload,
         header.records_count,

@@ -119,8 +119,7 @@ def _bounded(
             size = decompress_into(data, out)
         except cramjam.DecompressionError as exc:
             raise CorruptMessageError(
-                f"{name} payload is corrupt or inflates past {decompressed_bytes_max} "
-                f"bytes: {exc}"
+                f"{name} payload is corrupt or inflates past {decompressed_bytes_max} bytes: {exc}"
             ) from None
         if size > decompressed_bytes_max:
             raise CorruptMessageError(
@@ -151,6 +150,8 @@ def _snappy_raw_size(block: Buffer) -> int:
 
 
 def _snappy_raw_decompress(data: Buffer, decompressed_bytes_max: int) -> bytes:
+    if not data:
+        raise CorruptMessageError("snappy payload is empty")
     # Raw snappy starts with the uncompressed length: check it before allocating.
     size = _snappy_raw_size(data)
     if size > decompressed_bytes_max:

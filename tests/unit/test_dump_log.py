@@ -33,7 +33,9 @@ def _kafka_python_batch(base_offset: int, compression_id: int, count: int) -> by
             i,
             timestamp=1_700_000_000_000 + i,
             key=f"key-{i}".encode(),
-            value=f"value-{base_offset + i}".encode(),
+            # Long, repetitive values: kafka-python leaves a batch uncompressed when
+            # compression would not make it smaller, and this test needs it compressed.
+            value=f"value-{base_offset + i}-{'x' * 200}".encode(),
             headers=[("trace", b"t%d" % i)],
         )
     raw = bytearray(builder.build())
@@ -70,7 +72,7 @@ def test_reads_segment_written_by_kafka_python(tmp_path: Path, codec: str) -> No
         "offset": 6,
         "timestamp": 1_700_000_000_001,
         "key": "key-1",
-        "value": "value-6",
+        "value": "value-6-" + "x" * 200,
         "headers": [["trace", "t1"]],
     }
 

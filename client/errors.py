@@ -237,6 +237,10 @@ class ProducerFencedError(KafkaError):
     name, code = "PRODUCER_FENCED", 90
 
 
+class InvalidUpdateVersionError(KafkaError):
+    name, code = "INVALID_UPDATE_VERSION", 95
+
+
 class SnapshotNotFoundError(KafkaError):
     name, code = "SNAPSHOT_NOT_FOUND", 98
 

@@ -1,0 +1,1 @@
+"""raftka's consumer. So far: the partition assignors (:mod:`.assignors`)."""

@@ -188,6 +188,10 @@ class InvalidProducerEpochError(KafkaError):
     name, code = "INVALID_PRODUCER_EPOCH", 47
 
 
+class OperationNotAttemptedError(KafkaError):
+    name, code = "OPERATION_NOT_ATTEMPTED", 55
+
+
 class KafkaStorageError(KafkaError):
     # Kafka marks it retriable: the partition may move to a replica with a healthy disk.
     name, code, retriable = "KAFKA_STORAGE_ERROR", 56, True

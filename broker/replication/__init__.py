@@ -1,0 +1,53 @@
+"""Partition replication on a broker: the replica state of each partition (leader or
+follower, LEO, HW, ISR, epochs) and the purgatory of acks=all produces, as pure cores
+that the broker's shell drives with ``now_ms`` and fetch/metadata events."""
+
+from raftka.broker.replication.partition_state import (
+    MIN_INSYNC_REPLICAS_DEFAULT,
+    REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+    AlterPartitionOutcome,
+    AppendResult,
+    EpochEndOffset,
+    EpochEndOffsets,
+    FetchBounds,
+    FollowerFetchOutcome,
+    FollowerFetchResult,
+    FollowerProgress,
+    IsrChangeKind,
+    IsrProposal,
+    PartitionState,
+    ReplicationConfig,
+    ReplicationStatus,
+    Role,
+    StateChange,
+)
+from raftka.broker.replication.purgatory import (
+    WAITERS_MAX,
+    Completion,
+    ProducePurgatory,
+    PurgatoryFullError,
+)
+
+__all__ = [
+    "MIN_INSYNC_REPLICAS_DEFAULT",
+    "REPLICA_LAG_TIME_MAX_MS_DEFAULT",
+    "WAITERS_MAX",
+    "AlterPartitionOutcome",
+    "AppendResult",
+    "Completion",
+    "EpochEndOffset",
+    "EpochEndOffsets",
+    "FetchBounds",
+    "FollowerFetchOutcome",
+    "FollowerFetchResult",
+    "FollowerProgress",
+    "IsrChangeKind",
+    "IsrProposal",
+    "PartitionState",
+    "ProducePurgatory",
+    "PurgatoryFullError",
+    "ReplicationConfig",
+    "ReplicationStatus",
+    "Role",
+    "StateChange",
+]

@@ -80,6 +80,10 @@ class MessageTooLargeError(KafkaError):
     name, code = "MESSAGE_TOO_LARGE", 10
 
 
+class OffsetMetadataTooLargeError(KafkaError):
+    name, code = "OFFSET_METADATA_TOO_LARGE", 12
+
+
 class NetworkError(KafkaError):
     name, code, retriable = "NETWORK_EXCEPTION", 13, True
 
@@ -201,6 +205,10 @@ class UnknownProducerIdError(KafkaError):
     name, code = "UNKNOWN_PRODUCER_ID", 59
 
 
+class NonEmptyGroupError(KafkaError):
+    name, code = "NON_EMPTY_GROUP", 68
+
+
 class GroupIdNotFoundError(KafkaError):
     name, code = "GROUP_ID_NOT_FOUND", 69
 
@@ -231,6 +239,14 @@ class MemberIdRequiredError(KafkaError):
 
 class EligibleLeadersNotAvailableError(KafkaError):
     name, code, retriable = "ELIGIBLE_LEADERS_NOT_AVAILABLE", 83, True
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    name, code = "GROUP_MAX_SIZE_REACHED", 81
+
+
+class FencedInstanceIdError(KafkaError):
+    name, code = "FENCED_INSTANCE_ID", 82
 
 
 class InvalidRecordError(KafkaError):

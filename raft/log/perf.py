@@ -32,7 +32,8 @@ def _make_batch(record_size: int, batch_bytes: int, compression: Compression) ->
     value = os.urandom(record_size // 2).hex().encode()[:record_size].ljust(record_size, b"x")
     per_record = record_size + 8  # varint framing of a record with no key or headers
     count = max(1, batch_bytes // per_record)
-    return build_batch([Record(value=value)] * count, compression=compression)
+    now_ms = int(time.time() * 1000)
+    return build_batch([Record(value=value, timestamp_ms=now_ms)] * count, compression=compression)
 
 
 def _rate(count: float, seconds: float) -> float:

@@ -1,1 +1,74 @@
-"""raftka.raft.quorum."""
+"""raftka.raft.quorum: KRaft's Raft (KIP-595, pre-vote per KIP-996) as a pure core.
+
+``QuorumCore`` takes time and messages in and hands actions out; a driver (the aiohttp
+transport and the segment-log adapter) carries them out. See ``core`` for the theory of
+operation, ``actions`` for the driver contract and ``log`` for the log protocol.
+"""
+
+from raftka.raft.quorum.actions import (
+    Action,
+    BecameLeader,
+    Flush,
+    HighWatermarkChanged,
+    LeaderChanged,
+    PersistQuorumState,
+    ResignedLeadership,
+    Send,
+    SnapshotInstalled,
+)
+from raftka.raft.quorum.config import QuorumConfig
+from raftka.raft.quorum.core import NotLeader, Proposed, QuorumCore
+from raftka.raft.quorum.log import InMemoryRaftLog, RaftLog
+from raftka.raft.quorum.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Entry,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    SnapshotId,
+    VoteRequest,
+    VoteResponse,
+    message_from_dict,
+)
+from raftka.raft.quorum.state import QuorumState, Role
+
+__all__ = [
+    "Action",
+    "BecameLeader",
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "Entry",
+    "EpochEndOffset",
+    "FetchRequest",
+    "FetchResponse",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
+    "Flush",
+    "HighWatermarkChanged",
+    "InMemoryRaftLog",
+    "LeaderChanged",
+    "Message",
+    "NotLeader",
+    "PersistQuorumState",
+    "Proposed",
+    "QuorumConfig",
+    "QuorumCore",
+    "QuorumState",
+    "RaftLog",
+    "ResignedLeadership",
+    "Role",
+    "Send",
+    "SnapshotId",
+    "SnapshotInstalled",
+    "VoteRequest",
+    "VoteResponse",
+    "message_from_dict",
+]

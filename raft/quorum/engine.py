@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from aiohttp import web
+
 from raftka.client.errors import NotControllerError
 
 
@@ -128,3 +130,8 @@ class QuorumEngine(Protocol):
         the engine drop log entries below it once it is durable."""
 
     def describe(self) -> QuorumInfo: ...
+
+    def routes(self) -> Sequence[web.RouteDef]:
+        """aiohttp routes the engine needs on the node's server (its peer protocol), to
+        be added before the server starts; empty for an engine with its own port."""
+        ...

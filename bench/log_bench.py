@@ -116,11 +116,14 @@ def bench_read(root: Path, n: int, repeats: int, fetch_bytes: int) -> dict[str, 
 
 
 def _next_offset(data: bytes) -> int:
-    from raftka.client.records.header import iter_batches
+    """The offset after the last whole batch of a read (a read may end mid-batch, as
+    Kafka's fetch responses do; the consumer fetches that batch again)."""
+    from raftka.client.records.header import parse_header, peek_batch_size
 
-    last = 0
-    for _, h in iter_batches(data, check_crc=False):
-        last = h.next_offset
+    pos, last = 0, 0
+    while (size := peek_batch_size(data, pos)) is not None and pos + size <= len(data):
+        last = parse_header(data, pos).next_offset
+        pos += size
     return last
 
 

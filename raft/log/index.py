@@ -42,13 +42,15 @@ class _IndexFile:
         self.path = path
         self.max_entries = max(1, max_index_bytes // self.entry_bytes)
         self._persisted = 0
+        # An attribute kept in step with the length (every mutator below refreshes it),
+        # not a property: the log checks it on every append before deciding to roll.
+        self.is_full = False
 
     def __len__(self) -> int:
         raise NotImplementedError
 
-    @property
-    def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+    def _refresh_full(self) -> None:
+        self.is_full = len(self) >= self.max_entries
 
     def _encode(self, start: int) -> bytes:
         raise NotImplementedError
@@ -100,6 +102,7 @@ class OffsetIndex(_IndexFile):
         assert not self._positions or position > self._positions[-1], "positions must grow"
         self._rel_offsets.append(rel)
         self._positions.append(position)
+        self.is_full = len(self._rel_offsets) >= self.max_entries
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry <= offset, else (base_offset, 0)."""
@@ -107,6 +110,14 @@ class OffsetIndex(_IndexFile):
         if i == 0:
             return self.base_offset, 0
         return self.base_offset + self._rel_offsets[i - 1], self._positions[i - 1]
+
+    def lookup_at_or_above(self, offset: int) -> tuple[int, int] | None:
+        """(offset, position) of the least entry >= offset, else None. Its batch holds
+        ``offset`` unless unindexed batches lie between it and the entry before."""
+        i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
+        if i == len(self._rel_offsets):
+            return None
+        return self.base_offset + self._rel_offsets[i], self._positions[i]
 
     def last_entry(self) -> tuple[int, int]:
         if not self._rel_offsets:
@@ -118,10 +129,12 @@ class OffsetIndex(_IndexFile):
         i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
         del self._rel_offsets[i:], self._positions[i:]
         self._persisted = min(self._persisted, len(self))
+        self._refresh_full()
 
     def reset(self) -> None:
         del self._rel_offsets[:], self._positions[:]
         self._persisted = 0
+        self._refresh_full()
 
     def _encode(self, start: int) -> bytes:
         out = bytearray((len(self) - start) * OFFSET_ENTRY_BYTES)
@@ -149,6 +162,7 @@ class OffsetIndex(_IndexFile):
             self._positions.append(pos)
             prev_rel, prev_pos = rel, pos
         self._persisted = len(self)
+        self._refresh_full()
         return True
 
 
@@ -184,6 +198,7 @@ class TimeIndex(_IndexFile):
         assert not self._rel_offsets or rel >= self._rel_offsets[-1], "time index must grow"
         self._timestamps.append(timestamp)
         self._rel_offsets.append(rel)
+        self.is_full = len(self._timestamps) >= self.max_entries
 
     def lookup_below(self, timestamp: int) -> int | None:
         """Offset of the greatest entry whose timestamp is < ``timestamp``, if any."""
@@ -197,10 +212,12 @@ class TimeIndex(_IndexFile):
         i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
         del self._timestamps[i:], self._rel_offsets[i:]
         self._persisted = min(self._persisted, len(self))
+        self._refresh_full()
 
     def reset(self) -> None:
         del self._timestamps[:], self._rel_offsets[:]
         self._persisted = 0
+        self._refresh_full()
 
     def _encode(self, start: int) -> bytes:
         out = bytearray((len(self) - start) * TIME_ENTRY_BYTES)
@@ -227,4 +244,5 @@ class TimeIndex(_IndexFile):
             self._rel_offsets.append(rel)
             prev_ts, prev_rel = ts, rel
         self._persisted = len(self)
+        self._refresh_full()
         return True

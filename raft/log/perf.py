@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from raftka.client.records.batch import Record, build_batch
-from raftka.client.records.header import Compression, parse_header
+from raftka.client.records.header import HEADER_SIZE, Compression, parse_header
 from raftka.raft.log.config import LogConfig
 from raftka.raft.log.log import Log
 
@@ -103,13 +103,16 @@ def perf_log(
         offset, read_bytes, end = 0, 0, log.log_end_offset
         while offset < end:
             data = log.read(offset, _READ_BYTES_MAX)
-            read_bytes += len(data)
-            # Next offset: after the last whole batch returned.
+            # Next offset: after the last whole batch returned (a read may end in a
+            # partial batch, as a Kafka fetch does; it is read again next time).
             pos = 0
-            while pos < len(data):
+            while pos + HEADER_SIZE <= len(data):
                 header = parse_header(data, pos)
+                if pos + header.size_bytes > len(data):
+                    break
                 pos += header.size_bytes
                 offset = header.next_offset
+            read_bytes += pos
         read_s = time.perf_counter() - start
         segments = log.segment_count
         log.close()

@@ -10,7 +10,11 @@ Theory of operation:
   user-space buffer), so a read right after an append sees the bytes, and a failed
   write can be undone with ``ftruncate`` back to the old size.
 - Offset -> position: the sparse offset index gives a position at or before the batch,
-  then a header walk over a small chunk of the file finds it.
+  then a header walk over a small chunk of the file finds it. A read first tries the
+  least index entry at or above the offset, whose batch usually holds the offset (always
+  when batches exceed index.interval.bytes): then one pread returns header and data.
+- A read returns the pread bytes as they are, a slice of the file that may end in a
+  partial batch (Kafka's fetch does the same): trimming to whole batches would copy.
 - ``recover`` rewalks the whole file with CRC checks, rebuilds both indexes and cuts the
   file at the first batch that is torn, corrupt, or out of sequence.
 
@@ -23,9 +27,8 @@ import contextlib
 import os
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from raftka.client.errors import CorruptMessageError
 from raftka.client.records.header import (
@@ -47,6 +50,14 @@ INT32_MAX: Final = 2**31 - 1
 _SHALLOW = struct.Struct(">qi11xi8xq")
 _SHALLOW_BYTES: Final = _SHALLOW.size
 _SCAN_CHUNK_BYTES: Final = 64 * 1024
+# Locating one batch reads headers from an index entry onwards. The entry is at most
+# index.interval.bytes plus one batch before the target, so with the default interval
+# one small read usually covers every header in between; big batches take one read each.
+_LOCATE_CHUNK_BYTES: Final = 4096
+
+# One appended batch as the segment needs it: (position in the appended data, size,
+# last offset, max timestamp). A plain tuple: the append path builds one per batch.
+BatchSpan = tuple[int, int, int, int]
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -56,15 +67,19 @@ def file_name(base_offset: int, suffix: str) -> str:
 def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     """pwrite every byte of ``data`` at ``position``. A module-level function so tests
     can inject an OSError (ENOSPC) at the file layer."""
-    view = memoryview(data)
+    written = os.pwrite(fd, data, position)
+    if written == len(data):
+        return  # the usual case: one call, no memoryview
+    view = memoryview(data)[written:]
+    position += written
     while view:
         written = os.pwrite(fd, view, position)
         view, position = view[written:], position + written
 
 
-@dataclass(frozen=True, slots=True)
-class ShallowBatch:
-    """What the segment needs from a batch header: where it is and what it covers."""
+class ShallowBatch(NamedTuple):
+    """What the segment needs from a batch header: where it is and what it covers.
+    (A NamedTuple: built once per batch walked, and cheaper than a frozen dataclass.)"""
 
     position: int
     size: int
@@ -105,8 +120,9 @@ class LogSegment:
 
     # ----------------------------------------------------------------- appending
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[ShallowBatch]) -> None:
-        """Write ``data`` (the batches, positions relative to ``data``) at the end.
+    def append(self, data: bytes | bytearray | memoryview, spans: list[BatchSpan]) -> None:
+        """Write ``data`` (the batches of ``spans``, positions relative to ``data``) at
+        the end.
 
         On an OSError nothing stays visible: the file is cut back to its old size and
         the error propagates; the in-memory state is untouched.
@@ -120,10 +136,24 @@ class LogSegment:
                 os.ftruncate(self.fd, start)
             raise
         self.size = start + len(data)
-        for b in batches:
-            self._index_batch(b.position + start, b.size, b.last_offset, b.max_timestamp)
-        if self.first_batch_timestamp is None and batches:
-            self.first_batch_timestamp = batches[0].max_timestamp
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = spans[0][3]
+        # _index_batch, inlined: this loop runs for every appended batch.
+        last_offset = spans[-1][2]
+        assert last_offset - self.base_offset <= INT32_MAX, "relative offset overflow"
+        interval, pending = self.index_interval_bytes, self.bytes_since_last_index_entry
+        max_seen, offset_of_max = self.max_timestamp, self.offset_of_max_timestamp
+        for position, size, last, max_ts in spans:
+            if max_ts > max_seen:
+                max_seen, offset_of_max = max_ts, last
+            if pending > interval:
+                self.offset_index.append(last, position + start)
+                self.time_index.maybe_append(max_seen, offset_of_max)
+                pending = 0
+            pending += size
+        self.max_timestamp, self.offset_of_max_timestamp = max_seen, offset_of_max
+        self.bytes_since_last_index_entry = pending
+        self.next_offset = last_offset + 1
 
     def _index_batch(self, position: int, size: int, last_offset: int, max_ts: int) -> None:
         assert last_offset - self.base_offset <= INT32_MAX, "relative offset overflow"
@@ -169,41 +199,99 @@ class LogSegment:
             position += size
 
     def find_batch(self, offset: int) -> ShallowBatch | None:
-        """The first batch whose last offset is >= ``offset``, or None."""
+        """The first batch whose last offset is >= ``offset``, or None.
+
+        Reads headers from the offset index's entry at or below ``offset`` in small
+        chunks (the read path calls this once or twice per fetch, so it avoids the
+        generator and the 64 KiB chunks of :meth:`_walk`)."""
         _, position = self.offset_index.lookup(offset)
-        for b in self._walk(position):
-            if b.last_offset >= offset:
-                return b
+        limit, fd, unpack = self.size, self.fd, _SHALLOW.unpack_from
+        while position + _SHALLOW_BYTES <= limit:
+            buf = os.pread(fd, min(_LOCATE_CHUNK_BYTES, limit - position), position)
+            n, off = len(buf), 0
+            if n < _SHALLOW_BYTES:
+                return None
+            while off + _SHALLOW_BYTES <= n:
+                base, length, delta, max_ts = unpack(buf, off)
+                size = length + LOG_OVERHEAD
+                if size < HEADER_SIZE or position + off + size > limit:
+                    return None  # a torn tail: nothing past it is readable
+                if base + delta >= offset:
+                    return ShallowBatch(position + off, size, base, base + delta, max_ts)
+                off += size
+            position += off
         return None
 
     def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None, min_one_batch: bool
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None,
+        min_one_batch: bool,
+        whole_batches: bool,
     ) -> bytes | None:
-        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (or the
-        first batch alone if larger and ``min_one_batch``), only batches whose last offset
-        is below ``max_offset``. None if no batch here reaches ``offset``."""
-        first = self.find_batch(offset)
-        if first is None:
-            return None
-        if max_offset is not None and first.last_offset >= max_offset:
+        """The file from the batch holding ``offset`` on, at most ``max_bytes`` (or the
+        first batch whole if larger and ``min_one_batch``; nothing if larger and not),
+        never reaching a batch whose last offset is >= ``max_offset``. The result may end
+        in a partial batch unless ``whole_batches``. None if no batch here reaches
+        ``offset``."""
+        limit = self.size
+        first: ShallowBatch | None = None
+        data = b""
+        if max_offset is not None and max_offset < self.next_offset:
+            first = self.find_batch(offset)
+            if first is None:
+                return None
+            if first.last_offset >= max_offset:
+                return b""
+            cut = self.find_batch(max_offset)  # the first batch not to return
+            if cut is not None:
+                limit = cut.position
+        else:
+            # Speculative read: the least index entry at or above ``offset`` usually
+            # names the batch holding it (always, once batches exceed
+            # index.interval.bytes), so one pread from there fetches the header and the
+            # data together. If unindexed batches lie before it, locate by walking.
+            entry = self.offset_index.lookup_at_or_above(offset)
+            if entry is not None:
+                position = entry[1]
+                data = os.pread(
+                    self.fd, min(max(max_bytes, _LOCATE_CHUNK_BYTES), limit - position), position
+                )
+                if len(data) >= _SHALLOW_BYTES:
+                    base, length, delta, max_ts = _SHALLOW.unpack_from(data, 0)
+                    if base <= offset <= base + delta and length + LOG_OVERHEAD >= HEADER_SIZE:
+                        first = ShallowBatch(
+                            position, length + LOG_OVERHEAD, base, base + delta, max_ts
+                        )
+            if first is None:
+                data = b""
+                first = self.find_batch(offset)
+                if first is None:
+                    return None
+        position, size = first.position, first.size
+        if max_bytes >= size:
+            end = min(max_bytes, limit - position)
+        elif min_one_batch:
+            end = size
+        else:
             return b""
-        want = max_bytes
-        if min_one_batch and first.size > want:
-            want = first.size
-        want = min(want, self.size - first.position)
-        if want < first.size:
-            return b""
-        buf = os.pread(self.fd, want, first.position)
-        # Trim to whole batches (and to max_offset) by walking headers in memory.
-        end, n = 0, len(buf)
-        unpack = _SHALLOW.unpack_from
+        if len(data) < end:
+            data = os.pread(self.fd, end, position)
+        elif len(data) > end:
+            data = data[:end]  # over-read by the speculative read: a small copy
+        # One pread, returned as is: no trimming copy (Kafka's fetch returns a file
+        # slice too and lets the consumer drop a trailing partial batch).
+        if not whole_batches or len(data) == size:
+            return data
+        end, n, unpack = 0, len(data), _SHALLOW.unpack_from
         while end + _SHALLOW_BYTES <= n:
-            base, length, delta, _ = unpack(buf, end)
-            size = length + LOG_OVERHEAD
-            if end + size > n or (max_offset is not None and base + delta >= max_offset):
+            _, length, _, _ = unpack(data, end)
+            if end + length + LOG_OVERHEAD > n:
                 break
-            end += size
-        return buf if end == n else buf[:end]
+            end += length + LOG_OVERHEAD
+        return data if end == n else data[:end]
 
     def find_offset_by_timestamp(self, timestamp: int) -> ShallowBatch | None:
         """The first batch whose max timestamp is >= ``timestamp``, or None."""

@@ -20,7 +20,7 @@ from hypothesis.stateful import (
 )
 
 from raftka.client.records.batch import Record, build_batch
-from raftka.client.records.header import crc_valid, iter_batches
+from raftka.client.records.header import crc_valid, iter_batches, peek_batch_size
 from raftka.raft.log import Log, LogConfig
 
 _SHM = Path("/dev/shm")
@@ -35,15 +35,27 @@ def _records(count: int, size: int, seed: int) -> list[Record]:
     return [Record(bytes([seed % 256]) * size, timestamp_ms=1000 + seed + i) for i in range(count)]
 
 
+def _whole_batches(data: bytes) -> list[bytes]:
+    """The whole batches of a read, dropping a trailing partial one (as a consumer does)."""
+    out, pos = [], 0
+    while (size := peek_batch_size(data, pos)) is not None and pos + size <= len(data):
+        out.append(data[pos : pos + size])
+        pos += size
+    return out
+
+
 def _read_all(log: Log) -> list[bytes]:
-    """Every stored batch from the log start to the log end, read in small steps."""
+    """Every stored batch from the log start to the log end, read in small steps the
+    way a consumer fetches: reads may end mid-batch; the next read starts there."""
     out: list[bytes] = []
     offset = log.log_start_offset
     while offset < log.log_end_offset:
         data = log.read(offset, 300)
-        assert data, f"empty read at {offset} below the log end {log.log_end_offset}"
-        for pos, h in iter_batches(data):
-            out.append(data[pos : pos + h.size_bytes])
+        batches = _whole_batches(data)
+        assert batches, f"no whole batch at {offset} below the log end {log.log_end_offset}"
+        for raw in batches:
+            (_, h), *_ = iter_batches(raw)
+            out.append(raw)
             offset = h.next_offset
     return out
 
@@ -96,14 +108,27 @@ class LogMachine(RuleBasedStateMachine):
         self.batches.extend(expected)
 
     @precondition(lambda self: self.leo > self.start)
-    @rule(data=st.data(), max_bytes=st.integers(0, 1000))
-    def read(self, data: st.DataObject, max_bytes: int) -> None:
+    @rule(data=st.data(), max_bytes=st.integers(0, 1000), whole_batches=st.booleans())
+    def read(self, data: st.DataObject, max_bytes: int, whole_batches: bool) -> None:
         offset = data.draw(st.integers(self.start, self.leo - 1))
-        got = self.log.read(offset, max_bytes)
+        max_offset = data.draw(st.none() | st.integers(offset, self.leo + 1))
+        got = self.log.read(offset, max_bytes, max_offset=max_offset, whole_batches=whole_batches)
         first = next(i for i, b in enumerate(self.batches) if b[1] >= offset)
-        want = self.batches[first][3]
+        # Batches readable under max_offset, from the one holding the offset: the read is
+        # a prefix of their bytes (a prefix of one segment's, which the model does not
+        # track), ending on a batch boundary if asked.
+        below = self.batches[first:]
+        if max_offset is not None:
+            below = [b for b in below if b[1] < max_offset]
+        if not below:
+            assert got == b""
+            return
+        want = below[0][3]
         assert got[: len(want)] == want
         assert len(got) <= max(max_bytes, len(want))
+        assert got == b"".join(b[3] for b in below)[: len(got)]
+        if whole_batches:
+            assert b"".join(_whole_batches(got)) == got
 
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:

@@ -22,7 +22,7 @@ from raftka.client.errors import (
     OffsetOutOfRangeError,
 )
 from raftka.client.records.batch import Record, build_batch, decode_batch
-from raftka.client.records.header import TimestampType, crc_valid, iter_batches
+from raftka.client.records.header import TimestampType, crc_valid, iter_batches, peek_batch_size
 from raftka.raft.log import (
     Log,
     LogConfig,
@@ -52,7 +52,17 @@ def batch(n: int = 1, ts: int = 1_000_000, size: int = 10, base: int = 0, epoch:
 
 
 def offsets(data: bytes) -> list[tuple[int, int]]:
+    """(base, last) of every batch; raises on a partial batch (iter_batches is strict)."""
     return [(h.base_offset, h.last_offset) for _, h in iter_batches(data)]
+
+
+def whole(data: bytes) -> bytes:
+    """The whole batches at the front of a read: what a consumer keeps when a fetch
+    ends in a partial batch."""
+    pos = 0
+    while (size := peek_batch_size(data, pos)) is not None and pos + size <= len(data):
+        pos += size
+    return data[:pos]
 
 
 @pytest.fixture
@@ -264,25 +274,87 @@ def test_append_as_follower_keeps_offsets(open_log: object) -> None:
 
 
 def test_read_limits(open_log: object) -> None:
-    """read honours max_bytes on batch boundaries, returns a first batch larger than
-    max_bytes only with min_one_batch, returns the batch holding start_offset whole,
-    stops below max_offset, and raises OffsetOutOfRangeError outside [start, end]."""
+    """read starts at the batch holding start_offset and returns it whole; honours
+    max_bytes as Kafka's fetch does (a file slice that may end mid-batch) or, with
+    whole_batches=True, on batch boundaries; returns a first batch larger than max_bytes
+    only with min_one_batch; stops at a batch boundary below max_offset; and raises
+    OffsetOutOfRangeError outside [start, end]."""
     log = open_log()  # type: ignore[operator]
     for _ in range(5):
         log.append_as_leader(batch(4, size=50), 0)  # offsets 0-3, 4-7, ...
     one = len(batch(4, size=50))
+    everything = log.read(0, 1 << 20)
     assert offsets(log.read(5, 1)) == [(4, 7)]
     assert log.read(5, 1, min_one_batch=False) == b""
-    assert offsets(log.read(0, 2 * one + one // 2)) == [(0, 3), (4, 7)]
+    assert offsets(log.read(0, 2 * one + one // 2, whole_batches=True)) == [(0, 3), (4, 7)]
+    sliced = log.read(0, 2 * one + one // 2)  # Kafka's semantics: ends mid-batch
+    assert sliced == everything[: 2 * one + one // 2]
+    assert offsets(whole(sliced)) == [(0, 3), (4, 7)]
+    assert log.read(5, one + 10) == everything[one : 2 * one + 10]
     assert offsets(log.read(0, 1 << 20, max_offset=12)) == [(0, 3), (4, 7), (8, 11)]
     assert offsets(log.read(0, 1 << 20, max_offset=11)) == [(0, 3), (4, 7)]
+    # max_offset cuts at a batch boundary even where max_bytes would reach further.
+    assert offsets(log.read(0, 2 * one + one // 2, max_offset=7)) == [(0, 3)]
+    assert log.read(0, one + one // 2, max_offset=12) == everything[: one + one // 2]
+    assert log.read(5, 1 << 20, max_offset=7) == b""
     assert log.read(20, 100) == b""
     with pytest.raises(OffsetOutOfRangeError):
         log.read(21, 100)
     with pytest.raises(OffsetOutOfRangeError):
         log.read(-1, 100)
-    for _, h in iter_batches(log.read(0, 1 << 20)):
+    for _, h in iter_batches(everything):
         assert h.records_count == 4
+
+
+@pytest.mark.parametrize("interval", [0, 150, 4096])
+def test_read_matches_file_slices(open_log: object, interval: int) -> None:
+    """For every start offset, several max_bytes, each max_offset and both flags, read
+    equals the slice computed from the segment files directly (batch holding the
+    offset, max(max_bytes, first batch) bytes within its segment, cut before the first
+    batch reaching max_offset, trimmed to whole batches if asked). Dense, sparse and
+    default index intervals exercise both the speculative and the walking lookup."""
+    log = open_log(segment_bytes=1500, index_interval_bytes=interval)  # type: ignore[operator]
+    for i in range(30):
+        log.append_as_leader(batch(1 + i % 3, size=10 + 17 * (i % 5)), 0)
+    table: list[tuple[int, int, int, bytes]] = []  # base, last, segment index, bytes
+    for k, path in enumerate(sorted(log.path.glob("*.log"))):
+        data = path.read_bytes()
+        table += [
+            (h.base_offset, h.last_offset, k, data[p : p + h.size_bytes])
+            for p, h in iter_batches(data)
+        ]
+    assert table[-1][1] == log.log_end_offset - 1 and log.segment_count > 2
+
+    def expected(
+        offset: int, max_bytes: int, max_offset: int | None, min_one: bool, trim: bool
+    ) -> bytes:
+        i = next(i for i, t in enumerate(table) if t[1] >= offset)
+        rest = [t for t in table[i:] if t[2] == table[i][2]]
+        if max_offset is not None:
+            rest = [t for t in rest if t[1] < max_offset]
+        if not rest:
+            return b""
+        if len(rest[0][3]) > max_bytes:
+            return rest[0][3] if min_one else b""
+        out = b"".join(t[3] for t in rest)[:max_bytes]
+        if trim:
+            out = whole(out)
+        return out
+
+    end = log.log_end_offset
+    for offset in range(end):
+        for max_bytes in (0, 1, 60, 150, 333, 1 << 20):
+            for max_offset in (None, offset + 1, offset + 4, end - 2):
+                for min_one, trim in ((True, False), (False, False), (True, True)):
+                    got = log.read(
+                        offset,
+                        max_bytes,
+                        max_offset=max_offset,
+                        min_one_batch=min_one,
+                        whole_batches=trim,
+                    )
+                    want = expected(offset, max_bytes, max_offset, min_one, trim)
+                    assert got == want, (offset, max_bytes, max_offset, min_one, trim)
 
 
 def test_roll_by_size_time_and_index_and_lookup(open_log: object, clock: Clock) -> None:

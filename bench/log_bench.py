@@ -33,6 +33,23 @@ def make_batch() -> bytes:
     return build_batch([Record(b"x" * RECORD_BYTES, timestamp_ms=now_ms) for _ in range(count)])
 
 
+def paired_median_times(
+    baseline: Callable[[], None], subject: Callable[[], None], repeats: int
+) -> tuple[float, float]:
+    """Median times of baseline and subject, run alternately: on a shared, noisy machine
+    load drifts, and alternating exposes both sides to the same drift."""
+    base_times, subject_times = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        baseline()
+        t1 = time.perf_counter()
+        subject()
+        t2 = time.perf_counter()
+        base_times.append(t1 - t0)
+        subject_times.append(t2 - t1)
+    return statistics.median(base_times), statistics.median(subject_times)
+
+
 def median_time(fn: Callable[[], None], repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -61,7 +78,7 @@ def bench_append(root: Path, n: int, repeats: int) -> dict[str, object]:
         lg._close_files()  # no fsync, as the raw side
         shutil.rmtree(d)
 
-    t_raw, t_log = median_time(raw, repeats), median_time(log, repeats)
+    t_raw, t_log = paired_median_times(raw, log, repeats)
     return {
         "bench": "append_16k_batches",
         "batches": n,
@@ -101,7 +118,7 @@ def bench_read(root: Path, n: int, repeats: int, fetch_bytes: int) -> dict[str, 
 
     raw()
     log_read()
-    t_raw, t_log = median_time(raw, repeats), median_time(log_read, repeats)
+    t_raw, t_log = paired_median_times(raw, log_read, repeats)
     lg.close()
     shutil.rmtree(d)
     return {

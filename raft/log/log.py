@@ -85,7 +85,7 @@ from raftka.client.records.header import (
     parse_header,
 )
 from raftka.raft.log.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
-from raftka.raft.log.config import LogConfig
+from raftka.raft.log.config import LONG_MAX, LogConfig
 from raftka.raft.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.raft.log.segment import (
     DELETED_SUFFIX,
@@ -410,7 +410,9 @@ class Log:
         config = self.config
         size_max = config.max_message_bytes
         append_time = config.log_append_time
-        now = self._clock_ms()
+        # The clock is read only when something needs it (LogAppendTime here; a roll
+        # without record timestamps or flush.ms in _append): it costs on every append.
+        now = self._clock_ms() if append_time else -1
         buf = bytearray(batches)
         view = memoryview(buf)
         end = len(buf)
@@ -485,7 +487,7 @@ class Log:
         headers = _validated_headers(data, self.config.max_message_bytes)
         if not headers:
             return self._empty_info()
-        now = self._clock_ms()
+        now = -1  # read lazily in _append, as for leader appends
         first_offset = expected = self._log_end_offset
         epoch_floor = self.leader_epoch_cache.latest_epoch
         spans: list[BatchSpan] = []
@@ -546,7 +548,7 @@ class Log:
         records: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        now: int,
+        now: int,  # -1: not read yet (read only if needed)
         append_time_ms: int,
     ) -> LogAppendInfo:
         """Roll if needed, write ``data`` to the active segment, flush if flush.messages
@@ -569,6 +571,8 @@ class Log:
             if first_ts is not None and first_ts >= 0:
                 waited_ms = max_timestamp - first_ts
             else:
+                if now < 0:
+                    now = self._clock_ms()
                 waited_ms = now - seg.created_ms
             if waited_ms > config.segment_ms or not seg.can_hold(
                 size, spans[-1][2], config.segment_bytes
@@ -585,10 +589,13 @@ class Log:
         ts_prefix = self._ts_prefix_max
         ts_prefix[-1] = max(ts_prefix[-1], seg.max_timestamp)
         unflushed = self._unflushed_messages = self._unflushed_messages + records
-        if unflushed and (
-            unflushed >= config.flush_messages or now - self._last_flush_ms >= config.flush_ms
-        ):
+        if unflushed >= config.flush_messages:
             self.flush()
+        elif config.flush_ms < LONG_MAX:
+            if now < 0:
+                now = self._clock_ms()
+            if now - self._last_flush_ms >= config.flush_ms:
+                self.flush()
         # tuple.__new__ is what LogAppendInfo(...) runs, minus a Python-level frame.
         return _tuple_new(
             LogAppendInfo,

@@ -261,6 +261,10 @@ class InvalidUpdateVersionError(KafkaError):
     name, code = "INVALID_UPDATE_VERSION", 95
 
 
+class InconsistentVoterSetError(KafkaError):
+    name, code = "INCONSISTENT_VOTER_SET", 94
+
+
 class SnapshotNotFoundError(KafkaError):
     name, code = "SNAPSHOT_NOT_FOUND", 98
 

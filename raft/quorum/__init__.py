@@ -36,7 +36,16 @@ from raftka.raft.quorum.messages import (
     VoteResponse,
     message_from_dict,
 )
+from raftka.raft.quorum.native import NativeQuorumEngine
+from raftka.raft.quorum.quorum_state_file import (
+    QuorumStateCorruptError,
+    load_quorum_state,
+    write_quorum_state,
+)
+from raftka.raft.quorum.segment_log import SegmentRaftLog
+from raftka.raft.quorum.snapshots import SnapshotCorruptError, SnapshotStore
 from raftka.raft.quorum.state import QuorumState, Role
+from raftka.raft.quorum.transport import RaftTransport
 
 __all__ = [
     "Action",
@@ -56,19 +65,27 @@ __all__ = [
     "InMemoryRaftLog",
     "LeaderChanged",
     "Message",
+    "NativeQuorumEngine",
     "NotLeader",
     "PersistQuorumState",
     "Proposed",
     "QuorumConfig",
     "QuorumCore",
     "QuorumState",
+    "QuorumStateCorruptError",
     "RaftLog",
+    "RaftTransport",
     "ResignedLeadership",
     "Role",
+    "SegmentRaftLog",
     "Send",
+    "SnapshotCorruptError",
     "SnapshotId",
     "SnapshotInstalled",
+    "SnapshotStore",
     "VoteRequest",
     "VoteResponse",
+    "load_quorum_state",
     "message_from_dict",
+    "write_quorum_state",
 ]

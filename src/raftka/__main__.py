@@ -16,15 +16,30 @@ import click
 
 # name -> (module, attribute, one-line help)
 _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+    "controller": (
+        "raftka.metadata.cli",
+        "controller_command",
+        "Run a controller (a metadata quorum voter and the controller API).",
+    ),
     "dump-log": (
         "raftka.raft.log.dump",
         "dump_log_command",
         "Print the record batches of segment files (like kafka-dump-log).",
     ),
+    "metadata": (
+        "raftka.metadata.cli",
+        "metadata_group",
+        "Read the metadata log (dump).",
+    ),
     "perf": (
         "raftka.raft.log.perf",
         "perf_command",
         "Performance tools (storage now; produce and consume with the client).",
+    ),
+    "quorum": (
+        "raftka.metadata.cli",
+        "quorum_group",
+        "Describe the metadata quorum (like kafka-metadata-quorum).",
     ),
 }
 

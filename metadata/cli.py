@@ -1,0 +1,207 @@
+"""Command-line tools of the controller: run one, describe the quorum, dump the metadata.
+
+``raftka controller --config FILE`` runs a controller process. ``raftka quorum status``
+prints what kafka-metadata-quorum's ``describe --status`` and ``--replication`` show
+(the leader, its epoch and high watermark, every voter's and observer's log end offset
+and lag), asking the active controller when the one named knows it. ``raftka metadata
+dump`` prints the committed metadata log of a controller, read through its API
+(``GET /v1/metadata``): each payload's offset and epoch, then its records; a controller
+that snapshotted away the log's start answers with the snapshot first.
+
+Errors print one line on stderr and exit with status 1; never a traceback.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+
+from raftka.metadata.node_config import ConfigError, load_node_config
+
+__all__ = ["controller_command", "metadata_group", "quorum_group"]
+
+DEFAULT_CONTROLLER: Final = "127.0.0.1:9093"
+HTTP_TIMEOUT_S: Final = 10.0
+# Bound on the pages ``metadata dump`` reads (each up to 1000 payloads).
+DUMP_PAGES_MAX: Final = 100_000
+
+
+class _ToolError(click.ClickException):
+    """One line on stderr, exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def _get(address: str, path: str) -> dict[str, Any]:
+    url = f"http://{address}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+            data = response.read()
+    except urllib.error.HTTPError as e:
+        try:
+            body = orjson.loads(e.read())
+            detail = f"{body.get('error')}: {body.get('message')}"
+        except (orjson.JSONDecodeError, AttributeError):
+            detail = f"HTTP {e.code}"
+        raise _ToolError(f"{address}{path}: {detail}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise _ToolError(f"cannot reach the controller at {address}: {reason}") from None
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _ToolError(f"{address}{path}: the answer is not JSON") from None
+    if not isinstance(body, dict):
+        raise _ToolError(f"{address}{path}: unexpected answer")
+    return body
+
+
+def _first_reachable(addresses: str) -> tuple[str, dict[str, Any]]:
+    """The first controller of a comma-separated list that answers /v1/quorum."""
+    errors: list[str] = []
+    for address in [a.strip() for a in addresses.split(",") if a.strip()]:
+        try:
+            return address, _get(address, "/v1/quorum")
+        except _ToolError as e:
+            errors.append(e.message)
+    raise _ToolError("; ".join(errors) or "no controller address given")
+
+
+# ---------------------------------------------------------------------------------------
+# raftka controller
+
+
+@click.command("controller")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A .properties or .toml file (Kafka's key names).",
+)
+def controller_command(config_path: Path) -> None:
+    """Run a controller: a quorum voter plus the controller API."""
+    try:
+        config = load_node_config(config_path)
+    except ConfigError as e:
+        raise _ToolError(str(e)) from None
+    if not config.is_controller:
+        raise _ToolError(f"{config_path}: process.roles does not include controller")
+    # Imported here: the read-only tools must not pay for the server's imports.
+    from raftka.metadata.server import run_controller  # noqa: PLC0415
+
+    raise SystemExit(run_controller(config))
+
+
+# ---------------------------------------------------------------------------------------
+# raftka quorum status
+
+_bootstrap = click.option(
+    "--bootstrap-controller",
+    "bootstrap",
+    default=DEFAULT_CONTROLLER,
+    show_default=True,
+    help="host:port of one or more controllers, comma-separated.",
+)
+
+
+@click.group("quorum")
+def quorum_group() -> None:
+    """Describe the metadata quorum (like kafka-metadata-quorum)."""
+
+
+@quorum_group.command("status")
+@_bootstrap
+@click.option("--json", "as_json", is_flag=True, help="Print the leader's description as JSON.")
+def quorum_status(bootstrap: str, as_json: bool) -> None:
+    """Leader, epoch, high watermark, and each voter's and observer's log end and lag."""
+    address, info = _first_reachable(bootstrap)
+    leader_address = info.get("leader_address")
+    if info.get("role") != "leader" and isinstance(leader_address, str):
+        # Only the leader knows every replica's log end offset.
+        try:
+            info = _get(leader_address, "/v1/quorum")
+        except _ToolError as e:
+            click.echo(f"warning: {e.message}; showing {address}'s view", err=True)
+    if as_json:
+        click.echo(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
+        return
+    voters = info.get("voters") or []
+    observers = info.get("observers") or []
+    rows = [
+        ("LeaderId", info.get("leader_id")),
+        ("LeaderEpoch", info.get("epoch")),
+        ("HighWatermark", info.get("high_watermark")),
+        ("MaxFollowerLag", info.get("max_follower_lag")),
+        ("CurrentVoters", [v["node_id"] for v in voters]),
+        ("CurrentObservers", [o["node_id"] for o in observers]),
+    ]
+    for name, value in rows:
+        click.echo(f"{name + ':':<18}{'unknown' if value is None else value}")
+    click.echo("")
+    header = f"{'NodeId':<8}{'Address':<24}{'LogEndOffset':>14}{'Lag':>8}  Status"
+    click.echo(header)
+    for status, replicas in (("Voter", voters), ("Observer", observers)):
+        for r in replicas:
+            shown = "Leader" if r["node_id"] == info.get("leader_id") else status
+            leo = "-" if r.get("log_end_offset") is None else r["log_end_offset"]
+            lag = "-" if r.get("lag") is None else r["lag"]
+            click.echo(
+                f"{r['node_id']:<8}{r.get('address') or '-':<24}{leo!s:>14}{lag!s:>8}  {shown}"
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# raftka metadata dump
+
+
+@click.group("metadata")
+def metadata_group() -> None:
+    """Read the metadata log."""
+
+
+def _record_line(record: dict[str, Any]) -> str:
+    data = record.get("data") or {}
+    fields = " ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in data.items())
+    return f"{record.get('type')} v{record.get('version')} {fields}".rstrip()
+
+
+@metadata_group.command("dump")
+@_bootstrap
+@click.option("--from-offset", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per payload.")
+def metadata_dump(bootstrap: str, from_offset: int, as_json: bool) -> None:
+    """Print the committed metadata log of a controller (through its API)."""
+    address, _ = _first_reachable(bootstrap)
+    offset = from_offset
+    for _ in range(DUMP_PAGES_MAX):
+        page = _get(address, f"/v1/metadata?offset={offset}&max_wait_ms=0&records_max=1000")
+        snapshot = page.get("snapshot")
+        if snapshot is not None:
+            if as_json:
+                click.echo(orjson.dumps({"snapshot": snapshot}).decode())
+            else:
+                click.echo(
+                    f"snapshot end_offset: {snapshot['end_offset']} epoch: {snapshot['epoch']} "
+                    f"records: {len(snapshot['records'])}"
+                )
+                for record in snapshot["records"]:
+                    click.echo(f"  {_record_line(record)}")
+        for batch in page.get("batches") or []:
+            if as_json:
+                click.echo(orjson.dumps(batch).decode())
+            else:
+                click.echo(f"offset: {batch['offset']} epoch: {batch['epoch']}")
+                for record in batch["records"]:
+                    click.echo(f"  {_record_line(record)}")
+        next_offset = int(page["next_offset"])
+        if next_offset >= int(page["high_watermark"]) or next_offset == offset:
+            return
+        offset = next_offset
+    raise _ToolError(f"stopped after {DUMP_PAGES_MAX} pages")

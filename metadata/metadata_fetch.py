@@ -1,0 +1,158 @@
+"""Serving the committed metadata log to observers (brokers, tools): a long poll.
+
+Theory of operation
+-------------------
+An observer asks for the committed payloads from ``offset``. If there are some, it gets
+up to ``records_max`` of them at once. If it is at the end, the request parks until a
+commit is applied on this node (:class:`CommitSignal` wakes it: no polling) or until
+``max_wait_ms`` passes, then answers with what there is, possibly nothing. An observer
+whose offset lies below the log start (the prefix was snapshotted away) gets the latest
+snapshot instead: its records and its end offset, flagged ``snapshot``, and must
+replace its image with it before fetching on from ``next_offset``.
+
+Every payload is one command's records as a JSON array (``encode_records``); they are
+passed through to the response as raw JSON (``orjson.Fragment``), never decoded and
+re-encoded. Offsets skip the engine's control entries (each new leader's no-op), so an
+empty answer's ``next_offset`` may lie past ``offset``: the observer continues there.
+
+Any controller serves this from its own committed state; a follower may be a little
+behind the leader, which only delays an observer, never shows it uncommitted state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from raftka.client.errors import OffsetOutOfRangeError
+from raftka.raft.quorum.engine import CommittedRecord, QuorumEngine
+
+__all__ = [
+    "METADATA_RECORDS_MAX",
+    "METADATA_WAIT_MS_MAX",
+    "CommitSignal",
+    "MetadataFetchResult",
+    "fetch_metadata",
+]
+
+# Bounds on one fetch: payloads per answer and how long one may park.
+METADATA_RECORDS_MAX: Final = 1000
+METADATA_WAIT_MS_MAX: Final = 30_000
+
+
+class CommitSignal:
+    """Wakes every task waiting for "something new was applied". Thread-safe notify:
+    an engine may deliver commits on its own thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread_id: int | None = None
+        self._event = asyncio.Event()
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the waiters run on; notify from other threads goes through it."""
+        self._loop = loop
+        self._thread_id = threading.get_ident()
+
+    def waiter(self) -> asyncio.Event:
+        """Take this before checking the condition, so a notify in between is not lost."""
+        return self._event
+
+    def notify(self) -> None:
+        if self._loop is None or threading.get_ident() == self._thread_id:
+            self._fire()
+        else:
+            self._loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+    @staticmethod
+    async def wait(waiter: asyncio.Event, timeout_ms: int) -> bool:
+        """True if notified within ``timeout_ms``."""
+        if timeout_ms <= 0:
+            return waiter.is_set()
+        try:
+            await asyncio.wait_for(waiter.wait(), timeout_ms / 1000)
+        except TimeoutError:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataFetchResult:
+    """Payloads from the requested offset, or (``snapshot_end_offset`` set) a snapshot
+    whose records replace the observer's image. ``next_offset`` is where to go on."""
+
+    batches: tuple[CommittedRecord, ...]
+    next_offset: int
+    high_watermark: int
+    snapshot_end_offset: int | None = None
+    snapshot_epoch: int | None = None
+    snapshot_data: bytes | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        snapshot = None
+        if self.snapshot_end_offset is not None:
+            assert self.snapshot_data is not None
+            snapshot = {
+                "end_offset": self.snapshot_end_offset,
+                "epoch": self.snapshot_epoch,
+                "records": orjson.Fragment(self.snapshot_data),
+            }
+        return {
+            "snapshot": snapshot,
+            "batches": [
+                {"offset": b.offset, "epoch": b.epoch, "records": orjson.Fragment(b.payload)}
+                for b in self.batches
+            ],
+            "next_offset": self.next_offset,
+            "high_watermark": self.high_watermark,
+        }
+
+
+async def fetch_metadata(
+    engine: QuorumEngine,
+    signal: CommitSignal,
+    *,
+    offset: int,
+    records_max: int,
+    max_wait_ms: int,
+    clock_ms: Callable[[], int],
+) -> MetadataFetchResult:
+    """Committed payloads from ``offset`` (see the module doc); parks up to
+    ``max_wait_ms`` when there are none. Raises OffsetOutOfRangeError when ``offset`` is
+    below the log start and this node holds no snapshot (it cannot happen once the
+    engine dropped a prefix, since it only drops what a snapshot covers)."""
+    assert offset >= 0 and 0 < records_max <= METADATA_RECORDS_MAX, (offset, records_max)
+    deadline_ms = clock_ms() + min(max(max_wait_ms, 0), METADATA_WAIT_MS_MAX)
+    while True:
+        waiter = signal.waiter()
+        high_watermark = engine.high_watermark
+        try:
+            batches = tuple(engine.read_committed(offset, records_max))
+        except OffsetOutOfRangeError:
+            snapshot = engine.latest_snapshot()
+            if snapshot is None:
+                raise
+            end_offset, epoch, data = snapshot
+            return MetadataFetchResult(
+                batches=(),
+                next_offset=end_offset,
+                high_watermark=max(high_watermark, end_offset),
+                snapshot_end_offset=end_offset,
+                snapshot_epoch=epoch,
+                snapshot_data=data,
+            )
+        if batches:
+            return MetadataFetchResult(batches, batches[-1].offset + 1, high_watermark)
+        remaining_ms = deadline_ms - clock_ms()
+        if remaining_ms <= 0 or not await CommitSignal.wait(waiter, remaining_ms):
+            # Nothing committed in [offset, high_watermark) but control entries.
+            return MetadataFetchResult((), max(offset, high_watermark), high_watermark)

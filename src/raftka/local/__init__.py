@@ -1,0 +1,19 @@
+"""raftka.local: run raftka processes on this machine (local clusters, test fixtures)."""
+
+from raftka.local.processes import (
+    LOCAL_QUORUM_PROPERTIES,
+    LocalCluster,
+    NodeProcess,
+    free_ports,
+    http_json,
+    wait_for,
+)
+
+__all__ = [
+    "LOCAL_QUORUM_PROPERTIES",
+    "LocalCluster",
+    "NodeProcess",
+    "free_ports",
+    "http_json",
+    "wait_for",
+]

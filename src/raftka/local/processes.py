@@ -1,0 +1,341 @@
+"""Start and stop raftka processes on this machine: local clusters and test fixtures.
+
+:class:`LocalCluster` writes one config file per controller under a data directory
+(``<data>/controller-<id>/controller.properties``, its metadata log beside it), starts
+each as a real OS process (``python -m raftka controller --config FILE``) with its
+stdout and stderr in ``<data>/controller-<id>/process.log``, and waits for ``/health``
+with a deadline. Tests use the signals directly: :meth:`NodeProcess.kill` (SIGKILL),
+:meth:`pause` / :meth:`resume` (SIGSTOP / SIGCONT), :meth:`terminate` (SIGTERM, then a
+wait for the exit), :meth:`restart`. :meth:`LocalCluster.close` reaps every child, so a
+failed test leaves no process behind.
+
+Local clusters use shorter quorum timeouts than Kafka's defaults, so failover on
+loopback takes about a second instead of several (:data:`LOCAL_QUORUM_PROPERTIES`):
+election 500 ms, fetch 1000 ms, request 1000 ms, fetch long-poll 200 ms. Pass
+``extra_properties`` to change them or to add any other key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import orjson
+
+__all__ = [
+    "LOCAL_QUORUM_PROPERTIES",
+    "LocalCluster",
+    "NodeProcess",
+    "free_ports",
+    "http_json",
+    "wait_for",
+]
+
+T = TypeVar("T")
+
+LOCAL_QUORUM_PROPERTIES: Final[Mapping[str, str]] = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.request.timeout.ms": "1000",
+    "controller.quorum.fetch.max.wait.ms": "200",
+    "controller.quorum.election.backoff.max.ms": "500",
+}
+HEALTH_TIMEOUT_S: Final = 1.0
+START_DEADLINE_S: Final = 30.0
+STOP_DEADLINE_S: Final = 15.0
+# Bound on the poll interval of wait_for (it backs off from 10 ms to this).
+POLL_INTERVAL_MAX_S: Final = 0.1
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports the kernel says are free now (another process may still
+    take one before we bind it: fine for tests, not a guarantee)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    message: str | Callable[[], str],
+) -> T:
+    """Poll ``condition`` until it returns something other than None/False; raise
+    TimeoutError with ``message`` after ``timeout_s``. The deadline-bounded poll is how a
+    test waits on another process (there is no event to wait on across processes)."""
+    deadline = time.monotonic() + timeout_s
+    interval = 0.01
+    while True:
+        value = condition()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise TimeoutError(f"after {timeout_s:.1f} s: {text}")
+        time.sleep(min(interval, max(deadline - time.monotonic(), 0)))
+        interval = min(interval * 2, POLL_INTERVAL_MAX_S)
+
+
+def http_json(
+    address: str,
+    path: str,
+    *,
+    method: str = "GET",
+    body: object = None,
+    timeout_s: float = 5.0,
+) -> tuple[int, Any]:
+    """One request to a raftka process: (HTTP status, decoded JSON). Raises OSError
+    when the process does not answer."""
+    data = None if body is None else orjson.dumps(body)
+    request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, orjson.loads(response.read())
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return e.code, {"error": "UNKNOWN_SERVER_ERROR", "message": raw[:200].decode()}
+
+
+@dataclass(slots=True)
+class NodeProcess:
+    """One raftka process: its config file, data directory and (while running) Popen."""
+
+    node_id: int
+    role: str
+    host: str
+    port: int
+    data_dir: Path
+    config_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    starts: int = 0
+    _log: Any = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "process.log"
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def start(self) -> None:
+        assert not self.running, f"{self.role} {self.node_id} is already running"
+        self._close_log()
+        self._log = self.log_path.open("ab")
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "raftka", self.role, "--config", str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches the test only
+        )
+        self.paused = False
+        self.starts += 1
+
+    def health(self) -> dict[str, Any] | None:
+        """The /health answer, or None if the process does not answer 200."""
+        try:
+            status, body = http_json(self.address, "/health", timeout_s=HEALTH_TIMEOUT_S)
+        except OSError:
+            return None
+        return body if status == 200 and isinstance(body, dict) else None
+
+    def wait_healthy(self, timeout_s: float = START_DEADLINE_S) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            if self.popen is not None and self.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{self.role} {self.node_id} exited with {self.popen.returncode}; "
+                    f"last log lines:\n{self.tail()}"
+                )
+            return self.health()
+
+        return wait_for(
+            check,
+            timeout_s=timeout_s,
+            message=lambda: f"{self.role} {self.node_id} not healthy; log:\n{self.tail()}",
+        )
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.popen is not None
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap (kill -9: no resignation, no flush)."""
+        if self.popen is None:
+            return
+        if self.paused:
+            self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=STOP_DEADLINE_S)
+        self.paused = False
+        self._close_log()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, silent, as a hung or partitioned node."""
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def terminate(self, timeout_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM and wait for the exit; returns the exit code (SIGKILL after the
+        deadline, then -9)."""
+        assert self.popen is not None
+        if self.paused:
+            self.resume()
+        self.signal(signal.SIGTERM)
+        try:
+            code = self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            code = self.popen.wait()
+        self._close_log()
+        return code
+
+    def restart(self) -> None:
+        if self.running:
+            self.kill()
+        self.start()
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _properties_text(props: Mapping[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+class LocalCluster:
+    """N controllers on 127.0.0.1 under one data directory (brokers come later).
+
+    ``base_port`` numbers the controllers' ports from it (9093, 9094, ...); without it
+    free ports are picked. Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        controllers: int = 3,
+        base_port: int | None = None,
+        host: str = "127.0.0.1",
+        engine: str = "native",
+        extra_properties: Mapping[str, str] | None = None,
+    ) -> None:
+        assert controllers >= 1
+        self.data_dir = Path(data_dir)
+        ports = (
+            list(range(base_port, base_port + controllers))
+            if base_port is not None
+            else free_ports(controllers, host)
+        )
+        ids = list(range(1, controllers + 1))
+        self.voters = ",".join(f"{i}@{host}:{p}" for i, p in zip(ids, ports, strict=True))
+        self.controllers: dict[int, NodeProcess] = {}
+        for node_id, port in zip(ids, ports, strict=True):
+            node_dir = self.data_dir / f"controller-{node_id}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            props = {
+                "node.id": str(node_id),
+                "process.roles": "controller",
+                "controller.quorum.voters": self.voters,
+                "listeners": f"CONTROLLER://{host}:{port}",
+                "metadata.log.dir": str(node_dir / "metadata"),
+                "quorum.engine": engine,
+                **LOCAL_QUORUM_PROPERTIES,
+                **(extra_properties or {}),
+            }
+            config_path = node_dir / "controller.properties"
+            config_path.write_text(_properties_text(props))
+            self.controllers[node_id] = NodeProcess(
+                node_id=node_id,
+                role="controller",
+                host=host,
+                port=port,
+                data_dir=node_dir,
+                config_path=config_path,
+            )
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(c.address for c in self.controllers.values())
+
+    def start(self, timeout_s: float = START_DEADLINE_S) -> None:
+        for node in self.controllers.values():
+            node.start()
+        for node in self.controllers.values():
+            node.wait_healthy(timeout_s)
+
+    def wait_leader(
+        self, timeout_s: float = START_DEADLINE_S, *, excluding: tuple[int, ...] = ()
+    ) -> int:
+        """The id of the active controller, once a running one says it is active."""
+        excluded = set(excluding)
+
+        def find() -> int | None:
+            for node in self.controllers.values():
+                if node.node_id in excluded or not node.running or node.paused:
+                    continue
+                health = node.health()
+                if health is not None and health.get("active_controller"):
+                    return node.node_id
+            return None
+
+        return wait_for(find, timeout_s=timeout_s, message="no active controller")
+
+    def close(self) -> None:
+        """Kill and reap every child process that is still running."""
+        for node in self.controllers.values():
+            with contextlib.suppress(Exception):
+                node.kill()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,296 @@
+"""Three real controller processes (native Raft engine) on loopback, driven over HTTP.
+
+Each test starts a cluster with ``raftka.local.LocalCluster`` (one OS process per
+controller, local quorum timeouts: election 500 ms, fetch 1000 ms), then checks one
+guarantee from the outside: an active controller is elected and followers redirect
+writes to it; after kill -9 of the active controller a new one is elected and commits
+(the time is measured and printed) with no committed record lost; a SIGSTOPped
+controller does not stop the other two and catches up to the same log after SIGCONT;
+every committed topic survives kill -9 of all three and a restart; a broker that stops
+heartbeating is fenced after broker.session.timeout.ms and its partitions get new
+leaders from their ISRs. Every wait is a condition polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.local import LocalCluster, http_json, wait_for
+from raftka.metadata.delta import MetadataDelta, image_from_records
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.records import record_from_dict
+
+pytestmark = pytest.mark.slow
+
+FAILOVER_BOUND_S = 10.0
+WRITE_DEADLINE_S = 20.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(
+        tmp_path, controllers=3, extra_properties={"broker.session.timeout.ms": "2000"}
+    ) as c:
+        c.start()
+        yield c
+
+
+def write(
+    cluster: LocalCluster, path: str, body: object, *, deadline_s: float = WRITE_DEADLINE_S
+) -> Any:
+    """A write as a client does it: try any live controller, follow NOT_CONTROLLER to
+    the address it names, retry while an election runs."""
+    live = [n for n in cluster.controllers.values() if n.running and not n.paused]
+    target: str | None = None
+    last: object = None
+
+    def attempt() -> Any:
+        nonlocal target, last
+        address = target or live[int(time.monotonic() * 10) % len(live)].address
+        try:
+            status, answer = http_json(address, path, method="POST", body=body, timeout_s=3)
+        except OSError as e:
+            last, target = e, None
+            return None
+        if status == 200:
+            return answer
+        last = answer
+        target = answer.get("leader_address") if isinstance(answer, dict) else None
+        return None
+
+    return wait_for(attempt, timeout_s=deadline_s, message=lambda: f"{path} failed: {last}")
+
+
+def create_topic(cluster: LocalCluster, name: str, **fields: Any) -> None:
+    answer = write(cluster, "/v1/topics", {"topics": [{"name": name, **fields}]})
+    error = answer["topics"][0]["error"]
+    # A retried create may find its own earlier attempt committed.
+    assert error is None or error["error"] == "TOPIC_ALREADY_EXISTS", answer
+
+
+def read_log(address: str) -> tuple[MetadataImage, list[tuple[int, Any]]]:
+    """The committed metadata of one controller (GET /v1/metadata from 0) as an image
+    and as its (offset, records) list."""
+    image = MetadataImage.EMPTY
+    batches: list[tuple[int, Any]] = []
+    offset = 0
+    for _ in range(10_000):
+        status, page = http_json(address, f"/v1/metadata?offset={offset}&records_max=1000")
+        assert status == 200, page
+        if page["snapshot"] is not None:
+            snap = page["snapshot"]
+            records = [record_from_dict(r) for r in snap["records"]]
+            image = image_from_records(records, snap["end_offset"] - 1, snap["epoch"])
+            batches.append((-1, snap["records"]))
+        for batch in page["batches"]:
+            delta = MetadataDelta(image)
+            delta.replay_all(record_from_dict(r) for r in batch["records"])
+            delta.offset = batch["offset"]
+            image = delta.apply()
+            batches.append((batch["offset"], batch["records"]))
+        if page["next_offset"] >= page["high_watermark"] or page["next_offset"] == offset:
+            return image, batches
+        offset = page["next_offset"]
+    raise AssertionError("metadata log did not end")
+
+
+def topics_on(address: str) -> set[str]:
+    try:
+        return set(read_log(address)[0].topics.by_name)
+    except OSError:
+        return set()
+
+
+def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
+    """Followers redirect to the active controller; kill -9 of it elects another within
+    the bound, which commits; every survivor's log holds every topic created before."""
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.controllers.values() if n.node_id != leader)
+    status, answer = http_json(
+        follower.address, "/v1/topics", method="POST", body={"topics": [{"name": "t0"}]}
+    )
+    assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
+    assert answer["leader_address"] == cluster.controllers[leader].address
+    # Topics need a usable broker (RF 1 by default): register and unfence one.
+    epoch = write(
+        cluster,
+        "/v1/brokers/register",
+        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
+    )["broker_epoch"]
+    write(
+        cluster,
+        "/v1/brokers/heartbeat",
+        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
+    )
+    names = [f"before-{i}" for i in range(5)]
+    for name in names:
+        create_topic(cluster, name)
+
+    cluster.controllers[leader].kill()
+    started = time.monotonic()
+    create_topic(cluster, "after-failover")
+    elapsed = time.monotonic() - started
+    print(f"failover: a new active controller committed {elapsed:.2f} s after kill -9")
+    assert elapsed < FAILOVER_BOUND_S
+    new_leader = cluster.wait_leader(excluding=(leader,))
+    assert new_leader != leader
+
+    expected = {*names, "after-failover"}
+    for node in cluster.controllers.values():
+        if node.node_id == leader:
+            continue
+        wait_for(
+            lambda n=node: expected <= topics_on(n.address),
+            timeout_s=10,
+            message=lambda n=node: f"controller {n.node_id} has {topics_on(n.address)}",
+        )
+
+
+def test_paused_controller_catches_up(cluster: LocalCluster) -> None:
+    """SIGSTOP one follower: the other two keep committing; after SIGCONT it catches up
+    to the very same log (payload by payload)."""
+    epoch = write(
+        cluster,
+        "/v1/brokers/register",
+        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
+    )["broker_epoch"]
+    write(
+        cluster,
+        "/v1/brokers/heartbeat",
+        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
+    )
+    leader = cluster.wait_leader()
+    paused = next(n for n in cluster.controllers.values() if n.node_id != leader)
+    paused.pause()
+    for i in range(5):
+        create_topic(cluster, f"while-paused-{i}")
+    paused.resume()
+
+    def logs_equal() -> bool:
+        logs = [read_log(n.address)[1] for n in cluster.controllers.values()]
+        return all(log == logs[0] for log in logs) and len(logs[0]) >= 7
+
+    wait_for(logs_equal, timeout_s=15, message="the three logs differ")
+    assert {f"while-paused-{i}" for i in range(5)} <= topics_on(paused.address)
+
+
+def test_committed_topics_survive_killing_all(cluster: LocalCluster) -> None:
+    """kill -9 of all three controllers, then a restart: every committed topic is still
+    there, and the restarted quorum accepts writes again."""
+    epoch = write(
+        cluster,
+        "/v1/brokers/register",
+        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
+    )["broker_epoch"]
+    write(
+        cluster,
+        "/v1/brokers/heartbeat",
+        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
+    )
+    names = {f"durable-{i}" for i in range(5)}
+    for name in sorted(names):
+        create_topic(cluster, name)
+    for node in cluster.controllers.values():
+        node.kill()
+    for node in cluster.controllers.values():
+        node.start()
+    for node in cluster.controllers.values():
+        node.wait_healthy()
+    cluster.wait_leader()
+    create_topic(cluster, "after-restart")
+    for node in cluster.controllers.values():
+        wait_for(
+            lambda n=node: names | {"after-restart"} <= topics_on(n.address),
+            timeout_s=15,
+            message=lambda n=node: f"controller {n.node_id} has {topics_on(n.address)}",
+        )
+
+
+class Heartbeats:
+    """Fake brokers' heartbeat loop on a thread (a periodic duty, not a wait)."""
+
+    def __init__(self, cluster: LocalCluster, epochs: dict[int, int]) -> None:
+        self.cluster = cluster
+        self.epochs = epochs
+        self.silent: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for broker_id, epoch in list(self.epochs.items()):
+                if broker_id in self.silent:
+                    continue
+                body = {
+                    "broker_id": broker_id,
+                    "broker_epoch": epoch,
+                    "current_metadata_offset": epoch,
+                }
+                with contextlib.suppress(TimeoutError):  # the next beat retries
+                    write(self.cluster, "/v1/brokers/heartbeat", body, deadline_s=2)
+            self.stop.wait(0.3)
+
+
+def test_silent_broker_is_fenced_and_loses_leadership(cluster: LocalCluster) -> None:
+    """Three fake brokers register and heartbeat; an RF=3 topic is created; one broker
+    goes silent: after broker.session.timeout.ms (2 s here) it is fenced, leaves every
+    ISR, and each partition it led gets a new leader from its ISR."""
+    epochs: dict[int, int] = {}
+    for broker_id in (1, 2, 3):
+        answer = write(
+            cluster,
+            "/v1/brokers/register",
+            {
+                "broker_id": broker_id,
+                "incarnation_id": str(uuid.uuid4()),
+                "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9100 + broker_id}],
+            },
+        )
+        epochs[broker_id] = answer["broker_epoch"]
+    beats = Heartbeats(cluster, epochs)
+    beats.thread.start()
+    try:
+        leader = cluster.wait_leader()
+        address = cluster.controllers[leader].address
+        wait_for(
+            lambda: (
+                all(not b.fenced for b in read_log(address)[0].cluster.brokers.values())
+                and len(read_log(address)[0].cluster.brokers) == 3
+            ),
+            timeout_s=10,
+            message="the three brokers were not unfenced",
+        )
+        create_topic(cluster, "replicated", num_partitions=3, replication_factor=3)
+        image = read_log(address)[0]
+        topic = image.topics.topic_by_name("replicated")
+        assert topic is not None
+        led = {i: p.leader for i, p in topic.partitions.items()}
+        victim = led[0]
+        beats.silent.add(victim)
+        silenced = time.monotonic()
+
+        def fenced() -> MetadataImage | None:
+            img = read_log(address)[0]
+            broker = img.cluster.broker(victim)
+            return img if broker is not None and broker.fenced else None
+
+        image = wait_for(fenced, timeout_s=15, message=f"broker {victim} was not fenced")
+        print(f"broker {victim} fenced {time.monotonic() - silenced:.2f} s after going silent")
+        topic = image.topics.topic_by_name("replicated")
+        assert topic is not None
+        for index, partition in topic.partitions.items():
+            assert victim not in partition.isr, (index, partition)
+            assert partition.leader != victim and partition.leader in partition.isr
+            if led[index] == victim:
+                assert partition.leader_epoch > 0
+    finally:
+        beats.stop.set()
+        beats.thread.join(timeout=10)

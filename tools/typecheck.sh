@@ -6,9 +6,14 @@
 # current as files are added.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+mypy_bin=${MYPY:-mypy}
+# A relative path to mypy (MYPY=.venv/bin/mypy) must survive the cd below.
+case "$mypy_bin" in
+  */*) mypy_bin="$(cd "$(dirname "$mypy_bin")" && pwd)/$(basename "$mypy_bin")" ;;
+esac
 tree="$top/build/typecheck"
 rm -rf "$tree" && mkdir -p "$tree/raftka"
 for f in "$top"/src/raftka/*; do ln -s "$f" "$tree/raftka/"; done
 for layer in raft metadata broker client; do ln -s "$top/$layer" "$tree/raftka/$layer"; done
 cd "$tree"
-exec "${MYPY:-mypy}" --config-file "$top/pyproject.toml" --cache-dir "$top/build/mypy-cache" -p raftka "$@"
+exec "$mypy_bin" --config-file "$top/pyproject.toml" --cache-dir "$top/build/mypy-cache" -p raftka "$@"

@@ -30,11 +30,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, version: int, entries: Sequence[Sequence[int | str]]) -> None:
-    """Atomically replace ``path`` with a checkpoint holding ``entries``."""
-    lines = [str(version), str(len(entries))]
-    lines.extend(" ".join(str(field) for field in entry) for entry in entries)
-    data = ("\n".join(lines) + "\n").encode("ascii")
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably: write a temporary file
+    beside it, fsync it, rename it over ``path``, fsync the directory. A crash leaves
+    either the old file or the new one, never a torn one (a stray temporary file at
+    most, which readers ignore and recovery removes)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -46,6 +46,13 @@ def write_checkpoint(path: Path, version: int, entries: Sequence[Sequence[int | 
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_checkpoint(path: Path, version: int, entries: Sequence[Sequence[int | str]]) -> None:
+    """Atomically replace ``path`` with a checkpoint holding ``entries``."""
+    lines = [str(version), str(len(entries))]
+    lines.extend(" ".join(str(field) for field in entry) for entry in entries)
+    write_file_durably(path, ("\n".join(lines) + "\n").encode("ascii"))
 
 
 def read_checkpoint(path: Path, version: int, fields: int) -> list[list[int]] | None:

@@ -21,14 +21,13 @@ Start-up rules (:func:`load_quorum_state`):
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
 import orjson
 
-from raftka.raft.log.checkpoint import fsync_dir
+from raftka.raft.log.checkpoint import write_file_durably
 from raftka.raft.quorum.state import QuorumState
 
 QUORUM_STATE_FILE: Final = "quorum-state"
@@ -86,19 +85,7 @@ def write_quorum_state(
     directory: Path, state: QuorumState, voter_ids: Collection[int] = ()
 ) -> None:
     """Replace the quorum-state file atomically and durably."""
-    path = directory / QUORUM_STATE_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    data = encode_quorum_state(state, voter_ids)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    write_file_durably(directory / QUORUM_STATE_FILE, encode_quorum_state(state, voter_ids))
 
 
 def load_quorum_state(directory: Path, *, log_empty: bool) -> QuorumState:

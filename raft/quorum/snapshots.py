@@ -23,7 +23,6 @@ and CRC check out wins; a damaged one is ignored with a warning, never trusted.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import struct
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Final
 
 import crc32c
 
-from raftka.raft.log.checkpoint import fsync_dir
+from raftka.raft.log.checkpoint import fsync_dir, write_file_durably
 from raftka.raft.quorum.messages import SnapshotId
 
 SNAPSHOT_SUFFIX: Final = ".checkpoint"
@@ -125,19 +124,7 @@ class SnapshotStore:
     def write(self, snapshot_id: SnapshotId, data: bytes) -> None:
         """Write a snapshot durably and make it the latest (ids only grow)."""
         assert self._latest is None or snapshot_id >= self._latest, (snapshot_id, self._latest)
-        path = self.path_of(snapshot_id)
-        tmp = path.with_name(path.name + TMP_SUFFIX)
-        raw = encode_snapshot(snapshot_id, data)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(self._dir)
+        write_file_durably(self.path_of(snapshot_id), encode_snapshot(snapshot_id, data))
         self._latest, self._latest_size = snapshot_id, len(data)
 
     def read(self, snapshot_id: SnapshotId) -> bytes:

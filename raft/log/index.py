@@ -104,6 +104,16 @@ class OffsetIndex(_IndexFile):
         self._positions.append(position)
         self.is_full = len(self._rel_offsets) >= self.max_entries
 
+    def append_unchecked(self, offset: int, position: int) -> None:
+        """:meth:`append` minus its growth assertions, for a caller that asserts growth
+        more cheaply itself (``LogSegment.append_batch``: the batch's last offset is past
+        every offset in the segment and its position is the segment's size, so both
+        exceed every entry). It runs on every append of a batch over
+        index.interval.bytes."""
+        self._rel_offsets.append(offset - self.base_offset)
+        self._positions.append(position)
+        self.is_full = len(self._rel_offsets) >= self.max_entries
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry <= offset, else (base_offset, 0)."""
         i = bisect.bisect_right(self._rel_offsets, offset - self.base_offset)

@@ -11,12 +11,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from raftka.client.errors import (
     CorruptMessageError,
     FencedLeaderEpochError,
     InvalidConfigError,
+    InvalidRecordError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -256,6 +258,63 @@ def test_bad_batches_append_nothing(open_log: object) -> None:
     with pytest.raises(MessageTooLargeError):
         log.append_as_leader(batch(1) + batch(1, size=600), 0)
     assert (log.log_end_offset, log.size_bytes, log.read(0, 1 << 20)) == before
+
+
+def test_single_batch_requests_are_validated_like_any(open_log: object) -> None:
+    """The one-batch fast path of append_as_leader rejects what the general path
+    rejects: a bad CRC, a bad magic, a size over max.message.bytes, a record count that
+    disagrees with the offset span, a torn batch; each appends nothing."""
+    log = open_log(max_message_bytes=500)  # type: ignore[operator]
+    log.append_as_leader(batch(), 0)
+    before = (log.log_end_offset, log.size_bytes, log.read(0, 1 << 20))
+    corrupt = bytearray(batch(2))
+    corrupt[-1] ^= 0xFF
+    bad_magic = bytearray(batch(2))
+    bad_magic[16] = 1
+    miscounted = bytearray(batch(2))
+    miscounted[57:61] = (3).to_bytes(4, "big")  # recordsCount, inside the CRC: re-CRC it
+    miscounted[17:21] = crc32c.crc32c(bytes(miscounted[21:])).to_bytes(4, "big")
+    with pytest.raises(CorruptMessageError):
+        log.append_as_leader(bytes(corrupt), 0)
+    with pytest.raises(CorruptMessageError):
+        log.append_as_leader(bytes(bad_magic), 0)
+    with pytest.raises(MessageTooLargeError):
+        log.append_as_leader(batch(1, size=600), 0)
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(bytes(miscounted), 0)
+    with pytest.raises(CorruptMessageError):
+        log.append_as_leader(batch(2)[:-1], 0)
+    assert (log.log_end_offset, log.size_bytes, log.read(0, 1 << 20)) == before
+    info = log.append_as_leader(batch(2), 0)
+    assert (info.first_offset, info.last_offset, info.batch_count) == (1, 2, 1)
+
+
+def test_open_rewrites_only_changed_checkpoints(tmp_path: Path, clock: Clock) -> None:
+    """Opening a log writes a checkpoint only when a reopen would read something else
+    from it: a clean reopen leaves all three files untouched (same inode: a write
+    replaces the file), a reopen after a crash rewrites the recovery point (a new inode), and every
+    reopen sees the offsets and epochs it should."""
+    log = Log.open(tmp_path, LogConfig(), clock_ms=clock)
+    log.append_as_leader(batch(3), 2)
+    log.close()
+    names = [
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "leader-epoch-checkpoint",
+    ]
+    inodes = {n: (tmp_path / n).stat().st_ino for n in names}
+    again = Log.open(tmp_path, LogConfig(), clock_ms=clock)
+    assert {n: (tmp_path / n).stat().st_ino for n in names} == inodes
+    assert (again.log_end_offset, again.recovery_point) == (3, 3)
+    again.append_as_leader(batch(2), 2)
+    again._close_files()  # crash: the recovery point on disk is still 3
+    third = Log.open(tmp_path, LogConfig(), clock_ms=clock)
+    assert (third.log_end_offset, third.recovery_point) == (5, 5)
+    assert read_checkpoint(tmp_path / names[0], 0, 1) == [[5]]
+    assert (tmp_path / names[0]).stat().st_ino != inodes[names[0]]
+    assert read_checkpoint(tmp_path / names[1], 0, 1) == [[0]]
+    assert third.leader_epoch_cache.entries() == [(2, 0)]
+    third.close()
 
 
 def test_append_as_follower_keeps_offsets(open_log: object) -> None:

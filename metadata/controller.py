@@ -653,8 +653,11 @@ class QuorumController:
                     )
                 )
                 self._leave_partitions(batch, broker_id, controlled=True)
-                # Granted once every active broker has replayed these records.
-                session.controlled_shutdown_offset = next_offset + len(batch.records) - 1
+                # Granted once every active broker has replayed these records. A command's
+                # records travel as one payload, so all of them commit at next_offset
+                # (counting one offset per record would wait for offsets that may never
+                # come while the cluster is idle).
+                session.controlled_shutdown_offset = next_offset
             else:
                 self._fence(batch, broker)
                 should_shutdown = True

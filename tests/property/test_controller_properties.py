@@ -103,9 +103,11 @@ class _Sim:
             self.step(("heartbeat", broker_id, True, (False, False)))
 
     def commit(self, result: ControllerResult[R]) -> R:
+        # One payload, one log entry per command, as the controller process appends.
         delta = MetadataDelta(self.image)
-        for i, record in enumerate(result.records):
-            delta.replay(record, offset=self.image.offset + 1 + i, epoch=1)
+        delta.replay_all(result.records)
+        if result.records:
+            delta.offset, delta.epoch = self.image.offset + 1, 1
         after = delta.apply()
         _check(self.image, after)
         self.image = after

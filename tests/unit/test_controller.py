@@ -103,9 +103,12 @@ class Harness:
         return self.image.offset + 1
 
     def run(self, result: ControllerResult[R]) -> R:
+        # As the controller process does: a command's records are one payload, one
+        # log entry, so they all take the same offset.
         delta = MetadataDelta(self.image)
-        for i, record in enumerate(result.records):
-            delta.replay(record, offset=self.next_offset + i, epoch=1)
+        delta.replay_all(result.records)
+        if result.records:
+            delta.offset, delta.epoch = self.next_offset, 1
         before = self.image
         self.image = delta.apply()
         check_invariants(self.image)

@@ -16,6 +16,11 @@ import click
 
 # name -> (module, attribute, one-line help)
 _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+    "broker": (
+        "raftka.broker.cli",
+        "broker_command",
+        "Run a broker (partition logs, replication, produce and fetch).",
+    ),
     "controller": (
         "raftka.metadata.cli",
         "controller_command",

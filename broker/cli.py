@@ -1,0 +1,44 @@
+"""``raftka broker --config FILE``: run a broker process.
+
+Errors in the config print one line on stderr and exit with status 1, never a
+traceback. The process runs until SIGTERM or SIGINT, then shuts down cleanly
+(controlled shutdown, logs closed with their clean-shutdown markers) and exits 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from raftka.metadata.node_config import ConfigError
+
+__all__ = ["broker_command"]
+
+
+class _ConfigProblem(click.ClickException):
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+@click.command("broker")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A .properties or .toml file (Kafka's key names).",
+)
+def broker_command(config_path: Path) -> None:
+    """Run a broker: partition logs, replication, produce and fetch."""
+    from raftka.broker.config import load_broker_config  # noqa: PLC0415
+
+    try:
+        config = load_broker_config(config_path)
+    except ConfigError as e:
+        raise _ConfigProblem(str(e)) from None
+    # Imported here: the config check stays fast and its errors short.
+    from raftka.broker.server import run_broker  # noqa: PLC0415
+
+    raise SystemExit(run_broker(config))

@@ -1,0 +1,230 @@
+"""A broker process's configuration: Kafka's broker keys on top of the node config.
+
+``raftka broker --config FILE`` reads a ``.properties`` or TOML file through
+:mod:`raftka.metadata.node_config` (``node.id``, ``listeners``, ``advertised.listeners``,
+``controller.quorum.voters``, ``log.dirs``, ...) and adds the broker's own keys
+(:data:`BROKER_KEYS`), with Kafka's names and defaults. Every key must be known: a
+typo is an error naming the key.
+
+Kafka keys kept here (defaults are Kafka's unless noted):
+
+========================================== =========== ==================================
+key                                        default     meaning
+========================================== =========== ==================================
+replica.lag.time.max.ms                    30000       ISR shrink after this lag
+min.insync.replicas                        1           acks=all durability floor
+default.replication.factor                 1           (controller key, accepted here)
+broker.heartbeat.interval.ms               2000        heartbeat period
+request.timeout.ms                         30000       produce timeout cap; controller calls
+replica.fetch.wait.max.ms                  500         follower long-poll
+replica.fetch.max.bytes                    1048576     per partition per follower fetch
+replica.fetch.response.max.bytes           10485760    per follower fetch
+replica.fetch.backoff.ms                   1000        after a failed follower fetch
+replica.high.watermark.checkpoint.interval.ms 5000     HW checkpoint period
+message.max.bytes                          1048588     largest batch (topic: max.message.bytes)
+controlled.shutdown.enable                 true        move leaderships away on SIGTERM
+controlled.shutdown.timeout.ms             30000       raftka's bound on that wait
+log.segment.bytes, log.retention.ms, ...   (LogConfig) broker-wide log defaults
+========================================== =========== ==================================
+
+``controlled.shutdown.timeout.ms`` is raftka's: Kafka's KRaft broker waits for the
+controller without a bound of its own; a process manager's stop timeout bounds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from raftka.broker.replication.partition_state import ReplicationConfig
+from raftka.client.errors import InvalidConfigError
+from raftka.metadata.node_config import ConfigError, NodeConfig, load_node_config
+from raftka.metadata.topic_config import parse_bool
+from raftka.raft.log.config import LogConfig
+
+__all__ = ["BROKER_KEYS", "LOG_KEY_PREFIX", "BrokerConfig", "broker_config", "load_broker_config"]
+
+# Broker-wide log defaults are Kafka's ``log.``-prefixed topic keys.
+LOG_KEY_PREFIX: Final = "log."
+_LOG_KEYS: Final[Mapping[str, str]] = {
+    # broker key -> topic (LogConfig) key
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "message.max.bytes": "max.message.bytes",
+}
+
+_INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
+    # key -> (default, minimum)
+    "replica.lag.time.max.ms": (30_000, 1),
+    "min.insync.replicas": (1, 1),
+    "broker.heartbeat.interval.ms": (2_000, 1),
+    "request.timeout.ms": (30_000, 1),
+    "replica.fetch.wait.max.ms": (500, 0),
+    "replica.fetch.max.bytes": (1024 * 1024, 1),
+    "replica.fetch.response.max.bytes": (10 * 1024 * 1024, 1),
+    "replica.fetch.backoff.ms": (1_000, 0),
+    "replica.high.watermark.checkpoint.interval.ms": (5_000, 1),
+    "controlled.shutdown.timeout.ms": (30_000, 0),
+}
+
+BROKER_KEYS: Final[frozenset[str]] = frozenset(
+    set(_INT_KEYS) | set(_LOG_KEYS) | {"controlled.shutdown.enable", "broker.rack"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """What the broker process needs; see the module doc for the keys."""
+
+    node_id: int
+    listen_host: str
+    listen_port: int
+    advertised_host: str
+    advertised_port: int
+    log_dirs: tuple[Path, ...]
+    controllers: tuple[str, ...]  # host:port of every controller
+    controller_ids: tuple[int, ...] = ()  # their node ids, in the same order
+    rack: str | None = None
+    replica_lag_time_max_ms: int = 30_000
+    min_insync_replicas: int = 1
+    default_replication_factor: int = 1
+    unclean_leader_election_enable: bool = False
+    broker_heartbeat_interval_ms: int = 2_000
+    broker_session_timeout_ms: int = 9_000
+    request_timeout_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_timeout_ms: int = 30_000
+    log_level: str = "INFO"
+    # Broker-wide log defaults under the topic keys LogConfig reads.
+    log_defaults: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.log_dirs, "at least one log dir"
+        assert self.controllers, "at least one controller"
+
+    @property
+    def address(self) -> str:
+        return f"{self.advertised_host}:{self.advertised_port}"
+
+    def replication_config(self, topic_config: Mapping[str, str]) -> ReplicationConfig:
+        """The replication settings of a topic: its min.insync.replicas overrides ours."""
+        raw = topic_config.get("min.insync.replicas")
+        min_isr = self.min_insync_replicas
+        if raw is not None:
+            # Validated by the controller; keep the broker default if it does not parse.
+            with contextlib.suppress(ValueError):
+                min_isr = max(1, int(raw))
+        return ReplicationConfig(
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms, min_insync_replicas=min_isr
+        )
+
+    def log_config(self, topic_config: Mapping[str, str]) -> LogConfig:
+        """The log settings of a topic: its own keys over the broker's ``log.*`` ones.
+        Keys the segment log does not read (replication's, the producer's) are skipped."""
+        known = {f.replace("_", ".") for f in LogConfig.__dataclass_fields__}
+        merged = {**self.log_defaults, **topic_config}
+        props = {k: v for k, v in merged.items() if k in known}
+        try:
+            return LogConfig.from_properties(props)
+        except InvalidConfigError:
+            # A topic value the log rejects: fall back to the broker's defaults rather
+            # than leave the partition unserved (the controller validated it already).
+            return LogConfig.from_properties(
+                {k: v for k, v in self.log_defaults.items() if k in known}
+            )
+
+
+def _int(props: Mapping[str, str], key: str) -> int:
+    default, minimum = _INT_KEYS[key]
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{key} must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    value = parse_bool(raw)
+    if value is None:
+        raise ConfigError(f"{key} must be true or false, got {raw!r}")
+    return value
+
+
+def broker_config(node: NodeConfig) -> BrokerConfig:
+    """The broker's view of a parsed node config; ConfigError when a value is wrong."""
+    props = node.properties
+    if "broker" not in node.process_roles:
+        raise ConfigError("process.roles does not include broker")
+    raw_dirs = props.get("log.dirs", "")
+    log_dirs = tuple(Path(d.strip()) for d in raw_dirs.split(",") if d.strip())
+    if not log_dirs:
+        raise ConfigError("log.dirs is required for a broker")
+    log_defaults = {_LOG_KEYS[k]: v for k, v in props.items() if k in _LOG_KEYS}
+    try:
+        LogConfig.from_properties(log_defaults)
+    except InvalidConfigError as e:
+        raise ConfigError(f"log settings: {e.message}") from None
+    voters = sorted(node.voters.items())
+    controllers = tuple(f"{host}:{port}" for _, (host, port) in voters)
+    return BrokerConfig(
+        node_id=node.node_id,
+        listen_host=node.listen_host,
+        listen_port=node.listen_port,
+        advertised_host=node.advertised_host,
+        advertised_port=node.advertised_port,
+        log_dirs=log_dirs,
+        controllers=controllers,
+        controller_ids=tuple(node_id for node_id, _ in voters),
+        rack=props.get("broker.rack") or None,
+        replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms"),
+        min_insync_replicas=_int(props, "min.insync.replicas"),
+        default_replication_factor=node.controller.default_replication_factor,
+        unclean_leader_election_enable=node.controller.unclean_leader_election_enable,
+        broker_heartbeat_interval_ms=_int(props, "broker.heartbeat.interval.ms"),
+        broker_session_timeout_ms=node.controller.broker_session_timeout_ms,
+        request_timeout_ms=_int(props, "request.timeout.ms"),
+        replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms"),
+        replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes"),
+        replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes"),
+        replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms"),
+        replica_high_watermark_checkpoint_interval_ms=_int(
+            props, "replica.high.watermark.checkpoint.interval.ms"
+        ),
+        controlled_shutdown_enable=_bool(props, "controlled.shutdown.enable", True),
+        controlled_shutdown_timeout_ms=_int(props, "controlled.shutdown.timeout.ms"),
+        log_level=node.log_level,
+        log_defaults=log_defaults,
+    )
+
+
+def load_broker_config(path: Path | str) -> BrokerConfig:
+    """Read and check a broker's config file; ConfigError (naming the key) if wrong."""
+    node = load_node_config(path, extra_keys=BROKER_KEYS)
+    try:
+        return broker_config(node)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

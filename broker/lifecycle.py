@@ -1,0 +1,279 @@
+"""A broker's life with the controllers: registration, heartbeats, controlled shutdown.
+
+:class:`ControllerChannel` sends a write to the *active* controller: it remembers the
+last one that answered, follows ``NOT_CONTROLLER`` redirects (``leader_address``), and
+on a connection error or an election in progress moves to the next controller after a
+backoff, until the request's deadline. Errors other than those come back as the
+matching :class:`KafkaError`.
+
+:class:`BrokerLifecycle` (Kafka's BrokerLifecycleManager):
+
+1. ``register()``: POST /v1/brokers/register with a fresh incarnation id (one per
+   process start, as Kafka's), retried until it succeeds: a restarted broker whose
+   previous incarnation's session is still alive gets DUPLICATE_BROKER_REGISTRATION
+   until the controller fences that session, and then registers. The answer is the
+   broker epoch; the broker starts fenced.
+2. ``run_heartbeats()``: every ``broker.heartbeat.interval.ms`` a heartbeat with the
+   offset of the last metadata payload applied; the controller unfences the broker
+   once that offset reaches its epoch. STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED
+   (the controller lost or replaced our registration) make it register again.
+3. ``controlled_shutdown(timeout_ms)``: heartbeats with ``want_shutdown`` until the
+   controller answers ``should_shutdown`` (it has moved our leaderships away and every
+   active broker has seen that) or the bound passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from raftka.client.errors import (
+    BrokerIdNotRegisteredError,
+    KafkaError,
+    NotControllerError,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+    UnknownServerError,
+    error_for_name,
+)
+
+__all__ = ["BrokerLifecycle", "ControllerChannel"]
+
+log = logging.getLogger(__name__)
+
+#: Backoff bounds between attempts at the controllers.
+RETRY_BACKOFF_MIN_MS: Final = 50
+RETRY_BACKOFF_MAX_MS: Final = 1_000
+#: Bound on redirects followed for one attempt (a redirect loop during an election).
+REDIRECTS_MAX: Final = 3
+# Errors after which trying again (elsewhere, or later) may succeed.
+_RETRY_NAMES: Final = frozenset(
+    {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "LEADER_NOT_AVAILABLE", "UNKNOWN_SERVER_ERROR"}
+)
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerChannel:
+    """Writes to the active controller, with redirects and retries."""
+
+    def __init__(
+        self,
+        controllers: Sequence[str],
+        session: aiohttp.ClientSession,
+        *,
+        attempt_timeout_ms: int = 5_000,
+    ) -> None:
+        assert controllers
+        self._controllers = list(controllers)
+        self._active: str | None = None
+        self._index = 0
+        self._session = session
+        self._attempt_timeout_ms = attempt_timeout_ms
+
+    @property
+    def active_address(self) -> str | None:
+        """The controller that last answered as the active one (None if unknown)."""
+        return self._active
+
+    async def _post_once(self, address: str, path: str, body: object) -> tuple[int, Any]:
+        timeout = aiohttp.ClientTimeout(total=self._attempt_timeout_ms / 1000)
+        async with self._session.post(
+            f"http://{address}{path}",
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
+            timeout=timeout,
+        ) as response:
+            raw = await response.read()
+            return response.status, orjson.loads(raw) if raw else {}
+
+    async def post(
+        self,
+        path: str,
+        body: object,
+        *,
+        timeout_ms: int,
+        retry_names: frozenset[str] = _RETRY_NAMES,
+    ) -> dict[str, Any]:
+        """The answer of the active controller, or the KafkaError it sent (one not in
+        ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed."""
+        deadline_ms = _monotonic_ms() + timeout_ms
+        backoff_ms = RETRY_BACKOFF_MIN_MS
+        last = "no attempt"
+        while True:
+            address = self._active or self._controllers[self._index % len(self._controllers)]
+            redirects = 0
+            while True:
+                try:
+                    status, answer = await self._post_once(address, path, body)
+                except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
+                    last = f"{address}: {type(e).__name__}: {e}"
+                    self._active = None
+                    self._index += 1
+                    break
+                if status == 200 and isinstance(answer, dict):
+                    self._active = address
+                    return answer
+                name = answer.get("error") if isinstance(answer, dict) else None
+                message = answer.get("message", "") if isinstance(answer, dict) else ""
+                last = f"{address}: {name}: {message}"
+                if name == NotControllerError.name:
+                    leader = answer.get("leader_address")
+                    self._active = None
+                    if isinstance(leader, str) and leader != address and redirects < REDIRECTS_MAX:
+                        redirects += 1
+                        address = leader
+                        continue
+                    self._index += 1
+                    break
+                if isinstance(name, str) and name not in retry_names:
+                    self._active = address
+                    raise error_for_name(name, str(message))
+                if name is None:
+                    raise UnknownServerError(f"{address}{path}: HTTP {status}")
+                break
+            remaining = deadline_ms - _monotonic_ms()
+            if remaining <= 0:
+                raise RequestTimedOutError(f"{path}: no controller answered in time ({last})")
+            await asyncio.sleep(min(backoff_ms, remaining) / 1000)  # backoff between attempts
+            backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MAX_MS)
+
+
+class BrokerLifecycle:
+    """Registration, heartbeats and controlled shutdown of one broker."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        channel: ControllerChannel,
+        endpoint: tuple[str, str, int],
+        rack: str | None,
+        metadata_offset: Callable[[], int],
+        heartbeat_interval_ms: int,
+        request_timeout_ms: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.incarnation_id = str(uuid.uuid4())
+        self.broker_epoch: int | None = None
+        self.is_fenced = True
+        self.in_controlled_shutdown = False
+        self._channel = channel
+        self._endpoint = endpoint
+        self._rack = rack
+        self._metadata_offset = metadata_offset
+        self._interval_ms = heartbeat_interval_ms
+        self._request_timeout_ms = request_timeout_ms
+        self.registered = asyncio.Event()
+        self.unfenced = asyncio.Event()
+        self._shutting_down = False
+
+    async def register(self) -> int:
+        """Register until it succeeds; returns the broker epoch."""
+        name, host, port = self._endpoint
+        body = {
+            "broker_id": self.broker_id,
+            "incarnation_id": self.incarnation_id,
+            "rack": self._rack,
+            "endpoints": [{"name": name, "host": host, "port": port}],
+        }
+        while True:
+            try:
+                # DUPLICATE_BROKER_REGISTRATION is retriable here: it clears once the
+                # controller fences our previous incarnation's session.
+                answer = await self._channel.post(
+                    "/v1/brokers/register",
+                    body,
+                    timeout_ms=self._request_timeout_ms,
+                    retry_names=_RETRY_NAMES | {"DUPLICATE_BROKER_REGISTRATION"},
+                )
+            except RequestTimedOutError as e:
+                log.warning(
+                    "registration not answered; retrying", extra={"fields": {"error": str(e)}}
+                )
+                continue
+            epoch = int(answer["broker_epoch"])
+            self.broker_epoch = epoch
+            self.is_fenced = True
+            self.unfenced.clear()
+            self.registered.set()
+            log.info(
+                "registered with the controller",
+                extra={"fields": {"broker_id": self.broker_id, "broker_epoch": epoch}},
+            )
+            return epoch
+
+    async def heartbeat(self, *, want_shutdown: bool = False) -> dict[str, Any]:
+        assert self.broker_epoch is not None, "register first"
+        answer = await self._channel.post(
+            "/v1/brokers/heartbeat",
+            {
+                "broker_id": self.broker_id,
+                "broker_epoch": self.broker_epoch,
+                "current_metadata_offset": max(self._metadata_offset(), -1),
+                "want_fence": False,
+                "want_shutdown": want_shutdown,
+            },
+            timeout_ms=min(self._request_timeout_ms, max(self._interval_ms * 2, 1_000)),
+        )
+        was_fenced = self.is_fenced
+        self.is_fenced = bool(answer.get("is_fenced", True))
+        self.in_controlled_shutdown = bool(answer.get("in_controlled_shutdown", False))
+        if self.is_fenced:
+            self.unfenced.clear()
+        else:
+            self.unfenced.set()
+        if was_fenced != self.is_fenced:
+            log.info(
+                "fencing changed",
+                extra={"fields": {"fenced": self.is_fenced, "broker_epoch": self.broker_epoch}},
+            )
+        return answer
+
+    async def run_heartbeats(self) -> None:
+        """Heartbeat forever (until cancelled or a controlled shutdown starts)."""
+        while not self._shutting_down:
+            try:
+                await self.heartbeat()
+            except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as e:
+                log.warning(
+                    "registration lost; registering again", extra={"fields": {"error": str(e)}}
+                )
+                await self.register()
+                continue
+            except KafkaError as e:
+                log.warning("heartbeat failed", extra={"fields": {"error": str(e)}})
+            await asyncio.sleep(self._interval_ms / 1000)  # the heartbeat period
+
+    async def controlled_shutdown(self, *, timeout_ms: int) -> bool:
+        """Ask the controller to move our leaderships away; True once it agreed."""
+        self._shutting_down = True
+        if self.broker_epoch is None:
+            return True
+        deadline_ms = _monotonic_ms() + timeout_ms
+        # Fast at first: the controller grants it once every broker replayed the moves.
+        pause_ms = min(self._interval_ms, 200)
+        while _monotonic_ms() < deadline_ms:
+            try:
+                answer = await self.heartbeat(want_shutdown=True)
+                if answer.get("should_shutdown"):
+                    log.info("controlled shutdown granted")
+                    return True
+            except KafkaError as e:
+                log.warning(
+                    "controlled shutdown heartbeat failed", extra={"fields": {"error": str(e)}}
+                )
+            await asyncio.sleep(pause_ms / 1000)  # the heartbeat period while waiting
+        log.warning(
+            "controlled shutdown not granted in time", extra={"fields": {"timeout_ms": timeout_ms}}
+        )
+        return False

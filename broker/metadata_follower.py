@@ -1,0 +1,212 @@
+"""A broker's copy of the cluster metadata: follow the controllers' committed log.
+
+Theory of operation
+-------------------
+The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on any controller
+(each serves its own committed state, so any of them will do; on an error it moves to
+the next one after a backoff). Each payload of the answer (one controller command's
+records) is replayed as the controllers replay it: a fresh :class:`MetadataDelta` per
+payload, and a payload that does not replay is skipped, exactly as the controllers
+skip it, so every node's image is the same. After each payload the new image and
+``delta.local_changes(broker_id)`` go to the listener, in log order, before the next
+payload is replayed (invariant 5: every broker applies metadata records in log order).
+
+An answer that carries a snapshot (we were behind the controller's log start) replaces
+the image; the local changes are then the difference between the old and the new
+image (:func:`local_changes_between`), since no delta describes it.
+
+The pure part, :class:`MetadataApplier`, takes decoded answers and yields
+``(image, changes)``; :class:`MetadataFollower` adds the HTTP loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from raftka.client.errors import KafkaError
+from raftka.metadata.delta import LocalReplicaChanges, MetadataDelta, image_from_records
+from raftka.metadata.image import FrozenMap, MetadataImage, PartitionRegistration, TopicIdPartition
+from raftka.metadata.records import MetadataRecord, record_from_dict
+
+__all__ = [
+    "METADATA_WAIT_MS",
+    "MetadataApplier",
+    "MetadataFollower",
+    "MetadataUpdate",
+    "local_changes_between",
+]
+
+log = logging.getLogger(__name__)
+
+#: How long one metadata fetch parks on the controller when there is nothing new.
+METADATA_WAIT_MS: Final = 5_000
+#: Payloads per fetch (the controller's bound is 1000).
+METADATA_RECORDS_PER_FETCH: Final = 500
+#: Backoff after a failed fetch, before trying the next controller.
+METADATA_BACKOFF_MS: Final = 200
+
+
+MetadataUpdate = tuple[MetadataImage, LocalReplicaChanges]
+
+
+def local_changes_between(
+    old: MetadataImage, new: MetadataImage, broker_id: int
+) -> LocalReplicaChanges:
+    """What ``broker_id`` must do when its image jumps from ``old`` to ``new`` (a
+    snapshot): the same answer a delta would give for the records in between."""
+    leaders: dict[TopicIdPartition, PartitionRegistration] = {}
+    followers: dict[TopicIdPartition, PartitionRegistration] = {}
+    deletes: set[TopicIdPartition] = set()
+    for topic_id, topic in new.topics.by_id.items():
+        old_topic = old.topics.by_id.get(topic_id)
+        for index, reg in topic.partitions.items():
+            previous = None if old_topic is None else old_topic.partitions.get(index)
+            if previous == reg:
+                continue
+            tp = TopicIdPartition(topic_id, topic.name, index)
+            if broker_id not in reg.replicas:
+                if previous is not None and broker_id in previous.replicas:
+                    deletes.add(tp)
+            elif reg.leader == broker_id:
+                leaders[tp] = reg
+            else:
+                followers[tp] = reg
+    for topic_id, topic in old.topics.by_id.items():
+        new_topic = new.topics.by_id.get(topic_id)
+        for index, reg in topic.partitions.items():
+            if broker_id in reg.replicas and (
+                new_topic is None or index not in new_topic.partitions
+            ):
+                deletes.add(TopicIdPartition(topic_id, topic.name, index))
+    return LocalReplicaChanges(
+        leaders=FrozenMap(leaders), followers=FrozenMap(followers), deletes=frozenset(deletes)
+    )
+
+
+class MetadataApplier:
+    """Pure: decoded ``/v1/metadata`` answers in, ``(image, local changes)`` out."""
+
+    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY) -> None:
+        self.broker_id = broker_id
+        self.image = image
+        self.next_offset = 0 if image.offset < 0 else image.offset + 1
+        self.skipped_payloads = 0
+
+    def apply_answer(self, answer: Mapping[str, Any]) -> Iterator[MetadataUpdate]:
+        """Each update of one answer, in log order. Raises KafkaError/ValueError on a
+        malformed answer (the caller tries another controller)."""
+        snapshot = answer.get("snapshot")
+        if snapshot is not None:
+            records = [record_from_dict(r) for r in snapshot["records"]]
+            end_offset = int(snapshot["end_offset"])
+            new = image_from_records(records, end_offset - 1, int(snapshot["epoch"]))
+            changes = local_changes_between(self.image, new, self.broker_id)
+            self.image = new
+            self.next_offset = end_offset
+            log.info(
+                "loaded a metadata snapshot",
+                extra={"fields": {"end_offset": end_offset, "records": len(records)}},
+            )
+            yield new, changes
+        for batch in answer.get("batches", ()):
+            offset, epoch = int(batch["offset"]), int(batch["epoch"])
+            if offset < self.next_offset:
+                continue  # already applied (an overlapping answer after a failover)
+            yield self._apply_payload(offset, epoch, batch["records"])
+        self.next_offset = max(self.next_offset, int(answer.get("next_offset", self.next_offset)))
+
+    def _apply_payload(self, offset: int, epoch: int, raw: Sequence[object]) -> MetadataUpdate:
+        image = self.image
+        delta = MetadataDelta(image)
+        try:
+            records: list[MetadataRecord] = [record_from_dict(r) for r in raw]
+            delta.replay_all(records)
+        except KafkaError as e:
+            # The controllers skip a payload that does not replay; so do we.
+            self.skipped_payloads += 1
+            log.error(
+                "skipping a committed metadata payload that does not replay",
+                extra={"fields": {"offset": offset, "error": str(e)}},
+            )
+            delta = MetadataDelta(image)
+        delta.offset, delta.epoch = offset, max(epoch, image.epoch)
+        new = delta.apply()
+        changes = delta.local_changes(self.broker_id)
+        self.image = new
+        self.next_offset = offset + 1
+        return new, changes
+
+
+class MetadataFollower:
+    """The HTTP loop around :class:`MetadataApplier`. ``listener`` is awaited for each
+    update before the next one is applied."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        controllers: Sequence[str],
+        session: aiohttp.ClientSession,
+        listener: Callable[[MetadataImage, LocalReplicaChanges], Awaitable[None]],
+        wait_ms: int = METADATA_WAIT_MS,
+    ) -> None:
+        assert controllers
+        self.applier = MetadataApplier(broker_id)
+        self._controllers = list(controllers)
+        self._index = 0
+        self._session = session
+        self._listener = listener
+        self._wait_ms = wait_ms
+        self.caught_up = asyncio.Event()  # set once an answer reached the controller's HW
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.applier.image
+
+    @property
+    def offset(self) -> int:
+        """The offset of the last applied payload (-1 before any)."""
+        return self.applier.image.offset
+
+    async def run(self) -> None:
+        while True:
+            address = self._controllers[self._index % len(self._controllers)]
+            wait_ms = self._wait_ms if self.caught_up.is_set() else 0
+            url = (
+                f"http://{address}/v1/metadata?offset={self.applier.next_offset}"
+                f"&max_wait_ms={wait_ms}&records_max={METADATA_RECORDS_PER_FETCH}"
+            )
+            try:
+                timeout = aiohttp.ClientTimeout(total=(wait_ms + 5_000) / 1000)
+                async with self._session.get(url, timeout=timeout) as response:
+                    raw = await response.read()
+                    if response.status != 200:
+                        raise ValueError(f"HTTP {response.status}: {raw[:200]!r}")
+                answer = orjson.loads(raw)
+                for image, changes in self.applier.apply_answer(answer):
+                    await self._listener(image, changes)
+                if self.applier.next_offset >= int(answer.get("high_watermark", 0)):
+                    self.caught_up.set()
+            except asyncio.CancelledError:
+                raise
+            except (
+                aiohttp.ClientError,
+                TimeoutError,
+                OSError,
+                ValueError,
+                KeyError,
+                TypeError,
+                KafkaError,
+            ) as e:
+                log.warning(
+                    "metadata fetch failed; trying the next controller",
+                    extra={"fields": {"controller": address, "error": f"{type(e).__name__}: {e}"}},
+                )
+                self._index += 1
+                await asyncio.sleep(METADATA_BACKOFF_MS / 1000)  # a backoff, not synchronisation

@@ -1,0 +1,289 @@
+"""Replica fetchers: one long-poll loop per source broker on a follower.
+
+Theory of operation
+-------------------
+:class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` per leader broker this
+broker follows, and moves a partition between them when metadata names a new leader
+(``set_leader``) or forgets it when this broker leads or drops the partition
+(``remove``). A fetcher sends one ``POST /v1/fetch`` for all its partitions (each from
+its log end offset, with the epoch of its last record, ``last_fetched_epoch``, and the
+leader epoch it believes current), waits up to ``replica.fetch.wait.max.ms`` on the
+leader, and hands each partition's answer to the :class:`ReplicaManager`:
+
+- records: ``append_as_follower`` then ``on_fetch_response`` (follower HW =
+  min(leader HW, LEO));
+- a diverging epoch: truncation of the log and the epoch cache;
+- an error: the partition backs off for ``replica.fetch.backoff.ms`` (the leader may
+  not have learned its leadership yet, or metadata is moving); other partitions of the
+  same fetcher go on.
+
+An answer is applied only if the partition is still ours to fetch from that leader in
+the leader epoch the request named; metadata may have moved on while it was in flight.
+The fetcher with nothing to fetch waits on an event (set when a partition is added).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from raftka.broker.replication.manager import Partition, ReplicaManager
+from raftka.broker.replication.partition_state import EpochEndOffset, Role
+from raftka.broker.storage import TopicPartition
+from raftka.broker.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.client.errors import KafkaError, OffsetOutOfRangeError
+
+__all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
+
+log = logging.getLogger(__name__)
+
+#: Extra time a fetch request may take beyond its long poll before we give up on it.
+FETCH_SLACK_MS: Final = 5_000
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    partition: Partition
+    leader_epoch: int
+    fetch_offset: int
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker."""
+
+    def __init__(
+        self,
+        *,
+        leader_id: int,
+        manager: ReplicaManager,
+        session: aiohttp.ClientSession,
+        address_of: Callable[[int], str | None],
+        broker_epoch: Callable[[], int],
+    ) -> None:
+        self.leader_id = leader_id
+        self.partitions: set[TopicPartition] = set()
+        self._backoff_until: dict[TopicPartition, int] = {}
+        self._manager = manager
+        self._session = session
+        self._address_of = address_of
+        self._broker_epoch = broker_epoch
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.fetches = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"replica-fetcher-{self.leader_id}"
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def add(self, tp: TopicPartition) -> None:
+        self.partitions.add(tp)
+        self._backoff_until.pop(tp, None)
+        self._wake.set()
+
+    def discard(self, tp: TopicPartition) -> None:
+        self.partitions.discard(tp)
+        self._backoff_until.pop(tp, None)
+
+    def _due(self, now: int) -> list[TopicPartition]:
+        return sorted(tp for tp in self.partitions if self._backoff_until.get(tp, 0) <= now)
+
+    async def run(self) -> None:
+        config = self._manager.config
+        while True:
+            now = _monotonic_ms()
+            due = self._due(now)
+            if not due:
+                self._wake.clear()
+                waits = [u - now for tp, u in self._backoff_until.items() if tp in self.partitions]
+                timeout = max(min(waits), 1) / 1000 if waits else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            address = self._address_of(self.leader_id)
+            if address is None:
+                self._back_off(due, config.replica_fetch_backoff_ms)
+                continue
+            try:
+                await self._fetch_once(address, due)
+            except asyncio.CancelledError:
+                raise
+            except (
+                aiohttp.ClientError,
+                TimeoutError,
+                OSError,
+                KafkaError,
+                ValueError,
+                KeyError,
+            ) as e:
+                log.warning(
+                    "replica fetch failed",
+                    extra={
+                        "fields": {"leader": self.leader_id, "error": f"{type(e).__name__}: {e}"}
+                    },
+                )
+                self._back_off(due, config.replica_fetch_backoff_ms)
+
+    def _back_off(self, tps: list[TopicPartition], backoff_ms: int) -> None:
+        until = _monotonic_ms() + backoff_ms
+        for tp in tps:
+            self._backoff_until[tp] = until
+
+    async def _fetch_once(self, address: str, due: list[TopicPartition]) -> None:
+        config = self._manager.config
+        sent: list[_Sent] = []
+        entries: list[dict[str, Any]] = []
+        for tp in due:
+            p = self._manager.partitions.get(tp)
+            if (
+                p is None
+                or p.state.role is not Role.FOLLOWER
+                or p.state.leader_id != self.leader_id
+            ):
+                self.discard(tp)
+                continue
+            last_epoch = p.log.latest_epoch
+            sent.append(_Sent(p, p.state.leader_epoch, p.log.log_end_offset))
+            entries.append(
+                {
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "fetch_offset": p.log.log_end_offset,
+                    "partition_max_bytes": config.replica_fetch_max_bytes,
+                    "current_leader_epoch": p.state.leader_epoch,
+                    "last_fetched_epoch": last_epoch,
+                    "log_start_offset": p.log.log_start_offset,
+                }
+            )
+        if not entries:
+            return
+        wait_ms = config.replica_fetch_wait_max_ms
+        body = {
+            "replica_id": self._manager.broker_id,
+            "broker_epoch": self._broker_epoch(),
+            "max_wait_ms": wait_ms,
+            "min_bytes": 1,
+            "max_bytes": config.replica_fetch_response_max_bytes,
+            "partitions": entries,
+        }
+        timeout = aiohttp.ClientTimeout(total=(wait_ms + FETCH_SLACK_MS) / 1000)
+        async with self._session.post(
+            f"http://{address}/v1/fetch",
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
+            timeout=timeout,
+        ) as response:
+            raw = await response.read()
+            if response.status != 200 or response.content_type != FRAME_CONTENT_TYPE:
+                raise ValueError(f"fetch answered HTTP {response.status}: {raw[:200]!r}")
+        self.fetches += 1
+        header, payloads = decode_frame(raw, "responses")
+        failed: list[TopicPartition] = []
+        for item, payload, s in zip(header["responses"], payloads, sent, strict=True):
+            if not self._apply(item, bytes(payload), s):
+                failed.append(s.partition.tp)
+        if failed:
+            self._back_off(failed, config.replica_fetch_backoff_ms)
+
+    def _apply(self, item: dict[str, Any], records: bytes, s: _Sent) -> bool:
+        """One partition's answer; False when it should back off."""
+        p = s.partition
+        tp = p.tp
+        if (
+            tp not in self.partitions
+            or self._manager.partitions.get(tp) is not p
+            or p.state.role is not Role.FOLLOWER
+            or p.state.leader_id != self.leader_id
+            or p.state.leader_epoch != s.leader_epoch
+            or p.log.log_end_offset != s.fetch_offset
+        ):
+            return True  # metadata moved on while the fetch was in flight: ignore it
+        error = item.get("error")
+        hw = int(item.get("high_watermark", -1))
+        log_start = int(item.get("log_start_offset", -1))
+        if error is not None:
+            name = error.get("error") if isinstance(error, dict) else None
+            if name == OffsetOutOfRangeError.name and log_start >= 0:
+                self._manager.on_follower_out_of_range(p, leader_log_start_offset=log_start)
+            log.debug(
+                "replica fetch error",
+                extra={"fields": {"partition": f"{tp[0]}-{tp[1]}", "error": name}},
+            )
+            return False
+        diverging = item.get("diverging_epoch")
+        if diverging is not None:
+            self._manager.on_follower_diverging(
+                p,
+                diverging=EpochEndOffset(int(diverging["epoch"]), int(diverging["end_offset"])),
+                leader_high_watermark=hw,
+                leader_log_start_offset=max(log_start, 0),
+            )
+            return True
+        self._manager.on_follower_records(
+            p, records=records, leader_high_watermark=hw, leader_log_start_offset=max(log_start, 0)
+        )
+        return True
+
+
+class ReplicaFetcherManager:
+    """One fetcher per leader broker; partitions move between them with metadata."""
+
+    def __init__(
+        self,
+        *,
+        manager: ReplicaManager,
+        session: aiohttp.ClientSession,
+        address_of: Callable[[int], str | None],
+        broker_epoch: Callable[[], int],
+    ) -> None:
+        self._manager = manager
+        self._session = session
+        self._address_of = address_of
+        self._broker_epoch = broker_epoch
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+
+    def set_leader(self, tp: TopicPartition, leader_id: int) -> None:
+        self.remove(tp)
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(
+                leader_id=leader_id,
+                manager=self._manager,
+                session=self._session,
+                address_of=self._address_of,
+                broker_epoch=self._broker_epoch,
+            )
+            self.fetchers[leader_id] = fetcher
+            fetcher.start()
+        fetcher.add(tp)
+        self._leader_of[tp] = leader_id
+
+    def remove(self, tp: TopicPartition) -> None:
+        leader_id = self._leader_of.pop(tp, None)
+        if leader_id is not None and leader_id in self.fetchers:
+            self.fetchers[leader_id].discard(tp)
+
+    async def close(self) -> None:
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+        self._leader_of.clear()

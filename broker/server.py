@@ -1,0 +1,536 @@
+"""The broker process: its aiohttp API and the tasks around the ReplicaManager.
+
+:class:`BrokerServer` wires the parts together: the :class:`LogManager` (partition
+directories, HW checkpoints), the :class:`ReplicaManager` (replica states, produce,
+fetch, purgatory), the replica fetchers, the :class:`MetadataFollower` (committed
+metadata in log order -> ``apply_metadata``) and the :class:`BrokerLifecycle`
+(registration, heartbeats, controlled shutdown). The routes are a thin layer: parse,
+call the manager, encode. The API is in docs/broker-api.md.
+
+Start-up: open the HTTP listener, register (the broker epoch is needed by followers'
+fetches and AlterPartition), then follow the metadata log and heartbeat. Shutdown
+(SIGTERM/SIGINT): controlled shutdown (leaderships move away while we keep serving and
+replicating), then stop the fetchers, fail parked produces, write the HW checkpoint
+and close every log cleanly, stop serving, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any, Final
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from raftka.broker.config import BrokerConfig
+from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
+from raftka.broker.metadata_follower import MetadataFollower
+from raftka.broker.replication.fetcher import ReplicaFetcherManager
+from raftka.broker.replication.manager import (
+    FetchPartition,
+    FetchResult,
+    ProduceResult,
+    ReplicaManager,
+)
+from raftka.broker.storage import LogManager
+from raftka.broker.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
+from raftka.client.errors import InvalidRequestError, KafkaError, UnknownServerError
+from raftka.metadata.delta import LocalReplicaChanges
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.records import NO_LEADER
+from raftka.metadata.server import configure_logging
+
+__all__ = ["BrokerServer", "run_broker"]
+
+log = logging.getLogger(__name__)
+
+LISTENER_NAME: Final = "PLAINTEXT"
+#: Bound on a request body (a produce of many partitions).
+REQUEST_BYTES_MAX: Final = 64 * 1024 * 1024
+
+_STATUS: Final = {
+    "UNKNOWN_SERVER_ERROR": 500,
+    "REQUEST_TIMED_OUT": 503,
+}
+
+
+class BrokerServer:
+    """One broker: see the module docstring."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.logs = LogManager(config.log_dirs)
+        self.manager = ReplicaManager(config=config, logs=self.logs)
+        self._session: aiohttp.ClientSession | None = None
+        self.channel: ControllerChannel | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.follower: MetadataFollower | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------------ wiring
+
+    def _broker_epoch(self) -> int:
+        epoch = None if self.lifecycle is None else self.lifecycle.broker_epoch
+        return -1 if epoch is None else epoch
+
+    def address_of(self, broker_id: int) -> str | None:
+        broker = self.manager.image.cluster.broker(broker_id)
+        if broker is None or not broker.endpoints:
+            return None
+        endpoint = broker.endpoint(LISTENER_NAME) or broker.endpoints[0]
+        return f"{endpoint.host}:{endpoint.port}"
+
+    async def _on_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
+        self.manager.apply_metadata(image, changes)
+
+    async def _send_alter_partition(
+        self, body: dict[str, Any], *, timeout_ms: int
+    ) -> dict[str, Any]:
+        assert self.channel is not None
+        return await self.channel.post("/v1/alter-partition", body, timeout_ms=timeout_ms)
+
+    async def start(self) -> None:
+        config = self.config
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+        )
+        self.channel = ControllerChannel(config.controllers, self._session)
+        self.lifecycle = BrokerLifecycle(
+            broker_id=config.node_id,
+            channel=self.channel,
+            endpoint=(LISTENER_NAME, config.advertised_host, config.advertised_port),
+            rack=config.rack,
+            metadata_offset=lambda: self.manager.image.offset,
+            heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+            request_timeout_ms=config.request_timeout_ms,
+        )
+        self.fetchers = ReplicaFetcherManager(
+            manager=self.manager,
+            session=self._session,
+            address_of=self.address_of,
+            broker_epoch=self._broker_epoch,
+        )
+        self.manager.fetch_targets = self.fetchers
+        self.manager.alter_partition = self._send_alter_partition
+        self.manager.broker_epoch = self._broker_epoch
+        self.follower = MetadataFollower(
+            broker_id=config.node_id,
+            controllers=config.controllers,
+            session=self._session,
+            listener=self._on_metadata,
+        )
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, config.listen_host, config.listen_port, reuse_address=True)
+        await site.start()
+        log.info(
+            "broker listening",
+            extra={
+                "fields": {
+                    "node_id": config.node_id,
+                    "listen": f"{config.listen_host}:{config.listen_port}",
+                }
+            },
+        )
+        await self.lifecycle.register()
+        self._tasks = [
+            asyncio.create_task(self._guard(self.follower.run(), "metadata"), name="metadata"),
+            asyncio.create_task(
+                self._guard(self.lifecycle.run_heartbeats(), "heartbeat"), name="heartbeat"
+            ),
+            asyncio.create_task(self._guard(self._isr_timer(), "isr"), name="isr-shrink"),
+            asyncio.create_task(
+                self._guard(self._checkpoint_timer(), "checkpoint"), name="hw-checkpoint"
+            ),
+        ]
+
+    async def _guard(self, work: Any, name: str) -> None:
+        """Run a background task; a crash is logged loudly (and ends the process's
+        usefulness, which /health then reports)."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task failed", extra={"fields": {"task": name}})
+            raise
+
+    async def _isr_timer(self) -> None:
+        # Half the lag bound: a stuck follower leaves the ISR within 1.5x the bound.
+        period_s = max(self.config.replica_lag_time_max_ms // 2, 10) / 1000
+        while True:
+            await asyncio.sleep(period_s)  # the ISR-shrink timer's period
+            self.manager.maybe_shrink_isrs()
+
+    async def _checkpoint_timer(self) -> None:
+        period_s = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period_s)  # the HW checkpoint period
+            try:
+                self.manager.checkpoint_high_watermarks()
+            except OSError as e:
+                log.error("HW checkpoint failed", extra={"fields": {"error": str(e)}})
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if (
+            self.lifecycle is not None
+            and self.lifecycle.broker_epoch is not None
+            and self.config.controlled_shutdown_enable
+        ):
+            await self.lifecycle.controlled_shutdown(
+                timeout_ms=self.config.controlled_shutdown_timeout_ms
+            )
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        await self.manager.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        log.info("broker stopped", extra={"fields": {"node_id": self.config.node_id}})
+
+    # ------------------------------------------------------------------ routes
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[_error_middleware], client_max_size=REQUEST_BYTES_MAX)
+        app[_SERVER_KEY] = self
+        app.add_routes(
+            [
+                web.get("/health", _health),
+                web.post("/v1/produce", _produce),
+                web.post("/v1/fetch", _fetch),
+                web.post("/v1/list-offsets", _list_offsets),
+                web.get("/v1/metadata", _metadata),
+            ]
+        )
+        return app
+
+    def active_controller_id(self) -> int | None:
+        address = None if self.channel is None else self.channel.active_address
+        pairs = zip(self.config.controllers, self.config.controller_ids, strict=False)
+        return next((node_id for a, node_id in pairs if a == address), None)
+
+    def health_json(self) -> dict[str, Any]:
+        lifecycle = self.lifecycle
+        leaders = sum(1 for p in self.manager.partitions.values() if p.state.is_leader)
+        return {
+            "status": "ok",
+            "node_id": self.config.node_id,
+            "broker_epoch": self._broker_epoch(),
+            "fenced": True if lifecycle is None else lifecycle.is_fenced,
+            "metadata_offset": self.manager.image.offset,
+            "partitions": len(self.manager.partitions),
+            "leaders": leaders,
+            "fetch_waiters": self.manager.fetch_waiters,
+            "produce_waiters": len(self.manager.purgatory),
+            "tasks_failed": [t.get_name() for t in self._tasks if t.done() and not t.cancelled()],
+        }
+
+
+_SERVER_KEY: Final = web.AppKey("broker_server", BrokerServer)
+
+
+def _server(request: web.Request) -> BrokerServer:
+    return request.app[_SERVER_KEY]
+
+
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _error_json(error: KafkaError | None) -> dict[str, object] | None:
+    return None if error is None else error.to_wire()
+
+
+@web.middleware
+async def _error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except KafkaError as e:
+        return _json(e.to_wire(), _STATUS.get(e.name, 400))
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        body = {
+            "error": InvalidRequestError.name,
+            "error_code": InvalidRequestError.code,
+            "message": f"{request.method} {request.path}: {e.reason}",
+        }
+        return _json(body, e.status)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        log.exception("request failed", extra={"fields": {"path": request.path}})
+        return _json(UnknownServerError(f"{type(e).__name__}: {e}").to_wire(), 500)
+
+
+def _int(obj: dict[str, Any], name: str, default: int | None = None, *, where: str = "") -> int:
+    value = obj.get(name, default)
+    if type(value) is not int:
+        raise InvalidRequestError(f"{where}{name}: expected an integer, got {value!r}")
+    return value
+
+
+def _opt_int(obj: dict[str, Any], name: str, *, where: str = "") -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise InvalidRequestError(f"{where}{name}: expected an integer or null, got {value!r}")
+    return value
+
+
+def _str(obj: dict[str, Any], name: str, *, where: str = "") -> str:
+    value = obj.get(name)
+    if type(value) is not str:
+        raise InvalidRequestError(f"{where}{name}: expected a string, got {value!r}")
+    return value
+
+
+async def _json_body(request: web.Request, what: str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequestError(f"{what}: the body is not JSON: {e}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("partitions"), list):
+        raise InvalidRequestError(f"{what} needs a JSON object with a list 'partitions'")
+    return body
+
+
+async def _health(request: web.Request) -> web.Response:
+    server = _server(request)
+    if server.lifecycle is None or server.lifecycle.broker_epoch is None:
+        return _json({"status": "starting", "node_id": server.config.node_id}, 503)
+    return _json(server.health_json())
+
+
+def _produce_json(r: ProduceResult) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "error": _error_json(r.error),
+        "base_offset": r.base_offset,
+        "log_append_time_ms": r.log_append_time_ms,
+        "log_start_offset": r.log_start_offset,
+        "current_leader": r.current_leader,
+    }
+
+
+async def _produce(request: web.Request) -> web.StreamResponse:
+    raw = await request.read()
+    header, payloads = decode_frame(raw, "partitions")
+    acks = _int(header, "acks", 1)
+    timeout_ms = _int(header, "timeout_ms", 30_000)
+    entries: list[tuple[str, int, bytes]] = []
+    for i, (entry, payload) in enumerate(zip(header["partitions"], payloads, strict=True)):
+        where = f"partitions[{i}]."
+        entries.append(
+            (
+                _str(entry, "topic", where=where),
+                _int(entry, "partition", where=where),
+                bytes(payload),
+            )
+        )
+    results = await _server(request).manager.produce(
+        acks=acks, timeout_ms=timeout_ms, entries=entries
+    )
+    if acks == 0:
+        return web.Response(status=204)
+    return _json({"responses": [_produce_json(r) for r in results]})
+
+
+def _fetch_json(r: FetchResult) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "error": _error_json(r.error),
+        "high_watermark": r.high_watermark,
+        "last_stable_offset": r.high_watermark,
+        "log_start_offset": r.log_start_offset,
+        "diverging_epoch": None
+        if r.diverging_epoch is None
+        else {"epoch": r.diverging_epoch.epoch, "end_offset": r.diverging_epoch.end_offset},
+        "current_leader": r.current_leader,
+    }
+
+
+async def _fetch(request: web.Request) -> web.Response:
+    body = await _json_body(request, "fetch")
+    partitions: list[FetchPartition] = []
+    for i, item in enumerate(body["partitions"]):
+        where = f"partitions[{i}]."
+        if not isinstance(item, dict):
+            raise InvalidRequestError(f"partitions[{i}]: expected an object")
+        partitions.append(
+            FetchPartition(
+                topic=_str(item, "topic", where=where),
+                partition=_int(item, "partition", where=where),
+                fetch_offset=_int(item, "fetch_offset", where=where),
+                partition_max_bytes=_int(item, "partition_max_bytes", 1024 * 1024, where=where),
+                current_leader_epoch=_opt_int(item, "current_leader_epoch", where=where),
+                last_fetched_epoch=_opt_int(item, "last_fetched_epoch", where=where),
+                log_start_offset=_int(item, "log_start_offset", -1, where=where),
+            )
+        )
+    results = await _server(request).manager.fetch(
+        replica_id=_int(body, "replica_id", -1),
+        broker_epoch=_int(body, "broker_epoch", -1),
+        max_wait_ms=_int(body, "max_wait_ms", 0),
+        min_bytes=_int(body, "min_bytes", 1),
+        max_bytes=_int(body, "max_bytes", 50 * 1024 * 1024),
+        partitions=partitions,
+    )
+    frame = encode_frame(
+        {"responses": [_fetch_json(r) for r in results]}, "responses", [r.records for r in results]
+    )
+    return web.Response(body=frame, content_type=FRAME_CONTENT_TYPE)
+
+
+async def _list_offsets(request: web.Request) -> web.Response:
+    body = await _json_body(request, "list-offsets")
+    entries = []
+    for i, item in enumerate(body["partitions"]):
+        where = f"partitions[{i}]."
+        if not isinstance(item, dict):
+            raise InvalidRequestError(f"partitions[{i}]: expected an object")
+        entries.append(
+            (
+                _str(item, "topic", where=where),
+                _int(item, "partition", where=where),
+                _int(item, "timestamp", where=where),
+            )
+        )
+    results = _server(request).manager.list_offsets(entries)
+    return _json(
+        {
+            "responses": [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "error": _error_json(r.error),
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "leader_epoch": r.leader_epoch,
+                }
+                for r in results
+            ]
+        }
+    )
+
+
+async def _metadata(request: web.Request) -> web.Response:
+    server = _server(request)
+    image = server.manager.image
+    wanted = request.query.get("topics")
+    names = None if wanted is None else {n for n in wanted.split(",") if n}
+    brokers = []
+    for b in image.cluster.live_brokers():
+        endpoint = b.endpoint(LISTENER_NAME) or (b.endpoints[0] if b.endpoints else None)
+        brokers.append(
+            {
+                "id": b.broker_id,
+                "host": None if endpoint is None else endpoint.host,
+                "port": None if endpoint is None else endpoint.port,
+                "rack": b.rack,
+            }
+        )
+    topics: list[dict[str, Any]] = []
+    for name in sorted(image.topics.by_name):
+        if names is not None and name not in names:
+            continue
+        topic = image.topics.by_name[name]
+        topics.append(
+            {
+                "name": name,
+                "topic_id": topic.topic_id,
+                "error": None,
+                "partitions": [
+                    {
+                        "partition": index,
+                        "leader": reg.leader,
+                        "leader_epoch": reg.leader_epoch,
+                        "replicas": list(reg.replicas),
+                        "isr": list(reg.isr),
+                        "error": None
+                        if reg.leader != NO_LEADER
+                        else {
+                            "error": "LEADER_NOT_AVAILABLE",
+                            "error_code": 5,
+                            "message": "no leader",
+                        },
+                    }
+                    for index, reg in sorted(topic.partitions.items())
+                ],
+            }
+        )
+    for name in sorted((names or set()) - set(image.topics.by_name)):
+        topics.append(
+            {
+                "name": name,
+                "topic_id": None,
+                "error": {"error": "UNKNOWN_TOPIC_OR_PARTITION", "error_code": 3, "message": name},
+                "partitions": [],
+            }
+        )
+    return _json(
+        {
+            "controller_id": server.active_controller_id(),
+            "controllers": list(server.config.controllers),
+            "brokers": brokers,
+            "topics": topics,
+            "metadata_offset": image.offset,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The process
+
+
+async def serve_until_signalled(server: BrokerServer) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.create_task(server.start())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([starting, stopper], return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()  # raise start-up errors
+        await stopper
+    else:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+    log.info("shutting down on a signal")
+    await server.stop()
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """The ``raftka broker`` process; returns its exit code."""
+    configure_logging(config.log_level)
+    server = BrokerServer(config)
+    try:
+        asyncio.run(serve_until_signalled(server))
+    except OSError as e:
+        log.error("broker failed", extra={"fields": {"error": str(e)}})
+        return 1
+    return 0

@@ -1,0 +1,220 @@
+"""The partition logs of one broker: their directories, and the HW checkpoint file.
+
+Each partition replica lives in ``<log dir>/<topic>-<partition>`` (Kafka's layout), one
+segment log (:class:`raftka.raft.log.Log`) each. A new partition goes to the log dir
+holding the fewest partitions. Opening a log recovers it (the segment log keeps the
+longest valid prefix after a crash); closing it writes the clean-shutdown marker.
+
+The high watermark is not in the segment log: each log dir has a
+``replication-offset-checkpoint`` file (Kafka's format: a version line ``0``, a count
+line, then ``topic partition offset`` lines), written atomically (temp file, fsync,
+rename, fsync of the directory) every ``replica.high.watermark.checkpoint.interval.ms``
+and at shutdown, and read at start-up so a restarted replica does not begin at HW 0.
+
+A deleted partition's directory is renamed to ``<topic>-<partition>.<uuid>-delete``
+(atomic, so a crash mid-delete leaves no half partition under the live name) and then
+removed.
+
+Synchronous file I/O, called from the broker's event loop: the calls are short (open,
+rename, a small file) and happen on metadata changes and timers, not per record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Final
+
+from raftka.raft.log import Log, LogConfig
+from raftka.raft.log.checkpoint import TMP_SUFFIX, fsync_dir
+
+__all__ = [
+    "HW_CHECKPOINT_FILE",
+    "PARTITIONS_MAX",
+    "LogManager",
+    "TopicPartition",
+    "partition_dir_name",
+    "read_hw_checkpoint",
+    "write_hw_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+HW_CHECKPOINT_FILE: Final = "replication-offset-checkpoint"
+_CHECKPOINT_VERSION: Final = 0
+# Bound on the partitions one broker stores (a sanity bound on metadata we are handed).
+PARTITIONS_MAX: Final = 100_000
+_DIR_RE: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+DELETE_SUFFIX: Final = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def write_hw_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+    """Kafka's offset checkpoint format, written atomically."""
+    lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
+    ]
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with tmp.open("w") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    fsync_dir(path.parent)
+
+
+def read_hw_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    """The checkpointed offsets; {} when the file is missing or malformed (a HW of 0 is
+    safe: it only delays consumers until the leader's next answer)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    lines = text.splitlines()
+    try:
+        if int(lines[0]) != _CHECKPOINT_VERSION:
+            raise ValueError(f"version {lines[0]}")
+        count = int(lines[1])
+        out: dict[TopicPartition, int] = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            out[(topic, int(partition))] = int(offset)
+        if len(out) != count:
+            raise ValueError(f"{len(out)} entries, header says {count}")
+        return out
+    except (ValueError, IndexError) as e:
+        log.warning(
+            "ignoring a malformed HW checkpoint",
+            extra={"fields": {"path": str(path), "error": str(e)}},
+        )
+        return {}
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """The open partition logs of this broker, by (topic, partition)."""
+
+    def __init__(
+        self, log_dirs: Iterable[Path], *, clock_ms: Callable[[], int] | None = None
+    ) -> None:
+        self.log_dirs = tuple(Path(d) for d in log_dirs)
+        assert self.log_dirs, "at least one log dir"
+        self._clock_ms = clock_ms or _wall_clock_ms
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._checkpointed: dict[TopicPartition, int] = {}
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            for entry in d.iterdir():
+                if entry.name.endswith(DELETE_SUFFIX) and entry.is_dir():
+                    # A delete interrupted by a crash: finish it.
+                    shutil.rmtree(entry, ignore_errors=True)
+                    continue
+                m = _DIR_RE.match(entry.name)
+                if m and entry.is_dir():
+                    self._dir_of[(m["topic"], int(m["partition"]))] = d
+            self._checkpointed.update(read_hw_checkpoint(d / HW_CHECKPOINT_FILE))
+
+    # ------------------------------------------------------------------ views
+
+    def get(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def stored(self) -> list[TopicPartition]:
+        """Every partition with a directory on disk (open or not)."""
+        return sorted(self._dir_of)
+
+    def checkpointed_high_watermark(self, tp: TopicPartition) -> int:
+        return self._checkpointed.get(tp, 0)
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    # ------------------------------------------------------------ open / close
+
+    def get_or_open(self, tp: TopicPartition, config: LogConfig) -> Log:
+        """The partition's log, opened (and recovered) or created on first use."""
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        if len(self._logs) >= PARTITIONS_MAX:
+            raise RuntimeError(f"more than PARTITIONS_MAX={PARTITIONS_MAX} partitions")
+        parent = self._dir_of.get(tp)
+        if parent is None:
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] = counts.get(d, 0) + 1
+            parent = min(self.log_dirs, key=lambda d: (counts[d], str(d)))
+        path = parent / partition_dir_name(*tp)
+        opened = Log.open(path, config, clock_ms=self._clock_ms)
+        self._logs[tp] = opened
+        self._dir_of[tp] = parent
+        return opened
+
+    def close(self, tp: TopicPartition) -> None:
+        opened = self._logs.pop(tp, None)
+        if opened is not None:
+            opened.close()
+
+    def delete(self, tp: TopicPartition) -> None:
+        """Close the partition's log and remove its directory."""
+        opened = self._logs.pop(tp, None)
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                opened.close()
+        parent = self._dir_of.pop(tp, None)
+        self._checkpointed.pop(tp, None)
+        if parent is None:
+            return
+        path = parent / partition_dir_name(*tp)
+        if not path.exists():
+            return
+        doomed = parent / f"{path.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        path.rename(doomed)
+        fsync_dir(parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    # -------------------------------------------------------------- checkpoints
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write each log dir's HW checkpoint from the open logs (and keep the
+        checkpointed value of partitions stored but not open, so it is not lost)."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, parent in self._dir_of.items():
+            opened = self._logs.get(tp)
+            hw = opened.high_watermark if opened is not None else self._checkpointed.get(tp)
+            if hw is not None:
+                by_dir.setdefault(parent, {})[tp] = hw
+        for parent, offsets in by_dir.items():
+            write_hw_checkpoint(parent / HW_CHECKPOINT_FILE, offsets)
+            for tp, hw in offsets.items():
+                self._checkpointed[tp] = hw
+
+    def close_all(self) -> None:
+        """Checkpoint the HWs, then close every log cleanly (clean-shutdown markers)."""
+        try:
+            self.checkpoint_high_watermarks()
+        finally:
+            for tp in list(self._logs):
+                try:
+                    self.close(tp)
+                except Exception:
+                    log.exception(
+                        "closing a log failed", extra={"fields": {"partition": f"{tp[0]}-{tp[1]}"}}
+                    )

@@ -1,0 +1,69 @@
+"""The broker's binary frame: a small JSON header followed by raw record bytes.
+
+Produce requests and fetch responses carry RecordBatch v2 bytes for many partitions.
+Rather than JSON (base64) or multipart, one body is::
+
+    u32 big-endian  header length H
+    H bytes         the header, a JSON object (orjson)
+    ...             the record bytes of every partition, concatenated
+
+Every partition entry of the header names its ``records_bytes`` (0 for none); the
+payloads follow in the order the entries appear, so a reader slices the rest of the
+body without copying. Content type :data:`FRAME_CONTENT_TYPE`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+
+from raftka.client.errors import InvalidRequestError
+
+__all__ = ["FRAME_CONTENT_TYPE", "FRAME_HEADER_BYTES_MAX", "decode_frame", "encode_frame"]
+
+FRAME_CONTENT_TYPE: Final = "application/vnd.raftka.frame"
+#: Bound on the JSON header of one frame.
+FRAME_HEADER_BYTES_MAX: Final = 16 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+def encode_frame(header: dict[str, Any], entries_key: str, payloads: Sequence[bytes]) -> bytes:
+    """``header[entries_key]`` is the list of partition entries; each gets the length of
+    the matching payload as ``records_bytes``."""
+    entries = header[entries_key]
+    assert len(entries) == len(payloads), (len(entries), len(payloads))
+    for entry, payload in zip(entries, payloads, strict=True):
+        entry["records_bytes"] = len(payload)
+    head = orjson.dumps(header)
+    return b"".join([_LEN.pack(len(head)), head, *payloads])
+
+
+def decode_frame(body: bytes, entries_key: str) -> tuple[dict[str, Any], list[memoryview]]:
+    """The header and one payload view per entry of ``header[entries_key]``.
+    InvalidRequestError when the frame is malformed."""
+    view = memoryview(body)
+    if len(view) < _LEN.size:
+        raise InvalidRequestError("frame shorter than its length prefix")
+    (head_len,) = _LEN.unpack_from(view, 0)
+    if head_len > FRAME_HEADER_BYTES_MAX or _LEN.size + head_len > len(view):
+        raise InvalidRequestError(f"frame header of {head_len} bytes does not fit the body")
+    try:
+        header = orjson.loads(view[_LEN.size : _LEN.size + head_len])
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequestError(f"frame header is not JSON: {e}") from None
+    if not isinstance(header, dict) or not isinstance(header.get(entries_key), list):
+        raise InvalidRequestError(f"frame header needs a list {entries_key!r}")
+    pos = _LEN.size + head_len
+    payloads: list[memoryview] = []
+    for i, entry in enumerate(header[entries_key]):
+        size = entry.get("records_bytes", 0) if isinstance(entry, dict) else None
+        if type(size) is not int or size < 0 or pos + size > len(view):
+            raise InvalidRequestError(f"{entries_key}[{i}].records_bytes {size!r} does not fit")
+        payloads.append(view[pos : pos + size])
+        pos += size
+    if pos != len(view):
+        raise InvalidRequestError(f"{len(view) - pos} bytes after the last payload")
+    return header, payloads

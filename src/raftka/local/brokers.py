@@ -1,0 +1,141 @@
+"""Start broker processes against a running :class:`LocalCluster`'s controllers.
+
+:class:`LocalBrokers` writes one config per broker
+(``<data>/broker-<id>/broker.properties``, its partition logs under
+``<data>/broker-<id>/logs``) and runs each as a real OS process
+(``python -m raftka broker --config FILE``) through the same :class:`NodeProcess` as
+the controllers, so tests use the same signals (kill -9, SIGSTOP/SIGCONT, SIGTERM).
+Broker ids start at 101 by default, apart from the controllers' 1, 2, 3.
+
+Local brokers use shorter timeouts than Kafka's defaults so failures show within a
+test's patience (:data:`LOCAL_BROKER_PROPERTIES`): heartbeat 250 ms, replica lag
+3000 ms, follower long-poll 200 ms, fetch backoff 100 ms, HW checkpoint 500 ms. The
+controllers' ``broker.session.timeout.ms`` decides how fast a dead broker is fenced:
+start the LocalCluster with a short one (for example 2000) when a test kills brokers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from raftka.local.processes import (
+    START_DEADLINE_S,
+    LocalCluster,
+    NodeProcess,
+    free_ports,
+    http_json,
+    wait_for,
+)
+
+__all__ = ["BROKER_ID_BASE", "LOCAL_BROKER_PROPERTIES", "LocalBrokers"]
+
+BROKER_ID_BASE: Final = 101
+LOCAL_BROKER_PROPERTIES: Final[Mapping[str, str]] = {
+    "broker.heartbeat.interval.ms": "250",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+    "replica.high.watermark.checkpoint.interval.ms": "500",
+    "request.timeout.ms": "10000",
+    "controlled.shutdown.timeout.ms": "10000",
+}
+
+
+class LocalBrokers:
+    """N brokers on 127.0.0.1 for a LocalCluster; a context manager like it."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        *,
+        count: int = 3,
+        data_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        first_id: int = BROKER_ID_BASE,
+        extra_properties: Mapping[str, str] | None = None,
+    ) -> None:
+        assert count >= 1
+        self.cluster = cluster
+        base = Path(data_dir) if data_dir is not None else cluster.data_dir
+        ports = free_ports(count, host)
+        self.brokers: dict[int, NodeProcess] = {}
+        for offset, port in enumerate(ports):
+            broker_id = first_id + offset
+            node_dir = base / f"broker-{broker_id}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            props = {
+                "node.id": str(broker_id),
+                "process.roles": "broker",
+                "controller.quorum.voters": cluster.voters,
+                "listeners": f"PLAINTEXT://{host}:{port}",
+                "log.dirs": str(node_dir / "logs"),
+                **LOCAL_BROKER_PROPERTIES,
+                **(extra_properties or {}),
+            }
+            config_path = node_dir / "broker.properties"
+            config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            self.brokers[broker_id] = NodeProcess(
+                node_id=broker_id,
+                role="broker",
+                host=host,
+                port=port,
+                data_dir=node_dir,
+                config_path=config_path,
+            )
+
+    def __getitem__(self, broker_id: int) -> NodeProcess:
+        return self.brokers[broker_id]
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers.values())
+
+    def start(self, timeout_s: float = START_DEADLINE_S) -> None:
+        """Start every broker and wait until each is registered and unfenced."""
+        for node in self.brokers.values():
+            node.start()
+        for broker_id in self.brokers:
+            self.wait_unfenced(broker_id, timeout_s)
+
+    def wait_unfenced(self, broker_id: int, timeout_s: float = START_DEADLINE_S) -> dict[str, Any]:
+        node = self.brokers[broker_id]
+
+        def check() -> dict[str, Any] | None:
+            if node.popen is not None and node.popen.poll() is not None:
+                raise RuntimeError(
+                    f"broker {broker_id} exited with {node.popen.returncode}:\n{node.tail()}"
+                )
+            health = node.health()
+            return health if health is not None and health.get("fenced") is False else None
+
+        return wait_for(
+            check,
+            timeout_s=timeout_s,
+            message=lambda: f"broker {broker_id} not unfenced; log:\n{node.tail()}",
+        )
+
+    def metadata(self, broker_id: int) -> dict[str, Any] | None:
+        """GET /v1/metadata of one broker, or None if it does not answer."""
+        try:
+            status, body = http_json(self.brokers[broker_id].address, "/v1/metadata", timeout_s=2.0)
+        except OSError:
+            return None
+        return body if status == 200 and isinstance(body, dict) else None
+
+    def close(self) -> None:
+        for node in self.brokers.values():
+            with contextlib.suppress(Exception):
+                node.kill()
+
+    def __enter__(self) -> LocalBrokers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

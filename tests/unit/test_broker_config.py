@@ -1,0 +1,80 @@
+"""Broker config files: Kafka's keys, defaults, and the topic overrides.
+
+Checks: a .properties file with broker keys parses with Kafka's defaults for the rest
+and the controllers taken from controller.quorum.voters; an unknown key, a missing
+log.dirs and a controller-only process are errors naming the problem; a topic's
+min.insync.replicas overrides the broker's and broker log.* defaults reach LogConfig
+under the topic key names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raftka.broker.config import load_broker_config
+from raftka.metadata.node_config import ConfigError
+
+BASE = (
+    "node.id=101\nprocess.roles=broker\n"
+    "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094\n"
+    "listeners=PLAINTEXT://127.0.0.1:9092\n"
+)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "broker.properties"
+    path.write_text(text)
+    return path
+
+
+def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
+    """Given keys are read, others keep Kafka's defaults."""
+    config = load_broker_config(
+        _write(
+            tmp_path,
+            BASE
+            + f"log.dirs={tmp_path}/a,{tmp_path}/b\n"
+            + "min.insync.replicas=2\nlog.segment.bytes=1048576\n",
+        )
+    )
+    assert config.node_id == 101 and config.address == "127.0.0.1:9092"
+    assert config.log_dirs == (tmp_path / "a", tmp_path / "b")
+    assert config.controllers == ("127.0.0.1:9093", "127.0.0.1:9094")
+    assert config.replica_lag_time_max_ms == 30_000 and config.request_timeout_ms == 30_000
+    assert config.broker_heartbeat_interval_ms == 2_000
+    assert config.min_insync_replicas == 2
+    assert config.replication_config({}).min_insync_replicas == 2
+    assert config.replication_config({"min.insync.replicas": "3"}).min_insync_replicas == 3
+    assert config.log_config({}).segment_bytes == 1_048_576
+    assert (
+        config.log_config({"segment.bytes": "2097152", "min.insync.replicas": "1"}).segment_bytes
+        == 2_097_152
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("log.dirs=/tmp/x\nreplica.lag.time.max=5\n", "replica.lag.time.max"),
+        ("", "log.dirs"),
+        ("log.dirs=/tmp/x\nmin.insync.replicas=0\n", "min.insync.replicas"),
+        ("log.dirs=/tmp/x\nlog.segment.bytes=1\n", "segment.bytes"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, extra: str, needle: str) -> None:
+    """Each bad file raises ConfigError mentioning the offending key."""
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_broker_config(_write(tmp_path, BASE + extra))
+
+
+def test_controller_only_process_is_rejected(tmp_path: Path) -> None:
+    """process.roles=controller is not a broker."""
+    text = (
+        BASE.replace("process.roles=broker", "process.roles=controller")
+        .replace("node.id=101", "node.id=1")
+        .replace("PLAINTEXT://127.0.0.1:9092", "CONTROLLER://127.0.0.1:9093")
+    )
+    with pytest.raises(ConfigError, match="broker"):
+        load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\n"))

@@ -1,0 +1,393 @@
+"""The ReplicaManager shell, in process: metadata -> roles, produce, fetch, ISR changes.
+
+Each test builds a broker's view of the cluster from metadata records (through
+MetadataApplier, as the broker does), drives ReplicaManager directly inside an asyncio
+loop (no sockets; real segment logs in a temp dir; a fake clock where time matters for
+the replica state) and checks the contract of the pure cores it wraps: acks=all waits
+for the followers' fetches and completes through the purgatory, times out with
+REQUEST_TIMED_OUT, is refused NOT_ENOUGH_REPLICAS under min.insync.replicas; consumers
+never read above the HW and a parked fetch is woken by the append; a follower appends,
+follows the leader's HW and truncates on a diverging epoch; ISR expansion and shrink go
+through the AlterPartition sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from raftka.broker.config import BrokerConfig
+from raftka.broker.metadata_follower import MetadataApplier
+from raftka.broker.replication.manager import FetchPartition, ReplicaManager
+from raftka.broker.replication.partition_state import EpochEndOffset
+from raftka.broker.storage import LogManager
+from raftka.client.records import Record, build_batch, iter_records
+from raftka.metadata.records import (
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+
+TOPIC_ID = str(uuid.uuid4())
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def _config(tmp_path: Path, **overrides: Any) -> BrokerConfig:
+    return BrokerConfig(
+        node_id=1,
+        listen_host="127.0.0.1",
+        listen_port=1,
+        advertised_host="127.0.0.1",
+        advertised_port=1,
+        log_dirs=(tmp_path / "logs",),
+        controllers=("127.0.0.1:2",),
+        **overrides,
+    )
+
+
+def _brokers() -> list[MetadataRecord]:
+    return [
+        RegisterBrokerRecord(
+            broker_id=b,
+            incarnation_id=str(uuid.uuid4()),
+            broker_epoch=b,
+            endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+        )
+        for b in (1, 2, 3)
+    ]
+
+
+class _Harness:
+    def __init__(
+        self, tmp_path: Path, *, clock: Callable[[], int] | None = None, **overrides: Any
+    ) -> None:
+        self.config = _config(tmp_path, **overrides)
+        kwargs = {} if clock is None else {"clock_ms": clock}
+        self.manager = ReplicaManager(
+            config=self.config, logs=LogManager(self.config.log_dirs), **kwargs
+        )
+        self.applier = MetadataApplier(broker_id=1)
+        self.offset = 0
+        self.alters: list[dict[str, Any]] = []
+        self.manager.alter_partition = self._alter
+        self.manager.broker_epoch = lambda: 1
+
+    async def _alter(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]:
+        self.alters.append(body)
+        return {
+            "topic_id": body["topic_id"],
+            "partition": body["partition"],
+            "leader": 1,
+            "leader_epoch": body["leader_epoch"],
+            "partition_epoch": body["partition_epoch"] + 1,
+            "isr": body["new_isr"],
+        }
+
+    def commit(self, *records: MetadataRecord) -> None:
+        self.offset += 1
+        answer = {
+            "snapshot": None,
+            "batches": [
+                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
+            ],
+            "next_offset": self.offset + 1,
+            "high_watermark": self.offset + 1,
+        }
+        for image, changes in self.applier.apply_answer(answer):
+            self.manager.apply_metadata(image, changes)
+
+    def topic(self, *, leader: int, isr: tuple[int, ...], min_isr: int | None = None) -> None:
+        records: list[MetadataRecord] = [
+            *_brokers(),
+            TopicRecord(name="t", topic_id=TOPIC_ID),
+            PartitionRecord(
+                partition_id=0, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=isr, leader=leader
+            ),
+        ]
+        if min_isr is not None:
+            records.append(
+                ConfigRecord(
+                    resource_type="topic",
+                    resource_name="t",
+                    name="min.insync.replicas",
+                    value=str(min_isr),
+                )
+            )
+        self.commit(*records)
+
+    async def follower_fetch(self, replica: int, offset: int, last_epoch: int | None = 0) -> Any:
+        (result,) = await self.manager.fetch(
+            replica_id=replica,
+            broker_epoch=replica,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            partitions=[FetchPartition("t", 0, offset, last_fetched_epoch=last_epoch)],
+        )
+        return result
+
+    async def consume(self, offset: int, max_wait_ms: int = 0) -> Any:
+        (result,) = await self.manager.fetch(
+            replica_id=-1,
+            broker_epoch=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partitions=[FetchPartition("t", 0, offset)],
+        )
+        return result
+
+
+def _batch(*values: bytes, base_offset: int = 0, epoch: int = 0) -> bytes:
+    return build_batch(
+        [Record(v, timestamp_ms=1_000 + i) for i, v in enumerate(values)],
+        base_offset=base_offset,
+        partition_leader_epoch=epoch,
+    )
+
+
+def _run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(body())  # type: ignore[arg-type]
+
+
+def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
+    tmp_path: Path,
+) -> None:
+    """acks=all parks until every ISR member fetched past the batch; until then a
+    consumer reads nothing (HW 0) although the leader's log holds the records."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path, clock=_Clock())
+        h.topic(leader=1, isr=(1, 2, 3))
+        produce = asyncio.create_task(
+            h.manager.produce(
+                acks=-1, timeout_ms=10_000, entries=[("t", 0, _batch(b"a", b"b", b"c"))]
+            )
+        )
+        await asyncio.sleep(0)  # let the produce append and park
+        assert not produce.done()
+        assert (await h.consume(0)).records == b""
+        await h.follower_fetch(2, 3)
+        assert not produce.done(), "replica 3 is in the ISR and has not fetched"
+        await h.follower_fetch(3, 3)
+        (result,) = await asyncio.wait_for(produce, 1)
+        assert result.error is None and result.base_offset == 0
+        consumed = await h.consume(0)
+        assert [r.value for r in iter_records(consumed.records)] == [b"a", b"b", b"c"]
+        assert consumed.high_watermark == 3
+        # Appended but not replicated: above the HW, invisible to consumers.
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"d"))])
+        assert (await h.consume(0)).records == consumed.records
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_acks_all_times_out_and_min_insync_refuses(tmp_path: Path) -> None:
+    """A produce no follower replicates fails REQUEST_TIMED_OUT at its timeout; with the
+    ISR below the topic's min.insync.replicas acks=all is refused before the append
+    (NOT_ENOUGH_REPLICAS) while acks=1 is appended; acks=2 is INVALID_REQUIRED_ACKS."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1, 2), min_isr=3)
+        (refused,) = await h.manager.produce(
+            acks=-1, timeout_ms=1_000, entries=[("t", 0, _batch(b"x"))]
+        )
+        assert refused.error is not None and refused.error.name == "NOT_ENOUGH_REPLICAS"
+        (one,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"y"))])
+        assert one.error is None and one.base_offset == 0
+        (bad,) = await h.manager.produce(acks=2, timeout_ms=1_000, entries=[("t", 0, _batch(b"z"))])
+        assert bad.error is not None and bad.error.name == "INVALID_REQUIRED_ACKS"
+        h.commit(
+            ConfigRecord(
+                resource_type="topic", resource_name="t", name="min.insync.replicas", value="1"
+            )
+        )
+        h.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, isr=(1, 2), leader=1))
+        (timed_out,) = await h.manager.produce(
+            acks=-1, timeout_ms=30, entries=[("t", 0, _batch(b"w"))]
+        )
+        assert timed_out.error is not None and timed_out.error.name == "REQUEST_TIMED_OUT"
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_parked_consumer_fetch_is_woken_by_the_append(tmp_path: Path) -> None:
+    """A consumer fetch at the log end parks (max_wait_ms 10 s) and returns as soon as
+    an acks=1 append on a single-replica ISR moves the HW, not at its deadline."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1,))
+        fetch = asyncio.create_task(h.consume(0, max_wait_ms=10_000))
+        await asyncio.sleep(0)
+        assert not fetch.done()
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"hello"))])
+        result = await asyncio.wait_for(fetch, 2)
+        assert [r.value for r in iter_records(result.records)] == [b"hello"]
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_errors_name_the_leader(tmp_path: Path) -> None:
+    """A produce or consumer fetch on a follower answers NOT_LEADER_OR_FOLLOWER with the
+    current leader's id, epoch and address; an unknown topic UNKNOWN_TOPIC_OR_PARTITION;
+    a consumer fetch beyond the log end OFFSET_OUT_OF_RANGE; a corrupt batch
+    CORRUPT_MESSAGE."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=2, isr=(1, 2, 3))
+        (r,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"x"))])
+        assert r.error is not None and r.error.name == "NOT_LEADER_OR_FOLLOWER"
+        assert r.current_leader == {"leader_id": 2, "leader_epoch": 0, "address": "127.0.0.1:9002"}
+        (u,) = await h.manager.produce(
+            acks=1, timeout_ms=1_000, entries=[("nope", 0, _batch(b"x"))]
+        )
+        assert u.error is not None and u.error.name == "UNKNOWN_TOPIC_OR_PARTITION"
+        f = await h.consume(0)
+        assert f.error.name == "NOT_LEADER_OR_FOLLOWER" and f.current_leader["leader_id"] == 2
+        h.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        assert (await h.consume(5)).error.name == "OFFSET_OUT_OF_RANGE"
+        broken = bytearray(_batch(b"x"))
+        broken[-1] ^= 0xFF
+        (c,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, bytes(broken))])
+        assert c.error is not None and c.error.name == "CORRUPT_MESSAGE"
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path) -> None:
+    """As a follower: the leader's batches are appended at our LEO and our HW becomes
+    min(leader HW, LEO); a diverging epoch truncates log and epoch cache to the
+    leader's end of that epoch."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=2, isr=(1, 2, 3))
+        p = h.manager.partitions[("t", 0)]
+        h.manager.on_follower_records(
+            p,
+            records=_batch(b"a", b"b", epoch=0) + _batch(b"c", b"d", base_offset=2, epoch=0),
+            leader_high_watermark=10,
+            leader_log_start_offset=0,
+        )
+        assert p.log.log_end_offset == 4 and p.state.high_watermark == 4 == p.log.high_watermark
+        # Our epoch 0 runs to 4; the leader's epoch 0 ended at 2.
+        h.manager.on_follower_diverging(
+            p, diverging=EpochEndOffset(0, 2), leader_high_watermark=2, leader_log_start_offset=0
+        )
+        assert p.log.log_end_offset == 2 == p.state.log_end_offset
+        assert p.state.high_watermark <= 2
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) -> None:
+    """As leader: a follower claiming offsets past our end of its epoch gets a diverging
+    epoch; a caught-up follower outside the ISR is added through AlterPartition; a
+    follower silent for replica.lag.time.max.ms is removed through AlterPartition."""
+
+    async def body() -> None:
+        clock = _Clock()
+        h = _Harness(tmp_path, clock=clock, replica_lag_time_max_ms=1_000)
+        h.topic(leader=1, isr=(1, 2))
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"a", b"b"))])
+        diverging = await h.follower_fetch(2, 5, last_epoch=0)
+        assert diverging.diverging_epoch == EpochEndOffset(0, 2)
+        await h.follower_fetch(2, 2)
+        await h.follower_fetch(3, 2)
+        for _ in range(10):
+            await asyncio.sleep(0)  # the AlterPartition task runs
+        assert h.alters and h.alters[-1]["new_isr"] == [1, 2, 3]
+        assert h.manager.partitions[("t", 0)].state.committed_isr == {1, 2, 3}
+        # A follower at our log end is in sync however long ago it fetched; one that
+        # has not fetched a newer record for the lag bound is not.
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"c"))])
+        await h.follower_fetch(2, 3)
+        clock.now_ms += 5_000
+        h.manager.maybe_shrink_isrs()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert h.alters[-1]["new_isr"] == [1, 2]
+        await h.manager.close()
+
+    _run(body)
+
+
+def _idempotent(*values: bytes, seq: int, producer_id: int = 7, epoch: int = 0) -> bytes:
+    return build_batch(
+        [Record(v, timestamp_ms=1_000) for v in values],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
+    tmp_path: Path,
+) -> None:
+    """A retried idempotent batch is answered with its original offset and not appended
+    again; a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER; a replica that appended the
+    batch as a follower, then becomes leader, and a broker reopening its logs, both
+    still recognise the retry (invariant 4)."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1,))
+        entries = [("t", 0, _idempotent(b"a", b"b", seq=0))]
+        (first,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=entries)
+        (retry,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=entries)
+        assert first.error is None and retry.error is None
+        assert first.base_offset == retry.base_offset == 0
+        p = h.manager.partitions[("t", 0)]
+        assert p.log.log_end_offset == 2
+        gap = [("t", 0, _idempotent(b"c", seq=5))]
+        (out_of_order,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=gap)
+        assert out_of_order.error is not None
+        assert out_of_order.error.name == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+        await h.manager.close()
+
+        # A follower copies the batch, then leads: the retry is still a duplicate.
+        f = _Harness(tmp_path / "follower")
+        f.topic(leader=2, isr=(1, 2))
+        fp = f.manager.partitions[("t", 0)]
+        f.manager.on_follower_records(
+            fp,
+            records=_idempotent(b"a", b"b", seq=0),
+            leader_high_watermark=2,
+            leader_log_start_offset=0,
+        )
+        f.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        (dup,) = await f.manager.produce(acks=1, timeout_ms=1_000, entries=entries)
+        assert dup.error is None and dup.base_offset == 0 and fp.log.log_end_offset == 2
+        await f.manager.close()
+
+        # A restarted broker rebuilds the table from its log.
+        r = _Harness(tmp_path / "follower")
+        r.topic(leader=1, isr=(1,))
+        (again,) = await r.manager.produce(acks=1, timeout_ms=1_000, entries=entries)
+        assert again.error is None and again.base_offset == 0
+        assert r.manager.partitions[("t", 0)].log.log_end_offset == 2
+        await r.manager.close()
+
+    _run(body)

@@ -37,8 +37,8 @@ from raftka.broker.replication.manager import (
     ReplicaManager,
 )
 from raftka.broker.storage import LogManager
-from raftka.broker.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.client.errors import InvalidRequestError, KafkaError, UnknownServerError
+from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.records import NO_LEADER

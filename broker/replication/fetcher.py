@@ -38,8 +38,8 @@ import orjson
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset, Role
 from raftka.broker.storage import TopicPartition
-from raftka.broker.wire import FRAME_CONTENT_TYPE, decode_frame
 from raftka.client.errors import KafkaError, OffsetOutOfRangeError
+from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
 

@@ -35,8 +35,8 @@ from typing import Any
 import orjson
 import pytest
 
-from raftka.broker.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.client.records import Record, build_batch, iter_records
+from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.raft.log import Log, LogConfig

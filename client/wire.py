@@ -1,4 +1,4 @@
-"""The broker's binary frame: a small JSON header followed by raw record bytes.
+"""raftka's binary frame: a small JSON header followed by raw record bytes.
 
 Produce requests and fetch responses carry RecordBatch v2 bytes for many partitions.
 Rather than JSON (base64) or multipart, one body is::

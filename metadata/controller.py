@@ -135,8 +135,12 @@ __all__ = [
 
 R = TypeVar("R")
 
-# Kafka's bound on the records one user operation may produce (MAX_RECORDS_PER_USER_OP).
-RECORDS_PER_COMMAND_MAX: Final = 10_000
+# Records one user command may produce. Kafka's MAX_RECORDS_PER_USER_OP is 10,000, and
+# Kafka splits larger commands into non-atomic batches (KIP-868); raftka commits a
+# command as one atomic payload instead, so its bound sits just above one
+# 10,000-partition topic (10,001 records); the payload cap of the quorum engine
+# (4 MiB, ~13,000 partitions of RF 3) is the other limit.
+RECORDS_PER_COMMAND_MAX: Final = 12_000
 # Preferred-leader elections per rebalance run (Kafka's maxElectionsPerImbalance).
 REBALANCE_ELECTIONS_MAX: Final = 1000
 TOPIC_NAME_LENGTH_MAX: Final = 249

@@ -87,6 +87,10 @@ _INT64 = (-(2**63), 2**63 - 1)
 _PORT = (0, 65535)
 # A bound on a decoded record, so one corrupt length cannot make us build a huge object.
 RECORD_BYTES_MAX: Final = 16 * 1024 * 1024
+# A bound on a decoded record list (a snapshot: the whole image). Far above one record's:
+# 100,000 partitions of RF 3 encode to ~29 MB, which RECORD_BYTES_MAX refused, so a
+# controller could write a snapshot it then could not load.
+RECORD_LIST_BYTES_MAX: Final = 1024 * 1024 * 1024
 
 
 class MetadataRecordError(InvalidRequestError):
@@ -579,11 +583,11 @@ def encode_record(record: MetadataRecord) -> bytes:
     return orjson.dumps(record.to_dict())
 
 
-def _loads(data: bytes, what: str) -> object:
+def _loads(data: bytes, what: str, bytes_max: int = RECORD_BYTES_MAX) -> object:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise _fail(what, "bytes", data)
-    if len(data) > RECORD_BYTES_MAX:
-        raise MetadataRecordError(f"{what}: {len(data)} bytes exceeds {RECORD_BYTES_MAX}")
+    if len(data) > bytes_max:
+        raise MetadataRecordError(f"{what}: {len(data)} bytes exceeds {bytes_max}")
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -602,7 +606,7 @@ def encode_records(records: Iterable[MetadataRecord]) -> bytes:
 
 def decode_records(data: bytes) -> list[MetadataRecord]:
     """The list ``encode_records`` wrote; MetadataRecordError if any part is malformed."""
-    obj = _loads(data, "metadata record list")
+    obj = _loads(data, "metadata record list", RECORD_LIST_BYTES_MAX)
     if not isinstance(obj, list):
         raise _fail("metadata record list", "a JSON array", obj)
     out: list[MetadataRecord] = []

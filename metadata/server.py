@@ -203,6 +203,7 @@ class MetadataReplayer:
         self.signal = CommitSignal()
         self.skipped_payloads = 0
         self.snapshots_written = 0
+        self._snapshot_encoding = False
 
     def attach(self, engine: QuorumEngine, loop: asyncio.AbstractEventLoop) -> None:
         self._engine = engine
@@ -269,17 +270,45 @@ class MetadataReplayer:
             self.write_snapshot()
             return
         # Not from inside the engine's callback: the engine may not expect re-entry.
-        loop.call_soon_threadsafe(self.write_snapshot)
+        loop.call_soon_threadsafe(self._encode_snapshot_off_loop)
+
+    def _encode_snapshot_off_loop(self) -> None:
+        """Encode the image on a worker thread, then save it on the loop. Encoding a
+        large image takes seconds (100,000 partitions: ~3 s); on the loop it stalled
+        the quorum's fetches past the fetch timeout, and every snapshot caused an
+        election. The image is immutable, so the thread reads it safely. One snapshot
+        at a time: one due meanwhile is skipped (the next threshold triggers again)."""
+        image = self._image
+        if self._engine is None or image.offset < 0 or self._snapshot_encoding:
+            return
+        loop = self._loop
+        assert loop is not None
+        self._snapshot_encoding = True
+        encoded = loop.run_in_executor(None, lambda: encode_records(image.to_records()))
+
+        def save(done: asyncio.Future[bytes]) -> None:
+            self._snapshot_encoding = False
+            try:
+                data = done.result()
+            except Exception:
+                log.exception("encoding a metadata snapshot failed")
+                return
+            self._save_snapshot(image.offset + 1, data)
+
+        encoded.add_done_callback(save)
 
     def write_snapshot(self) -> None:
         """Snapshot the current image through the engine (covers offsets < end)."""
-        engine = self._engine
         image = self._image
-        if engine is None or image.offset < 0:
+        if self._engine is None or image.offset < 0:
             return
-        end_offset = image.offset + 1
+        self._save_snapshot(image.offset + 1, encode_records(image.to_records()))
+
+    def _save_snapshot(self, end_offset: int, data: bytes) -> None:
+        engine = self._engine
+        assert engine is not None
         try:
-            engine.save_snapshot(end_offset, encode_records(image.to_records()))
+            engine.save_snapshot(end_offset, data)
         except Exception:
             log.exception("writing a metadata snapshot failed")
             return

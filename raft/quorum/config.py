@@ -31,6 +31,9 @@ class QuorumConfig:
     append_linger_ms: int = 25
     fetch_max_wait_ms: int = 500
     fetch_max_records: int = 500
+    # Bytes of entries in one fetch response (KRaft's 8 MiB); the first entry is always
+    # sent whole so a large one cannot stall a follower.
+    fetch_max_bytes: int = 8 << 20
     fetch_snapshot_max_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
@@ -41,6 +44,7 @@ class QuorumConfig:
         assert self.append_linger_ms >= 0, self
         assert 0 <= self.fetch_max_wait_ms < self.request_timeout_ms, self
         assert self.fetch_max_records > 0, self
+        assert self.fetch_max_bytes > 0, self
         assert self.fetch_snapshot_max_bytes > 0, self
 
     @classmethod

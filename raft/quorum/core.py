@@ -685,11 +685,22 @@ class QuorumCore:
 
     def _respond_to_fetch(self, request: FetchRequest) -> None:
         self._parked.pop(request.sender_id, None)
-        entries = tuple(self._log.read(request.fetch_offset, self._config.fetch_max_records))
+        entries = self._within_fetch_bytes(
+            self._log.read(request.fetch_offset, self._config.fetch_max_records)
+        )
         progress = self._progress_of(request.sender_id)
         if progress is not None:
             progress.last_sent_high_watermark = self._hw
         self._out.append(Send(request.sender_id, self._fetch_response(request, entries=entries)))
+
+    def _within_fetch_bytes(self, entries: Sequence[Entry]) -> tuple[Entry, ...]:
+        """The longest prefix within fetch_max_bytes of payload, at least one entry."""
+        budget = self._config.fetch_max_bytes
+        for i, entry in enumerate(entries):
+            budget -= len(entry.payload)
+            if budget < 0 and i > 0:
+                return tuple(entries[:i])
+        return tuple(entries)
 
     def _answer_parked(self, now_ms: int, *, only_expired: bool) -> None:
         for request, deadline_ms in list(self._parked.values()):

@@ -90,8 +90,9 @@ logger = logging.getLogger("raftka.raft.quorum")
 INBOX_MAX: Final = 4096
 # Records queued by append() and not yet proposed.
 PENDING_RECORDS_MAX: Final = 100_000
-# Largest payload accepted (Kafka's default max.request.size is 1 MiB).
-PAYLOAD_BYTES_MAX: Final = 1024 * 1024
+# Largest payload (one controller command's records) accepted: a 10,000-partition topic
+# with RF 3 encodes to ~3 MiB, and it must fit one metadata-log batch (8 MiB) with room.
+PAYLOAD_BYTES_MAX: Final = 4 * 1024 * 1024
 # Committed records handed to the listener per call.
 COMMIT_BATCH_MAX: Final = 500
 TICK_INTERVAL_MS_DEFAULT: Final = 5

@@ -85,7 +85,7 @@ __all__ = ["PysyncobjQuorumEngine", "PysyncobjTuning", "pysyncobj_address"]
 # Bounds (TIGER_STYLE: every table and loop has a named limit).
 PROPOSAL_IDS_MAX = 65_536  # applied proposal ids remembered for dedup (FIFO eviction)
 PAYLOADS_PER_PROPOSAL_MAX = 10_000
-PAYLOAD_BYTES_MAX = 1 << 20
+PAYLOAD_BYTES_MAX = 4 << 20  # as the native engine: one 10,000-partition topic fits
 PROPOSAL_ATTEMPTS_MAX = 200  # re-proposals of one id within one append's deadline
 DELIVERY_BATCH_MAX = 1_000  # records per handle_commit call
 COMMANDS_QUEUE_MAX = 10_000  # pysyncobj's commandsQueueSize
@@ -471,7 +471,12 @@ class PysyncobjQuorumEngine:
         self._proposal_seq += 1
         proposal = _Proposal(
             proposal_id=f"{self._node_id}:{self._incarnation}:{self._proposal_seq}",
-            term=int(self._syncobj.raftCurrentTerm),
+            # The term this node was seen leading in, not pysyncobj's live term: a
+            # deposed leader's tick thread may already have adopted its successor's
+            # term while the loop still believes it leads, and a proposal stamped with
+            # the new term would pass the fence although it was computed on a stale
+            # image (measured: a duplicate TopicRecord committed after a SIGSTOP).
+            term=self._status.term,
             payloads=payloads,
         )
         applied = await self._submit(proposal, timeout_ms=timeout_ms)

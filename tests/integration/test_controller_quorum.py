@@ -1,19 +1,25 @@
-"""Three real controller processes (native Raft engine) on loopback, driven over HTTP.
+"""Three real controller processes on loopback, driven over HTTP, once per quorum engine
+(native Raft, and pysyncobj when it is installed).
 
 Each test starts a cluster with ``raftka.local.LocalCluster`` (one OS process per
-controller, local quorum timeouts: election 500 ms, fetch 1000 ms), then checks one
+controller, the local quorum timeouts: election 250 ms, fetch 500 ms), then checks one
 guarantee from the outside: an active controller is elected and followers redirect
 writes to it; after kill -9 of the active controller a new one is elected and commits
-(the time is measured and printed) with no committed record lost; a SIGSTOPped
-controller does not stop the other two and catches up to the same log after SIGCONT;
-every committed topic survives kill -9 of all three and a restart; a broker that stops
-heartbeating is fenced after broker.session.timeout.ms and its partitions get new
-leaders from their ISRs. Every wait is a condition polled with a deadline.
+(the time is printed; the bound here is a generous liveness check, the 2 s / 1 s
+figures are measured by bench/controller_bench.py failover) with no committed record
+lost; a SIGSTOPped follower does not stop the other two and catches up to the same log
+after SIGCONT; a SIGSTOPped *active* controller is replaced, a request queued on its
+socket while it was stopped does not commit on its stale image, and after SIGCONT it
+steps down, redirects writes and ends with the same log; every committed topic
+survives kill -9 of all three and a restart; a broker that stops heartbeating is fenced
+after broker.session.timeout.ms and its partitions get new leaders from their ISRs.
+Every wait is a condition polled with a deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 import time
 import uuid
@@ -23,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local import LocalCluster, NodeProcess, http_json, wait_for
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.records import record_from_dict
@@ -34,12 +40,57 @@ FAILOVER_BOUND_S = 10.0
 WRITE_DEADLINE_S = 20.0
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+PYSYNCOBJ_MISSING = importlib.util.find_spec("pysyncobj") is None
+ENGINES = [
+    pytest.param("native", id="native"),
+    pytest.param(
+        "pysyncobj",
+        id="pysyncobj",
+        marks=pytest.mark.skipif(
+            PYSYNCOBJ_MISSING, reason="pysyncobj is not installed (pip install 'raftka[pysyncobj]')"
+        ),
+    ),
+]
+
+
+def engine_properties(engine: str) -> dict[str, str]:
+    """What a LocalCluster needs to run ``engine`` (pysyncobj requires its password)."""
+    if engine == "pysyncobj":
+        return {"quorum.pysyncobj.password": "integration-test-secret"}
+    return {}
+
+
+# Long enough that a fake broker registered once stays unfenced through any failover
+# a test provokes (a write can wait out a 3 s request to a SIGSTOPped leader); the
+# fencing test uses a short one.
+SESSION_TIMEOUT_LONG_MS = 60_000
+SESSION_TIMEOUT_SHORT_MS = 2_000
+
+
+@contextlib.contextmanager
+def running_cluster(tmp_path: Path, engine: str, session_timeout_ms: int) -> Iterator[LocalCluster]:
     with LocalCluster(
-        tmp_path, controllers=3, extra_properties={"broker.session.timeout.ms": "2000"}
+        tmp_path,
+        controllers=3,
+        engine=engine,
+        extra_properties={
+            "broker.session.timeout.ms": str(session_timeout_ms),
+            **engine_properties(engine),
+        },
     ) as c:
         c.start()
+        yield c
+
+
+@pytest.fixture(params=ENGINES)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalCluster]:
+    with running_cluster(tmp_path, request.param, SESSION_TIMEOUT_LONG_MS) as c:
+        yield c
+
+
+@pytest.fixture(params=ENGINES)
+def fencing_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalCluster]:
+    with running_cluster(tmp_path, request.param, SESSION_TIMEOUT_SHORT_MS) as c:
         yield c
 
 
@@ -109,6 +160,14 @@ def topics_on(address: str) -> set[str]:
         return set()
 
 
+def wait_has_topics(node: NodeProcess, names: set[str], *, timeout_s: float) -> None:
+    wait_for(
+        lambda: names <= topics_on(node.address),
+        timeout_s=timeout_s,
+        message=lambda: f"controller {node.node_id} has {topics_on(node.address)}",
+    )
+
+
 def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
     """Followers redirect to the active controller; kill -9 of it elects another within
     the bound, which commits; every survivor's log holds every topic created before."""
@@ -147,11 +206,7 @@ def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
     for node in cluster.controllers.values():
         if node.node_id == leader:
             continue
-        wait_for(
-            lambda n=node: expected <= topics_on(n.address),
-            timeout_s=10,
-            message=lambda n=node: f"controller {n.node_id} has {topics_on(n.address)}",
-        )
+        wait_has_topics(node, expected, timeout_s=10)
 
 
 def test_paused_controller_catches_up(cluster: LocalCluster) -> None:
@@ -207,11 +262,7 @@ def test_committed_topics_survive_killing_all(cluster: LocalCluster) -> None:
     cluster.wait_leader()
     create_topic(cluster, "after-restart")
     for node in cluster.controllers.values():
-        wait_for(
-            lambda n=node: names | {"after-restart"} <= topics_on(n.address),
-            timeout_s=15,
-            message=lambda n=node: f"controller {n.node_id} has {topics_on(n.address)}",
-        )
+        wait_has_topics(node, names | {"after-restart"}, timeout_s=15)
 
 
 class Heartbeats:
@@ -239,10 +290,11 @@ class Heartbeats:
             self.stop.wait(0.3)
 
 
-def test_silent_broker_is_fenced_and_loses_leadership(cluster: LocalCluster) -> None:
+def test_silent_broker_is_fenced_and_loses_leadership(fencing_cluster: LocalCluster) -> None:
     """Three fake brokers register and heartbeat; an RF=3 topic is created; one broker
     goes silent: after broker.session.timeout.ms (2 s here) it is fenced, leaves every
     ISR, and each partition it led gets a new leader from its ISR."""
+    cluster = fencing_cluster
     epochs: dict[int, int] = {}
     for broker_id in (1, 2, 3):
         answer = write(
@@ -294,3 +346,88 @@ def test_silent_broker_is_fenced_and_loses_leadership(cluster: LocalCluster) -> 
     finally:
         beats.stop.set()
         beats.thread.join(timeout=10)
+
+
+def register_one_broker(cluster: LocalCluster) -> None:
+    """Topics need a usable broker (RF 1 by default): register and unfence one."""
+    epoch = write(
+        cluster,
+        "/v1/brokers/register",
+        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
+    )["broker_epoch"]
+    write(
+        cluster,
+        "/v1/brokers/heartbeat",
+        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
+    )
+
+
+def test_paused_active_controller_steps_down_and_rejoins(cluster: LocalCluster) -> None:
+    """SIGSTOP the active controller and queue a create-topics request on its socket
+    (the kernel accepts it; the process reads it after SIGCONT). The other two elect a
+    new active controller and commit, among others, the same topic. SIGCONT: the queued
+    request, run on the deposed leader's stale image, must not commit (if it answers
+    success, its topic id is the one every log holds, and no node skipped a payload);
+    once the old leader has learned the new epoch it reports itself a follower and
+    answers NOT_CONTROLLER naming the new active controller; then all three logs are
+    identical, offset by offset."""
+    register_one_broker(cluster)
+    old_id = cluster.wait_leader()
+    old = cluster.controllers[old_id]
+    old.pause()
+    stale: dict[str, Any] = {}
+
+    def send_stale() -> None:
+        try:
+            stale["answer"] = http_json(
+                old.address,
+                "/v1/topics",
+                method="POST",
+                body={"topics": [{"name": "twice"}]},
+                timeout_s=30,
+            )
+        except OSError as e:
+            stale["answer"] = (-1, str(e))
+
+    sender = threading.Thread(target=send_stale, daemon=True)
+    sender.start()
+    for i in range(3):
+        create_topic(cluster, f"while-leader-paused-{i}")
+    create_topic(cluster, "twice")
+    new_id = cluster.wait_leader(excluding=(old_id,))
+    assert new_id != old_id
+    old.resume()
+    sender.join(timeout=40)
+    assert not sender.is_alive()
+
+    def stepped_down() -> dict[str, Any] | None:
+        health = old.health()
+        if health is None or health["role"] == "leader" or health["active_controller"]:
+            return None
+        leader_id = health["leader_id"]
+        return health if leader_id is not None and leader_id != old_id else None
+
+    health = wait_for(stepped_down, timeout_s=15, message=lambda: f"old leader: {old.health()}")
+    status, answer = http_json(
+        old.address, "/v1/topics", method="POST", body={"topics": [{"name": "refused"}]}
+    )
+    assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
+    assert answer["leader_address"] == cluster.controllers[health["leader_id"]].address, answer
+    create_topic(cluster, "after-heal")
+
+    expected = {f"while-leader-paused-{i}" for i in range(3)} | {"twice", "after-heal"}
+
+    def logs_equal() -> list[tuple[MetadataImage, list[tuple[int, Any]]]] | None:
+        # read_log raises MetadataReplayError on a payload that does not replay.
+        logs = [read_log(n.address) for n in cluster.controllers.values()]
+        same = all(log[1] == logs[0][1] for log in logs)
+        return logs if same and expected <= set(logs[0][0].topics.by_name) else None
+
+    logs = wait_for(logs_equal, timeout_s=15, message="the three logs differ")
+    image = logs[0][0]
+    assert "refused" not in image.topics.by_name
+    status, answer = stale["answer"]
+    if status == 200 and answer["topics"][0]["error"] is None:
+        twice = image.topics.topic_by_name("twice")
+        assert twice is not None
+        assert answer["topics"][0]["topic_id"] == str(twice.topic_id), (answer, twice)

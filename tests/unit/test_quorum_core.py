@@ -489,6 +489,35 @@ def test_replica_below_log_start_catches_up_from_a_chunked_snapshot() -> None:
     assert cluster.cores[3].handle(stray, cluster.now_ms) == []
 
 
+def test_fetch_responses_stay_within_fetch_max_bytes() -> None:
+    """A lagging follower gets entries in responses of at most fetch_max_bytes of payload
+    (always at least one entry, however large), and still ends up with the whole log."""
+    cluster = Cluster()
+    cluster.elect(1)
+    budget = CONFIG.fetch_max_bytes
+    big = b"x" * (budget // 3 + 1)  # three of these exceed one response
+    cluster.isolate(3)
+    for _ in range(4):
+        assert isinstance(cluster.propose(1, big), Proposed)
+    assert isinstance(cluster.propose(1, b"y" * (budget + 1)), Proposed)  # alone > budget
+    cluster.advance(50)
+    cluster.heal()
+    cluster.actions[3].clear()
+    cluster.advance(200)
+    responses = [
+        s.message
+        for s in cluster.actions[1]
+        if isinstance(s, Send) and isinstance(s.message, FetchResponse) and s.destination == 3
+    ]
+    sizes = [sum(len(e.payload) for e in r.entries) for r in responses if r.entries]
+    assert sizes and all(
+        size <= budget or len(r.entries) == 1
+        for size, r in zip(sizes, [r for r in responses if r.entries], strict=True)
+    )
+    assert max(len(r.entries) for r in responses if r.entries) >= 2
+    assert cluster.logs[3].end_offset == cluster.logs[1].end_offset
+
+
 def test_restart_as_leader_comes_back_resigned() -> None:
     """A node whose persisted state says it led the epoch restarts Resigned (it cannot
     know what it promised) and takes no proposals."""

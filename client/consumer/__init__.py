@@ -1,1 +1,2 @@
-"""raftka's consumer. So far: the partition assignors (:mod:`.assignors`)."""
+"""raftka's consumer: the fetcher and the partition assignors; the public classes are
+exported from :mod:`raftka.client`."""

@@ -1,4 +1,5 @@
-"""raftka's producer. So far: the partitioners (:mod:`.partitioner`)."""
+"""raftka's producer: the accumulator, the sender, the partitioners; the public classes
+are exported from :mod:`raftka.client`."""
 
 from raftka.client.producer.partitioner import (
     BuiltInPartitioner,

@@ -1,0 +1,511 @@
+"""The I/O edge every client shares: HTTP requests to brokers/controllers and the
+metadata cache.
+
+One ``aiohttp.ClientSession`` per client, created lazily on the client's event loop
+(constructors do no I/O) and closed with the client. Every request carries a timeout
+(``request_timeout_ms`` unless a caller gives a longer one, as a long-polling fetch
+does). Wire errors become Kafka's typed exceptions (``error_for_name``); a connection
+failure becomes ``NetworkError`` and a client-side timeout ``RequestTimedOutError``,
+both retriable, as Kafka's NetworkClient reports a disconnect.
+
+The metadata cache (:class:`MetadataCache`) holds the last ``GET /v1/metadata``
+answer as an immutable :class:`ClusterView`; a refresh replaces it whole. It is
+refreshed when older than ``metadata_max_age_ms``, when a caller asks for a topic it
+does not know, and when a request meets NOT_LEADER_OR_FOLLOWER or
+UNKNOWN_TOPIC_OR_PARTITION (``invalidate``). Concurrent refreshes share one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from raftka.client.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NetworkError,
+    RequestTimedOutError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    error_for_name,
+)
+from raftka.client.structs import Node, PartitionInfo, TopicPartition
+from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "ClusterView",
+    "ListedOffset",
+    "MetadataCache",
+    "TopicView",
+    "Transport",
+    "list_offsets",
+    "monotonic_ms",
+]
+
+#: Bound on one response body (a fetch answer holds at most fetch_max_bytes plus one
+#: batch; this is a guard against a runaway peer, not a tuning knob).
+RESPONSE_BYTES_MAX: Final = 256 * 1024 * 1024
+#: Connections per host the session keeps; requests past it queue in aiohttp.
+CONNECTIONS_PER_HOST_MAX: Final = 32
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def error_from_wire(obj: object, default: str = "") -> KafkaError:
+    """A wire error object ``{"error", "error_code", "message"}`` as an exception."""
+    if isinstance(obj, dict) and isinstance(obj.get("error"), str):
+        message = obj.get("message")
+        err = error_for_name(obj["error"], message if isinstance(message, str) else "")
+        return err
+    return UnknownServerError(default or f"unexpected error object {obj!r}")
+
+
+class Transport:
+    """HTTP to raftka nodes for one client. Not thread-safe: used from one event loop."""
+
+    def __init__(self, *, client_id: str, request_timeout_ms: int, idle_ms: int) -> None:
+        self._client_id = client_id
+        self._request_timeout_ms = request_timeout_ms
+        self._idle_ms = idle_ms
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise KafkaError("the client is closed")
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=0,
+                limit_per_host=CONNECTIONS_PER_HOST_MAX,
+                keepalive_timeout=self._idle_ms / 1000,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": f"raftka-python ({self._client_id})"},
+                read_bufsize=1 << 16,
+            )
+        return self._session
+
+    @property
+    def request_timeout_ms(self) -> int:
+        return self._request_timeout_ms
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def request(
+        self,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        json_body: object = None,
+        frame_body: bytes | None = None,
+        timeout_ms: int | None = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> tuple[int, bytes, str]:
+        """One request; (status, body, content type). NetworkError or
+        RequestTimedOutError when no answer arrives."""
+        session = self._get_session()
+        total_ms = timeout_ms if timeout_ms is not None else self._request_timeout_ms
+        headers: dict[str, str] = {}
+        data: bytes | None = None
+        if frame_body is not None:
+            data = frame_body
+            headers["Content-Type"] = FRAME_CONTENT_TYPE
+        elif json_body is not None:
+            data = orjson.dumps(json_body)
+            headers["Content-Type"] = "application/json"
+        query: list[tuple[str, str]] = []
+        for k, v in (params or {}).items():
+            query.extend((k, x) for x in ([v] if isinstance(v, str) else v))
+        try:
+            async with session.request(
+                method,
+                f"http://{address}{path}",
+                data=data,
+                headers=headers,
+                params=query or None,
+                timeout=aiohttp.ClientTimeout(total=total_ms / 1000),
+            ) as response:
+                body = await response.content.read(RESPONSE_BYTES_MAX + 1)
+                if len(body) > RESPONSE_BYTES_MAX:
+                    raise NetworkError(f"{address}{path}: answer above {RESPONSE_BYTES_MAX} bytes")
+                return response.status, body, response.content_type
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{method} {address}{path}: no answer within {total_ms} ms"
+            ) from None
+        except aiohttp.ClientError as e:
+            raise NetworkError(f"{method} {address}{path}: {type(e).__name__}: {e}") from None
+
+    async def request_json(
+        self,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        json_body: object = None,
+        timeout_ms: int | None = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> Any:
+        """A JSON request whose answer is JSON; an error answer raises it typed.
+        ``NotControllerError`` keeps the body as ``.body`` (its ``leader_address``)."""
+        status, body, _ = await self.request(
+            address, method, path, json_body=json_body, timeout_ms=timeout_ms, params=params
+        )
+        return parse_json_answer(f"{method} {address}{path}", status, body)
+
+    async def request_frame(
+        self,
+        address: str,
+        path: str,
+        *,
+        json_body: object = None,
+        frame_body: bytes | None = None,
+        entries_key: str,
+        timeout_ms: int | None = None,
+    ) -> tuple[dict[str, Any], list[memoryview]] | None:
+        """A request whose answer is a frame (fetch) or JSON (produce); JSON answers
+        come back as (header, []). None for a 204 (acks=0)."""
+        status, body, content_type = await self.request(
+            address,
+            "POST",
+            path,
+            json_body=json_body,
+            frame_body=frame_body,
+            timeout_ms=timeout_ms,
+        )
+        if status == 204:
+            return None
+        if status == 200 and content_type == FRAME_CONTENT_TYPE:
+            return decode_frame(body, entries_key)
+        answer = parse_json_answer(f"POST {address}{path}", status, body)
+        if not isinstance(answer, dict) or not isinstance(answer.get(entries_key), list):
+            raise UnknownServerError(f"POST {address}{path}: answer without {entries_key!r}")
+        return answer, []
+
+
+def parse_json_answer(what: str, status: int, body: bytes) -> Any:
+    try:
+        answer = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        raise UnknownServerError(f"{what}: HTTP {status} with a body that is not JSON") from None
+    if status >= 400 or (isinstance(answer, dict) and status != 200 and "error" in answer):
+        err = error_from_wire(answer, f"{what}: HTTP {status}")
+        err.body = answer  # type: ignore[attr-defined]
+        raise err
+    return answer
+
+
+# ---------------------------------------------------------------------------------------
+# Metadata
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    topic_id: str | None
+    error: KafkaError | None
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def available_partitions(self) -> list[int]:
+        return [p.partition for p in self.partitions if p.leader is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """One metadata answer, immutable. ``topics`` holds only the topics asked for
+    (all of them after an unfiltered request)."""
+
+    brokers: Mapping[int, Node] = field(default_factory=dict)
+    topics: Mapping[str, TopicView] = field(default_factory=dict)
+    controller_id: int | None = None
+    controllers: tuple[str, ...] = ()
+    fetched_ms: int = -1
+
+    def leader_address(self, tp: TopicPartition) -> tuple[int, str] | None:
+        topic = self.topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            return None
+        leader = topic.partitions[tp.partition].leader
+        node = None if leader is None else self.brokers.get(leader)
+        return None if node is None or leader is None else (leader, f"{node.host}:{node.port}")
+
+
+def parse_cluster_view(answer: Any, now_ms: int) -> ClusterView:
+    brokers = {
+        int(b["id"]): Node(int(b["id"]), str(b["host"]), int(b["port"]), b.get("rack"))
+        for b in answer.get("brokers", [])
+        if b.get("host") is not None and b.get("port") is not None
+    }
+    topics: dict[str, TopicView] = {}
+    for t in answer.get("topics", []):
+        parts = []
+        for p in sorted(t.get("partitions", []), key=lambda p: int(p["partition"])):
+            leader = p.get("leader")
+            parts.append(
+                PartitionInfo(
+                    topic=t["name"],
+                    partition=int(p["partition"]),
+                    leader=None if leader is None or leader < 0 else int(leader),
+                    leader_epoch=int(p.get("leader_epoch", -1)),
+                    replicas=tuple(p.get("replicas", ())),
+                    isr=tuple(p.get("isr", ())),
+                    offline_replicas=tuple(r for r in p.get("replicas", ()) if r not in brokers),
+                )
+            )
+        error = None if t.get("error") is None else error_from_wire(t["error"])
+        topics[t["name"]] = TopicView(t["name"], t.get("topic_id"), error, tuple(parts))
+    return ClusterView(
+        brokers=brokers,
+        topics=topics,
+        controller_id=answer.get("controller_id"),
+        controllers=tuple(answer.get("controllers", ())),
+        fetched_ms=now_ms,
+    )
+
+
+class MetadataCache:
+    """The client's view of the cluster, refreshed on demand. One event loop."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        bootstrap_servers: Sequence[str],
+        metadata_max_age_ms: int,
+        retry_backoff_ms: int,
+        request_timeout_ms: int,
+    ) -> None:
+        self._transport = transport
+        self._bootstrap = tuple(bootstrap_servers)
+        self._max_age_ms = metadata_max_age_ms
+        self._backoff_ms = retry_backoff_ms
+        self._request_timeout_ms = request_timeout_ms
+        self.view = ClusterView()
+        #: Topics this client uses; every refresh asks for all of them.
+        self._topics: set[str] = set()
+        self._refreshing: asyncio.Future[ClusterView] | None = None
+        self._stale = True
+        self._next_address = 0
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset(self._topics)
+
+    def add_topics(self, topics: Sequence[str]) -> None:
+        new = set(topics) - self._topics
+        if new:
+            self._topics |= new
+            self._stale = True
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def needs_refresh(self, now_ms: int) -> bool:
+        return (
+            self._stale
+            or self.view.fetched_ms < 0
+            or now_ms - self.view.fetched_ms >= self._max_age_ms
+        )
+
+    def _addresses(self) -> list[str]:
+        known = [f"{n.host}:{n.port}" for n in self.view.brokers.values()]
+        ordered = list(dict.fromkeys([*known, *self._bootstrap]))
+        # Rotate so that a dead broker is not always asked first.
+        start = self._next_address % len(ordered)
+        self._next_address += 1
+        return ordered[start:] + ordered[:start]
+
+    async def refresh(self, *, all_topics: bool = False) -> ClusterView:
+        """Fetch metadata (sharing an in-flight refresh). Tries every known broker once
+        and raises the last error if none answers."""
+        if self._refreshing is not None and not all_topics:
+            return await asyncio.shield(self._refreshing)
+        future: asyncio.Future[ClusterView] = asyncio.get_running_loop().create_future()
+        if not all_topics:
+            self._refreshing = future
+        try:
+            view = await self._fetch(all_topics)
+        except BaseException as e:
+            if not future.done():
+                future.set_exception(e)
+                future.exception()  # mark retrieved: the caller raises it
+            raise
+        finally:
+            if self._refreshing is future:
+                self._refreshing = None
+        future.set_result(view)
+        return view
+
+    async def _fetch(self, all_topics: bool) -> ClusterView:
+        params = None if all_topics else {"topics": ",".join(sorted(self._topics))}
+        last: KafkaError = NetworkError("no broker to ask for metadata")
+        for address in self._addresses():
+            try:
+                answer = await self._transport.request_json(
+                    address, "GET", "/v1/metadata", params=params
+                )
+            except KafkaError as e:
+                last = e
+                continue
+            view = parse_cluster_view(answer, monotonic_ms())
+            if not all_topics:
+                self.view = view
+                self._stale = False
+            return view
+        raise last
+
+    async def wait_for_topic(self, topic: str, deadline_ms: int) -> TopicView:
+        """The topic's metadata with at least one partition, refreshing with backoff
+        until ``deadline_ms``; then the last error (UnknownTopicOrPartitionError if the
+        cluster said it has no such topic, else KafkaTimeoutError)."""
+        self.add_topics([topic])
+        last: KafkaError | None = None
+        while True:
+            now = monotonic_ms()
+            cached = self.view.topics.get(topic)
+            usable = cached is not None and cached.error is None and bool(cached.partitions)
+            if usable and cached is not None and not self.needs_refresh(now):
+                return cached
+            if now >= deadline_ms:
+                if isinstance(last, UnknownTopicOrPartitionError):
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} not present in metadata after waiting: {last.message}"
+                    )
+                raise KafkaTimeoutError(
+                    f"topic {topic!r} not present in metadata in time"
+                    + (f" (last error: {last})" if last is not None else "")
+                )
+            try:
+                view = await asyncio.wait_for(
+                    self.refresh(), timeout=max(deadline_ms - now, 1) / 1000
+                )
+            except TimeoutError:
+                continue
+            except KafkaError as e:
+                last = e
+                view = self.view
+                if cached is not None and cached.error is None and cached.partitions:
+                    return cached  # stale but usable: a request will tell if it moved
+            found = view.topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                return found
+            if found is not None and found.error is not None:
+                last = found.error
+            await asyncio.sleep(min(self._backoff_ms, max(deadline_ms - monotonic_ms(), 0)) / 1000)
+
+
+# ---------------------------------------------------------------------------------------
+# ListOffsets: used by the consumer (positions) and the admin (list_offsets)
+
+#: Kafka's ListOffsets sentinel timestamps.
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    offset: int
+    timestamp: int
+    leader_epoch: int | None
+
+
+async def list_offsets(
+    transport: Transport,
+    metadata: MetadataCache,
+    timestamps: Mapping[TopicPartition, int],
+    *,
+    deadline_ms: int,
+    retry_backoff_ms: int,
+) -> dict[TopicPartition, ListedOffset]:
+    """ListOffsets for each partition at its leader, retrying retriable errors
+    (refreshing metadata) until ``deadline_ms``; then KafkaTimeoutError naming the last
+    error. A non-retriable per-partition error is raised as is."""
+    metadata.add_topics(sorted({tp.topic for tp in timestamps}))
+    remaining = dict(timestamps)
+    results: dict[TopicPartition, ListedOffset] = {}
+    last: KafkaError | None = None
+    while remaining:
+        if metadata.needs_refresh(monotonic_ms()) or any(
+            metadata.view.leader_address(tp) is None for tp in remaining
+        ):
+            try:
+                await metadata.refresh()
+            except KafkaError as e:
+                last = e
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in remaining:
+            leader = metadata.view.leader_address(tp)
+            if leader is None:
+                topic = metadata.view.topics.get(tp.topic)
+                if topic is not None and topic.error is not None:
+                    last = topic.error
+                elif topic is not None and tp.partition >= len(topic.partitions):
+                    last = UnknownTopicOrPartitionError(f"{tp} does not exist")
+                else:
+                    last = last or KafkaTimeoutError(f"no leader known for {tp}")
+                continue
+            by_leader.setdefault(leader[1], []).append(tp)
+        for address, tps in by_leader.items():
+            body = {
+                "partitions": [
+                    {"topic": tp.topic, "partition": tp.partition, "timestamp": remaining[tp]}
+                    for tp in tps
+                ]
+            }
+            timeout = max(1, min(transport.request_timeout_ms, deadline_ms - monotonic_ms()))
+            try:
+                answer = await transport.request_json(
+                    address, "POST", "/v1/list-offsets", json_body=body, timeout_ms=timeout
+                )
+            except KafkaError as e:
+                if not e.retriable:
+                    raise
+                last = e
+                metadata.invalidate()
+                continue
+            for r in answer.get("responses", []):
+                tp = TopicPartition(r["topic"], int(r["partition"]))
+                if tp not in remaining:
+                    continue
+                if r.get("error") is not None:
+                    error = error_from_wire(r["error"])
+                    if not error.retriable:
+                        raise error
+                    last = error
+                    metadata.invalidate()
+                    continue
+                results[tp] = ListedOffset(
+                    int(r["offset"]), int(r.get("timestamp", -1)), r.get("leader_epoch")
+                )
+                del remaining[tp]
+        if not remaining:
+            break
+        now = monotonic_ms()
+        if now >= deadline_ms:
+            if isinstance(last, UnknownTopicOrPartitionError):
+                raise UnknownTopicOrPartitionError(
+                    f"list offsets for {sorted(map(str, remaining))}: {last.message}"
+                )
+            raise KafkaTimeoutError(
+                f"list offsets for {sorted(map(str, remaining))} did not complete in time"
+                + (f"; last error: {last}" if last is not None else "")
+            )
+        await asyncio.sleep(min(retry_backoff_ms, deadline_ms - now) / 1000)
+    return results

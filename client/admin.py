@@ -1,0 +1,622 @@
+"""``AsyncAdmin`` and ``Admin``: Kafka's admin client over raftka's APIs.
+
+Topic and config commands go to the *active controller* (``POST/DELETE /v1/topics``,
+``POST /v1/partitions``, ``POST/GET /v1/configs``): the controllers are
+``bootstrap_controllers`` when given, else the list a broker's metadata names. A
+controller that is not active answers NOT_CONTROLLER with the active one's address;
+the admin follows it, and retries retriable errors with ``retry_backoff_ms`` until
+``default_api_timeout_ms`` (or a call's ``timeout_ms``) runs out: KafkaTimeoutError.
+Reads of the cluster (``list_topics``, ``describe_topics``, ``describe_cluster``,
+``list_offsets``) ask brokers, as Kafka's admin does.
+
+Per-item errors: Kafka's admin returns a future per topic. Here a call that names
+several topics applies them all (the controller answers each) and then raises the
+first per-topic error as Kafka's typed exception (``TopicAlreadyExistsError``...), with
+every topic's outcome in the exception's ``results`` attribute
+(``{name: KafkaError | None}``); it returns None when all succeeded.
+
+Thread safety: ``AsyncAdmin`` belongs to one event loop; ``Admin`` is thread-safe
+(calls run one at a time on its loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from raftka.client._sync import LoopThread
+from raftka.client._transport import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ListedOffset,
+    MetadataCache,
+    Transport,
+    error_from_wire,
+    list_offsets,
+    monotonic_ms,
+)
+from raftka.client.config import AdminConfig
+from raftka.client.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.structs import (
+    NewPartitions,
+    NewTopic,
+    Node,
+    TopicDescription,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "AlterConfigOp",
+    "AsyncAdmin",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ListedOffset",
+    "OffsetSpec",
+]
+
+#: ``list_offsets`` specs: Kafka's OffsetSpec.earliest()/latest()/forTimestamp(ts).
+OffsetSpec = Literal["earliest", "latest"] | int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One topic config as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    source: str
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+    type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """One IncrementalAlterConfigs operation: ``SET``/``DELETE``/``APPEND``/``SUBTRACT``."""
+
+    name: str
+    value: str | None = None
+    op: Literal["SET", "DELETE", "APPEND", "SUBTRACT"] = "SET"
+
+    def __post_init__(self) -> None:
+        if self.op not in ("SET", "DELETE", "APPEND", "SUBTRACT"):
+            raise ValueError(f"op must be SET, DELETE, APPEND or SUBTRACT, not {self.op!r}")
+        if self.op != "DELETE" and self.value is None:
+            raise ValueError(f"{self.op} of {self.name!r} needs a value")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """describe_cluster: the unfenced brokers, the active controller id (None if the
+    broker asked does not know it) and the controllers' addresses."""
+
+    brokers: tuple[Node, ...]
+    controller_id: int | None
+    controllers: tuple[str, ...]
+
+
+def _raise_first(results: dict[str, KafkaError | None]) -> None:
+    for error in results.values():
+        if error is not None:
+            error.results = results  # type: ignore[attr-defined]
+            raise error
+
+
+class AsyncAdmin:
+    """Kafka's admin client on asyncio. Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str],
+        bootstrap_controllers: str | Sequence[str] | None = None,
+        client_id: str = "raftka-python",
+        request_timeout_ms: int = 30_000,
+        default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        connections_max_idle_ms: int = 540_000,
+    ) -> None:
+        self.config = AdminConfig(
+            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+            bootstrap_controllers=bootstrap_controllers,  # type: ignore[arg-type]
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            default_api_timeout_ms=default_api_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            connections_max_idle_ms=connections_max_idle_ms,
+        )
+        self._transport: Transport | None = None
+        self._metadata: MetadataCache | None = None
+        self._active_controller: str | None = None
+        self._closed = False
+
+    def _started(self) -> tuple[Transport, MetadataCache]:
+        if self._closed:
+            raise IllegalStateError("this admin client has been closed")
+        if self._transport is None or self._metadata is None:
+            c = self.config
+            self._transport = Transport(
+                client_id=c.client_id,
+                request_timeout_ms=c.request_timeout_ms,
+                idle_ms=c.connections_max_idle_ms,
+            )
+            self._metadata = MetadataCache(
+                self._transport,
+                bootstrap_servers=c.bootstrap_servers,
+                metadata_max_age_ms=c.metadata_max_age_ms,
+                retry_backoff_ms=c.retry_backoff_ms,
+                request_timeout_ms=c.request_timeout_ms,
+            )
+        return self._transport, self._metadata
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._transport is not None:
+            await self._transport.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return monotonic_ms() + (
+            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        )
+
+    # ------------------------------------------------------------------ controllers
+
+    async def _controllers(self, deadline_ms: int) -> list[str]:
+        if self.config.bootstrap_controllers is not None:
+            return list(self.config.bootstrap_controllers)
+        _, metadata = self._started()
+        if not metadata.view.controllers:
+            await self._retry(metadata.refresh, deadline_ms)
+        return list(metadata.view.controllers)
+
+    async def _retry(self, fn: Any, deadline_ms: int) -> Any:
+        last: KafkaError | None = None
+        while True:
+            try:
+                return await fn()
+            except KafkaError as e:
+                if not e.retriable:
+                    raise
+                last = e
+            now = monotonic_ms()
+            if now >= deadline_ms:
+                raise KafkaTimeoutError(f"the call did not complete in time; last error: {last}")
+            await asyncio.sleep(min(self.config.retry_backoff_ms, deadline_ms - now) / 1000)
+
+    async def _controller_call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
+        timeout_ms: int | None,
+    ) -> Any:
+        transport, _ = self._started()
+        deadline = self._deadline(timeout_ms)
+        controllers = await self._controllers(deadline)
+        if not controllers:
+            raise KafkaTimeoutError("no controller address known")
+        attempt = 0
+        last: KafkaError | None = None
+        while True:
+            address = self._active_controller or controllers[attempt % len(controllers)]
+            attempt += 1
+            remaining = deadline - monotonic_ms()
+            try:
+                return await transport.request_json(
+                    address,
+                    method,
+                    path,
+                    json_body=body,
+                    params=params,
+                    timeout_ms=max(1, min(self.config.request_timeout_ms, remaining)),
+                )
+            except NotControllerError as e:
+                last = e
+                answer = getattr(e, "body", None) or {}
+                leader = answer.get("leader_address") if isinstance(answer, dict) else None
+                self._active_controller = leader if isinstance(leader, str) else None
+                if self._active_controller is not None:
+                    continue  # go there at once
+            except KafkaError as e:
+                if not e.retriable:
+                    raise
+                last = e
+                self._active_controller = None
+            now = monotonic_ms()
+            if now >= deadline:
+                raise KafkaTimeoutError(
+                    f"{method} {path} did not complete in time; last error: {last}"
+                )
+            if attempt % len(controllers) == 0:
+                await asyncio.sleep(min(self.config.retry_backoff_ms, deadline - now) / 1000)
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topics(
+        self,
+        new_topics: Iterable[NewTopic],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Create topics; raises the first per-topic error (see the module doc)."""
+        topics: list[dict[str, Any]] = []
+        for t in new_topics:
+            item: dict[str, Any] = {"name": t.name, "configs": dict(t.configs)}
+            if t.replica_assignment is not None:
+                item["assignments"] = {
+                    str(p): list(r) for p, r in sorted(t.replica_assignment.items())
+                }
+            else:
+                item["num_partitions"] = t.num_partitions
+                item["replication_factor"] = t.replication_factor
+            topics.append(item)
+        if not topics:
+            return
+        answer = await self._controller_call(
+            "POST",
+            "/v1/topics",
+            body={"topics": topics, "validate_only": validate_only},
+            timeout_ms=timeout_ms,
+        )
+        _raise_first(_item_errors(answer["topics"], "name"))
+
+    async def delete_topics(self, topics: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        names = list(topics)
+        if not names:
+            return
+        answer = await self._controller_call(
+            "DELETE", "/v1/topics", body={"names": names}, timeout_ms=timeout_ms
+        )
+        _raise_first(_item_errors(answer["topics"], "name"))
+
+    async def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        topics = []
+        for name, spec in new_partitions.items():
+            item: dict[str, Any] = {"name": name, "count": spec.total_count}
+            if spec.new_assignments is not None:
+                item["assignments"] = [list(r) for r in spec.new_assignments]
+            topics.append(item)
+        if not topics:
+            return
+        answer = await self._controller_call(
+            "POST",
+            "/v1/partitions",
+            body={"topics": topics, "validate_only": validate_only},
+            timeout_ms=timeout_ms,
+        )
+        _raise_first(_item_errors(answer["topics"], "name"))
+
+    async def _broker_metadata(self, *, timeout_ms: int | None) -> Any:
+        _, metadata = self._started()
+        return await self._retry(
+            lambda: metadata.refresh(all_topics=True), self._deadline(timeout_ms)
+        )
+
+    async def list_topics(
+        self, *, list_internal: bool = False, timeout_ms: int | None = None
+    ) -> set[str]:
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        return {n for n in view.topics if list_internal or not n.startswith("__")}
+
+    async def describe_topics(
+        self, topics: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> list[TopicDescription]:
+        """Each topic asked for (all when None), in the order asked;
+        UnknownTopicOrPartitionError for one that does not exist."""
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        names = sorted(view.topics) if topics is None else list(topics)
+        out = []
+        for name in names:
+            t = view.topics.get(name)
+            if t is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if t.error is not None:
+                raise t.error
+            out.append(
+                TopicDescription(
+                    name=name,
+                    topic_id=t.topic_id or "",
+                    is_internal=name.startswith("__"),
+                    partitions=t.partitions,
+                )
+            )
+        return out
+
+    async def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        return ClusterDescription(
+            brokers=tuple(sorted(view.brokers.values())),
+            controller_id=view.controller_id,
+            controllers=view.controllers,
+        )
+
+    # ------------------------------------------------------------------ configs
+
+    async def describe_configs(
+        self,
+        topics: Iterable[str],
+        *,
+        keys: Iterable[str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, dict[str, ConfigEntry]]:
+        """Every config of each topic (or only ``keys``) with its effective value."""
+        out: dict[str, dict[str, ConfigEntry]] = {}
+        key_list = [] if keys is None else list(keys)
+        for topic in topics:
+            params: dict[str, str | Sequence[str]] = {"topic": topic}
+            if key_list:
+                params["key"] = key_list
+            answer = await self._controller_call(
+                "GET", "/v1/configs", params=params, timeout_ms=timeout_ms
+            )
+            out[topic] = {
+                e["name"]: ConfigEntry(
+                    name=e["name"],
+                    value=e.get("value"),
+                    source=e.get("source", ""),
+                    is_default=bool(e.get("is_default", False)),
+                    read_only=bool(e.get("read_only", False)),
+                    is_sensitive=bool(e.get("is_sensitive", False)),
+                    type=e.get("type"),
+                )
+                for e in answer.get("entries", [])
+            }
+        return out
+
+    async def incremental_alter_configs(
+        self,
+        configs: Mapping[str, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Kafka's incrementalAlterConfigs for topics: ``{topic: [AlterConfigOp]}``."""
+        resources = []
+        for topic, ops in configs.items():
+            wire_ops = []
+            for op in ops:
+                item: dict[str, Any] = {"name": op.name, "op": op.op}
+                if op.op != "DELETE":
+                    item["value"] = op.value
+                wire_ops.append(item)
+            resources.append({"resource_type": "topic", "resource_name": topic, "ops": wire_ops})
+        if not resources:
+            return
+        answer = await self._controller_call(
+            "POST",
+            "/v1/configs",
+            body={"resources": resources, "validate_only": validate_only},
+            timeout_ms=timeout_ms,
+        )
+        _raise_first(_item_errors(answer["resources"], "resource_name"))
+
+    async def alter_configs(
+        self,
+        configs: Mapping[str, Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Incremental, unlike Kafka's deprecated alterConfigs: each ``{key: value}``
+        is SET, each ``{key: None}`` DELETEd (back to its default); configs not named
+        are left alone."""
+        await self.incremental_alter_configs(
+            {
+                topic: [
+                    AlterConfigOp(k, None, "DELETE") if v is None else AlterConfigOp(k, v)
+                    for k, v in entries.items()
+                ]
+                for topic, entries in configs.items()
+            },
+            validate_only=validate_only,
+            timeout_ms=timeout_ms,
+        )
+
+    # ------------------------------------------------------------------ offsets
+
+    async def list_offsets(
+        self, specs: Mapping[TopicPartition, OffsetSpec], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, ListedOffset]:
+        """Kafka's listOffsets: "earliest" (log start), "latest" (high watermark) or a
+        timestamp (the first offset at or after it; offset -1 if none)."""
+        transport, metadata = self._started()
+        timestamps: dict[TopicPartition, int] = {}
+        for tp, spec in specs.items():
+            if spec == "earliest":
+                timestamps[tp] = EARLIEST_TIMESTAMP
+            elif spec == "latest":
+                timestamps[tp] = LATEST_TIMESTAMP
+            elif type(spec) is int and spec >= 0:
+                timestamps[tp] = spec
+            else:
+                raise ValueError(f"offset spec for {tp} must be earliest, latest or a timestamp")
+        return await list_offsets(
+            transport,
+            metadata,
+            timestamps,
+            deadline_ms=self._deadline(timeout_ms),
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+
+
+def _item_errors(items: list[dict[str, Any]], key: str) -> dict[str, KafkaError | None]:
+    return {
+        str(item.get(key)): None if item.get("error") is None else error_from_wire(item["error"])
+        for item in items
+    }
+
+
+class Admin:
+    """The blocking admin client: an :class:`AsyncAdmin` on its own loop thread.
+    Thread-safe. Same keyword arguments and methods as ``AsyncAdmin``."""
+
+    def __init__(self, **config: Any) -> None:
+        self._async = AsyncAdmin(**config)
+        self.config = self._async.config
+        self._thread = LoopThread(f"raftka-admin-{self.config.client_id}")
+
+    def _run(self, coro: Any, timeout_ms: int | None) -> Any:
+        base = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return self._thread.run(coro, (base + self.config.request_timeout_ms) / 1000 + 5)
+
+    def create_topics(
+        self,
+        new_topics: Iterable[NewTopic],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.create_topics(
+                list(new_topics), validate_only=validate_only, timeout_ms=timeout_ms
+            ),
+            timeout_ms,
+        )
+
+    def delete_topics(self, topics: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        self._run(self._async.delete_topics(list(topics), timeout_ms=timeout_ms), timeout_ms)
+
+    def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.create_partitions(
+                new_partitions, validate_only=validate_only, timeout_ms=timeout_ms
+            ),
+            timeout_ms,
+        )
+
+    def list_topics(
+        self, *, list_internal: bool = False, timeout_ms: int | None = None
+    ) -> set[str]:
+        result: set[str] = self._run(
+            self._async.list_topics(list_internal=list_internal, timeout_ms=timeout_ms), timeout_ms
+        )
+        return result
+
+    def describe_topics(
+        self, topics: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> list[TopicDescription]:
+        result: list[TopicDescription] = self._run(
+            self._async.describe_topics(
+                None if topics is None else list(topics), timeout_ms=timeout_ms
+            ),
+            timeout_ms,
+        )
+        return result
+
+    def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
+        result: ClusterDescription = self._run(
+            self._async.describe_cluster(timeout_ms=timeout_ms), timeout_ms
+        )
+        return result
+
+    def describe_configs(
+        self,
+        topics: Iterable[str],
+        *,
+        keys: Iterable[str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, dict[str, ConfigEntry]]:
+        result: dict[str, dict[str, ConfigEntry]] = self._run(
+            self._async.describe_configs(
+                list(topics), keys=None if keys is None else list(keys), timeout_ms=timeout_ms
+            ),
+            timeout_ms,
+        )
+        return result
+
+    def incremental_alter_configs(
+        self,
+        configs: Mapping[str, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.incremental_alter_configs(
+                {k: list(v) for k, v in configs.items()},
+                validate_only=validate_only,
+                timeout_ms=timeout_ms,
+            ),
+            timeout_ms,
+        )
+
+    def alter_configs(
+        self,
+        configs: Mapping[str, Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.alter_configs(configs, validate_only=validate_only, timeout_ms=timeout_ms),
+            timeout_ms,
+        )
+
+    def list_offsets(
+        self, specs: Mapping[TopicPartition, OffsetSpec], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, ListedOffset]:
+        result: dict[TopicPartition, ListedOffset] = self._run(
+            self._async.list_offsets(dict(specs), timeout_ms=timeout_ms), timeout_ms
+        )
+        return result
+
+    def close(self) -> None:
+        try:
+            if self._thread.started:
+                self._run(self._async.close(), None)
+            else:
+                self._async._closed = True
+        finally:
+            self._thread.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

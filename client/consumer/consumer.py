@@ -1,0 +1,490 @@
+"""``AsyncConsumer`` and ``Consumer``: Kafka's consumer with manual assignment.
+
+One core, two faces: :class:`AsyncConsumer` is the implementation; :class:`Consumer`
+runs it on a background loop thread (:mod:`raftka.client._sync`).
+
+``assign`` sets the partitions; ``poll`` resets positions that need it (ListOffsets by
+``auto_offset_reset``, or NoOffsetForPartitionError when it is ``none``), returns
+buffered records and keeps the next fetches in flight (:mod:`.fetcher`). Groups are not
+supported yet: ``subscribe`` exists and raises IllegalStateError so that code written
+for it fails clearly; ``group_id`` is accepted and unused.
+
+``isolation_level="read_committed"`` is accepted and reads like read_uncommitted:
+raftka has no transactions yet, so both read every record below the high watermark.
+
+Thread safety: ``AsyncConsumer`` belongs to one event loop. ``Consumer`` may be called
+from any thread (calls are serialised on its loop thread), but as in Kafka a consumer
+is meant to be driven by one thread; ``wakeup`` is not provided yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from raftka.client._sync import LoopThread
+from raftka.client._transport import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MetadataCache,
+    Transport,
+    list_offsets,
+    monotonic_ms,
+)
+from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
+from raftka.client.consumer.fetcher import Fetcher, SubscriptionState
+from raftka.client.errors import IllegalStateError, NoOffsetForPartitionError
+from raftka.client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["AsyncConsumer", "Consumer"]
+
+#: Iteration polls with this timeout and polls again while nothing arrives.
+ITER_POLL_TIMEOUT_MS: Final = 1_000
+
+
+class AsyncConsumer:
+    """Kafka's consumer on asyncio (manual assignment). Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "raftka-python",
+        group_id: str | None = None,
+        auto_offset_reset: Literal["earliest", "latest", "none"] = "latest",
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        max_poll_records: int = 500,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
+        check_crcs: bool = True,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        connections_max_idle_ms: int = 540_000,
+        default_api_timeout_ms: int = 60_000,
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
+    ) -> None:
+        self.config = ConsumerConfig(
+            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+            client_id=client_id,
+            group_id=group_id,
+            auto_offset_reset=auto_offset_reset,
+            fetch_min_bytes=fetch_min_bytes,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            max_poll_records=max_poll_records,
+            isolation_level=isolation_level,
+            check_crcs=check_crcs,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            connections_max_idle_ms=connections_max_idle_ms,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+        )
+        if type(default_api_timeout_ms) is not int or default_api_timeout_ms < 1:
+            raise ClientConfigError(
+                f"default_api_timeout_ms={default_api_timeout_ms!r}: expected an integer >= 1"
+            )
+        self.default_api_timeout_ms = default_api_timeout_ms
+        self._subs = SubscriptionState()
+        self._transport: Transport | None = None
+        self._metadata: MetadataCache | None = None
+        self._fetcher: Fetcher | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _ensure_started(self) -> tuple[Transport, MetadataCache, Fetcher]:
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+        if self._fetcher is None:
+            c = self.config
+            self._transport = Transport(
+                client_id=c.client_id,
+                request_timeout_ms=c.request_timeout_ms,
+                idle_ms=c.connections_max_idle_ms,
+            )
+            self._metadata = MetadataCache(
+                self._transport,
+                bootstrap_servers=c.bootstrap_servers,
+                metadata_max_age_ms=c.metadata_max_age_ms,
+                retry_backoff_ms=c.retry_backoff_ms,
+                request_timeout_ms=c.request_timeout_ms,
+            )
+            self._metadata.add_topics(sorted({tp.topic for tp in self._subs.assignment}))
+            self._fetcher = Fetcher(
+                config=c,
+                transport=self._transport,
+                metadata=self._metadata,
+                subscriptions=self._subs,
+            )
+        assert self._transport is not None and self._metadata is not None
+        return self._transport, self._metadata, self._fetcher
+
+    async def start(self) -> None:
+        """Nothing to connect to up front; kept for aiokafka's shape."""
+        self._ensure_started()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._fetcher is not None:
+            await self._fetcher.close()
+        if self._transport is not None:
+            await self._transport.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
+        """Consumer groups are not supported yet: use ``assign``."""
+        raise IllegalStateError(
+            "subscribe() needs consumer groups, which raftka does not support yet; "
+            "use assign() with explicit partitions"
+        )
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Manually assign exactly these partitions (replacing the previous assignment).
+        Positions of partitions kept across calls are kept."""
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        for tp in tps:
+            if not tp.topic or tp.partition < 0:
+                raise ValueError(f"invalid partition {tp!r}")
+        self._subs.assign(tps)
+        if self._fetcher is not None:
+            self._fetcher.clear_buffered()
+        if self._metadata is not None:
+            self._metadata.add_topics(sorted({tp.topic for tp in tps}))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subs.assignment)
+
+    def unsubscribe(self) -> None:
+        self.assign([])
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"seek offset must be a non-negative integer, not {offset!r}")
+        state = self._subs.state(partition)
+        state.position = offset
+        state.reset_to = None
+        if self._fetcher is not None:
+            self._fetcher.clear_buffered(partition)
+
+    def _seek_reset(self, partitions: Iterable[TopicPartition], to: str) -> None:
+        tps = list(partitions) or list(self._subs.assignment)
+        for tp in tps:
+            state = self._subs.state(tp)
+            state.position = None
+            state.reset_to = to
+            if self._fetcher is not None:
+                self._fetcher.clear_buffered(tp)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Lazily: the next ``poll``/``position`` looks up the log start."""
+        self._seek_reset(partitions, "earliest")
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Lazily: the next ``poll``/``position`` looks up the high watermark."""
+        self._seek_reset(partitions, "latest")
+
+    async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record ``poll`` returns for the partition."""
+        state = self._subs.state(partition)
+        if state.position is None:
+            await self._reset_positions(self._deadline(timeout_ms), [partition])
+        assert state.position is not None
+        return state.position
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self._subs.assignment.items() if s.paused}
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._subs.state(tp).paused = True
+            if self._fetcher is not None:
+                self._fetcher.clear_buffered(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._subs.state(tp).paused = False
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark the last fetch of the partition reported (None before)."""
+        hw = self._subs.state(partition).high_watermark
+        return None if hw < 0 else hw
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return monotonic_ms() + (self.default_api_timeout_ms if timeout_ms is None else timeout_ms)
+
+    async def _reset_positions(self, deadline_ms: int, tps: list[TopicPartition]) -> None:
+        transport, metadata, _ = self._ensure_started()
+        wanted: dict[TopicPartition, int] = {}
+        for tp in tps:
+            state = self._subs.assignment[tp]
+            strategy = state.reset_to or self.config.auto_offset_reset
+            if strategy == "none":
+                raise NoOffsetForPartitionError(
+                    f"no position for {tp} and auto_offset_reset is none"
+                )
+            wanted[tp] = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        if not wanted:
+            return
+        found = await list_offsets(
+            transport,
+            metadata,
+            wanted,
+            deadline_ms=deadline_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+        for tp, listed in found.items():
+            current = self._subs.assignment.get(tp)
+            if current is not None and current.position is None:
+                current.position = listed.offset
+                current.reset_to = None
+
+    # ------------------------------------------------------------------ offsets lookups
+
+    async def _list(
+        self, timestamps: dict[TopicPartition, int], timeout_ms: int | None
+    ) -> dict[TopicPartition, Any]:
+        transport, metadata, _ = self._ensure_started()
+        return await list_offsets(
+            transport,
+            metadata,
+            timestamps,
+            deadline_ms=self._deadline(timeout_ms),
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        found = await self._list({tp: EARLIEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """The high watermark of each partition (read_uncommitted's end)."""
+        found = await self._list({tp: LATEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The earliest offset whose timestamp is >= the one given, per partition
+        (None when there is none)."""
+        for tp, ts in timestamps.items():
+            if type(ts) is not int or ts < 0:
+                raise ValueError(f"the timestamp for {tp} must be >= 0, not {ts!r}")
+        found = await self._list(dict(timestamps), timeout_ms)
+        return {
+            tp: None if r.offset < 0 else OffsetAndTimestamp(r.offset, r.timestamp, r.leader_epoch)
+            for tp, r in found.items()
+        }
+
+    async def partitions_for_topic(self, topic: str) -> set[int]:
+        _, metadata, _ = self._ensure_started()
+        view = await metadata.wait_for_topic(topic, self._deadline(None))
+        return {p.partition for p in view.partitions}
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned partitions, waiting at most ``timeout_ms`` for
+        some; ``{}`` when none arrive in time. At most ``max_records`` (default
+        ``max_poll_records``)."""
+        _, _, fetcher = self._ensure_started()
+        limit = self.config.max_poll_records if max_records is None else max_records
+        if limit < 1:
+            raise ValueError(f"max_records must be >= 1, not {limit}")
+        if not self._subs.assignment:
+            raise IllegalStateError("the consumer is not assigned any partitions")
+        deadline = monotonic_ms() + max(timeout_ms, 0)
+        while True:
+            needing = self._subs.needing_reset()
+            if needing:
+                # A reset is a lookup with its own bound (a poll(0) still positions).
+                reset_deadline = max(deadline, monotonic_ms() + self.config.request_timeout_ms)
+                await self._reset_positions(reset_deadline, needing)
+            records = fetcher.take_records(limit)
+            # Pipelining: the next fetches go out before the records are returned.
+            fetcher.send_fetches()
+            if records:
+                return records
+            remaining = deadline - monotonic_ms()
+            if remaining <= 0:
+                return {}
+            await fetcher.wait(remaining / 1000)
+
+    async def getmany(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """aiokafka's name for ``poll``."""
+        return await self.poll(timeout_ms, max_records)
+
+    async def getone(self) -> ConsumerRecord:
+        """The next record, waiting as long as it takes."""
+        async for record in self:
+            return record
+        raise AssertionError("iteration ended")  # pragma: no cover
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
+        while not self._closed:
+            batch = await self.poll(ITER_POLL_TIMEOUT_MS)
+            for records in batch.values():
+                for record in records:
+                    yield record
+
+
+class Consumer:
+    """The blocking consumer: an :class:`AsyncConsumer` on its own loop thread.
+    Same keyword arguments as ``AsyncConsumer``. Calls from several threads are
+    serialised, but drive a consumer from one thread as in Kafka."""
+
+    def __init__(self, **config: Any) -> None:
+        self._async = AsyncConsumer(**config)
+        self.config = self._async.config
+        self._thread = LoopThread(f"raftka-consumer-{self.config.client_id}")
+
+    def _safety_s(self, timeout_ms: int | None) -> float:
+        base = self._async.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return (base + self.config.request_timeout_ms) / 1000 + 5
+
+    def _run(self, coro: Any, timeout_ms: int | None = None) -> Any:
+        return self._thread.run(coro, self._safety_s(timeout_ms))
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
+        self._async.subscribe(topics, pattern)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = list(partitions)
+        if self._thread.started:
+            self._run(_call(self._async.assign, tps))
+        else:
+            self._async.assign(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._async.assignment()
+
+    def unsubscribe(self) -> None:
+        self.assign([])
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._run(_call(self._async.seek, partition, offset))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._async.seek_to_beginning, *partitions))
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._async.seek_to_end, *partitions))
+
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        result: int = self._run(self._async.position(partition, timeout_ms), timeout_ms)
+        return result
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._async.pause, *partitions))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._async.resume, *partitions))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._async.paused()
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._async.highwater(partition)
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._async.beginning_offsets(list(partitions), timeout_ms), timeout_ms
+        )
+        return result
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._async.end_offsets(list(partitions), timeout_ms), timeout_ms
+        )
+        return result
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        result: dict[TopicPartition, OffsetAndTimestamp | None] = self._run(
+            self._async.offsets_for_times(timestamps, timeout_ms), timeout_ms
+        )
+        return result
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        result: set[int] = self._run(self._async.partitions_for_topic(topic))
+        return result
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        result: dict[TopicPartition, list[ConsumerRecord]] = self._run(
+            self._async.poll(timeout_ms, max_records), timeout_ms
+        )
+        return result
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            for records in self.poll(ITER_POLL_TIMEOUT_MS).values():
+                yield from records
+
+    def close(self) -> None:
+        try:
+            if self._thread.started:
+                self._run(self._async.close())
+            else:
+                self._async._closed = True
+        finally:
+            self._thread.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    """Run a synchronous method of the async core on its loop (its state lives there)."""
+    return fn(*args)

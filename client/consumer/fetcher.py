@@ -1,0 +1,365 @@
+"""The consumer's fetcher: fetch requests in flight while the application works.
+
+Theory of operation (Kafka's Fetcher, simplified):
+
+- :class:`SubscriptionState` holds, per assigned partition, the *position* (the next
+  offset to hand out; None until reset), whether it is paused, and whether a reset is
+  pending. The consumer's ``seek``/``pause`` change it; nothing here does I/O.
+- ``send_fetches`` sends one ``POST /v1/fetch`` per leader broker that has none in
+  flight, for every fetchable partition (assigned, positioned, not paused, nothing
+  buffered). The answers land in a buffer of :class:`CompletedFetch`; ``poll`` takes
+  records from it and, before returning them, sends the next fetches: that is the
+  pipelining (the next fetch is in flight while the application processes).
+- A completed fetch is used only if its fetch offset still equals the partition's
+  position (a ``seek`` meanwhile makes it stale: dropped). Records below the position
+  are skipped (a fetch answers from the start of the batch holding the offset); a
+  trailing partial batch is skipped by the codec, and the next fetch starts after the
+  last whole record.
+- Errors per partition: NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION /
+  FENCED/UNKNOWN_LEADER_EPOCH refresh metadata and fetch again; OFFSET_OUT_OF_RANGE
+  resets the position by ``auto_offset_reset`` (or raises OffsetOutOfRangeError when
+  it is ``none``); other errors are raised from ``poll``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client.config import ConsumerConfig
+from raftka.client.errors import (
+    FencedLeaderEpochError,
+    IllegalStateError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    SerializationError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.records import DecodedBatch, decode_batches
+from raftka.client.structs import ConsumerRecord, TopicPartition
+
+__all__ = ["CompletedFetch", "Fetcher", "PartitionState", "SubscriptionState"]
+
+log = logging.getLogger(__name__)
+
+#: Completed fetches kept before ``poll`` takes them (one per partition at most, as
+#: a partition with buffered data is not fetched again; this bounds a bug).
+COMPLETED_FETCHES_MAX: Final = 100_000
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: int | None = None
+    paused: bool = False
+    #: The strategy to reset with ("earliest"/"latest"), or None to use
+    #: auto_offset_reset when the position is None.
+    reset_to: str | None = None
+    high_watermark: int = -1
+    leader_epoch: int | None = None
+
+
+@dataclass(slots=True)
+class SubscriptionState:
+    assignment: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        old = self.assignment
+        self.assignment = {tp: old.get(tp) or PartitionState() for tp in tps}
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        s = self.assignment.get(tp)
+        if s is None:
+            raise IllegalStateError(f"no current assignment for partition {tp}")
+        return s
+
+    def fetchable(self) -> list[TopicPartition]:
+        return [tp for tp, s in self.assignment.items() if s.position is not None and not s.paused]
+
+    def needing_reset(self) -> list[TopicPartition]:
+        return [tp for tp, s in self.assignment.items() if s.position is None]
+
+
+@dataclass(slots=True)
+class CompletedFetch:
+    tp: TopicPartition
+    fetch_offset: int
+    batches: list[DecodedBatch]
+    high_watermark: int
+    error: KafkaError | None = None
+    #: Index into the flattened records of ``batches`` already handed out.
+    batch_index: int = 0
+    record_index: int = 0
+
+
+class Fetcher:
+    """Not thread-safe: one event loop."""
+
+    def __init__(
+        self,
+        *,
+        config: ConsumerConfig,
+        transport: Transport,
+        metadata: MetadataCache,
+        subscriptions: SubscriptionState,
+    ) -> None:
+        self._config = config
+        self._transport = transport
+        self._metadata = metadata
+        self._subs = subscriptions
+        self._completed: deque[CompletedFetch] = deque()
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._in_flight_tps: set[TopicPartition] = set()
+        self._arrived = asyncio.Event()
+        self._refresh_task: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        tasks = list(self._in_flight.values())
+        if self._refresh_task is not None:
+            tasks.append(self._refresh_task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def clear_buffered(self, tp: TopicPartition | None = None) -> None:
+        if tp is None:
+            self._completed.clear()
+        else:
+            self._completed = deque(c for c in self._completed if c.tp != tp)
+
+    def _start_refresh(self) -> None:
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+
+        async def refresh() -> None:
+            try:
+                await self._metadata.refresh()
+            except KafkaError as e:
+                log.debug("metadata refresh failed: %s", e)
+            self._arrived.set()
+
+        self._refresh_task = asyncio.create_task(refresh())
+
+    # ------------------------------------------------------------------ sending
+
+    def send_fetches(self) -> None:
+        buffered = {c.tp for c in self._completed}
+        by_broker: dict[tuple[int, str], list[TopicPartition]] = {}
+        missing_leader = False
+        for tp in self._subs.fetchable():
+            if tp in buffered or tp in self._in_flight_tps:
+                continue
+            leader = self._metadata.view.leader_address(tp)
+            if leader is None:
+                missing_leader = True
+                continue
+            by_broker.setdefault(leader, []).append(tp)
+        if missing_leader or self._metadata.needs_refresh(monotonic_ms()):
+            self._start_refresh()
+        for (broker_id, address), tps in by_broker.items():
+            if broker_id in self._in_flight:
+                continue
+            offsets = {}
+            for tp in tps:
+                position = self._subs.assignment[tp].position
+                assert position is not None
+                offsets[tp] = position
+            self._in_flight_tps.update(tps)
+            task = asyncio.create_task(self._fetch(broker_id, address, offsets))
+            self._in_flight[broker_id] = task
+
+    async def _fetch(
+        self, broker_id: int, address: str, offsets: dict[TopicPartition, int]
+    ) -> None:
+        config = self._config
+        body = {
+            "replica_id": -1,
+            "broker_epoch": -1,
+            "max_wait_ms": config.fetch_max_wait_ms,
+            "min_bytes": config.fetch_min_bytes,
+            "max_bytes": config.fetch_max_bytes,
+            "partitions": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "fetch_offset": offset,
+                    "partition_max_bytes": config.max_partition_fetch_bytes,
+                }
+                for tp, offset in offsets.items()
+            ],
+        }
+        try:
+            answer = await self._transport.request_frame(
+                address,
+                "/v1/fetch",
+                json_body=body,
+                entries_key="responses",
+                timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
+            )
+            assert answer is not None
+            self._handle(answer[0], answer[1], offsets)
+        except KafkaError as e:
+            log.debug("fetch from %s failed: %s", address, e)
+            self._metadata.invalidate()
+            if not e.retriable:
+                for tp, offset in offsets.items():
+                    self._completed.append(CompletedFetch(tp, offset, [], -1, e))
+        finally:
+            del self._in_flight[broker_id]
+            self._in_flight_tps.difference_update(offsets)
+            self._arrived.set()
+
+    def _handle(
+        self, header: dict[str, Any], payloads: list[memoryview], offsets: dict[TopicPartition, int]
+    ) -> None:
+        for entry, payload in zip(header["responses"], payloads, strict=True):
+            tp = TopicPartition(entry["topic"], int(entry["partition"]))
+            if tp not in offsets:
+                continue
+            hw = int(entry.get("high_watermark", -1))
+            if entry.get("error") is not None:
+                error = error_from_wire(entry["error"])
+                if (
+                    isinstance(
+                        error,
+                        NotLeaderOrFollowerError
+                        | UnknownTopicOrPartitionError
+                        | FencedLeaderEpochError
+                        | UnknownLeaderEpochError,
+                    )
+                    or error.retriable
+                ):
+                    self._metadata.invalidate()
+                    continue
+                self._completed.append(CompletedFetch(tp, offsets[tp], [], hw, error))
+                continue
+            try:
+                batches = list(decode_batches(payload, check_crc=self._config.check_crcs))
+            except KafkaError as e:
+                self._completed.append(CompletedFetch(tp, offsets[tp], [], hw, e))
+                continue
+            assert len(self._completed) < COMPLETED_FETCHES_MAX
+            self._completed.append(CompletedFetch(tp, offsets[tp], batches, hw))
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until a fetch completes (or ``timeout_s``)."""
+        self._arrived.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+
+    # ------------------------------------------------------------------ taking
+
+    def take_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max_records`` records from the buffer, advancing positions.
+        Raises the first buffered error for a partition still at its fetch offset."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        taken = 0
+        while self._completed and taken < max_records:
+            completed = self._completed[0]
+            state = self._subs.assignment.get(completed.tp)
+            if state is None or state.paused or state.position != completed.fetch_offset:
+                self._completed.popleft()  # unassigned, paused or sought meanwhile
+                continue
+            if completed.error is not None:
+                self._completed.popleft()
+                self._on_error(completed, state)
+                continue
+            if completed.high_watermark >= 0:
+                state.high_watermark = completed.high_watermark
+            records = self._records(completed, state, max_records - taken)
+            if records:
+                out.setdefault(completed.tp, []).extend(records)
+                taken += len(records)
+            if completed.batch_index >= len(completed.batches):
+                self._completed.popleft()
+        return out
+
+    def _records(
+        self, completed: CompletedFetch, state: PartitionState, limit: int
+    ) -> list[ConsumerRecord]:
+        assert state.position is not None
+        out: list[ConsumerRecord] = []
+        tp = completed.tp
+        key_de = self._config.key_deserializer
+        value_de = self._config.value_deserializer
+        while completed.batch_index < len(completed.batches) and len(out) < limit:
+            batch = completed.batches[completed.batch_index]
+            header = batch.header
+            if header.is_control:
+                completed.batch_index += 1
+                completed.record_index = 0
+                state.position = max(
+                    state.position, header.base_offset + header.last_offset_delta + 1
+                )
+                continue
+            records = batch.records
+            while completed.record_index < len(records) and len(out) < limit:
+                r = records[completed.record_index]
+                completed.record_index += 1
+                if r.offset < state.position:
+                    continue
+                try:
+                    key = r.key if key_de is None else key_de(r.key)
+                    value = r.value if value_de is None else value_de(r.value)
+                except Exception as e:
+                    # Kafka's RecordDeserializationException: the position stays at the
+                    # bad record so the application may seek past it.
+                    completed.record_index -= 1
+                    if out:
+                        return out
+                    raise SerializationError(
+                        f"deserializing the record at offset {r.offset} of {tp} failed: "
+                        f"{type(e).__name__}: {e}"
+                    ) from e
+                out.append(
+                    ConsumerRecord(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=r.offset,
+                        timestamp=r.timestamp_ms,
+                        timestamp_type=header.timestamp_type,
+                        key=key,
+                        value=value,
+                        headers=r.headers,
+                        serialized_key_size=-1 if r.key is None else len(r.key),
+                        serialized_value_size=-1 if r.value is None else len(r.value),
+                        leader_epoch=header.partition_leader_epoch,
+                    )
+                )
+                state.position = r.offset + 1
+                state.leader_epoch = header.partition_leader_epoch
+            if completed.record_index >= len(records):
+                completed.batch_index += 1
+                completed.record_index = 0
+                state.position = max(
+                    state.position, header.base_offset + header.last_offset_delta + 1
+                )
+        # Keep the fetch's offset in step with the position so the rest stays usable.
+        completed.fetch_offset = state.position
+        return out
+
+    def _on_error(self, completed: CompletedFetch, state: PartitionState) -> None:
+        error = completed.error
+        assert error is not None
+        if isinstance(error, OffsetOutOfRangeError):
+            if self._config.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {completed.fetch_offset} of {completed.tp} is out of range "
+                    "and auto_offset_reset is none"
+                )
+            log.info(
+                "fetch offset %d of %s out of range; resetting to %s",
+                completed.fetch_offset,
+                completed.tp,
+                self._config.auto_offset_reset,
+            )
+            state.position = None
+            state.reset_to = self._config.auto_offset_reset
+            return
+        raise error

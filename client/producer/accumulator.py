@@ -1,0 +1,239 @@
+"""The producer's record accumulator: per-partition queues of batches. A pure core.
+
+Theory of operation (Kafka's RecordAccumulator, simplified):
+
+- ``append`` adds a record to the last open batch of its partition, or opens a new
+  batch when that one cannot take it (``batch_size`` reached). A record larger than
+  ``batch_size`` gets a batch of its own, as in Kafka.
+- A partition is *ready* when its first batch is full (closed, or not the last in its
+  queue), has waited ``linger_ms``, a flush or close is in progress, and it is not
+  backing off after a failed attempt. ``ready`` also says when the next partition will
+  become ready, so the sender sleeps exactly that long.
+- ``drain`` hands the first batch of a partition to the sender; ``reenqueue`` puts a
+  failed batch back at the head (order is kept: the sender mutes a partition while it
+  has a batch in flight), with ``retry_backoff_ms`` before the next attempt.
+- ``expire`` removes batches that waited ``delivery_timeout_ms`` since creation.
+- Memory: every record's estimated size counts against ``buffer_memory`` from
+  ``append`` until its batch is released (acknowledged or failed). Waiting for room is
+  the caller's business (it does the I/O and owns the clock); ``has_room`` answers.
+
+No I/O, no clock: time comes in as ``now_ms``. Each record carries an opaque handle
+(the producer's future) that comes back with its batch. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final, Generic, TypeVar
+
+from raftka.client.records import Record
+from raftka.client.records.header import HEADER_SIZE
+from raftka.client.records.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
+from raftka.client.structs import TopicPartition
+
+__all__ = ["AppendResult", "ProducerBatch", "ReadyCheck", "RecordAccumulator", "record_size"]
+
+H = TypeVar("H")
+
+#: Per-record framing bound: length, attributes, timestamp and offset deltas, key and
+#: value lengths, header count.
+_RECORD_OVERHEAD_MAX: Final = 1 + VARINT_BYTES_MAX * 5 + VARLONG_BYTES_MAX
+#: Records per batch; Kafka bounds it only by size, a named bound keeps a batch of
+#: empty records from growing without limit.
+RECORDS_PER_BATCH_MAX: Final = 100_000
+
+
+def record_size(
+    key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]
+) -> int:
+    """An upper bound of the record's encoded size inside a batch (uncompressed)."""
+    size = _RECORD_OVERHEAD_MAX + len(key or b"") + len(value or b"")
+    for hkey, hvalue in headers:
+        size += 2 * VARINT_BYTES_MAX + len(hkey.encode("utf-8")) + len(hvalue or b"")
+    return size
+
+
+@dataclass(eq=False, slots=True)
+class ProducerBatch(Generic[H]):
+    tp: TopicPartition
+    created_ms: int
+    records: list[Record] = field(default_factory=list)
+    handles: list[H] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    #: Estimated batch size: the batch header plus each record's bound.
+    size_bytes: int = HEADER_SIZE
+    #: True once no record may join (full, or handed to the sender).
+    closed: bool = False
+    attempts: int = 0
+    retry_after_ms: int = 0
+
+    def try_append(self, record: Record, size: int, handle: H, batch_size: int) -> bool:
+        if self.closed:
+            return False
+        if self.records and (
+            self.size_bytes + size > batch_size or len(self.records) >= RECORDS_PER_BATCH_MAX
+        ):
+            self.closed = True
+            return False
+        self.records.append(record)
+        self.handles.append(handle)
+        self.sizes.append(size)
+        self.size_bytes += size
+        if self.size_bytes >= batch_size:
+            self.closed = True
+        return True
+
+    @property
+    def records_bytes(self) -> int:
+        """The bytes counted against buffer_memory."""
+        return self.size_bytes - HEADER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    new_batch: bool
+    #: The batch holding the record is now full (the sticky partitioner may switch).
+    batch_full: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCheck:
+    ready: tuple[TopicPartition, ...]
+    #: When the next not-yet-ready partition becomes ready (None: no batch waits).
+    next_ready_ms: int | None
+
+
+class RecordAccumulator(Generic[H]):
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        retry_backoff_ms: int,
+        delivery_timeout_ms: int,
+    ) -> None:
+        assert batch_size >= 0 and linger_ms >= 0 and buffer_memory >= 1
+        self._batch_size = max(batch_size, 1)
+        self._linger_ms = linger_ms
+        self._buffer_memory = buffer_memory
+        self._backoff_ms = retry_backoff_ms
+        self._delivery_timeout_ms = delivery_timeout_ms
+        self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
+        self._flushes = 0
+        self.closing = False
+        #: Bytes of records appended and not yet released.
+        self.buffered_bytes = 0
+
+    # --------------------------------------------------------------- appending
+
+    def has_room(self, size: int) -> bool:
+        """Whether a record of ``size`` bytes fits in buffer_memory now. A record
+        alone larger than buffer_memory never fits (the caller rejects it first)."""
+        return self.buffered_bytes + size <= self._buffer_memory
+
+    def append(
+        self, tp: TopicPartition, record: Record, size: int, handle: H, now_ms: int
+    ) -> AppendResult:
+        assert size > 0
+        queue = self._queues.setdefault(tp, deque())
+        new_batch = False
+        if not queue or not queue[-1].try_append(record, size, handle, self._batch_size):
+            batch: ProducerBatch[H] = ProducerBatch(tp, now_ms)
+            ok = batch.try_append(record, size, handle, self._batch_size)
+            assert ok, "an empty batch takes any record"
+            queue.append(batch)
+            new_batch = True
+        self.buffered_bytes += size
+        return AppendResult(new_batch=new_batch, batch_full=queue[-1].closed)
+
+    # --------------------------------------------------------------- draining
+
+    def begin_flush(self) -> None:
+        self._flushes += 1
+
+    def end_flush(self) -> None:
+        assert self._flushes > 0
+        self._flushes -= 1
+
+    def ready(
+        self, now_ms: int, muted: frozenset[TopicPartition] | set[TopicPartition]
+    ) -> ReadyCheck:
+        ready: list[TopicPartition] = []
+        next_ms: int | None = None
+        hurry = self._flushes > 0 or self.closing
+        for tp, queue in self._queues.items():
+            if not queue or tp in muted:
+                continue
+            head = queue[0]
+            if head.retry_after_ms > now_ms:
+                due = head.retry_after_ms
+            elif hurry or head.closed or len(queue) > 1:
+                ready.append(tp)
+                continue
+            else:
+                due = head.created_ms + self._linger_ms
+                if due <= now_ms:
+                    ready.append(tp)
+                    continue
+            next_ms = due if next_ms is None else min(next_ms, due)
+        return ReadyCheck(tuple(ready), next_ms)
+
+    def drain(self, tp: TopicPartition) -> ProducerBatch[H] | None:
+        """Hand the partition's first batch to the sender (it is closed for appends)."""
+        queue = self._queues.get(tp)
+        if not queue:
+            return None
+        batch = queue.popleft()
+        if not queue:
+            del self._queues[tp]
+        batch.closed = True
+        batch.attempts += 1
+        return batch
+
+    def reenqueue(self, batch: ProducerBatch[H], now_ms: int) -> None:
+        """A failed attempt goes back to the head of its partition's queue."""
+        assert batch.closed
+        batch.retry_after_ms = now_ms + self._backoff_ms
+        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+
+    def release(self, batch: ProducerBatch[H]) -> None:
+        """The batch is done (acknowledged or failed): its memory is free."""
+        self.buffered_bytes -= batch.records_bytes
+        assert self.buffered_bytes >= 0, self.buffered_bytes
+
+    def delivery_expired(self, batch: ProducerBatch[H], now_ms: int) -> bool:
+        return now_ms - batch.created_ms >= self._delivery_timeout_ms
+
+    def expire(self, now_ms: int) -> list[ProducerBatch[H]]:
+        """Remove and return queued batches past delivery_timeout_ms (not released:
+        the caller fails their records, then calls ``release``)."""
+        expired: list[ProducerBatch[H]] = []
+        for tp in list(self._queues):
+            queue = self._queues[tp]
+            keep = deque(b for b in queue if not self.delivery_expired(b, now_ms))
+            if len(keep) != len(queue):
+                expired.extend(b for b in queue if self.delivery_expired(b, now_ms))
+                if keep:
+                    self._queues[tp] = keep
+                else:
+                    del self._queues[tp]
+        return expired
+
+    def abort_all(self) -> list[ProducerBatch[H]]:
+        """Remove every queued batch (close without flush)."""
+        batches = [b for q in self._queues.values() for b in q]
+        self._queues.clear()
+        return batches
+
+    def head_size(self, tp: TopicPartition) -> int:
+        """The estimated size of the partition's first batch (0 if none)."""
+        queue = self._queues.get(tp)
+        return queue[0].size_bytes if queue else 0
+
+    def has_queued(self) -> bool:
+        return any(self._queues.values())
+
+    def queue_sizes(self, topic: str) -> dict[int, int]:
+        return {tp.partition: len(q) for tp, q in self._queues.items() if tp.topic == topic}

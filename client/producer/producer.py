@@ -1,0 +1,446 @@
+"""``AsyncProducer`` and ``Producer``: Kafka's producer over raftka's broker API.
+
+One core, two faces (as httpx does): :class:`AsyncProducer` is the implementation, on
+the caller's event loop; :class:`Producer` runs an ``AsyncProducer`` on a background
+loop thread (:mod:`raftka.client._sync`).
+
+``send`` serialises the key and value, waits (at most ``max_block_ms``) for the topic's
+metadata and for room in ``buffer_memory``, picks the partition (Kafka's built-in
+partitioner: murmur2 of the key, else sticky), appends to the accumulator and returns a
+future of :class:`RecordMetadata` that the sender task completes. Errors that concern
+the record itself (serialisation, size, unknown topic, closed producer) are raised by
+``send``; delivery errors arrive through the future.
+
+Idempotence: ``enable_idempotence`` defaults to True as in Kafka and is validated
+(acks must be "all"), but raftka has no InitProducerId API for clients yet, so batches
+are sent without a producer id (-1). Order is still kept across retries (one batch in
+flight per partition, see :mod:`.sender`); a retry after an unknown outcome (timeout,
+lost connection) may duplicate a batch until producer ids land.
+
+Thread safety: ``AsyncProducer`` belongs to one event loop and is not thread-safe.
+``Producer`` is thread-safe: any thread may call ``send``/``flush``/``close``; the
+calls run one at a time on the producer's own loop thread. Do not call a blocking
+``Producer`` method from inside a ``callback`` (it runs on that loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from raftka.client._sync import LoopThread, chain_future
+from raftka.client._transport import MetadataCache, Transport, monotonic_ms
+from raftka.client.config import INT32_MAX, ProducerConfig, Serializer
+from raftka.client.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    SerializationError,
+)
+from raftka.client.producer.accumulator import RecordAccumulator, record_size
+from raftka.client.producer.partitioner import BuiltInPartitioner
+from raftka.client.producer.sender import PendingRecord, Sender
+from raftka.client.records import Record
+from raftka.client.records.header import HEADER_SIZE
+from raftka.client.structs import RecordMetadata, TopicPartition
+
+__all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
+
+HeadersArg = Iterable[tuple[str, bytes | None]] | None
+DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
+#: Bound on records awaiting acknowledgement that ``flush`` tracks. buffer_memory
+#: bounds them already; this catches a leak.
+PENDING_RECORDS_MAX: Final = 10_000_000
+
+
+def _serialize(what: str, fn: Serializer | None, data: Any) -> bytes | None:
+    if fn is None:
+        if data is None or isinstance(data, bytes):
+            return data
+        if isinstance(data, bytearray | memoryview):
+            return bytes(data)
+        raise SerializationError(
+            f"{what} of type {type(data).__name__} needs bytes or a {what}_serializer"
+        )
+    try:
+        out = fn(data)
+    except Exception as e:
+        raise SerializationError(f"{what}_serializer failed: {type(e).__name__}: {e}") from e
+    if out is not None and not isinstance(out, bytes | bytearray):
+        raise SerializationError(f"{what}_serializer returned {type(out).__name__}, not bytes")
+    return None if out is None else bytes(out)
+
+
+class AsyncProducer:
+    """Kafka's producer on asyncio. ``async with AsyncProducer(...) as p:`` or call
+    ``start()``/``close()``; the first ``send`` starts it too. Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "raftka-python",
+        acks: Literal["all", -1, 0, 1] | str = "all",
+        linger_ms: int = 5,
+        batch_size: int = 16_384,
+        buffer_memory: int = 33_554_432,
+        max_block_ms: int = 60_000,
+        compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none",
+        max_in_flight_requests_per_connection: int = 5,
+        retries: int = INT32_MAX,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        max_request_size: int = 1_048_576,
+        enable_idempotence: bool = True,
+        partitioner_ignore_keys: bool = False,
+        metadata_max_age_ms: int = 300_000,
+        connections_max_idle_ms: int = 540_000,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = ProducerConfig(
+            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+            client_id=client_id,
+            acks=acks,
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            compression_type=compression_type,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_request_size=max_request_size,
+            enable_idempotence=enable_idempotence,
+            partitioner_ignore_keys=partitioner_ignore_keys,
+            metadata_max_age_ms=metadata_max_age_ms,
+            connections_max_idle_ms=connections_max_idle_ms,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+        )
+        self._rng = rng or random.Random()
+        self._partitioner = BuiltInPartitioner(
+            batch_size=max(batch_size, 1), partitioner_ignore_keys=partitioner_ignore_keys
+        )
+        self._accumulator: RecordAccumulator[PendingRecord] = RecordAccumulator(
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=buffer_memory,
+            retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+        )
+        self._transport: Transport | None = None
+        self._metadata: MetadataCache | None = None
+        self._sender: Sender | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._room: asyncio.Event | None = None
+        self._pending: set[asyncio.Future[RecordMetadata]] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the sender task (idempotent). No request is sent until ``send``."""
+        if self._closed:
+            raise IllegalStateError("cannot start a producer that was closed")
+        if self._sender_task is not None:
+            return
+        config = self.config
+        self._transport = Transport(
+            client_id=config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            idle_ms=config.connections_max_idle_ms,
+        )
+        self._metadata = MetadataCache(
+            self._transport,
+            bootstrap_servers=config.bootstrap_servers,
+            metadata_max_age_ms=config.metadata_max_age_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+            request_timeout_ms=config.request_timeout_ms,
+        )
+        self._room = asyncio.Event()
+        self._sender = Sender(
+            config=config,
+            accumulator=self._accumulator,
+            metadata=self._metadata,
+            transport=self._transport,
+            on_release=self._on_release,
+        )
+        self._sender_task = asyncio.create_task(self._sender.run(), name="raftka-producer-sender")
+
+    def _on_release(self) -> None:
+        if self._room is not None:
+            self._room.set()
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Send what is buffered (waiting at most ``timeout_ms``; None: until
+        delivered or expired), then stop. Records not sent by then fail. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        sender, task = self._sender, self._sender_task
+        if sender is None or task is None:
+            return
+        sender.stop()
+        try:
+            if timeout_ms is None:
+                await asyncio.shield(task)
+            else:
+                await asyncio.wait_for(asyncio.shield(task), max(timeout_ms, 0) / 1000)
+        except TimeoutError:
+            sender.abort()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            if self._transport is not None:
+                await self._transport.close()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersArg = None,
+        callback: DeliveryCallback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; a future of where it landed. Waits at most
+        ``max_block_ms`` for metadata and buffer room (then KafkaTimeoutError).
+        ``callback(metadata, exception)`` runs on the event loop once delivered."""
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer has been closed")
+        await self.start()
+        assert self._metadata is not None and self._sender is not None and self._room is not None
+        config = self.config
+        deadline = monotonic_ms() + config.max_block_ms
+        key_bytes = _serialize("key", config.key_serializer, key)
+        value_bytes = _serialize("value", config.value_serializer, value)
+        header_tuple = tuple((str(k), None if v is None else bytes(v)) for k, v in headers or ())
+        size = record_size(key_bytes, value_bytes, header_tuple)
+        if size + HEADER_SIZE > config.max_request_size:
+            raise MessageTooLargeError(
+                f"the record is {size + HEADER_SIZE} bytes serialized, larger than "
+                f"max_request_size={config.max_request_size}"
+            )
+        if size > config.buffer_memory:
+            raise MessageTooLargeError(
+                f"the record is {size} bytes serialized, larger than "
+                f"buffer_memory={config.buffer_memory}"
+            )
+        topic_view = await self._metadata.wait_for_topic(topic, deadline)
+        if self._closed:
+            raise IllegalStateError("the producer was closed while send waited")
+        num_partitions = len(topic_view.partitions)
+        try:
+            choice = self._partitioner.partition(
+                topic=topic,
+                key_bytes=key_bytes,
+                num_partitions=num_partitions,
+                available_partitions=topic_view.available_partitions,
+                rng=self._rng,
+                partition=partition,
+            )
+        except ValueError as e:
+            raise KafkaError(str(e)) from None
+        await self._wait_for_room(size, deadline)
+        if self._closed:
+            raise IllegalStateError("the producer was closed while send waited")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        pending = PendingRecord(
+            future,
+            ts,
+            -1 if key_bytes is None else len(key_bytes),
+            -1 if value_bytes is None else len(value_bytes),
+        )
+        tp = TopicPartition(topic, choice.partition)
+        result = self._accumulator.append(
+            tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, monotonic_ms()
+        )
+        if choice.sticky:
+            self._partitioner.on_append(
+                topic=topic, appended_bytes=size, enable_switch=result.batch_full
+            )
+        assert len(self._pending) < PENDING_RECORDS_MAX
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        if callback is not None:
+            future.add_done_callback(_callback_adapter(callback))
+        if result.new_batch or result.batch_full:
+            self._sender.wake()
+        return future
+
+    async def _wait_for_room(self, size: int, deadline_ms: int) -> None:
+        # Every release sets the event; waiters clear it and check again.
+        assert self._room is not None
+        while not self._accumulator.has_room(size):
+            remaining = deadline_ms - monotonic_ms()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"failed to allocate {size} bytes within max_block_ms="
+                    f"{self.config.max_block_ms} (buffer_memory={self.config.buffer_memory}"
+                    " is full)"
+                )
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), remaining / 1000)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersArg = None,
+    ) -> RecordMetadata:
+        """``send`` and wait for the acknowledgement."""
+        future = await self.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        return await future
+
+    async def flush(self, timeout_ms: int | None = None) -> None:
+        """Send every buffered record now and wait until each is acknowledged or
+        failed (KafkaTimeoutError past ``timeout_ms``)."""
+        if self._sender is None:
+            return
+        pending = list(self._pending)
+        self._accumulator.begin_flush()
+        self._sender.wake()
+        try:
+            if pending:
+                waiter = asyncio.gather(*pending, return_exceptions=True)
+                try:
+                    await asyncio.wait_for(
+                        waiter, None if timeout_ms is None else timeout_ms / 1000
+                    )
+                except TimeoutError:
+                    raise KafkaTimeoutError(
+                        f"flush did not complete within {timeout_ms} ms"
+                    ) from None
+        finally:
+            self._accumulator.end_flush()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition numbers (waits for metadata up to max_block_ms)."""
+        await self.start()
+        assert self._metadata is not None
+        view = await self._metadata.wait_for_topic(topic, monotonic_ms() + self.config.max_block_ms)
+        return {p.partition for p in view.partitions}
+
+
+def _callback_adapter(
+    callback: DeliveryCallback,
+) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+    def done(future: asyncio.Future[RecordMetadata]) -> None:
+        if future.cancelled():
+            callback(None, asyncio.CancelledError())
+        elif (exc := future.exception()) is not None:
+            callback(None, exc)
+        else:
+            callback(future.result(), None)
+
+    return done
+
+
+class Producer:
+    """The blocking producer: an :class:`AsyncProducer` on its own loop thread.
+    Thread-safe. Same keyword arguments as ``AsyncProducer``."""
+
+    def __init__(self, **config: Any) -> None:
+        self._async = AsyncProducer(**config)
+        self.config = self._async.config
+        self._thread = LoopThread(f"raftka-producer-{self.config.client_id}")
+
+    def _timeout_s(self) -> float:
+        # A safety net over the async core's own bounds.
+        return (self.config.max_block_ms + self.config.request_timeout_ms) / 1000 + 5
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersArg = None,
+        callback: DeliveryCallback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record (blocking at most ``max_block_ms`` for metadata and
+        buffer room); a future of where it landed. ``callback`` runs on the
+        producer's thread."""
+        future = self._thread.run(
+            self._async.send(
+                topic,
+                value,
+                key,
+                partition=partition,
+                timestamp_ms=timestamp_ms,
+                headers=headers,
+                callback=callback,
+            ),
+            self._timeout_s(),
+        )
+        return chain_future(future, self._thread.loop)
+
+    def flush(self, timeout_ms: int | None = None) -> None:
+        if not self._thread.started:
+            return
+        safety = None if timeout_ms is None else timeout_ms / 1000 + 5
+        self._thread.run(self._async.flush(timeout_ms), safety)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self._thread.run(self._async.partitions_for(topic), self._timeout_s())
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (at most ``timeout_ms``), stop, and end the loop thread."""
+        try:
+            if self._thread.started:
+                safety = None if timeout_ms is None else timeout_ms / 1000 + 5
+                self._thread.run(self._async.close(timeout_ms), safety)
+            else:
+                self._async._closed = True
+        finally:
+            self._thread.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,317 @@
+"""The producer's sender: one asyncio task that drains ready batches to their leaders.
+
+Theory of operation, one turn of :meth:`Sender.run`:
+
+1. Fail batches that waited ``delivery_timeout_ms`` (KafkaTimeoutError).
+2. Ask the accumulator which partitions are ready, skipping *muted* ones (a partition
+   with a batch in flight). Muting keeps records in order across retries: without
+   idempotence end to end (no InitProducerId yet) a broker cannot reorder a retried
+   batch behind a later one, so at most one batch per partition is in flight. This is
+   what Kafka does with ``max.in.flight.requests.per.connection=1``.
+3. Group the ready partitions by leader broker (the metadata cache, or the
+   ``current_leader`` a NOT_LEADER_OR_FOLLOWER answer named); partitions without a
+   known leader trigger a metadata refresh and wait.
+4. Per broker with fewer than ``max_in_flight_requests_per_connection`` requests in
+   flight, drain one batch per ready partition up to ``max_request_size`` into one
+   ``POST /v1/produce`` frame, sent as its own task.
+5. Sleep until woken (a new batch, an answer, a flush, a refresh) or until the next
+   partition's linger or backoff ends.
+
+An answer completes each record's future with its offset (``base_offset`` + index).
+A retriable error puts the batch back with backoff while ``retries`` and
+``delivery_timeout_ms`` allow; NOT_LEADER_OR_FOLLOWER and UNKNOWN_TOPIC_OR_PARTITION
+refresh the metadata. A network error or a client-side timeout is retried the same way
+(the outcome is unknown: without idempotence a retry may duplicate, as in Kafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client.config import ProducerConfig
+from raftka.client.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from raftka.client.records import build_batch
+from raftka.client.structs import RecordMetadata, TopicPartition
+from raftka.client.wire import encode_frame
+
+__all__ = ["PendingRecord", "Sender"]
+
+log = logging.getLogger(__name__)
+
+#: Margin on top of the broker-side timeout_ms before the client gives up on an
+#: answer: the broker answers REQUEST_TIMED_OUT itself at timeout_ms.
+CLIENT_TIMEOUT_MARGIN_MS: Final = 2_000
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """What the sender needs to complete one record's future."""
+
+    future: asyncio.Future[RecordMetadata]
+    timestamp_ms: int
+    key_size: int
+    value_size: int
+
+
+Batch = ProducerBatch[PendingRecord]
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator[PendingRecord],
+        metadata: MetadataCache,
+        transport: Transport,
+        on_release: Callable[[], None],
+    ) -> None:
+        self._config = config
+        self._acc = accumulator
+        self._metadata = metadata
+        self._transport = transport
+        self._on_release = on_release
+        self._wake = asyncio.Event()
+        self._muted: set[TopicPartition] = set()
+        self._in_flight: dict[int, int] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+        #: Leaders named by NOT_LEADER_OR_FOLLOWER answers, until the next refresh.
+        self._leader_hints: dict[TopicPartition, tuple[int, str]] = {}
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._aborted = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Finish what is queued and in flight, then return from run()."""
+        self._stopping = True
+        self._acc.closing = True
+        self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not self._requests and not self._acc.has_queued()
+
+    async def run(self) -> None:
+        try:
+            while not (self._stopping and self.idle):
+                self._wake.clear()
+                timeout_ms = self._turn(monotonic_ms())
+                if self._stopping and self.idle:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._wake.wait(), None if timeout_ms is None else timeout_ms / 1000
+                    )
+        finally:
+            for task in list(self._requests):
+                task.cancel()
+            if self._refresh_task is not None:
+                self._refresh_task.cancel()
+
+    # ------------------------------------------------------------------ one turn
+
+    def _turn(self, now_ms: int) -> int | None:
+        for batch in self._acc.expire(now_ms):
+            self._fail(
+                batch,
+                KafkaTimeoutError(
+                    f"{len(batch.records)} record(s) for {batch.tp} expired: "
+                    f"{self._config.delivery_timeout_ms} ms passed since batch creation"
+                ),
+            )
+        check = self._acc.ready(now_ms, self._muted)
+        by_broker: dict[tuple[int, str], list[TopicPartition]] = {}
+        unknown_leader = False
+        for tp in check.ready:
+            leader = self._leader_hints.get(tp) or self._metadata.view.leader_address(tp)
+            if leader is None:
+                unknown_leader = True
+                continue
+            by_broker.setdefault(leader, []).append(tp)
+        if unknown_leader or self._metadata.needs_refresh(now_ms):
+            self._start_refresh()
+        for (broker_id, address), tps in by_broker.items():
+            if (
+                self._in_flight.get(broker_id, 0)
+                >= self._config.max_in_flight_requests_per_connection
+            ):
+                continue
+            batches: list[Batch] = []
+            request_bytes = 0
+            for tp in tps:
+                queue_head = self._acc.head_size(tp)
+                if batches and request_bytes + queue_head > self._config.max_request_size:
+                    break
+                drained = self._acc.drain(tp)
+                if drained is None:
+                    continue
+                batches.append(drained)
+                request_bytes += drained.size_bytes
+                self._muted.add(tp)
+            if batches:
+                self._in_flight[broker_id] = self._in_flight.get(broker_id, 0) + 1
+                task = asyncio.create_task(self._send(broker_id, address, batches))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+        if unknown_leader:
+            # Look again after a backoff even if the refresh does not wake us.
+            return self._config.retry_backoff_ms
+        if check.next_ready_ms is None:
+            return None
+        return max(check.next_ready_ms - now_ms, 0)
+
+    def _start_refresh(self) -> None:
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+
+        async def refresh() -> None:
+            try:
+                await self._metadata.refresh()
+            except KafkaError as e:
+                log.debug("metadata refresh failed: %s", e)
+            self._leader_hints.clear()
+            self._wake.set()
+
+        self._refresh_task = asyncio.create_task(refresh())
+
+    # ------------------------------------------------------------------ a request
+
+    async def _send(self, broker_id: int, address: str, batches: list[Batch]) -> None:
+        try:
+            await self._send_unguarded(address, batches)
+        except asyncio.CancelledError:
+            for batch in batches:
+                self._fail(batch, KafkaError("the producer closed before an answer"))
+            raise
+        except Exception as e:  # a bug must not leave futures pending forever
+            log.exception("produce request failed")
+            for batch in batches:
+                if not all(p.future.done() for p in batch.handles):
+                    self._fail(batch, UnknownServerError(f"{type(e).__name__}: {e}"))
+        finally:
+            self._in_flight[broker_id] -= 1
+            for batch in batches:
+                self._muted.discard(batch.tp)
+            self._wake.set()
+
+    async def _send_unguarded(self, address: str, batches: list[Batch]) -> None:
+        config = self._config
+        payloads = [
+            build_batch(
+                batch.records,
+                compression=config.compression,
+            )
+            for batch in batches
+        ]
+        header: dict[str, Any] = {
+            "acks": config.acks,
+            "timeout_ms": config.request_timeout_ms,
+            "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition} for b in batches],
+        }
+        frame = encode_frame(header, "partitions", payloads)
+        try:
+            answer = await self._transport.request_frame(
+                address,
+                "/v1/produce",
+                frame_body=frame,
+                entries_key="responses",
+                timeout_ms=config.request_timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
+            )
+        except KafkaError as e:
+            self._metadata.invalidate()
+            for batch in batches:
+                self._retry_or_fail(batch, e)
+            return
+        if answer is None:  # acks=0: the broker says nothing
+            for batch in batches:
+                self._complete(batch, -1, -1)
+            return
+        responses = {(r.get("topic"), r.get("partition")): r for r in answer[0]["responses"]}
+        for batch in batches:
+            r = responses.get((batch.tp.topic, batch.tp.partition))
+            if r is None:
+                self._retry_or_fail(batch, UnknownServerError(f"no answer for {batch.tp}"))
+            elif r.get("error") is None:
+                self._complete(batch, int(r["base_offset"]), int(r.get("log_append_time_ms", -1)))
+            else:
+                error = error_from_wire(r["error"])
+                if isinstance(error, NotLeaderOrFollowerError | UnknownTopicOrPartitionError):
+                    self._metadata.invalidate()
+                    hint = r.get("current_leader")
+                    if (
+                        isinstance(hint, dict)
+                        and hint.get("address")
+                        and hint.get("leader_id") is not None
+                    ):
+                        self._leader_hints[batch.tp] = (
+                            int(hint["leader_id"]),
+                            str(hint["address"]),
+                        )
+                    else:
+                        self._leader_hints.pop(batch.tp, None)
+                self._retry_or_fail(batch, error)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _retry_or_fail(self, batch: Batch, error: KafkaError) -> None:
+        now = monotonic_ms()
+        if (
+            error.retriable
+            and batch.attempts <= self._config.retries
+            and not self._acc.delivery_expired(batch, now)
+            and not self._aborted
+        ):
+            log.debug("retrying %s after %s (attempt %d)", batch.tp, error, batch.attempts)
+            self._acc.reenqueue(batch, now)
+            return
+        self._fail(batch, error)
+
+    def abort(self) -> None:
+        """Fail everything queued (close with a timeout that ran out)."""
+        self._aborted = True
+        for batch in self._acc.abort_all():
+            self._fail(batch, KafkaError("the producer closed before the record was sent"))
+        self._wake.set()
+
+    def _complete(self, batch: Batch, base_offset: int, log_append_time_ms: int) -> None:
+        tp = batch.tp
+        for i, pending in enumerate(batch.handles):
+            if pending.future.done():
+                continue
+            pending.future.set_result(
+                RecordMetadata(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=-1 if base_offset < 0 else base_offset + i,
+                    timestamp=log_append_time_ms
+                    if log_append_time_ms >= 0
+                    else pending.timestamp_ms,
+                    serialized_key_size=pending.key_size,
+                    serialized_value_size=pending.value_size,
+                )
+            )
+        self._acc.release(batch)
+        self._on_release()
+
+    def _fail(self, batch: Batch, error: KafkaError) -> None:
+        for pending in batch.handles:
+            if not pending.future.done():
+                pending.future.set_exception(error)
+        self._acc.release(batch)
+        self._on_release()

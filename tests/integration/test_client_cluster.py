@@ -1,0 +1,303 @@
+"""The client library against a real cluster: 3 controllers + 3 brokers on loopback.
+
+One module-scoped cluster (``cluster`` fixture) serves every test; each test uses its
+own topics. Checked from the outside, through the public clients only:
+
+- keyed records produced (blocking Producer) are read back (Consumer) in order per
+  partition, each in the partition Java's murmur2 picks, at its acknowledged offset;
+- the async faces round-trip too, with pipelined fetches;
+- seek / position / seek_to_beginning / seek_to_end / beginning_offsets / end_offsets
+  / offsets_for_times / pause / resume;
+- admin: create (and TOPIC_ALREADY_EXISTS typed), describe, list, create_partitions,
+  describe/alter configs, describe_cluster, list_offsets, delete;
+- an unknown topic (no auto-creation) fails typed and bounded, for producer and
+  consumer;
+- kill -9 of a partition leader while a producer (acks=all, RF 3, min ISR 2) runs:
+  every acknowledged record is readable at its acknowledged offset (the broker is
+  restarted afterwards for the next tests; this test runs last).
+
+Every client call has a timeout; waits poll a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from raftka.client import (
+    Admin,
+    AsyncConsumer,
+    AsyncProducer,
+    Consumer,
+    ConsumerRecord,
+    NewPartitions,
+    NewTopic,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+)
+from raftka.client.errors import (
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.hashing import murmur2_partition
+from raftka.local import LocalCluster, wait_for
+from raftka.local.brokers import LocalBrokers
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 20.0
+API_TIMEOUT_MS = 20_000
+
+
+@dataclass
+class Env:
+    cluster: LocalCluster
+    brokers: LocalBrokers
+    admin: Admin
+
+    @property
+    def bootstrap(self) -> str:
+        return self.brokers.bootstrap_servers
+
+    def topic(self, name: str, partitions: int = 3, min_isr: int = 2) -> str:
+        """Create a topic (RF 3) and wait until every broker knows its leaders."""
+        self.admin.create_topics(
+            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": str(min_isr)})],
+            timeout_ms=API_TIMEOUT_MS,
+        )
+
+        def known() -> bool:
+            for b in self.brokers.ids:
+                md = self.brokers.metadata(b) if self.brokers[b].running else {"topics": []}
+                topics = {t["name"]: t for t in (md or {"topics": []})["topics"]}
+                t = topics.get(name)
+                if t is None or len(t["partitions"]) != partitions:
+                    return False
+                if any(p["leader"] < 0 for p in t["partitions"]):
+                    return False
+            return True
+
+        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{name} not known everywhere")
+        return name
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp: Path = tmp_path_factory.mktemp("client")
+    with LocalCluster(tmp, extra_properties={"broker.session.timeout.ms": "2500"}) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(cluster, extra_properties={"replica.lag.time.max.ms": "1500"}) as brokers:
+            brokers.start()
+            with Admin(
+                bootstrap_servers=brokers.bootstrap_servers,
+                default_api_timeout_ms=API_TIMEOUT_MS,
+            ) as admin:
+                yield Env(cluster, brokers, admin)
+
+
+def _consume_all(consumer: Consumer, expected: int) -> list[ConsumerRecord]:
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < expected:
+        assert time.monotonic() < deadline, f"read {len(got)} of {expected} records"
+        for records in consumer.poll(1_000).values():
+            got.extend(records)
+    return got
+
+
+def test_keyed_records_round_trip_in_java_partitions(env: Env) -> None:
+    """200 keyed records: each lands in murmur2(key) % 3 at its acknowledged offset and
+    reads back in send order within its partition."""
+    topic = env.topic("keyed")
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        futures = [
+            producer.send(topic, b"value-%d" % i, key=b"key-%d" % (i % 37)) for i in range(200)
+        ]
+        producer.flush(API_TIMEOUT_MS)
+        acked = [f.result(0) for f in futures]
+    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(3)])
+        records = _consume_all(consumer, 200)
+    assert len(records) == 200
+    by_position = {(r.partition, r.offset): r for r in records}
+    for i, md in enumerate(acked):
+        key = b"key-%d" % (i % 37)
+        assert md.partition == murmur2_partition(key, 3)
+        record = by_position[(md.partition, md.offset)]
+        assert (record.key, record.value) == (key, b"value-%d" % i)
+    for p in range(3):
+        offsets = [r.offset for r in records if r.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_async_faces_round_trip(env: Env) -> None:
+    """AsyncProducer with serializers and gzip, AsyncConsumer with deserializers,
+    small fetches (many round trips, pipelined): 300 records in order."""
+    topic = env.topic("async", partitions=1)
+
+    async def main() -> list[ConsumerRecord]:
+        async with AsyncProducer(
+            bootstrap_servers=env.bootstrap,
+            value_serializer=lambda v: v.encode(),
+            compression_type="gzip",
+            max_block_ms=API_TIMEOUT_MS,
+        ) as producer:
+            futures = [await producer.send(topic, f"v{i}") for i in range(300)]
+            await producer.flush(API_TIMEOUT_MS)
+            assert [(await f).offset for f in futures] == list(range(300))
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=512,
+            max_poll_records=50,
+            value_deserializer=lambda b: None if b is None else b.decode(),
+        ) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            got: list[ConsumerRecord] = []
+            while len(got) < 300:
+                batch = await consumer.poll(DEADLINE_S * 1000)
+                assert batch, "no records in time"
+                assert sum(len(v) for v in batch.values()) <= 50
+                got.extend(batch[TopicPartition(topic, 0)])
+            return got
+
+    got = asyncio.run(asyncio.wait_for(main(), 60))
+    assert [r.value for r in got] == [f"v{i}" for i in range(300)]
+
+
+def test_positions_and_offset_lookups(env: Env) -> None:
+    """seek/position/seek_to_*/beginning/end offsets/offsets_for_times/pause on a
+    partition holding 10 records with timestamps 1000, 2000, ... 10000."""
+    topic = env.topic("seek", partitions=1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(10):
+            producer.send(topic, b"%d" % i, partition=0, timestamp_ms=(i + 1) * 1000)
+        producer.flush(API_TIMEOUT_MS)
+    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="latest") as consumer:
+        consumer.assign([tp])
+        assert consumer.beginning_offsets([tp], API_TIMEOUT_MS) == {tp: 0}
+        assert consumer.end_offsets([tp], API_TIMEOUT_MS) == {tp: 10}
+        assert consumer.position(tp, API_TIMEOUT_MS) == 10  # latest
+        found = consumer.offsets_for_times({tp: 4500, TopicPartition(topic, 0): 4500})
+        assert found[tp] is not None and (found[tp].offset, found[tp].timestamp) == (4, 5000)
+        assert consumer.offsets_for_times({tp: 99_000})[tp] is None
+        consumer.seek(tp, 7)
+        assert consumer.position(tp) == 7
+        assert [r.offset for r in _consume_all(consumer, 3)] == [7, 8, 9]
+        assert consumer.position(tp) == 10
+        consumer.seek_to_beginning()
+        assert consumer.position(tp) == 0
+        consumer.pause(tp)
+        assert consumer.poll(300) == {}
+        consumer.resume(tp)
+        assert [r.value for r in _consume_all(consumer, 10)] == [b"%d" % i for i in range(10)]
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 10
+        assert consumer.highwater(tp) == 10
+
+
+def test_admin_commands(env: Env) -> None:
+    """create (typed TOPIC_ALREADY_EXISTS on repeat), list, describe, create_partitions,
+    configs, describe_cluster, list_offsets, delete."""
+    admin = env.admin
+    topic = env.topic("admin", partitions=2)
+    with pytest.raises(TopicAlreadyExistsError) as info:
+        admin.create_topics([NewTopic(topic, 2, 3), NewTopic("admin-second", 1, 3)])
+    assert info.value.results["admin-second"] is None  # type: ignore[attr-defined]
+    assert {topic, "admin-second"} <= admin.list_topics()
+    (described,) = admin.describe_topics([topic])
+    assert [p.partition for p in described.partitions] == [0, 1]
+    assert all(len(p.replicas) == 3 and p.leader in p.replicas for p in described.partitions)
+    admin.create_partitions({topic: NewPartitions(4)})
+    wait_for(
+        lambda: len(admin.describe_topics([topic])[0].partitions) == 4,
+        timeout_s=DEADLINE_S,
+        message="partitions did not grow",
+    )
+    admin.alter_configs({topic: {"retention.ms": "12345"}})
+    entries = admin.describe_configs([topic], keys=["retention.ms"])[topic]
+    assert entries["retention.ms"].value == "12345"
+    assert entries["retention.ms"].source == "DYNAMIC_TOPIC_CONFIG"
+    admin.alter_configs({topic: {"retention.ms": None}})
+    assert admin.describe_configs([topic])[topic]["retention.ms"].value != "12345"
+    cluster = admin.describe_cluster()
+    assert [b.node_id for b in cluster.brokers] == env.brokers.ids
+    assert len(cluster.controllers) == 3
+    offsets = admin.list_offsets({TopicPartition(topic, 0): "latest"})
+    assert offsets[TopicPartition(topic, 0)].offset == 0
+    admin.delete_topics([topic, "admin-second"])
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.delete_topics([topic])
+    wait_for(
+        lambda: topic not in admin.list_topics(),
+        timeout_s=DEADLINE_S,
+        message="topic not deleted",
+    )
+
+
+def test_unknown_topic_fails_typed_not_hanging(env: Env) -> None:
+    """No auto-creation: send to a missing topic raises UnknownTopicOrPartitionError
+    after max_block_ms; a consumer's position lookup raises it after its timeout;
+    describe_topics raises it at once."""
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=1_000) as producer:
+        start = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartitionError):
+            producer.send("missing", b"x")
+        assert time.monotonic() - start < 10
+    with Consumer(bootstrap_servers=env.bootstrap) as consumer:
+        consumer.assign([TopicPartition("missing", 0)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.position(TopicPartition("missing", 0), timeout_ms=1_000)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        env.admin.describe_topics(["missing"])
+
+
+def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:
+    """acks=all, RF 3, min ISR 2: send records one at a time (waiting for each ack)
+    while the partition leader is killed -9 after 20. The producer's retries carry it
+    to the new leader; every acknowledged record is read back at its offset."""
+    topic = env.topic("kill", partitions=1)
+    tp = TopicPartition(topic, 0)
+    acked: list[tuple[RecordMetadata, bytes]] = []
+    victim: int | None = None
+    with Producer(
+        bootstrap_servers=env.bootstrap,
+        max_block_ms=API_TIMEOUT_MS,
+        request_timeout_ms=5_000,
+        delivery_timeout_ms=30_000,
+        linger_ms=0,
+        metadata_max_age_ms=1_000,
+    ) as producer:
+        for i in range(60):
+            value = b"record-%d" % i
+            if i == 20:
+                (described,) = env.admin.describe_topics([topic])
+                victim = described.partitions[0].leader
+                assert victim is not None
+                env.brokers[victim].kill()
+            try:
+                md = producer.send(topic, value, partition=0).result(40)
+            except KafkaError:
+                continue  # not acknowledged: allowed to be lost
+            acked.append((md, value))
+    assert victim is not None
+    assert len(acked) >= 50, len(acked)
+    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp], API_TIMEOUT_MS)[tp]
+        records = _consume_all(consumer, end)
+    by_offset = {r.offset: r.value for r in records}
+    for md, value in acked:
+        assert by_offset.get(md.offset) == value, (md, value)
+    # Leave the cluster whole for anything that runs after.
+    env.brokers[victim].start()
+    env.brokers.wait_unfenced(victim)

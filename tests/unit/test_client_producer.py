@@ -1,0 +1,329 @@
+"""AsyncProducer/Producer against an in-process fake broker (aiohttp on loopback).
+
+The fake serves GET /v1/metadata (itself as broker 1, topic "t" with 3 partitions) and
+POST /v1/produce (decodes the frame, assigns offsets, can fail or hold requests), so
+these tests check the producer's own behaviour without a cluster: partitioning of
+keyed records (Java's murmur2), serializer errors leaving the producer usable, closed
+producer errors, buffer_memory back-pressure ending in KafkaTimeoutError after
+max_block_ms, an oversized record failing with MessageTooLargeError at once, retries
+of a retriable error, an unknown topic failing typed after max_block_ms, and the
+blocking face from several threads. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from raftka.client import AsyncProducer, Producer, RecordMetadata
+from raftka.client.errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.hashing import murmur2_partition
+from raftka.client.records import iter_records
+from raftka.client.wire import decode_frame
+
+PARTITIONS = 3
+
+
+@dataclass
+class FakeBroker:
+    address: str = ""
+    logs: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = field(
+        default_factory=dict
+    )
+    #: Errors to answer, in order, before succeeding.
+    fail_with: list[str] = field(default_factory=list)
+    hold: asyncio.Event | None = None
+    requests: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [web.get("/v1/metadata", self._metadata), web.post("/v1/produce", self._produce)]
+        )
+        return app
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        host, port = self.address.split(":")
+        wanted = [n for n in request.query.get("topics", "").split(",") if n]
+        topics: list[dict[str, Any]] = []
+        for name in wanted:
+            if name != "t":
+                topics.append(
+                    {
+                        "name": name,
+                        "topic_id": None,
+                        "error": {"error": "UNKNOWN_TOPIC_OR_PARTITION", "error_code": 3},
+                        "partitions": [],
+                    }
+                )
+                continue
+            parts = [
+                {"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}
+                for p in range(PARTITIONS)
+            ]
+            topics.append({"name": "t", "topic_id": "x", "error": None, "partitions": parts})
+        body = {
+            "controller_id": None,
+            "controllers": [],
+            "brokers": [{"id": 1, "host": host, "port": int(port), "rack": None}],
+            "topics": topics,
+        }
+        return web.json_response(body)
+
+    async def _produce(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        header, payloads = decode_frame(await request.read(), "partitions")
+        if self.hold is not None:
+            await self.hold.wait()
+        responses = []
+        for entry, payload in zip(header["partitions"], payloads, strict=True):
+            key = (entry["topic"], entry["partition"])
+            out: dict[str, Any] = {"topic": key[0], "partition": key[1], "current_leader": None}
+            if self.fail_with:
+                name = self.fail_with.pop(0)
+                out["error"] = {"error": name, "error_code": 6, "message": "fake"}
+            else:
+                log = self.logs.setdefault(key, [])
+                out.update(error=None, base_offset=len(log), log_append_time_ms=-1)
+                log.extend((r.key, r.value) for r in iter_records(bytes(payload)))
+            responses.append(out)
+        return web.Response(body=orjson.dumps({"responses": responses}))
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    """A fake broker on its own loop thread (so sync and async clients can share it)."""
+    fake = FakeBroker()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    runner = web.AppRunner(fake.app())
+
+    async def start() -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        fake.address = f"127.0.0.1:{port}"
+        ready.set()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    assert ready.is_set()
+    fake.hold_loop = loop  # type: ignore[attr-defined]
+    yield fake
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+def _release(broker: FakeBroker) -> None:
+    loop: asyncio.AbstractEventLoop = broker.hold_loop  # type: ignore[attr-defined]
+    if broker.hold is not None:
+        loop.call_soon_threadsafe(broker.hold.set)
+
+
+def _make_hold(broker: FakeBroker) -> None:
+    loop: asyncio.AbstractEventLoop = broker.hold_loop  # type: ignore[attr-defined]
+
+    async def make() -> None:
+        broker.hold = asyncio.Event()
+
+    asyncio.run_coroutine_threadsafe(make(), loop).result(5)
+
+
+def async_test(
+    fn: Callable[..., Coroutine[Any, Any, None]],
+) -> Callable[..., None]:
+    """Run an async test body on a fresh loop, bounded (no pytest-asyncio here). A test
+    that takes ``producer`` gets one on the fake broker, closed afterwards."""
+
+    @functools.wraps(fn)
+    def wrapper(broker: FakeBroker) -> None:
+        async def main() -> None:
+            if "producer" not in inspect.signature(fn).parameters:
+                await fn(broker)
+                return
+            p = AsyncProducer(bootstrap_servers=broker.address, max_block_ms=2_000, linger_ms=1)
+            try:
+                await fn(broker, p)
+            finally:
+                await asyncio.wait_for(p.close(timeout_ms=2_000), 10)
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+
+    wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("broker", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+    return wrapper
+
+
+def test_keyed_records_go_to_javas_murmur2_partition(broker: FakeBroker) -> None:
+    """Keyed records land in toPositive(murmur2(key)) % 3, as Java's producer puts them;
+    offsets per partition count up from 0 in send order."""
+
+    async def main() -> list[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=broker.address, max_block_ms=2_000) as p:
+            futures = [await p.send("t", b"v%d" % i, key=b"key-%d" % i) for i in range(30)]
+            return list(await asyncio.wait_for(asyncio.gather(*futures), 10))
+
+    results = asyncio.run(main())
+    seen: dict[int, int] = {}
+    for i, md in enumerate(results):
+        assert md.partition == murmur2_partition(b"key-%d" % i, PARTITIONS)
+        assert md.offset == seen.get(md.partition, 0)
+        seen[md.partition] = md.offset + 1
+        assert broker.logs[("t", md.partition)][md.offset] == (b"key-%d" % i, b"v%d" % i)
+
+
+@async_test
+async def test_serializer_error_leaves_producer_usable(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """A failing serializer raises SerializationError from send; the next send works.
+    A non-bytes value without a serializer is a SerializationError too."""
+    bad = AsyncProducer(
+        bootstrap_servers=broker.address,
+        value_serializer=lambda v: v.encode(),
+        max_block_ms=2_000,
+    )
+    try:
+        with pytest.raises(SerializationError, match="value_serializer failed"):
+            await bad.send("t", 42)
+        md = await asyncio.wait_for(await bad.send("t", "ok"), 10)
+        assert md.offset >= 0
+    finally:
+        await asyncio.wait_for(bad.close(), 10)
+    with pytest.raises(SerializationError, match="needs bytes"):
+        await producer.send("t", "a str")
+    assert (await asyncio.wait_for(producer.send_and_wait("t", b"fine"), 10)).offset >= 0
+
+
+@async_test
+async def test_closed_producer_raises_illegal_state(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """send after close raises IllegalStateError; close is idempotent."""
+    await producer.close()
+    await producer.close()
+    with pytest.raises(IllegalStateError):
+        await producer.send("t", b"x")
+    sync = Producer(bootstrap_servers="127.0.0.1:1")
+    sync.close()
+    with pytest.raises(IllegalStateError):
+        sync.send("t", b"x")
+
+
+@async_test
+async def test_oversized_record_fails_at_once(broker: FakeBroker) -> None:
+    """A record above max_request_size raises MessageTooLargeError before any
+    metadata wait (no broker is needed, and nothing hangs)."""
+    lonely = AsyncProducer(bootstrap_servers="127.0.0.1:1", max_request_size=1000)
+    try:
+        with pytest.raises(MessageTooLargeError, match="max_request_size=1000"):
+            await asyncio.wait_for(lonely.send("t", b"x" * 1000), 5)
+    finally:
+        await lonely.close()
+
+
+@async_test
+async def test_buffer_full_blocks_then_times_out(broker: FakeBroker) -> None:
+    """With the broker holding every produce, records fill buffer_memory; the next
+    send blocks max_block_ms and raises KafkaTimeoutError. Releasing the broker
+    completes the buffered records."""
+    _make_hold(broker)
+    p = AsyncProducer(
+        bootstrap_servers=broker.address,
+        buffer_memory=2_000,
+        max_block_ms=300,
+        linger_ms=0,
+    )
+    try:
+        futures = []
+        with pytest.raises(KafkaTimeoutError, match="max_block_ms=300"):
+            for _ in range(100):
+                futures.append(await asyncio.wait_for(p.send("t", b"x" * 200), 5))
+        assert 1 <= len(futures) < 100
+        _release(broker)
+        done = await asyncio.wait_for(asyncio.gather(*futures), 10)
+        assert all(md.offset >= 0 for md in done)
+    finally:
+        _release(broker)
+        await asyncio.wait_for(p.close(), 10)
+
+
+@async_test
+async def test_retriable_error_is_retried(broker: FakeBroker, producer: AsyncProducer) -> None:
+    """NOT_LEADER_OR_FOLLOWER twice, then success: the record is acknowledged once,
+    at offset 0, after three requests."""
+    broker.fail_with = ["NOT_LEADER_OR_FOLLOWER", "NOT_LEADER_OR_FOLLOWER"]
+    md = await asyncio.wait_for(producer.send_and_wait("t", b"v", partition=1), 10)
+    assert (md.partition, md.offset) == (1, 0)
+    assert broker.requests == 3
+    assert broker.logs[("t", 1)] == [(None, b"v")]
+
+
+@async_test
+async def test_non_retriable_error_fails_the_future(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """A non-retriable error (INVALID_RECORD) fails the record's future with its type,
+    and the delivery callback sees it."""
+    from raftka.client.errors import InvalidRecordError
+
+    broker.fail_with = ["INVALID_RECORD"]
+    seen: list[BaseException | None] = []
+    future = await producer.send("t", b"v", partition=0, callback=lambda md, e: seen.append(e))
+    with pytest.raises(InvalidRecordError):
+        await asyncio.wait_for(future, 10)
+    assert len(seen) == 1 and isinstance(seen[0], InvalidRecordError)
+
+
+@async_test
+async def test_unknown_topic_fails_typed_after_max_block(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """A topic the cluster does not know raises UnknownTopicOrPartitionError once
+    max_block_ms (2 s here) has passed, not a hang."""
+    with pytest.raises(UnknownTopicOrPartitionError, match="nope"):
+        await asyncio.wait_for(producer.send("nope", b"x"), 10)
+
+
+def test_sync_producer_from_several_threads(broker: FakeBroker) -> None:
+    """The blocking Producer is shared by 4 threads; every record is acknowledged once,
+    and flush() returns with nothing pending."""
+    with Producer(bootstrap_servers=broker.address, max_block_ms=2_000) as p:
+        results: list[RecordMetadata] = []
+        lock = threading.Lock()
+
+        def work(n: int) -> None:
+            futures = [p.send("t", b"%d-%d" % (n, i), partition=2) for i in range(50)]
+            p.flush(10_000)
+            with lock:
+                results.extend(f.result(0) for f in futures)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(md.offset for md in results) == list(range(200))
+    assert len(broker.logs[("t", 2)]) == 200

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import orjson
 
+from raftka.client._waiting import wait_event
 from raftka.client.errors import OffsetOutOfRangeError
 from raftka.raft.quorum.engine import CommittedRecord, QuorumEngine
 
@@ -78,11 +79,7 @@ class CommitSignal:
         """True if notified within ``timeout_ms``."""
         if timeout_ms <= 0:
             return waiter.is_set()
-        try:
-            await asyncio.wait_for(waiter.wait(), timeout_ms / 1000)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(waiter, timeout_ms / 1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from typing import Any, Final, TypeVar, cast
 import orjson
 from aiohttp import web
 
+from raftka.client._waiting import wait_event
 from raftka.client.errors import (
     InvalidRequestError,
     KafkaError,
@@ -687,8 +688,7 @@ class ControllerServer:
                 continue
             delay_ms = due_ms - self._clock_ms()
             if delay_ms > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._timer_wake.wait(), delay_ms / 1000)
+                await wait_event(self._timer_wake, delay_ms / 1000)
                 continue
             if not self._tick_queued:
                 self._tick_queued = True

@@ -38,6 +38,7 @@ import orjson
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset, Role
 from raftka.broker.storage import TopicPartition
+from raftka.client._waiting import wait_event
 from raftka.client.errors import KafkaError, OffsetOutOfRangeError
 from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame
 
@@ -115,8 +116,7 @@ class ReplicaFetcher:
                 self._wake.clear()
                 waits = [u - now for tp, u in self._backoff_until.items() if tp in self.partitions]
                 timeout = max(min(waits), 1) / 1000 if waits else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await wait_event(self._wake, timeout)
                 continue
             address = self._address_of(self.leader_id)
             if address is None:

@@ -24,13 +24,13 @@ Theory of operation (Kafka's Fetcher, simplified):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._waiting import wait_event
 from raftka.client.config import ConsumerConfig
 from raftka.client.errors import (
     FencedLeaderEpochError,
@@ -250,8 +250,7 @@ class Fetcher:
     async def wait(self, timeout_s: float) -> None:
         """Until a fetch completes (or ``timeout_s``)."""
         self._arrived.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+        await wait_event(self._arrived, timeout_s)
 
     # ------------------------------------------------------------------ taking
 

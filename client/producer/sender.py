@@ -27,13 +27,13 @@ refresh the metadata. A network error or a client-side timeout is retried the sa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._waiting import wait_event
 from raftka.client.config import ProducerConfig
 from raftka.client.errors import (
     KafkaError,
@@ -114,10 +114,7 @@ class Sender:
                 timeout_ms = self._turn(monotonic_ms())
                 if self._stopping and self.idle:
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._wake.wait(), None if timeout_ms is None else timeout_ms / 1000
-                    )
+                await wait_event(self._wake, None if timeout_ms is None else timeout_ms / 1000)
         finally:
             for task in list(self._requests):
                 task.cancel()

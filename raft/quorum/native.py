@@ -57,6 +57,7 @@ from typing import Final
 
 from aiohttp import web
 
+from raftka.client._waiting import wait_event
 from raftka.client.errors import KafkaTimeoutError, MessageTooLargeError, OffsetOutOfRangeError
 from raftka.raft.quorum.actions import (
     Action,
@@ -444,7 +445,9 @@ class NativeQuorumEngine:
         core = self._core
         assert core is not None
         try:
-            while True:
+            # _stopped is checked as well as cancellation: a loop must never outlive its
+            # engine's stop().
+            while not self._stopped:
                 now = self._clock()
                 self._execute(core.tick(now))
                 while self._inbox:
@@ -466,8 +469,7 @@ class NativeQuorumEngine:
                         self._linger_wake_ms = None
                     else:
                         wake_ms = min(wake_ms, self._linger_wake_ms)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(0, wake_ms - now) / 1000)
+                await wait_event(self._wake, max(0, wake_ms - now) / 1000)
         except asyncio.CancelledError:
             raise
         except BaseException as e:

@@ -1,0 +1,28 @@
+"""Waiting on an asyncio.Event with a timeout, without losing a cancellation.
+
+On Python 3.11, ``asyncio.wait_for(event.wait(), t)`` can swallow a cancellation that
+arrives just as its timeout fires (CPython gh-86296): the caller sees a timeout, not
+CancelledError. A background loop written as ``while True: ... wait_for(...)`` then
+survives ``task.cancel()``, and whoever awaits the cancelled task waits forever (a
+quorum node's ``stop()`` hung that way under load). ``asyncio.timeout`` counts
+cancellations and re-raises them, so every timed wait on an event goes through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout_s`` passes (None: no limit); True if set.
+
+    A cancellation of the caller always propagates as CancelledError."""
+    if timeout_s is None:
+        await event.wait()
+        return True
+    try:
+        async with asyncio.timeout(max(timeout_s, 0.0)):
+            await event.wait()
+    except TimeoutError:
+        return event.is_set()
+    return True

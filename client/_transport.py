@@ -57,6 +57,22 @@ RESPONSE_BYTES_MAX: Final = 256 * 1024 * 1024
 CONNECTIONS_PER_HOST_MAX: Final = 32
 
 
+async def _read_body(response: aiohttp.ClientResponse, where: str) -> bytes:
+    """The whole body, at most RESPONSE_BYTES_MAX. (``content.read(n)`` returns what
+    has arrived so far, not n bytes: a large fetch answer came back cut short.)"""
+    length = response.content_length
+    if length is not None and length > RESPONSE_BYTES_MAX:
+        raise NetworkError(f"{where}: answer of {length} bytes above {RESPONSE_BYTES_MAX}")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await response.content.read(1 << 20):
+        size += len(chunk)
+        if size > RESPONSE_BYTES_MAX:
+            raise NetworkError(f"{where}: answer above {RESPONSE_BYTES_MAX} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
@@ -141,9 +157,7 @@ class Transport:
                 params=query or None,
                 timeout=aiohttp.ClientTimeout(total=total_ms / 1000),
             ) as response:
-                body = await response.content.read(RESPONSE_BYTES_MAX + 1)
-                if len(body) > RESPONSE_BYTES_MAX:
-                    raise NetworkError(f"{address}{path}: answer above {RESPONSE_BYTES_MAX} bytes")
+                body = await _read_body(response, f"{address}{path}")
                 return response.status, body, response.content_type
         except TimeoutError:
             raise RequestTimedOutError(

@@ -37,9 +37,24 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Read the metadata log (dump).",
     ),
     "perf": (
-        "raftka.raft.log.perf",
+        "raftka.perf_cli",
         "perf_command",
-        "Performance tools (storage now; produce and consume with the client).",
+        "Performance tools: storage (log), produce and consume (like Kafka's perf-test).",
+    ),
+    "server": (
+        "raftka.server_cli",
+        "server_command",
+        "Run the roles process.roles names (controller and broker: combined mode).",
+    ),
+    "status": (
+        "raftka.local.up",
+        "status_command",
+        "Show a cluster: every node's state, the active controller, partition leaders.",
+    ),
+    "up": (
+        "raftka.local.up",
+        "up_command",
+        "Start a local cluster (3 controllers, 3 brokers) in the foreground; no config.",
     ),
     "quorum": (
         "raftka.metadata.cli",

@@ -1,0 +1,363 @@
+"""Broker benchmarks: a real local cluster, the client perf tools, NATS for the ratio.
+
+    python bench/broker_bench.py [--records N] [--consume-records N] [--repeats N]
+        [--e2e-rate R] [--e2e-seconds S] [--peers] [--profile DIR] [--dir DIR]
+
+One ``LocalCluster`` (3 controllers) + ``LocalBrokers`` (3 brokers) on loopback, all
+real OS processes on this (shared, 2-core) machine. Topics have 3 partitions (one
+leader per broker). Each figure is the median of ``--repeats`` runs, each run a fresh
+topic; every run is one producer (or consumer) OS process:
+
+- ``produce acks=1 RF=1`` and ``produce acks=all RF=3`` (min.insync.replicas 2):
+  ``raftka perf produce`` with 100-byte records, default batch.size/linger.ms;
+  throughput (records/s, MB/s) and send-to-ack latency p50/p99 from its summary line.
+- ``consume``: ``raftka perf consume`` reading back ``--consume-records`` records
+  (from an RF 3 topic filled by the produce runs).
+- ``e2e``: one process produces at ``--e2e-rate`` records/s (acks=all, RF 3,
+  linger.ms 0) with its wall-clock send time in the value, and consumes the same
+  topic; latency = receive time - send time (same clock), p50/p99.
+- ``--peers``: NATS JetStream R3 via /work/shared/bench/peers_bench.py (raw pipelined
+  publish and pull consume, 100-byte messages), in the same run, for the ratio.
+- ``--profile DIR``: one acks=all produce run under cProfile; the stats file and its
+  top functions go to DIR.
+
+Prints one JSON line per result and a markdown table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from raftka.client import Admin, NewTopic
+
+PARTITIONS: Final = 3
+RECORD_SIZE: Final = 100
+API_TIMEOUT_MS: Final = 30_000
+RUN_TIMEOUT_S: Final = 900
+FETCH_PARTITION_BYTES: Final = 1_048_576  # Kafka's max.partition.fetch.bytes
+PEERS_PYTHON: Final = Path("/tmp/raftka-peers/venv/bin/python")
+PEERS_SCRIPT: Final = Path("/tmp/raftka-peers/peers_bench.py")
+
+_SUMMARY = re.compile(
+    r"(?P<records>\d+) records sent, (?P<rps>[\d.]+) records/sec \((?P<mbps>[\d.]+) MB/sec\), "
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, (?P<p50>[\d.]+) ms 50th, "
+    r"(?P<p95>[\d.]+) ms 95th, (?P<p99>[\d.]+) ms 99th, (?P<p999>[\d.]+) ms 99.9th\."
+)
+
+
+def _raftka(*args: str, prefix: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, *prefix, "-m", "raftka", *args]
+
+
+def _run(cmd: list[str]) -> str:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[:6]}... exited {out.returncode}: {out.stderr[-2000:]}")
+    return out.stdout
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    acks: str,
+    *,
+    profile: Path | None = None,
+    throughput: float = -1,
+) -> dict[str, float]:
+    prefix = ("-m", "cProfile", "-o", str(profile)) if profile else ()
+    cmd = [
+        "perf",
+        "produce",
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(RECORD_SIZE),
+        "--acks",
+        acks,
+        "--bootstrap-server",
+        bootstrap,
+        "--throughput",
+        str(throughput),
+    ]
+    stdout = _run(_raftka(*cmd, prefix=prefix))
+    m = _SUMMARY.search(stdout.strip().splitlines()[-1])
+    assert m is not None, stdout[-500:]
+    return {k: float(v) for k, v in m.groupdict().items()}
+
+
+def consume(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    # 16 KB per partition fetch: client/_transport.py reads a response with one
+    # StreamReader.read(n), which returns what is buffered (often a partial body) for
+    # large answers; small fetches sidestep that until it is fixed.
+    stdout = _run(
+        _raftka(
+            "perf",
+            "consume",
+            "--topic",
+            topic,
+            "--messages",
+            str(records),
+            "--max-partition-fetch-bytes",
+            str(FETCH_PARTITION_BYTES),
+            "--bootstrap-server",
+            bootstrap,
+        )
+    )
+    row = [c.strip() for c in stdout.strip().splitlines()[-1].split(",")]
+    return {
+        "records": float(row[4]),
+        "rps": float(row[5]),
+        "mbps": float(row[3]),
+        "fetch_rps": float(row[9]),
+    }
+
+
+def e2e_worker(bootstrap: str, topic: str, rate: float, seconds: float) -> dict[str, float]:
+    """Produce at ``rate`` with the send time in the value; consume and time arrivals."""
+    from raftka.client import AsyncConsumer, AsyncProducer, TopicPartition
+
+    count = int(rate * seconds)
+    latencies_us: list[int] = []
+
+    async def main() -> None:
+        async with (
+            AsyncProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0) as producer,
+            AsyncConsumer(
+                bootstrap_servers=bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500
+            ) as consumer,
+        ):
+            parts = await producer.partitions_for(topic)
+            consumer.assign(TopicPartition(topic, p) for p in parts)
+            for p in parts:
+                await consumer.position(TopicPartition(topic, p))
+
+            async def read() -> None:
+                while len(latencies_us) < count:
+                    for recs in (await consumer.poll(timeout_ms=1_000)).values():
+                        now = time.time_ns()
+                        for r in recs:
+                            assert r.value is not None
+                            latencies_us.append(
+                                (now - struct.unpack_from(">q", r.value)[0]) // 1000
+                            )
+
+            reader = asyncio.create_task(read())
+            pad = b"x" * (RECORD_SIZE - 8)
+            start = time.perf_counter()
+            for i in range(count):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing the rate, not synchronisation
+                await producer.send(topic, struct.pack(">q", time.time_ns()) + pad)
+            await producer.flush()
+            await asyncio.wait_for(reader, timeout=30)
+
+    asyncio.run(main())
+    lat = sorted(latencies_us)
+    return {
+        "records": len(lat),
+        "p50_ms": lat[len(lat) // 2] / 1000,
+        "p99_ms": lat[int(len(lat) * 0.99)] / 1000,
+        "max_ms": lat[-1] / 1000,
+    }
+
+
+def profile_broker(brokers: Any, admin: Admin, records: int, out: Path) -> dict[str, float]:
+    """Restart broker 101 under cProfile, produce ``records`` (acks=1) to a partition it
+    alone holds, stop it with SIGTERM (a clean exit writes the stats)."""
+    node = brokers[101]
+    node.terminate()
+    log = node.log_path.open("ab")
+    node.popen = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            str(out),
+            "-m",
+            "raftka",
+            "broker",
+            "--config",
+            str(node.config_path),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    brokers.wait_unfenced(101)
+    admin.create_topics(
+        [NewTopic("prof-broker", replica_assignment={0: (101,)})], timeout_ms=API_TIMEOUT_MS
+    )
+    result = produce(brokers.bootstrap_servers, "prof-broker", records, "1")
+    node.terminate()
+    log.close()
+    return result
+
+
+def create_topic(admin: Admin, name: str, rf: int) -> str:
+    configs = {"min.insync.replicas": "2"} if rf == 3 else {}
+    admin.create_topics(
+        [NewTopic(name, PARTITIONS, rf, configs=configs)], timeout_ms=API_TIMEOUT_MS
+    )
+    return name
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def emit(name: str, result: dict[str, Any], results: dict[str, dict[str, Any]]) -> None:
+    results[name] = result
+    print(json.dumps({"bench": name, **result}), flush=True)
+
+
+def run_peers(n: int, repeats: int) -> list[dict[str, Any]]:
+    if not (PEERS_PYTHON.exists() and PEERS_SCRIPT.exists()):
+        return []
+    cmd = [
+        str(PEERS_PYTHON),
+        str(PEERS_SCRIPT),
+        "all",
+        "--modes",
+        "cluster",
+        "--replicas-list",
+        "3",
+        "--skip-redis",
+        "--n",
+        str(n),
+        "--n-sync",
+        "5000",
+        "--repeat",
+        str(repeats),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    lines = []
+    for line in out.stdout.splitlines():
+        with_json = line.strip()
+        if with_json.startswith("{"):
+            lines.append(json.loads(with_json))
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--consume-records", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--e2e-rate", type=float, default=1000.0)
+    ap.add_argument("--e2e-seconds", type=float, default=10.0)
+    ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--profile", type=Path)
+    ap.add_argument("--dir", type=Path)
+    ap.add_argument(
+        "--sections",
+        default="produce,produce-rate,consume,e2e",
+        help="Comma list of produce, produce-rate, consume, e2e.",
+    )
+    ap.add_argument("--e2e-worker", nargs=2, metavar=("BOOTSTRAP", "TOPIC"))
+    args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    if args.e2e_worker:
+        print(json.dumps(e2e_worker(*args.e2e_worker, args.e2e_rate, args.e2e_seconds)))
+        return
+
+    from raftka.local import LocalCluster
+    from raftka.local.brokers import LocalBrokers
+
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(),
+                "load": os.getloadavg(),
+            }
+        ),
+        flush=True,
+    )
+    results: dict[str, dict[str, Any]] = {}
+    base = args.dir or Path(tempfile.mkdtemp(prefix="raftka-broker-bench-"))
+    with LocalCluster(base) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(cluster) as brokers:
+            brokers.start()
+            bootstrap = brokers.bootstrap_servers
+            with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=API_TIMEOUT_MS) as admin:
+                new: Callable[[str, int], str] = lambda n, rf: create_topic(admin, n, rf)  # noqa: E731
+                if "produce" in sections:
+                    for acks, rf in (("1", 1), ("all", 3)):
+                        runs = [
+                            produce(bootstrap, new(f"p-{acks}-{rf}-{i}", rf), args.records, acks)
+                            for i in range(args.repeats)
+                        ]
+                        emit(f"produce acks={acks} RF={rf}", median_of(runs), results)
+                if "produce-rate" in sections:
+                    n = int(args.e2e_rate * args.e2e_seconds)
+                    runs = [
+                        produce(bootstrap, new(f"pr-{i}", 3), n, "all", throughput=args.e2e_rate)
+                        for i in range(args.repeats)
+                    ]
+                    emit(f"produce acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(runs), results)
+                if "consume" in sections:
+                    # Fill one RF 3 topic, read it back repeats times.
+                    fill = new("consume-src", 3)
+                    produce(bootstrap, fill, args.consume_records, "1")
+                    runs = [
+                        consume(bootstrap, fill, args.consume_records) for _ in range(args.repeats)
+                    ]
+                    emit("consume RF=3", median_of(runs), results)
+                if "e2e" in sections:
+                    e2e_runs = []
+                    for i in range(args.repeats):
+                        topic = new(f"e2e-{i}", 3)
+                        out = _run(
+                            [
+                                sys.executable,
+                                __file__,
+                                "--e2e-worker",
+                                bootstrap,
+                                topic,
+                                "--e2e-rate",
+                                str(args.e2e_rate),
+                                "--e2e-seconds",
+                                str(args.e2e_seconds),
+                            ]
+                        )
+                        e2e_runs.append(json.loads(out.strip().splitlines()[-1]))
+                    emit(f"e2e acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(e2e_runs), results)
+                if args.profile:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    prof = args.profile / "produce.prof"
+                    r = produce(bootstrap, new("profiled", 3), args.records, "all", profile=prof)
+                    emit("produce acks=all RF=3 (under cProfile)", r, results)
+                    r = profile_broker(brokers, admin, args.records, args.profile / "broker.prof")
+                    emit("produce acks=1 RF=1 to a broker under cProfile", r, results)
+    if args.peers:
+        for line in run_peers(args.records, args.repeats):
+            print(json.dumps({"peer": line}), flush=True)
+    print("\n| benchmark | result |\n|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | " + ", ".join(f"{k}={v:g}" for k, v in r.items()) + " |")
+
+
+if __name__ == "__main__":
+    main()

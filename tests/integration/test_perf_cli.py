@@ -1,0 +1,117 @@
+"""``raftka perf produce`` / ``raftka perf consume`` against a real small cluster.
+
+Starts 3 controllers and 3 brokers on loopback (real OS processes), creates a topic
+(3 partitions, RF 3), then runs both commands as a user would, through click's runner
+in this process: the producer's summary line must name exactly the requested record
+count and Kafka's fields, and the consumer's table row must show that many records
+read back. An unreachable bootstrap server must fail with one ``Error:`` line and
+exit code 1. Each command has its own deadline (request and idle timeouts); nothing
+sleeps.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from raftka.client import Admin, NewTopic
+from raftka.local import LocalCluster
+from raftka.local.brokers import LocalBrokers
+from raftka.perf_cli import perf_command
+
+pytestmark = pytest.mark.slow
+
+API_TIMEOUT_MS = 20_000
+# Enough that a fetch answer with the default 1 MiB per partition spans many socket
+# reads (an answer read with one StreamReader.read(n) once came back cut short).
+RECORDS = 20_000
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp: Path = tmp_path_factory.mktemp("perf")
+    with LocalCluster(tmp) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(cluster) as brokers:
+            brokers.start()
+            with Admin(
+                bootstrap_servers=brokers.bootstrap_servers,
+                default_api_timeout_ms=API_TIMEOUT_MS,
+            ) as admin:
+                admin.create_topics([NewTopic("perf", 3, 3)], timeout_ms=API_TIMEOUT_MS)
+            yield brokers.bootstrap_servers
+
+
+def test_produce_then_consume_report_the_requested_count(bootstrap: str) -> None:
+    """The produce summary names RECORDS records with Kafka's fields, the consume row
+    reads RECORDS records back (from the beginning)."""
+    runner = CliRunner()
+    produced = runner.invoke(
+        perf_command,
+        [
+            "produce",
+            "--topic",
+            "perf",
+            "--num-records",
+            str(RECORDS),
+            "--record-size",
+            "100",
+            "--acks",
+            "all",
+            "--bootstrap-server",
+            bootstrap,
+        ],
+    )
+    assert produced.exit_code == 0, produced.output
+    summary = produced.output.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"{RECORDS} records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg "
+        r"latency, [\d.]+ ms max latency, [\d.]+ ms 50th, [\d.]+ ms 95th, [\d.]+ ms 99th, "
+        r"[\d.]+ ms 99.9th\.",
+        summary,
+    ), summary
+    consumed = runner.invoke(
+        perf_command,
+        [
+            "consume",
+            "--topic",
+            "perf",
+            "--messages",
+            str(RECORDS),
+            "--from-beginning",
+            "--bootstrap-server",
+            bootstrap,
+        ],
+    )
+    assert consumed.exit_code == 0, consumed.output
+    header, row = consumed.output.strip().splitlines()[-2:]
+    assert header.startswith("start.time, end.time, data.consumed.in.MB"), header
+    cells = [c.strip() for c in row.split(",")]
+    assert int(cells[4]) == RECORDS, row
+    assert float(cells[2]) == pytest.approx(RECORDS * 100 / 1024 / 1024, abs=1e-3), row
+
+
+def test_unknown_topic_fails_with_one_line(bootstrap: str) -> None:
+    """A topic that does not exist: exit 1 and a single ``Error:`` line."""
+    result = CliRunner().invoke(
+        perf_command,
+        [
+            "produce",
+            "--topic",
+            "absent",
+            "--num-records",
+            "10",
+            "--max-block-ms",
+            "1000",
+            "--bootstrap-server",
+            bootstrap,
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output

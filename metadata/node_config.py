@@ -37,6 +37,7 @@ __all__ = [
     "load_node_config",
     "parse_properties",
     "parse_voters",
+    "read_config_file",
 ]
 
 # Kafka's metadata.log.max.record.bytes.between.snapshots default (20 MiB).
@@ -188,7 +189,8 @@ def flatten_toml(data: Mapping[str, object], *, source: str = "<toml>") -> dict[
     return out
 
 
-def _read_file(path: Path) -> dict[str, str]:
+def read_config_file(path: Path) -> dict[str, str]:
+    """The properties of a .properties or .toml config file, with Kafka's dotted names."""
     source = str(path)
     try:
         with path.open("rb") as f:
@@ -358,4 +360,6 @@ def node_config_from_properties(
 def load_node_config(path: Path | str, *, extra_keys: Collection[str] = ()) -> NodeConfig:
     """Read a .properties or .toml file (by suffix) and check it; ConfigError if wrong."""
     path = Path(path)
-    return node_config_from_properties(_read_file(path), source=str(path), extra_keys=extra_keys)
+    return node_config_from_properties(
+        read_config_file(path), source=str(path), extra_keys=extra_keys
+    )

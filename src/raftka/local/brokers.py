@@ -17,7 +17,7 @@ start the LocalCluster with a short one (for example 2000) when a test kills bro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +45,10 @@ LOCAL_BROKER_PROPERTIES: Final[Mapping[str, str]] = {
 
 
 class LocalBrokers:
-    """N brokers on 127.0.0.1 for a LocalCluster; a context manager like it."""
+    """N brokers on 127.0.0.1 for a LocalCluster; a context manager like it.
+
+    ``ports`` gives each broker's port (``raftka up``); without it free ports are picked.
+    """
 
     def __init__(
         self,
@@ -55,12 +58,14 @@ class LocalBrokers:
         data_dir: Path | None = None,
         host: str = "127.0.0.1",
         first_id: int = BROKER_ID_BASE,
+        ports: Sequence[int] | None = None,
         extra_properties: Mapping[str, str] | None = None,
     ) -> None:
         assert count >= 1
+        assert ports is None or len(ports) == count
         self.cluster = cluster
         base = Path(data_dir) if data_dir is not None else cluster.data_dir
-        ports = free_ports(count, host)
+        ports = list(ports) if ports is not None else free_ports(count, host)
         self.brokers: dict[int, NodeProcess] = {}
         for offset, port in enumerate(ports):
             broker_id = first_id + offset

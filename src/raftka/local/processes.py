@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -229,6 +229,13 @@ class NodeProcess:
         if self.paused:
             self.resume()
         self.signal(signal.SIGTERM)
+        return self.wait_stopped(timeout_s)
+
+    def wait_stopped(self, timeout_s: float = STOP_DEADLINE_S) -> int:
+        """Wait for an exit already asked for (no second signal: one arriving after the
+        process's handlers are gone would kill it mid-exit); SIGKILL after the deadline.
+        Returns the exit code."""
+        assert self.popen is not None
         try:
             code = self.popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -262,8 +269,9 @@ def _properties_text(props: Mapping[str, str]) -> str:
 class LocalCluster:
     """N controllers on 127.0.0.1 under one data directory (brokers come later).
 
-    ``base_port`` numbers the controllers' ports from it (9093, 9094, ...); without it
-    free ports are picked. Use as a context manager, or call ``close()``.
+    ``base_port`` numbers the controllers' ports from it (9093, 9094, ...); ``ports``
+    gives each one (``raftka up`` resuming a data dir); without either, free ports are
+    picked. Use as a context manager, or call ``close()``.
     """
 
     def __init__(
@@ -272,17 +280,20 @@ class LocalCluster:
         *,
         controllers: int = 3,
         base_port: int | None = None,
+        ports: Sequence[int] | None = None,
         host: str = "127.0.0.1",
         engine: str = "native",
         extra_properties: Mapping[str, str] | None = None,
     ) -> None:
         assert controllers >= 1
+        assert ports is None or (len(ports) == controllers and base_port is None)
         self.data_dir = Path(data_dir)
-        ports = (
-            list(range(base_port, base_port + controllers))
-            if base_port is not None
-            else free_ports(controllers, host)
-        )
+        if ports is not None:
+            ports = list(ports)
+        elif base_port is not None:
+            ports = list(range(base_port, base_port + controllers))
+        else:
+            ports = free_ports(controllers, host)
         ids = list(range(1, controllers + 1))
         self.voters = ",".join(f"{i}@{host}:{p}" for i, p in zip(ids, ports, strict=True))
         self.controllers: dict[int, NodeProcess] = {}

@@ -1,0 +1,1048 @@
+"""``raftka up`` and ``raftka status``: a local cluster with no configuration, and its view.
+
+``raftka up`` starts N controllers (ids 1..N) and M brokers (ids 101..) as separate OS
+processes on 127.0.0.1 through :class:`~raftka.local.processes.LocalCluster` and
+:class:`~raftka.local.brokers.LocalBrokers`, with every file under one data directory
+(default ``./raftka-data``). It records the layout in ``<data>/cluster.json`` (each
+node's id, role, host, port, pid and data dir; the bootstrap strings) for tools and
+tests, waits until a controller is active and every broker is registered and
+unfenced, prints the bootstrap servers and a status screen, then stays in the
+foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
+shutdown, while the controllers still run to move their leaderships), then the
+controllers, waits for every child and exits 0.
+
+Run again on the same data directory it resumes: the same ids, ports and engine as
+``cluster.json`` records (``--base-port`` moves the ports; a different node count or
+engine is refused: the quorum's voters and the metadata log's format are fixed when
+the cluster is made). A data directory whose ``cluster.json`` names a live raftka
+process is refused, so two clusters never share files.
+
+``raftka status`` probes a running cluster (from ``cluster.json``, or from one
+controller's ``/v1/quorum`` and its metadata log's broker registrations) and prints
+every node's state, the active controller, and each partition's leader and ISR (from
+a broker's ``GET /v1/metadata``); ``--json`` prints the same as one object. The
+probing is I/O; :func:`build_status` (answers in, view out) and :func:`render_status`
+are pure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+import click
+import orjson
+
+from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
+from raftka.local.processes import LocalCluster, NodeProcess, http_json, wait_for
+
+__all__ = [
+    "CLUSTER_FILE",
+    "ClusterFile",
+    "ClusterFileError",
+    "ClusterStatus",
+    "NodeEntry",
+    "NodeStatus",
+    "PartitionStatus",
+    "brokers_from_metadata_records",
+    "build_status",
+    "discover_nodes",
+    "is_raftka_process",
+    "plan_cluster",
+    "probe_status",
+    "read_cluster_file",
+    "render_status",
+    "status_command",
+    "up_command",
+    "write_cluster_file",
+]
+
+CLUSTER_FILE: Final = "cluster.json"
+CLUSTER_FILE_VERSION: Final = 1
+DEFAULT_DATA_DIR: Final = "raftka-data"
+DEFAULT_BASE_PORT: Final = 9093
+DEFAULT_CONTROLLERS: Final = 3
+DEFAULT_BROKERS: Final = 3
+HOST: Final = "127.0.0.1"
+CONTROLLERS_MAX: Final = 9
+BROKERS_MAX: Final = 32
+# Bound on the wait for "a controller is active and every broker unfenced".
+READY_DEADLINE_S: Final = 60.0
+# How often the foreground loop checks that every child still runs.
+MONITOR_INTERVAL_S: Final = 1.0
+PROBE_TIMEOUT_S: Final = 1.0
+# Bounds on what status reads: metadata-log pages (--bootstrap-controller), rows shown.
+METADATA_PAGES_MAX: Final = 1000
+PARTITION_ROWS_MAX: Final = 20
+CLUSTER_FILE_BYTES_MAX: Final = 1024 * 1024
+# A dead broker is fenced within 3 s instead of Kafka's 9 s: a local cluster restarts
+# often, and a broker's new incarnation waits out its old session before registering.
+UP_LOCAL_PROPERTIES: Final[Mapping[str, str]] = {"broker.session.timeout.ms": "3000"}
+
+Answer = tuple[int, Any] | None  # (HTTP status, JSON body), or None: no answer
+
+
+class ClusterFileError(ValueError):
+    """cluster.json is missing a field or has one of the wrong type."""
+
+
+class _Problem(click.ClickException):
+    """One line on stderr, exit status 1; never a traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+# ---------------------------------------------------------------------------------------
+# cluster.json
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeEntry:
+    """One node as cluster.json records it (``pid`` is None while it is not running)."""
+
+    id: int
+    role: str  # "controller" or "broker"
+    host: str
+    port: int
+    data_dir: str
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterFile:
+    """What ``raftka up`` writes to ``<data>/cluster.json``."""
+
+    engine: str
+    nodes: tuple[NodeEntry, ...]
+    up_pid: int | None = None
+
+    @property
+    def controllers(self) -> tuple[NodeEntry, ...]:
+        return tuple(n for n in self.nodes if n.role == "controller")
+
+    @property
+    def brokers(self) -> tuple[NodeEntry, ...]:
+        return tuple(n for n in self.nodes if n.role == "broker")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.address for n in self.brokers)
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(n.address for n in self.controllers)
+
+    def pids(self) -> list[int]:
+        """Every pid recorded (the ``up`` process's first)."""
+        pids = [] if self.up_pid is None else [self.up_pid]
+        return pids + [n.pid for n in self.nodes if n.pid is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": CLUSTER_FILE_VERSION,
+            "engine": self.engine,
+            "up_pid": self.up_pid,
+            "bootstrap_servers": self.bootstrap_servers,
+            "bootstrap_controllers": self.bootstrap_controllers,
+            "nodes": [
+                {
+                    "id": n.id,
+                    "role": n.role,
+                    "host": n.host,
+                    "port": n.port,
+                    "pid": n.pid,
+                    "data_dir": n.data_dir,
+                }
+                for n in self.nodes
+            ],
+        }
+
+    @staticmethod
+    def from_json(obj: object) -> ClusterFile:
+        """Parse and check; ClusterFileError names what is wrong."""
+        if not isinstance(obj, dict):
+            raise ClusterFileError("not a JSON object")
+        if obj.get("version") != CLUSTER_FILE_VERSION:
+            raise ClusterFileError(f"version {obj.get('version')!r} (expected 1)")
+        engine = obj.get("engine")
+        if engine not in ("native", "pysyncobj"):
+            raise ClusterFileError(f"engine {engine!r} (expected native or pysyncobj)")
+        raw_nodes = obj.get("nodes")
+        if not isinstance(raw_nodes, list) or not raw_nodes:
+            raise ClusterFileError("nodes: expected a non-empty list")
+        nodes = tuple(_node_entry(item, i) for i, item in enumerate(raw_nodes))
+        ids = [n.id for n in nodes]
+        if len(set(ids)) != len(ids):
+            raise ClusterFileError("nodes: two nodes share an id")
+        if not any(n.role == "controller" for n in nodes):
+            raise ClusterFileError("nodes: no controller")
+        return ClusterFile(engine=engine, nodes=nodes, up_pid=_opt_int(obj, "up_pid", "up_pid"))
+
+
+def _opt_int(obj: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or value <= 0:
+        raise ClusterFileError(f"{where}: expected a positive integer or null, got {value!r}")
+    return value
+
+
+def _node_entry(item: object, i: int) -> NodeEntry:
+    where = f"nodes[{i}]"
+    if not isinstance(item, dict):
+        raise ClusterFileError(f"{where}: expected an object")
+    node_id, role, host, port = item.get("id"), item.get("role"), item.get("host"), item.get("port")
+    if type(node_id) is not int or node_id < 0:
+        raise ClusterFileError(f"{where}.id: expected an integer >= 0, got {node_id!r}")
+    if role not in ("controller", "broker"):
+        raise ClusterFileError(f"{where}.role: expected controller or broker, got {role!r}")
+    if not isinstance(host, str) or not host:
+        raise ClusterFileError(f"{where}.host: expected a host name, got {host!r}")
+    if type(port) is not int or not 0 < port <= 65535:
+        raise ClusterFileError(f"{where}.port: expected a port in 1..65535, got {port!r}")
+    data_dir = item.get("data_dir")
+    if not isinstance(data_dir, str) or not data_dir:
+        raise ClusterFileError(f"{where}.data_dir: expected a path, got {data_dir!r}")
+    return NodeEntry(
+        id=node_id,
+        role=role,
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        pid=_opt_int(item, "pid", f"{where}.pid"),
+    )
+
+
+def write_cluster_file(data_dir: Path, cluster: ClusterFile) -> Path:
+    """Write cluster.json atomically (a reader never sees half a file)."""
+    path = data_dir / CLUSTER_FILE
+    tmp = path.with_name(CLUSTER_FILE + ".tmp")
+    tmp.write_bytes(orjson.dumps(cluster.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_cluster_file(data_dir: Path) -> ClusterFile | None:
+    """The cluster.json of ``data_dir``, None if there is none; ClusterFileError if bad."""
+    path = data_dir / CLUSTER_FILE
+    try:
+        with path.open("rb") as f:
+            raw = f.read(CLUSTER_FILE_BYTES_MAX + 1)
+    except FileNotFoundError:
+        return None
+    if len(raw) > CLUSTER_FILE_BYTES_MAX:
+        raise ClusterFileError(f"{path}: larger than {CLUSTER_FILE_BYTES_MAX} bytes")
+    try:
+        return ClusterFile.from_json(orjson.loads(raw))
+    except orjson.JSONDecodeError as e:
+        raise ClusterFileError(f"{path}: not JSON: {e}") from None
+    except ClusterFileError as e:
+        raise ClusterFileError(f"{path}: {e}") from None
+
+
+def plan_cluster(
+    existing: ClusterFile | None,
+    *,
+    data_dir: Path,
+    controllers: int | None,
+    brokers: int | None,
+    base_port: int | None,
+    engine: str | None,
+) -> ClusterFile:
+    """The layout to start (pids unset): a new one, or ``existing`` resumed. Raises
+    ValueError with the reason when the options contradict the recorded cluster."""
+    if existing is not None:
+        n_controllers, n_brokers = len(existing.controllers), len(existing.brokers)
+        if controllers is not None and controllers != n_controllers:
+            raise ValueError(
+                f"{data_dir} holds a cluster of {n_controllers} controllers; --controllers "
+                f"{controllers} differs (the quorum's voters are fixed; use another --data-dir)"
+            )
+        if brokers is not None and brokers != n_brokers:
+            raise ValueError(
+                f"{data_dir} holds a cluster of {n_brokers} brokers; --brokers {brokers} "
+                "differs (use another --data-dir)"
+            )
+        if engine is not None and engine != existing.engine:
+            raise ValueError(
+                f"{data_dir} holds a cluster made with --engine {existing.engine}; "
+                f"--engine {engine} cannot read its metadata log"
+            )
+        ordered = existing.controllers + existing.brokers
+        nodes = tuple(
+            NodeEntry(
+                id=n.id,
+                role=n.role,
+                host=n.host,
+                port=n.port if base_port is None else base_port + i,
+                data_dir=n.data_dir,
+            )
+            for i, n in enumerate(ordered)
+        )
+        _check_ports(nodes)
+        return ClusterFile(engine=existing.engine, nodes=nodes)
+    n_controllers = DEFAULT_CONTROLLERS if controllers is None else controllers
+    n_brokers = DEFAULT_BROKERS if brokers is None else brokers
+    first = DEFAULT_BASE_PORT if base_port is None else base_port
+    entries: list[NodeEntry] = []
+    for i in range(n_controllers):
+        node_id = i + 1
+        entries.append(
+            NodeEntry(
+                id=node_id,
+                role="controller",
+                host=HOST,
+                port=first + i,
+                data_dir=str(data_dir / f"controller-{node_id}"),
+            )
+        )
+    for i in range(n_brokers):
+        node_id = BROKER_ID_BASE + i
+        entries.append(
+            NodeEntry(
+                id=node_id,
+                role="broker",
+                host=HOST,
+                port=first + n_controllers + i,
+                data_dir=str(data_dir / f"broker-{node_id}"),
+            )
+        )
+    nodes = tuple(entries)
+    _check_ports(nodes)
+    return ClusterFile(engine="native" if engine is None else engine, nodes=nodes)
+
+
+def _check_ports(nodes: Sequence[NodeEntry]) -> None:
+    for n in nodes:
+        if not 0 < n.port <= 65535:
+            raise ValueError(f"port {n.port} of {n.role} {n.id} is outside 1..65535")
+    ports = [n.port for n in nodes]
+    if len(set(ports)) != len(ports):
+        raise ValueError("two nodes would share a port")
+
+
+# ---------------------------------------------------------------------------------------
+# The status view (pure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus:
+    """``state``: a controller is active / follower / starting / down; a broker is
+    unfenced / fenced / starting / down. ``quorum_role`` is the controller's Raft role."""
+
+    id: int
+    role: str
+    address: str
+    pid: int | None
+    state: str
+    quorum_role: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "role": self.role,
+            "address": self.address,
+            "pid": self.pid,
+            "state": self.state,
+        }
+        if self.role == "controller":
+            out["quorum_role"] = self.quorum_role
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterStatus:
+    controllers: tuple[NodeStatus, ...]
+    brokers: tuple[NodeStatus, ...]
+    partitions: tuple[PartitionStatus, ...]
+    active_controller: int | None
+    leader_epoch: int | None
+    # Where partitions came from (a broker id), None when no broker answered.
+    metadata_from: int | None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    @property
+    def healthy(self) -> bool:
+        """A controller is active and every broker is unfenced."""
+        return self.active_controller is not None and all(
+            b.state == "unfenced" for b in self.brokers
+        )
+
+    @property
+    def reachable(self) -> bool:
+        return any(n.state != "down" for n in self.controllers + self.brokers)
+
+    def problems(self) -> list[str]:
+        """What keeps the cluster from being healthy, one phrase each."""
+        out: list[str] = []
+        if self.active_controller is None:
+            states = ", ".join(f"{c.id} {c.state}" for c in self.controllers)
+            out.append(f"no active controller (controllers: {states})")
+        for b in self.brokers:
+            if b.state != "unfenced":
+                what = "not registered" if b.state in ("down", "starting") else b.state
+                out.append(f"broker {b.id} {what} ({b.state})")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "active_controller": self.active_controller,
+            "leader_epoch": self.leader_epoch,
+            "bootstrap_servers": self.bootstrap_servers,
+            "controllers": [c.to_json() for c in self.controllers],
+            "brokers": [b.to_json() for b in self.brokers],
+            "partitions": [p.to_json() for p in self.partitions],
+            "metadata_from": self.metadata_from,
+        }
+
+
+def _ok_body(answer: Answer) -> dict[str, Any] | None:
+    if answer is None:
+        return None
+    status, body = answer
+    return body if status == 200 and isinstance(body, dict) else None
+
+
+def _controller_state(answer: Answer) -> tuple[str, str | None]:
+    if answer is None:
+        return "down", None
+    body = _ok_body(answer)
+    if body is None:
+        return "starting", None
+    role = body.get("role")
+    quorum_role = role if isinstance(role, str) else None
+    return ("active" if body.get("active_controller") is True else "follower"), quorum_role
+
+
+def _broker_state(answer: Answer) -> str:
+    if answer is None:
+        return "down"
+    body = _ok_body(answer)
+    if body is None:
+        return "starting"
+    return "unfenced" if body.get("fenced") is False else "fenced"
+
+
+def _int_list(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if type(v) is int)
+
+
+def _partitions(metadata: Mapping[str, Any]) -> tuple[PartitionStatus, ...]:
+    out: list[PartitionStatus] = []
+    for topic in metadata.get("topics") or []:
+        if not isinstance(topic, dict) or not isinstance(topic.get("name"), str):
+            continue
+        for p in topic.get("partitions") or []:
+            if not isinstance(p, dict) or type(p.get("partition")) is not int:
+                continue
+            leader = p.get("leader")
+            epoch = p.get("leader_epoch")
+            out.append(
+                PartitionStatus(
+                    topic=topic["name"],
+                    partition=p["partition"],
+                    leader=leader if type(leader) is int else -1,
+                    leader_epoch=epoch if type(epoch) is int else None,
+                    replicas=_int_list(p.get("replicas")),
+                    isr=_int_list(p.get("isr")),
+                )
+            )
+    return tuple(sorted(out, key=lambda p: (p.topic, p.partition)))
+
+
+def build_status(
+    nodes: Sequence[NodeEntry], answers: Mapping[tuple[str, str], Answer]
+) -> ClusterStatus:
+    """The cluster's view from probe answers, keyed by (address, path): each node's
+    ``/health`` and brokers' ``/v1/metadata`` (a missing key is no answer). Partitions
+    come from the broker whose metadata is the newest (highest ``metadata_offset``)."""
+    controllers: list[NodeStatus] = []
+    brokers: list[NodeStatus] = []
+    active: int | None = None
+    epoch: int | None = None
+    for n in sorted(nodes, key=lambda n: n.id):
+        health = answers.get((n.address, "/health"))
+        if n.role == "controller":
+            state, quorum_role = _controller_state(health)
+            body = _ok_body(health) or {}
+            node_epoch = body.get("epoch")
+            if state == "active":
+                active = n.id
+                epoch = node_epoch if type(node_epoch) is int else epoch
+            elif active is None and type(node_epoch) is int:
+                epoch = max(epoch or 0, node_epoch)
+            controllers.append(
+                NodeStatus(
+                    id=n.id,
+                    role=n.role,
+                    address=n.address,
+                    pid=n.pid,
+                    state=state,
+                    quorum_role=quorum_role,
+                )
+            )
+        else:
+            brokers.append(
+                NodeStatus(
+                    id=n.id, role=n.role, address=n.address, pid=n.pid, state=_broker_state(health)
+                )
+            )
+    newest: tuple[int, int, Mapping[str, Any]] | None = None
+    for n in sorted(nodes, key=lambda n: n.id):
+        if n.role != "broker":
+            continue
+        md = _ok_body(answers.get((n.address, "/v1/metadata")))
+        if md is None:
+            continue
+        offset = md.get("metadata_offset")
+        offset = offset if type(offset) is int else -1
+        if newest is None or offset > newest[0]:
+            newest = (offset, n.id, md)
+    return ClusterStatus(
+        controllers=tuple(controllers),
+        brokers=tuple(brokers),
+        partitions=() if newest is None else _partitions(newest[2]),
+        active_controller=active,
+        leader_epoch=epoch,
+        metadata_from=None if newest is None else newest[1],
+    )
+
+
+def render_status(status: ClusterStatus) -> str:
+    """One screen: health, bootstrap, quorum, every node, partitions (bounded)."""
+    lines: list[str] = []
+    if status.healthy:
+        lines.append("cluster: healthy")
+    else:
+        lines.append("cluster: NOT healthy: " + "; ".join(status.problems()))
+    lines.append(f"bootstrap servers: {status.bootstrap_servers or '(no brokers)'}")
+    leader = "none" if status.active_controller is None else str(status.active_controller)
+    epoch = "unknown" if status.leader_epoch is None else str(status.leader_epoch)
+    lines.append(f"quorum: active controller {leader}, epoch {epoch}")
+    lines.append("")
+    lines.append(f"{'ROLE':<12}{'ID':>5}  {'ADDRESS':<22}{'PID':>8}  STATE")
+    for n in status.controllers + status.brokers:
+        pid = "-" if n.pid is None else str(n.pid)
+        state = n.state
+        if n.quorum_role is not None and n.state not in (n.quorum_role, "active"):
+            state = f"{n.state} ({n.quorum_role})"
+        lines.append(f"{n.role:<12}{n.id:>5}  {n.address:<22}{pid:>8}  {state}")
+    lines.append("")
+    if status.metadata_from is None:
+        lines.append("partitions: unknown (no broker answered)")
+    elif not status.partitions:
+        lines.append("partitions: none (no topics)")
+    else:
+        lines.append(f"{'TOPIC':<24}{'PARTITION':>10}{'LEADER':>8}  {'REPLICAS':<16}ISR")
+        for p in status.partitions[:PARTITION_ROWS_MAX]:
+            replicas = ",".join(map(str, p.replicas))
+            isr = ",".join(map(str, p.isr))
+            lead = "none" if p.leader < 0 else str(p.leader)
+            lines.append(f"{p.topic:<24}{p.partition:>10}{lead:>8}  {replicas:<16}{isr}")
+        hidden = len(status.partitions) - PARTITION_ROWS_MAX
+        if hidden > 0:
+            lines.append(f"... and {hidden} more partitions (--json lists all)")
+    return "\n".join(lines)
+
+
+def brokers_from_metadata_records(records: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Broker id -> host:port from metadata records in log order (the latest
+    registration wins; an unregistration removes it)."""
+    out: dict[int, str] = {}
+    for record in records:
+        data = record.get("data")
+        if not isinstance(data, dict) or type(data.get("broker_id")) is not int:
+            continue
+        broker_id = data["broker_id"]
+        if record.get("type") == "UnregisterBrokerRecord":
+            out.pop(broker_id, None)
+        elif record.get("type") == "RegisterBrokerRecord":
+            for endpoint in data.get("endpoints") or []:
+                if isinstance(endpoint, dict):
+                    host, port = endpoint.get("host"), endpoint.get("port")
+                elif isinstance(endpoint, list) and len(endpoint) == 3:
+                    host, port = endpoint[1], endpoint[2]
+                else:
+                    continue
+                if isinstance(host, str) and type(port) is int:
+                    out[broker_id] = f"{host}:{port}"
+                    break
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Probing (I/O)
+
+
+def _probe(address: str, path: str) -> Answer:
+    try:
+        return http_json(address, path, timeout_s=PROBE_TIMEOUT_S)
+    except OSError:
+        return None
+
+
+def probe_status(
+    nodes: Sequence[NodeEntry], get: Callable[[str, str], Answer] = _probe
+) -> ClusterStatus:
+    """Ask every node its /health, and the answering brokers their /v1/metadata."""
+    answers: dict[tuple[str, str], Answer] = {}
+    for n in nodes:
+        answers[(n.address, "/health")] = get(n.address, "/health")
+    for n in nodes:
+        if n.role == "broker" and _ok_body(answers[(n.address, "/health")]) is not None:
+            answers[(n.address, "/v1/metadata")] = get(n.address, "/v1/metadata")
+    return build_status(nodes, answers)
+
+
+def discover_nodes(bootstrap: str, get: Callable[[str, str], Answer] = _probe) -> list[NodeEntry]:
+    """The nodes of a cluster, from one controller: the voters of ``/v1/quorum`` and the
+    brokers registered in its metadata log. ValueError when no controller answers."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    for address in addresses:
+        quorum = _ok_body(get(address, "/v1/quorum"))
+        if quorum is None:
+            continue
+        voters: dict[int, str] = {}
+        if type(quorum.get("node_id")) is int:
+            voters[quorum["node_id"]] = address
+        for v in quorum.get("voters") or []:
+            ok = isinstance(v, dict) and type(v.get("node_id")) is int
+            if ok and isinstance(v.get("address"), str):
+                voters.setdefault(v["node_id"], v["address"])
+        records: list[Mapping[str, Any]] = []
+        offset = 0
+        for _ in range(METADATA_PAGES_MAX):
+            page = _ok_body(get(address, f"/v1/metadata?offset={offset}&records_max=1000"))
+            if page is None:
+                break
+            snapshot = page.get("snapshot")
+            if isinstance(snapshot, dict):
+                records.extend(r for r in snapshot.get("records") or [] if isinstance(r, dict))
+            for batch in page.get("batches") or []:
+                records.extend(r for r in batch.get("records") or [] if isinstance(r, dict))
+            next_offset = page.get("next_offset")
+            hw = page.get("high_watermark")
+            if type(next_offset) is not int or type(hw) is not int:
+                break
+            if next_offset >= hw or next_offset == offset:
+                break
+            offset = next_offset
+        nodes: list[NodeEntry] = []
+        for node_id, addr in sorted(voters.items()):
+            host, _, port = addr.rpartition(":")
+            nodes.append(
+                NodeEntry(id=node_id, role="controller", host=host, port=int(port), data_dir="?")
+            )
+        for node_id, addr in sorted(brokers_from_metadata_records(records).items()):
+            host, _, port = addr.rpartition(":")
+            nodes.append(
+                NodeEntry(id=node_id, role="broker", host=host, port=int(port), data_dir="?")
+            )
+        return nodes
+    raise ValueError(f"no controller answers at {', '.join(addresses) or '(none given)'}")
+
+
+def is_raftka_process(pid: int) -> bool:
+    """Whether ``pid`` is a live process running raftka (a reused pid is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    if not Path("/proc/self").exists():
+        return True  # no /proc (not Linux): alive is all we can tell
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False  # exited since the check above
+    except OSError:
+        return True
+    return b"raftka" in cmdline  # a zombie's cmdline is empty: not holding anything
+
+
+# ---------------------------------------------------------------------------------------
+# raftka up
+
+
+class _StopSignals:
+    """SIGINT/SIGTERM set a flag and wake :meth:`wait` through a wakeup socket (a
+    signal handler must not take locks, so no threading.Event)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+        self._old: dict[int, Any] = {}
+        self._old_fd = -1
+
+    def install(self) -> None:
+        self._old_fd = signal.set_wakeup_fd(self._w.fileno())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        signal.set_wakeup_fd(self._old_fd)
+        self._r.close()
+        self._w.close()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once a stop signal came; otherwise returns after ``timeout_s``."""
+        if self.received is None:
+            select.select([self._r], [], [], timeout_s)
+            with contextlib.suppress(BlockingIOError):
+                self._r.recv(4096)
+        return self.received is not None
+
+
+class _StopRequestedError(Exception):
+    pass
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _with_pids(
+    plan: ClusterFile, processes: Mapping[int, NodeProcess], up_pid: int | None
+) -> ClusterFile:
+    nodes = tuple(
+        NodeEntry(
+            id=n.id,
+            role=n.role,
+            host=n.host,
+            port=n.port,
+            data_dir=n.data_dir,
+            pid=(
+                processes[n.id].popen.pid  # type: ignore[union-attr]
+                if n.id in processes and processes[n.id].running
+                else None
+            ),
+        )
+        for n in plan.nodes
+    )
+    return ClusterFile(engine=plan.engine, nodes=nodes, up_pid=up_pid)
+
+
+def _stop_all(brokers: Sequence[NodeProcess], controllers: Sequence[NodeProcess]) -> list[str]:
+    """Brokers first (SIGTERM: controlled shutdown while the controllers still run), then
+    controllers; every child reaped. Returns a note per child that did not exit 0."""
+    notes: list[str] = []
+
+    # Controllers one at a time, the active one last: a follower stopping while its
+    # leader still answers does not wait on a peer that is going away too.
+    def active_last(n: NodeProcess) -> bool:
+        health = n.health() if n.running and not n.paused else None
+        return health is not None and health.get("active_controller") is True
+
+    ordered = sorted(controllers, key=active_last)
+    for group in [list(brokers)] + [[n] for n in ordered]:
+        running = [n for n in group if n.running]
+        for n in running:
+            if n.paused:
+                n.resume()
+            n.signal(signal.SIGTERM)
+        for n in group:
+            if n.popen is None:
+                continue
+            code = n.wait_stopped()
+            if code != 0:
+                notes.append(f"{n.role} {n.node_id} exited with {code} (log: {n.log_path})")
+    return notes
+
+
+def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
+    for n in nodes:
+        if n.popen is not None and n.popen.poll() is not None:
+            return n
+    return None
+
+
+@click.command("up")
+@click.option(
+    "--controllers",
+    type=click.IntRange(1, CONTROLLERS_MAX),
+    default=None,
+    help=f"Number of controllers (default {DEFAULT_CONTROLLERS}; fixed once made).",
+)
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, BROKERS_MAX),
+    default=None,
+    help=f"Number of brokers (default {DEFAULT_BROKERS}; fixed once made).",
+)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help=f"Ports from here: controllers, then brokers (default {DEFAULT_BASE_PORT}, "
+    "or those cluster.json records).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(DEFAULT_DATA_DIR),
+    show_default=True,
+    help="Every node's data, and cluster.json.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["native", "pysyncobj"]),
+    default=None,
+    help="Quorum engine (default native; fixed once made).",
+)
+def up_command(
+    controllers: int | None,
+    brokers: int | None,
+    base_port: int | None,
+    data_dir: Path,
+    engine: str | None,
+) -> None:
+    """Start a local cluster (3 controllers, 3 brokers) and stay in the foreground."""
+    data_dir = data_dir.resolve()
+    try:
+        existing = read_cluster_file(data_dir)
+    except ClusterFileError as e:
+        raise _Problem(str(e)) from None
+    if existing is not None:
+        live = [pid for pid in existing.pids() if is_raftka_process(pid)]
+        if live:
+            raise _Problem(
+                f"{data_dir} is in use by a running cluster (pids {', '.join(map(str, live))}); "
+                "stop it first (Ctrl-C in its terminal, or kill -TERM "
+                f"{existing.up_pid if existing.up_pid in live else live[0]})"
+            )
+    try:
+        plan = plan_cluster(
+            existing,
+            data_dir=data_dir,
+            controllers=controllers,
+            brokers=brokers,
+            base_port=base_port,
+            engine=engine,
+        )
+    except ValueError as e:
+        raise _Problem(str(e)) from None
+    for n in plan.nodes:
+        if _port_in_use(n.host, n.port):
+            raise _Problem(
+                f"port {n.port} ({n.role} {n.id}) is in use; choose others with --base-port"
+            )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    sys.exit(_run(plan, data_dir, resumed=existing is not None))
+
+
+def _run(plan: ClusterFile, data_dir: Path, *, resumed: bool) -> int:
+    cluster = LocalCluster(
+        data_dir,
+        controllers=len(plan.controllers),
+        ports=[n.port for n in plan.controllers],
+        engine=plan.engine,
+        extra_properties=UP_LOCAL_PROPERTIES,
+    )
+    local_brokers = LocalBrokers(
+        cluster,
+        count=len(plan.brokers),
+        ports=[n.port for n in plan.brokers],
+        extra_properties=UP_LOCAL_PROPERTIES,
+    )
+    assert sorted(cluster.controllers) == [n.id for n in plan.controllers]
+    assert sorted(local_brokers.brokers) == [n.id for n in plan.brokers]
+    controllers = list(cluster.controllers.values())
+    brokers = list(local_brokers.brokers.values())
+    processes = {n.node_id: n for n in controllers + brokers}
+    signals = _StopSignals()
+    signals.install()
+    code = 0
+    click.echo(
+        f"{'resuming' if resumed else 'starting'} {len(controllers)} controllers and "
+        f"{len(brokers)} brokers in {data_dir} (engine {plan.engine})"
+    )
+    try:
+        for node in controllers + brokers:
+            node.start()
+        write_cluster_file(data_dir, _with_pids(plan, processes, os.getpid()))
+        last: list[ClusterStatus | None] = [None]
+
+        def ready() -> ClusterStatus | None:
+            if signals.received is not None:
+                raise _StopRequestedError
+            dead = _exited(controllers + brokers)
+            if dead is not None:
+                raise RuntimeError(
+                    f"{dead.role} {dead.node_id} exited with {dead.popen.returncode} "  # type: ignore[union-attr]
+                    f"(log: {dead.log_path}); its last lines:\n{dead.tail()}"
+                )
+            status = probe_status(plan.nodes)
+            last[0] = status
+            return status if status.healthy else None
+
+        def not_ready() -> str:
+            status = last[0]
+            if status is None:
+                return "no status yet"
+            return "the cluster is not ready: " + "; ".join(status.problems())
+
+        status = wait_for(ready, timeout_s=READY_DEADLINE_S, message=not_ready)
+        click.echo(f"\nbootstrap servers: {status.bootstrap_servers}")
+        click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}\n")
+        click.echo(render_status(_with_file_pids(status, plan, processes)))
+        click.echo(f"\nrunning; cluster.json in {data_dir}. Ctrl-C (or SIGTERM) stops every node.")
+        reported: set[int] = set()
+        while not signals.wait(MONITOR_INTERVAL_S):
+            for node in controllers + brokers:
+                if (
+                    node.node_id not in reported
+                    and node.popen is not None
+                    and node.popen.poll() is not None
+                ):
+                    reported.add(node.node_id)
+                    click.echo(
+                        f"warning: {node.role} {node.node_id} exited with {node.popen.returncode} "
+                        f"(log: {node.log_path})",
+                        err=True,
+                    )
+    except _StopRequestedError:
+        pass
+    except (TimeoutError, RuntimeError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        code = 1
+    finally:
+        click.echo("stopping: brokers first (controlled shutdown), then controllers")
+        for note in _stop_all(brokers, controllers):
+            click.echo(f"warning: {note}", err=True)
+        write_cluster_file(data_dir, _with_pids(plan, processes, None))
+        signals.uninstall()
+        click.echo("stopped")
+    return code
+
+
+def _with_file_pids(
+    status: ClusterStatus, plan: ClusterFile, processes: Mapping[int, NodeProcess]
+) -> ClusterStatus:
+    pids = {n.id: n.pid for n in _with_pids(plan, processes, None).nodes}
+
+    def fill(nodes: tuple[NodeStatus, ...]) -> tuple[NodeStatus, ...]:
+        return tuple(
+            NodeStatus(
+                id=n.id,
+                role=n.role,
+                address=n.address,
+                pid=pids.get(n.id),
+                state=n.state,
+                quorum_role=n.quorum_role,
+            )
+            for n in nodes
+        )
+
+    return ClusterStatus(
+        controllers=fill(status.controllers),
+        brokers=fill(status.brokers),
+        partitions=status.partitions,
+        active_controller=status.active_controller,
+        leader_epoch=status.leader_epoch,
+        metadata_from=status.metadata_from,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# raftka status
+
+
+@click.command("status")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"A cluster started by raftka up (default ./{DEFAULT_DATA_DIR}).",
+)
+@click.option(
+    "--bootstrap-controller",
+    "bootstrap",
+    default=None,
+    help="Ask this controller (host:port, comma-separated) instead of cluster.json.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
+def status_command(data_dir: Path | None, bootstrap: str | None, as_json: bool) -> None:
+    """Every node's state, the active controller, each partition's leader and ISR."""
+    if data_dir is not None and bootstrap is not None:
+        raise click.UsageError("give --data-dir or --bootstrap-controller, not both")
+    if bootstrap is not None:
+        try:
+            nodes = discover_nodes(bootstrap)
+        except ValueError as e:
+            raise _Problem(str(e)) from None
+    else:
+        where = (data_dir or Path(DEFAULT_DATA_DIR)).resolve()
+        try:
+            cluster_file = read_cluster_file(where)
+        except ClusterFileError as e:
+            raise _Problem(str(e)) from None
+        if cluster_file is None:
+            raise _Problem(
+                f"no {CLUSTER_FILE} in {where} (start a cluster with raftka up, or give "
+                "--bootstrap-controller)"
+            )
+        nodes = list(cluster_file.nodes)
+    status = probe_status(nodes)
+    if not status.reachable:
+        raise _Problem(
+            "nothing is reachable: no node answers at " + ", ".join(n.address for n in nodes)
+        )
+    if as_json:
+        click.echo(orjson.dumps(status.to_json()).decode())
+    else:
+        click.echo(render_status(status))

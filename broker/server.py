@@ -37,7 +37,8 @@ from raftka.broker.replication.manager import (
     ReplicaManager,
 )
 from raftka.broker.storage import LogManager
-from raftka.client.errors import InvalidRequestError, KafkaError, UnknownServerError
+from raftka.client.errors import InvalidRequestError, KafkaError
+from raftka.client.http_errors import error_middleware, json_response
 from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
@@ -209,7 +210,10 @@ class BrokerServer:
     # ------------------------------------------------------------------ routes
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[_error_middleware], client_max_size=REQUEST_BYTES_MAX)
+        app = web.Application(
+            middlewares=[error_middleware(_error_response, log)],
+            client_max_size=REQUEST_BYTES_MAX,
+        )
         app[_SERVER_KEY] = self
         app.add_routes(
             [
@@ -251,35 +255,15 @@ def _server(request: web.Request) -> BrokerServer:
     return request.app[_SERVER_KEY]
 
 
-def _json(body: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+_json = json_response
+
+
+def _error_response(error: KafkaError) -> web.Response:
+    return _json(error.to_wire(), _STATUS.get(error.name, 400))
 
 
 def _error_json(error: KafkaError | None) -> dict[str, object] | None:
     return None if error is None else error.to_wire()
-
-
-@web.middleware
-async def _error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except KafkaError as e:
-        return _json(e.to_wire(), _STATUS.get(e.name, 400))
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        body = {
-            "error": InvalidRequestError.name,
-            "error_code": InvalidRequestError.code,
-            "message": f"{request.method} {request.path}: {e.reason}",
-        }
-        return _json(body, e.status)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        log.exception("request failed", extra={"fields": {"path": request.path}})
-        return _json(UnknownServerError(f"{type(e).__name__}: {e}").to_wire(), 500)
 
 
 def _int(obj: dict[str, Any], name: str, default: int | None = None, *, where: str = "") -> int:

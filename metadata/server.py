@@ -51,7 +51,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
 
@@ -67,6 +67,7 @@ from raftka.client.errors import (
     RequestTimedOutError,
     UnknownServerError,
 )
+from raftka.client.http_errors import error_middleware, json_response
 from raftka.metadata.controller import (
     AllocateProducerIdsResponse,
     AlterConfigOp,
@@ -205,6 +206,7 @@ class MetadataReplayer:
         self.skipped_payloads = 0
         self.snapshots_written = 0
         self._snapshot_encoding = False
+        self._snapshot_again = False  # one fell due while another was encoding
 
     def attach(self, engine: QuorumEngine, loop: asyncio.AbstractEventLoop) -> None:
         self._engine = engine
@@ -278,9 +280,13 @@ class MetadataReplayer:
         large image takes seconds (100,000 partitions: ~3 s); on the loop it stalled
         the quorum's fetches past the fetch timeout, and every snapshot caused an
         election. The image is immutable, so the thread reads it safely. One snapshot
-        at a time: one due meanwhile is skipped (the next threshold triggers again)."""
+        at a time: one that falls due meanwhile is taken as soon as it finishes, of the
+        image as it is then (so the last commits before a quiet period are covered)."""
         image = self._image
-        if self._engine is None or image.offset < 0 or self._snapshot_encoding:
+        if self._engine is None or image.offset < 0:
+            return
+        if self._snapshot_encoding:
+            self._snapshot_again = True
             return
         loop = self._loop
         assert loop is not None
@@ -293,8 +299,11 @@ class MetadataReplayer:
                 data = done.result()
             except Exception:
                 log.exception("encoding a metadata snapshot failed")
-                return
-            self._save_snapshot(image.offset + 1, data)
+            else:
+                self._save_snapshot(image.offset + 1, data)
+            if self._snapshot_again:
+                self._snapshot_again = False
+                self._encode_snapshot_off_loop()
 
         encoded.add_done_callback(save)
 
@@ -731,7 +740,9 @@ class ControllerServer:
     # -- the HTTP app -----------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[_error_middleware], client_max_size=REQUEST_BYTES_MAX)
+        app = web.Application(
+            middlewares=[error_middleware(error_response, log)], client_max_size=REQUEST_BYTES_MAX
+        )
         app[_SERVER_KEY] = self
         app.add_routes(list(self.engine.routes()))
         app.add_routes(
@@ -799,8 +810,7 @@ def _server(request: web.Request) -> ControllerServer:
 # Responses and errors
 
 
-def _json(body: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+_json = json_response
 
 
 def error_response(error: KafkaError) -> web.Response:
@@ -812,30 +822,6 @@ def error_response(error: KafkaError) -> web.Response:
         body.setdefault("leader_id", None)
         body.setdefault("leader_address", None)
     return _json(body, _STATUS.get(error.name, 400))
-
-
-@web.middleware
-async def _error_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except KafkaError as e:
-        return error_response(e)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        body = {
-            "error": InvalidRequestError.name,
-            "error_code": InvalidRequestError.code,
-            "message": f"{request.method} {request.path}: {e.reason}",
-        }
-        return _json(body, e.status)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        log.exception("request failed", extra={"fields": {"path": request.path}})
-        return _json(UnknownServerError(f"{type(e).__name__}: {e}").to_wire(), 500)
 
 
 def _error_or_none(error: KafkaError | None) -> dict[str, object] | None:

@@ -466,12 +466,16 @@ def test_snapshot_served_below_log_start(tmp_path: Path) -> None:
         await call(client, "POST", "/v1/topics", {"topics": [{"name": "snap"}]})
         engine = server.engine
         assert isinstance(engine, MemoryEngine)
-        # Snapshots are written by a loop callback after the commit: wait for it.
-        for _ in range(100):
-            if engine.snapshot is not None and engine.snapshot[0] == engine.high_watermark:
-                break
-            await asyncio.sleep(0)
-        assert engine.snapshot is not None and engine.log_start == engine.high_watermark
+        # Snapshots are encoded on a worker thread after the commit, then saved on the
+        # loop: wait for that with a deadline.
+        deadline = asyncio.get_running_loop().time() + 10
+        while not (engine.snapshot is not None and engine.snapshot[0] == engine.high_watermark):
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"no snapshot at the high watermark {engine.high_watermark} within 10 s "
+                f"(have {engine.snapshot and engine.snapshot[0]})"
+            )
+            await asyncio.sleep(0.005)
+        assert engine.log_start == engine.high_watermark
         status, body = await call(client, "GET", "/v1/metadata?offset=0")
         assert status == 200 and body["snapshot"] is not None, body
         snapshot = body["snapshot"]

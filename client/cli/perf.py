@@ -36,11 +36,12 @@ from typing import Final, Literal, cast
 
 import click
 
+from raftka.client.admin import AsyncAdmin
 from raftka.client.config import ClientConfigError
 from raftka.client.consumer.consumer import AsyncConsumer
-from raftka.client.errors import KafkaError
+from raftka.client.errors import KafkaError, TopicAlreadyExistsError
 from raftka.client.producer.producer import AsyncProducer, DeliveryCallback
-from raftka.client.structs import RecordMetadata, TopicPartition
+from raftka.client.structs import NewTopic, RecordMetadata, TopicPartition
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
@@ -258,7 +259,15 @@ bootstrap_option = click.option(
 
 
 @click.command("produce")
-@click.option("--topic", required=True, help="Topic to produce to (must exist).")
+@click.option("--topic", required=True, help="Topic to produce to.")
+@click.option(
+    "--create-topic/--no-create-topic",
+    default=True,
+    show_default=True,
+    help="Create the topic first if it does not exist (with the cluster's default "
+    "partitions and replication factor), as a Kafka broker's auto.create.topics.enable "
+    "would for this tool.",
+)
 @click.option("--num-records", type=click.IntRange(min=1), required=True)
 @click.option("--record-size", type=click.IntRange(min=0), default=100, show_default=True)
 @click.option(
@@ -303,9 +312,12 @@ def produce_command(
     max_block_ms: int,
     seed: int,
     bootstrap_server: str,
+    create_topic: bool,
 ) -> None:
     """Send records as fast as allowed and report throughput and latency."""
     try:
+        if create_topic and asyncio.run(ensure_topic(bootstrap_server, topic)):
+            click.echo(f"created topic {topic}")
         # Idempotence (Kafka's default) requires acks=all, so it is on only for acks=all.
         producer = AsyncProducer(
             bootstrap_servers=bootstrap_server,
@@ -333,6 +345,18 @@ def produce_command(
     click.echo(summary.line())
     if summary.errors:
         raise click.ClickException(f"{summary.errors} of {num_records} records failed")
+
+
+async def ensure_topic(bootstrap_servers: str, topic: str) -> bool:
+    """Create ``topic`` with the cluster's defaults unless it exists; True if created."""
+    async with AsyncAdmin(bootstrap_servers=bootstrap_servers) as admin:
+        if topic in await admin.list_topics():
+            return False
+        try:
+            await admin.create_topics([NewTopic(topic)])
+        except TopicAlreadyExistsError:
+            return False  # another client made it meanwhile
+        return True
 
 
 async def run_produce(

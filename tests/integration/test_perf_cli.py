@@ -96,12 +96,27 @@ def test_produce_then_consume_report_the_requested_count(bootstrap: str) -> None
     assert float(cells[2]) == pytest.approx(RECORDS * 100 / 1024 / 1024, abs=1e-3), row
 
 
+def test_missing_topic_is_created_first(bootstrap: str) -> None:
+    """By default a missing topic is created (the cluster's default partitions and
+    replication factor) before producing, and the run reports every record sent."""
+    result = CliRunner().invoke(
+        perf_command,
+        ["produce", "--topic", "fresh", "--num-records", "50", "--bootstrap-server", bootstrap],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "created topic fresh", result.output
+    assert lines[-1].startswith("50 records sent, "), result.output
+
+
 def test_unknown_topic_fails_with_one_line(bootstrap: str) -> None:
-    """A topic that does not exist: exit 1 and a single ``Error:`` line."""
+    """With --no-create-topic, a topic that does not exist: exit 1 and a single
+    ``Error:`` line."""
     result = CliRunner().invoke(
         perf_command,
         [
             "produce",
+            "--no-create-topic",
             "--topic",
             "absent",
             "--num-records",

@@ -213,7 +213,13 @@ def test_admin_commands(env: Env) -> None:
     with pytest.raises(TopicAlreadyExistsError) as info:
         admin.create_topics([NewTopic(topic, 2, 3), NewTopic("admin-second", 1, 3)])
     assert info.value.results["admin-second"] is None  # type: ignore[attr-defined]
-    assert {topic, "admin-second"} <= admin.list_topics()
+    # Brokers learn new topics from the metadata log, a moment after the controller
+    # commits them (as in Kafka): wait for them, with a deadline.
+    wait_for(
+        lambda: {topic, "admin-second"} <= admin.list_topics(),
+        timeout_s=DEADLINE_S,
+        message="the brokers never listed the created topics",
+    )
     (described,) = admin.describe_topics([topic])
     assert [p.partition for p in described.partitions] == [0, 1]
     assert all(len(p.replicas) == 3 and p.leader in p.replicas for p in described.partitions)

@@ -320,10 +320,8 @@ class MajorityMinority(_GrudgeNemesis):
         return grudge, minority, {"majority": majority, "minority": minority}
 
 
-class Bridge(_GrudgeNemesis):
-    """Two halves that cannot see each other, bridged by one host that sees both."""
-
-    kind = "bridge"
+class _OrderedGrudgeNemesis(_GrudgeNemesis):
+    """A topology over the hosts in an order: given, or drawn from ``rng``."""
 
     def __init__(
         self,
@@ -336,6 +334,12 @@ class Bridge(_GrudgeNemesis):
         super().__init__(cluster, log=log)
         self.order = order
         self.rng = rng
+
+
+class Bridge(_OrderedGrudgeNemesis):
+    """Two halves that cannot see each other, bridged by one host that sees both."""
+
+    kind = "bridge"
 
     def _grudge(self) -> tuple[Grudge, Sequence[str], Mapping[str, Any]]:
         order = _order(self.cluster.names, self.order, self.rng)
@@ -344,22 +348,10 @@ class Bridge(_GrudgeNemesis):
         return grudge_from_views(order, views), order, {"bridge": bridge, "order": order}
 
 
-class MajoritiesRing(_GrudgeNemesis):
+class MajoritiesRing(_OrderedGrudgeNemesis):
     """Every host sees a majority, and no two hosts see the same majority."""
 
     kind = "majorities-ring"
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        *,
-        order: Sequence[str] | None = None,
-        rng: random.Random | None = None,
-        log: FaultLog | None = None,
-    ) -> None:
-        super().__init__(cluster, log=log)
-        self.order = order
-        self.rng = rng
 
     def _grudge(self) -> tuple[Grudge, Sequence[str], Mapping[str, Any]]:
         order = _order(self.cluster.names, self.order, self.rng)

@@ -385,6 +385,17 @@ class MetadataCache:
             return view
         raise last
 
+    def cached_topic(self, topic: str, now_ms: int) -> TopicView | None:
+        """The topic's metadata if ``wait_for_topic`` would return it at once (the
+        topic is tracked, the view fresh, the topic usable), else None. No I/O and
+        no waiting: the producer's per-record fast path."""
+        if topic not in self._topics or self.needs_refresh(now_ms):
+            return None
+        cached = self.view.topics.get(topic)
+        if cached is None or cached.error is not None or not cached.partitions:
+            return None
+        return cached
+
     async def wait_for_topic(self, topic: str, deadline_ms: int) -> TopicView:
         """The topic's metadata with at least one partition, refreshing with backoff
         until ``deadline_ms``; then the last error (UnknownTopicOrPartitionError if the

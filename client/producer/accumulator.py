@@ -97,6 +97,14 @@ class AppendResult:
     batch_full: bool
 
 
+#: The four possible results, shared: append runs once per record.
+_APPEND_RESULTS: Final = {
+    (new, full): AppendResult(new_batch=new, batch_full=full)
+    for new in (False, True)
+    for full in (False, True)
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ReadyCheck:
     ready: tuple[TopicPartition, ...]
@@ -125,6 +133,9 @@ class RecordAccumulator(Generic[H]):
         self.closing = False
         #: Bytes of records appended and not yet released.
         self.buffered_bytes = 0
+        #: Batches created and not yet released (queued or with the sender); a dict
+        #: for its insertion order.
+        self._unreleased: dict[ProducerBatch[H], None] = {}
 
     # --------------------------------------------------------------- appending
 
@@ -137,16 +148,21 @@ class RecordAccumulator(Generic[H]):
         self, tp: TopicPartition, record: Record, size: int, handle: H, now_ms: int
     ) -> AppendResult:
         assert size > 0
-        queue = self._queues.setdefault(tp, deque())
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
         new_batch = False
         if not queue or not queue[-1].try_append(record, size, handle, self._batch_size):
+            # expire() relies on creation order within a queue.
+            assert not queue or queue[-1].created_ms <= now_ms, "time went backwards"
             batch: ProducerBatch[H] = ProducerBatch(tp, now_ms)
             ok = batch.try_append(record, size, handle, self._batch_size)
             assert ok, "an empty batch takes any record"
             queue.append(batch)
+            self._unreleased[batch] = None
             new_batch = True
         self.buffered_bytes += size
-        return AppendResult(new_batch=new_batch, batch_full=queue[-1].closed)
+        return _APPEND_RESULTS[new_batch, queue[-1].closed]
 
     # --------------------------------------------------------------- draining
 
@@ -202,23 +218,37 @@ class RecordAccumulator(Generic[H]):
         """The batch is done (acknowledged or failed): its memory is free."""
         self.buffered_bytes -= batch.records_bytes
         assert self.buffered_bytes >= 0, self.buffered_bytes
+        found = self._unreleased.pop(batch, False)
+        assert found is None, "a batch released twice"
+
+    def unreleased_batches(self) -> list[ProducerBatch[H]]:
+        """Every batch appended to and not yet released, oldest first (what a flush
+        waits for)."""
+        return list(self._unreleased)
 
     def delivery_expired(self, batch: ProducerBatch[H], now_ms: int) -> bool:
         return now_ms - batch.created_ms >= self._delivery_timeout_ms
 
     def expire(self, now_ms: int) -> list[ProducerBatch[H]]:
         """Remove and return queued batches past delivery_timeout_ms (not released:
-        the caller fails their records, then calls ``release``)."""
+        the caller fails their records, then calls ``release``).
+
+        A queue is in creation order (``append`` adds at the tail; ``reenqueue`` puts
+        back at the head a batch older than every other one queued), so the expired
+        batches are a prefix: stop at the first that has not expired. A sender turn
+        costs O(partitions + expired), not O(queued batches)."""
         expired: list[ProducerBatch[H]] = []
-        for tp in list(self._queues):
-            queue = self._queues[tp]
-            keep = deque(b for b in queue if not self.delivery_expired(b, now_ms))
-            if len(keep) != len(queue):
-                expired.extend(b for b in queue if self.delivery_expired(b, now_ms))
-                if keep:
-                    self._queues[tp] = keep
-                else:
-                    del self._queues[tp]
+        cutoff_ms = now_ms - self._delivery_timeout_ms
+        emptied: list[TopicPartition] = []
+        for tp, queue in self._queues.items():
+            if not queue or queue[0].created_ms > cutoff_ms:
+                continue
+            while queue and queue[0].created_ms <= cutoff_ms:
+                expired.append(queue.popleft())
+            if not queue:
+                emptied.append(tp)
+        for tp in emptied:
+            del self._queues[tp]
         return expired
 
     def abort_all(self) -> list[ProducerBatch[H]]:

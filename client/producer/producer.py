@@ -30,9 +30,9 @@ import concurrent.futures
 import contextlib
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from raftka.client._sync import LoopThread, chain_future
 from raftka.client._transport import MetadataCache, Transport, monotonic_ms
@@ -46,7 +46,7 @@ from raftka.client.errors import (
 )
 from raftka.client.producer.accumulator import RecordAccumulator, record_size
 from raftka.client.producer.partitioner import BuiltInPartitioner
-from raftka.client.producer.sender import PendingRecord, Sender
+from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
 from raftka.client.records import Record
 from raftka.client.records.header import HEADER_SIZE
 from raftka.client.structs import RecordMetadata, TopicPartition
@@ -54,10 +54,6 @@ from raftka.client.structs import RecordMetadata, TopicPartition
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | None]] | None
-DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
-#: Bound on records awaiting acknowledgement that ``flush`` tracks. buffer_memory
-#: bounds them already; this catches a leak.
-PENDING_RECORDS_MAX: Final = 10_000_000
 
 
 def _serialize(what: str, fn: Serializer | None, data: Any) -> bytes | None:
@@ -145,7 +141,6 @@ class AsyncProducer:
         self._sender: Sender | None = None
         self._sender_task: asyncio.Task[None] | None = None
         self._room: asyncio.Event | None = None
-        self._pending: set[asyncio.Future[RecordMetadata]] = set()
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -237,13 +232,20 @@ class AsyncProducer:
         ``callback(metadata, exception)`` runs on the event loop once delivered."""
         if self._closed:
             raise IllegalStateError("cannot send after the producer has been closed")
-        await self.start()
-        assert self._metadata is not None and self._sender is not None and self._room is not None
+        if self._sender_task is None:
+            await self.start()
+        metadata, sender = self._metadata, self._sender
+        assert metadata is not None and sender is not None and self._room is not None
         config = self.config
-        deadline = monotonic_ms() + config.max_block_ms
+        start_ms = monotonic_ms()
+        deadline = start_ms + config.max_block_ms
         key_bytes = _serialize("key", config.key_serializer, key)
         value_bytes = _serialize("value", config.value_serializer, value)
-        header_tuple = tuple((str(k), None if v is None else bytes(v)) for k, v in headers or ())
+        header_tuple: tuple[tuple[str, bytes | None], ...] = (
+            ()
+            if headers is None
+            else tuple((str(k), None if v is None else bytes(v)) for k, v in headers)
+        )
         size = record_size(key_bytes, value_bytes, header_tuple)
         if size + HEADER_SIZE > config.max_request_size:
             raise MessageTooLargeError(
@@ -255,9 +257,12 @@ class AsyncProducer:
                 f"the record is {size} bytes serialized, larger than "
                 f"buffer_memory={config.buffer_memory}"
             )
-        topic_view = await self._metadata.wait_for_topic(topic, deadline)
-        if self._closed:
-            raise IllegalStateError("the producer was closed while send waited")
+        # Fast path: fresh cached metadata needs no waiting machinery per record.
+        topic_view = metadata.cached_topic(topic, start_ms)
+        if topic_view is None:
+            topic_view = await metadata.wait_for_topic(topic, deadline)
+            if self._closed:
+                raise IllegalStateError("the producer was closed while send waited")
         num_partitions = len(topic_view.partitions)
         try:
             choice = self._partitioner.partition(
@@ -270,16 +275,20 @@ class AsyncProducer:
             )
         except ValueError as e:
             raise KafkaError(str(e)) from None
-        await self._wait_for_room(size, deadline)
-        if self._closed:
-            raise IllegalStateError("the producer was closed while send waited")
+        if not self._accumulator.has_room(size):
+            await self._wait_for_room(size, deadline)
+            if self._closed:
+                raise IllegalStateError("the producer was closed while send waited")
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        # The sender completes the future and calls the callback itself (no
+        # done-callbacks: see PendingRecord); flush waits per batch, not per record.
         pending = PendingRecord(
             future,
             ts,
             -1 if key_bytes is None else len(key_bytes),
             -1 if value_bytes is None else len(value_bytes),
+            callback,
         )
         tp = TopicPartition(topic, choice.partition)
         result = self._accumulator.append(
@@ -289,13 +298,8 @@ class AsyncProducer:
             self._partitioner.on_append(
                 topic=topic, appended_bytes=size, enable_switch=result.batch_full
             )
-        assert len(self._pending) < PENDING_RECORDS_MAX
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        if callback is not None:
-            future.add_done_callback(_callback_adapter(callback))
         if result.new_batch or result.batch_full:
-            self._sender.wake()
+            sender.wake()
         return future
 
     async def _wait_for_room(self, size: int, deadline_ms: int) -> None:
@@ -334,12 +338,11 @@ class AsyncProducer:
         failed (KafkaTimeoutError past ``timeout_ms``)."""
         if self._sender is None:
             return
-        pending = list(self._pending)
+        waiter = self._sender.flush_waiter()
         self._accumulator.begin_flush()
         self._sender.wake()
         try:
-            if pending:
-                waiter = asyncio.gather(*pending, return_exceptions=True)
+            if waiter is not None:
                 try:
                     await asyncio.wait_for(
                         waiter, None if timeout_ms is None else timeout_ms / 1000
@@ -357,20 +360,6 @@ class AsyncProducer:
         assert self._metadata is not None
         view = await self._metadata.wait_for_topic(topic, monotonic_ms() + self.config.max_block_ms)
         return {p.partition for p in view.partitions}
-
-
-def _callback_adapter(
-    callback: DeliveryCallback,
-) -> Callable[[asyncio.Future[RecordMetadata]], None]:
-    def done(future: asyncio.Future[RecordMetadata]) -> None:
-        if future.cancelled():
-            callback(None, asyncio.CancelledError())
-        elif (exc := future.exception()) is not None:
-            callback(None, exc)
-        else:
-            callback(future.result(), None)
-
-    return done
 
 
 class Producer:

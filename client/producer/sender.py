@@ -47,7 +47,7 @@ from raftka.client.records import build_batch
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.client.wire import encode_frame
 
-__all__ = ["PendingRecord", "Sender"]
+__all__ = ["DeliveryCallback", "PendingRecord", "Sender"]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,22 @@ log = logging.getLogger(__name__)
 CLIENT_TIMEOUT_MARGIN_MS: Final = 2_000
 
 
+DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
+
+
 @dataclass(slots=True)
 class PendingRecord:
-    """What the sender needs to complete one record's future."""
+    """What the sender needs to complete one record's future and run its callback.
+
+    The callback is called directly by the sender (not as a done-callback of the
+    future): a done-callback costs an ``add_done_callback`` per record and a
+    ``call_soon`` handle per completion, a large share of the producer's CPU."""
 
     future: asyncio.Future[RecordMetadata]
     timestamp_ms: int
     key_size: int
     value_size: int
+    callback: DeliveryCallback | None = None
 
 
 Batch = ProducerBatch[PendingRecord]
@@ -93,9 +101,24 @@ class Sender:
         self._refresh_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._aborted = False
+        #: flush() waiters per unreleased batch: (future, batches still unreleased).
+        self._flush_waiters: dict[Batch, list[_FlushWaiter]] = {}
 
     def wake(self) -> None:
         self._wake.set()
+
+    def flush_waiter(self) -> asyncio.Future[None] | None:
+        """A future done once every batch unreleased now (queued or in flight) is
+        acknowledged or failed, so every record sent before has its outcome and its
+        callback has run; None if there is none. One future per flush, not one per
+        record."""
+        batches = self._acc.unreleased_batches()
+        if not batches:
+            return None
+        waiter = _FlushWaiter(asyncio.get_running_loop().create_future(), len(batches))
+        for batch in batches:
+            self._flush_waiters.setdefault(batch, []).append(waiter)
+        return waiter.future
 
     def stop(self) -> None:
         """Finish what is queued and in flight, then return from run()."""
@@ -205,6 +228,10 @@ class Sender:
             self._in_flight[broker_id] -= 1
             for batch in batches:
                 self._muted.discard(batch.tp)
+            # Leave _requests now, not in a done-callback a loop turn later: run()
+            # must see the sender idle once this wake-up reaches it (close would
+            # otherwise wait for a wake-up that never comes).
+            self._requests.discard(asyncio.current_task())
             self._wake.set()
 
     async def _send_unguarded(self, address: str, batches: list[Batch]) -> None:
@@ -287,28 +314,70 @@ class Sender:
         self._wake.set()
 
     def _complete(self, batch: Batch, base_offset: int, log_append_time_ms: int) -> None:
-        tp = batch.tp
+        topic, partition = batch.tp
+        callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
         for i, pending in enumerate(batch.handles):
-            if pending.future.done():
-                continue
-            pending.future.set_result(
-                RecordMetadata(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=-1 if base_offset < 0 else base_offset + i,
-                    timestamp=log_append_time_ms
-                    if log_append_time_ms >= 0
-                    else pending.timestamp_ms,
-                    serialized_key_size=pending.key_size,
-                    serialized_value_size=pending.value_size,
-                )
+            future = pending.future
+            metadata = RecordMetadata(
+                topic=topic,
+                partition=partition,
+                offset=-1 if base_offset < 0 else base_offset + i,
+                timestamp=log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
+                serialized_key_size=pending.key_size,
+                serialized_value_size=pending.value_size,
             )
-        self._acc.release(batch)
-        self._on_release()
+            if not future.done():
+                future.set_result(metadata)
+                if pending.callback is not None:
+                    callbacks.append((pending.callback, metadata, None))
+            elif pending.callback is not None:
+                callbacks.append((pending.callback, *_outcome(future)))
+        self._finish(batch, callbacks)
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
+        callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
         for pending in batch.handles:
-            if not pending.future.done():
-                pending.future.set_exception(error)
+            future = pending.future
+            if not future.done():
+                future.set_exception(error)
+                if pending.callback is not None:
+                    callbacks.append((pending.callback, None, error))
+            elif pending.callback is not None:
+                callbacks.append((pending.callback, *_outcome(future)))
+        self._finish(batch, callbacks)
+
+    def _finish(
+        self,
+        batch: Batch,
+        callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]],
+    ) -> None:
+        """Release the batch, then run the callbacks in record order, then wake the
+        flushes that waited for it (a flush returns after the callbacks ran)."""
         self._acc.release(batch)
         self._on_release()
+        for callback, metadata, error in callbacks:
+            try:
+                callback(metadata, error)
+            except Exception:  # a user's callback must not stop the sender
+                log.exception("a delivery callback raised")
+        for waiter in self._flush_waiters.pop(batch, ()):
+            waiter.remaining -= 1
+            if waiter.remaining == 0 and not waiter.future.done():
+                waiter.future.set_result(None)
+
+
+@dataclass(slots=True)
+class _FlushWaiter:
+    future: asyncio.Future[None]
+    remaining: int
+
+
+def _outcome(
+    future: asyncio.Future[RecordMetadata],
+) -> tuple[RecordMetadata | None, BaseException | None]:
+    """What a callback gets for a record whose future was already done (the caller
+    cancelled it): the future's own outcome."""
+    if future.cancelled():
+        return None, asyncio.CancelledError()
+    error = future.exception()
+    return (None, error) if error is not None else (future.result(), None)

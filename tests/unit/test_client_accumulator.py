@@ -138,3 +138,38 @@ def test_buffer_memory_accounting() -> None:
     acc.release(batch)
     assert acc.has_room(size) and not acc.has_room(size + 1)
     assert acc.buffered_bytes == size
+
+
+def test_expire_takes_the_expired_prefix_of_each_queue() -> None:
+    """Expiry removes, per partition, exactly the batches past delivery_timeout_ms: a
+    retried (re-enqueued, oldest) head and the old batches behind it go, the young tail
+    stays queued in order, and a partition left empty is dropped."""
+    acc = _acc(delivery_timeout_ms=100, linger_ms=1000, batch_size=1)
+    rec, size = _rec()
+    acc.append(TP, rec, size, 0, now_ms=0)
+    acc.append(TP, rec, size, 1, now_ms=10)
+    acc.append(TP, rec, size, 2, now_ms=60)
+    acc.append(TP1, rec, size, 3, now_ms=10)
+    head = acc.drain(TP)
+    assert head is not None
+    acc.reenqueue(head, now_ms=20)
+    assert [b.handles for b in acc.expire(109)] == [[0]]
+    assert [b.handles for b in acc.expire(110)] == [[1], [3]]
+    assert acc.queue_sizes("t") == {0: 1}
+    assert acc.expire(159) == []
+    assert [b.handles for b in acc.expire(160)] == [[2]]
+    assert not acc.has_queued()
+
+
+def test_unreleased_batches_are_what_a_flush_waits_for() -> None:
+    """A batch counts as unreleased from its first append, through drain and
+    re-enqueue, until release; the list is oldest first."""
+    acc = _acc(batch_size=1)
+    rec, size = _rec()
+    acc.append(TP, rec, size, 0, now_ms=0)
+    acc.append(TP1, rec, size, 1, now_ms=1)
+    first = acc.drain(TP)
+    assert first is not None
+    assert [b.handles for b in acc.unreleased_batches()] == [[0], [1]]
+    acc.release(first)
+    assert [b.handles for b in acc.unreleased_batches()] == [[1]]

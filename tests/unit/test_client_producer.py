@@ -327,3 +327,44 @@ def test_sync_producer_from_several_threads(broker: FakeBroker) -> None:
             t.join(30)
         assert sorted(md.offset for md in results) == list(range(200))
     assert len(broker.logs[("t", 2)]) == 200
+
+
+@async_test
+async def test_callbacks_run_in_order_before_flush_returns(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """The sender calls delivery callbacks itself: for 50 records on one partition they
+    run in send order with each record's metadata, all before flush() returns; a
+    callback that raises neither stops the others nor fails its future; close right
+    after flush returns at once (the sender sees itself idle)."""
+    seen: list[int] = []
+
+    def callback(md: RecordMetadata | None, error: BaseException | None) -> None:
+        assert md is not None and error is None
+        seen.append(md.offset)
+        if md.offset == 3:
+            raise RuntimeError("a broken callback")
+
+    futures = [await producer.send("t", b"v", partition=0, callback=callback) for _ in range(50)]
+    # Awaited directly (async_test bounds the whole test at 30 s): a wait_for wrapper
+    # would add loop turns that hide a sender that does not see itself idle.
+    await producer.flush()
+    assert seen == list(range(50))
+    assert [f.result().offset for f in futures] == list(range(50))
+    await producer.close()
+
+
+@async_test
+async def test_flush_waits_for_records_in_flight(
+    broker: FakeBroker, producer: AsyncProducer
+) -> None:
+    """flush() waits for a batch the broker holds (in flight, not queued), and returns
+    once it is answered with every future done."""
+    _make_hold(broker)
+    futures = [await producer.send("t", b"v", partition=1) for _ in range(3)]
+    flush = asyncio.create_task(producer.flush(10_000))
+    done, _ = await asyncio.wait({flush}, timeout=0.3)
+    assert not done and not any(f.done() for f in futures)
+    _release(broker)
+    await asyncio.wait_for(flush, 10)
+    assert all(f.done() for f in futures)

@@ -78,6 +78,7 @@ def produce(
     *,
     profile: Path | None = None,
     throughput: float = -1,
+    idempotence: bool | None = None,
 ) -> dict[str, float]:
     prefix = ("-m", "cProfile", "-o", str(profile)) if profile else ()
     cmd = [
@@ -96,6 +97,8 @@ def produce(
         "--throughput",
         str(throughput),
     ]
+    if idempotence is not None:
+        cmd.append("--enable-idempotence" if idempotence else "--disable-idempotence")
     stdout = _run(_raftka(*cmd, prefix=prefix))
     m = _SUMMARY.search(stdout.strip().splitlines()[-1])
     assert m is not None, stdout[-500:]
@@ -271,7 +274,7 @@ def main() -> None:
     ap.add_argument(
         "--sections",
         default="produce,produce-rate,consume,e2e",
-        help="Comma list of produce, produce-rate, consume, e2e.",
+        help="Comma list of produce, produce-rate, consume, e2e, idempotence.",
     )
     ap.add_argument("--e2e-worker", nargs=2, metavar=("BOOTSTRAP", "TOPIC"))
     args = ap.parse_args()
@@ -310,6 +313,17 @@ def main() -> None:
                             for i in range(args.repeats)
                         ]
                         emit(f"produce acks={acks} RF={rf}", median_of(runs), results)
+                if "idempotence" in sections:
+                    # On and off interleaved, so machine noise hits both alike.
+                    on_runs, off_runs = [], []
+                    for i in range(args.repeats):
+                        for idem, runs_ in ((True, on_runs), (False, off_runs)):
+                            t = new(f"idem-{idem}-{i}", 3)
+                            runs_.append(
+                                produce(bootstrap, t, args.records, "all", idempotence=idem)
+                            )
+                    emit("produce acks=all RF=3 idempotence on", median_of(on_runs), results)
+                    emit("produce acks=all RF=3 idempotence off", median_of(off_runs), results)
                 if "produce-rate" in sections:
                     n = int(args.e2e_rate * args.e2e_seconds)
                     runs = [

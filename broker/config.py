@@ -24,6 +24,16 @@ replica.high.watermark.checkpoint.interval.ms 5000     HW checkpoint period
 message.max.bytes                          1048588     largest batch (topic: max.message.bytes)
 controlled.shutdown.enable                 true        move leaderships away on SIGTERM
 controlled.shutdown.timeout.ms             30000       raftka's bound on that wait
+offsets.topic.num.partitions               50          __consumer_offsets partitions
+offsets.topic.replication.factor           3           its replication (capped: brokers)
+offsets.commit.timeout.ms                  5000        acks=all wait of a commit append
+offsets.retention.minutes                  10080       committed offsets of empty groups
+offsets.retention.check.interval.ms        600000      how often they are expired
+offset.metadata.max.bytes                  4096        metadata string of a commit
+group.initial.rebalance.delay.ms           3000        first rebalance of an empty group
+group.min.session.timeout.ms               6000        session.timeout.ms bounds
+group.max.session.timeout.ms               1800000
+group.max.size                             2147483647  members per group
 log.segment.bytes, log.retention.ms, ...   (LogConfig) broker-wide log defaults
 ========================================== =========== ==================================
 
@@ -76,6 +86,20 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "replica.fetch.backoff.ms": (1_000, 0),
     "replica.high.watermark.checkpoint.interval.ms": (5_000, 1),
     "controlled.shutdown.timeout.ms": (30_000, 0),
+    "offsets.topic.num.partitions": (50, 1),
+    "offsets.topic.replication.factor": (3, 1),
+    "offsets.commit.timeout.ms": (5_000, 1),
+    "offsets.retention.minutes": (7 * 24 * 60, 1),
+    "offsets.retention.check.interval.ms": (600_000, 1),
+    # Kafka's log.retention.check.interval.ms (5 min) and producer id expiry (KIP-854).
+    "log.retention.check.interval.ms": (300_000, 1),
+    "producer.id.expiration.ms": (86_400_000, 1),
+    "producer.id.expiration.check.interval.ms": (600_000, 1),
+    "offset.metadata.max.bytes": (4096, 0),
+    "group.initial.rebalance.delay.ms": (3_000, 0),
+    "group.min.session.timeout.ms": (6_000, 1),
+    "group.max.session.timeout.ms": (1_800_000, 1),
+    "group.max.size": (2**31 - 1, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
@@ -110,6 +134,19 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     controlled_shutdown_enable: bool = True
     controlled_shutdown_timeout_ms: int = 30_000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_commit_timeout_ms: int = 5_000
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    log_retention_check_interval_ms: int = 300_000
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
     log_level: str = "INFO"
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
@@ -216,6 +253,21 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         ),
         controlled_shutdown_enable=_bool(props, "controlled.shutdown.enable", True),
         controlled_shutdown_timeout_ms=_int(props, "controlled.shutdown.timeout.ms"),
+        offsets_topic_num_partitions=_int(props, "offsets.topic.num.partitions"),
+        offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor"),
+        offsets_commit_timeout_ms=_int(props, "offsets.commit.timeout.ms"),
+        offsets_retention_minutes=_int(props, "offsets.retention.minutes"),
+        offsets_retention_check_interval_ms=_int(props, "offsets.retention.check.interval.ms"),
+        log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms"),
+        producer_id_expiration_ms=_int(props, "producer.id.expiration.ms"),
+        producer_id_expiration_check_interval_ms=_int(
+            props, "producer.id.expiration.check.interval.ms"
+        ),
+        offset_metadata_max_bytes=_int(props, "offset.metadata.max.bytes"),
+        group_initial_rebalance_delay_ms=_int(props, "group.initial.rebalance.delay.ms"),
+        group_min_session_timeout_ms=_int(props, "group.min.session.timeout.ms"),
+        group_max_session_timeout_ms=_int(props, "group.max.session.timeout.ms"),
+        group_max_size=_int(props, "group.max.size"),
         log_level=node.log_level,
         log_defaults=log_defaults,
     )

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from typing import Any, Final
 
 import aiohttp
@@ -27,8 +28,12 @@ import orjson
 from aiohttp import web
 
 from raftka.broker.config import BrokerConfig
+from raftka.broker.coordinator.routes import coordinator_routes
+from raftka.broker.coordinator.service import GroupCoordinatorService
+from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.metadata_follower import MetadataFollower
+from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
 from raftka.broker.replication.manager import (
     FetchPartition,
@@ -37,7 +42,12 @@ from raftka.broker.replication.manager import (
     ReplicaManager,
 )
 from raftka.broker.storage import LogManager
-from raftka.client.errors import InvalidRequestError, KafkaError
+from raftka.client.errors import (
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    KafkaError,
+    RequestTimedOutError,
+)
 from raftka.client.http_errors import error_middleware, json_response
 from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.metadata.delta import LocalReplicaChanges
@@ -68,12 +78,16 @@ class BrokerServer:
         self.manager = ReplicaManager(config=config, logs=self.logs)
         self._session: aiohttp.ClientSession | None = None
         self.channel: ControllerChannel | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.follower: MetadataFollower | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.coordinator = GroupCoordinatorService(
+            config=config, replicas=self.manager, channel=lambda: self.channel
+        )
         self.app = self._build_app()
 
     # ------------------------------------------------------------------ wiring
@@ -91,6 +105,7 @@ class BrokerServer:
 
     async def _on_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
         self.manager.apply_metadata(image, changes)
+        self.coordinator.on_metadata()
 
     async def _send_alter_partition(
         self, body: dict[str, Any], *, timeout_ms: int
@@ -105,6 +120,17 @@ class BrokerServer:
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
         self.channel = ControllerChannel(config.controllers, self._session)
+        channel = self.channel
+
+        async def post(path: str, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
+            return await channel.post(path, body, timeout_ms=timeout_ms)
+
+        self.producer_ids = ProducerIdManager(
+            post=post,
+            broker_id=config.node_id,
+            broker_epoch=self._broker_epoch,
+            request_timeout_ms=config.request_timeout_ms,
+        )
         self.lifecycle = BrokerLifecycle(
             broker_id=config.node_id,
             channel=self.channel,
@@ -152,6 +178,16 @@ class BrokerServer:
             asyncio.create_task(
                 self._guard(self._checkpoint_timer(), "checkpoint"), name="hw-checkpoint"
             ),
+            asyncio.create_task(
+                self._guard(self._retention_timer(), "retention"), name="log-retention"
+            ),
+            asyncio.create_task(
+                self._guard(self._producer_expiry_timer(), "producer-expiry"),
+                name="producer-expiry",
+            ),
+            asyncio.create_task(
+                self._guard(self.coordinator.run(), "group-coordinator"), name="group-coordinator"
+            ),
         ]
 
     async def _guard(self, work: Any, name: str) -> None:
@@ -181,6 +217,27 @@ class BrokerServer:
             except OSError as e:
                 log.error("HW checkpoint failed", extra={"fields": {"error": str(e)}})
 
+    async def _retention_timer(self) -> None:
+        period_s = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period_s)  # log.retention.check.interval.ms
+            try:
+                deleted = self.manager.enforce_retention()
+            except KafkaError as e:  # a storage error: log it, try again next period
+                log.error("log retention failed", extra={"fields": {"error": str(e)}})
+                continue
+            if deleted:
+                log.info("log retention", extra={"fields": {"segments_deleted": deleted}})
+
+    async def _producer_expiry_timer(self) -> None:
+        period_s = self.config.producer_id_expiration_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period_s)  # producer.id.expiration.check.interval.ms
+            # Wall clock: the entries' times are batch timestamps (producers' clocks).
+            expired = self.manager.expire_producers(now_ms=int(time.time() * 1000))
+            if expired:
+                log.info("producer ids expired", extra={"fields": {"count": expired}})
+
     async def stop(self) -> None:
         if self._stopping:
             return
@@ -193,6 +250,7 @@ class BrokerServer:
             await self.lifecycle.controlled_shutdown(
                 timeout_ms=self.config.controlled_shutdown_timeout_ms
             )
+        self.coordinator.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -200,6 +258,8 @@ class BrokerServer:
                 await task
         if self.fetchers is not None:
             await self.fetchers.close()
+        if self.producer_ids is not None:
+            await self.producer_ids.close()
         await self.manager.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -219,9 +279,12 @@ class BrokerServer:
             [
                 web.get("/health", _health),
                 web.post("/v1/produce", _produce),
+                web.post("/v1/init-producer-id", _init_producer_id),
                 web.post("/v1/fetch", _fetch),
                 web.post("/v1/list-offsets", _list_offsets),
                 web.get("/v1/metadata", _metadata),
+                *coordinator_routes(self.coordinator),
+                *delete_records_routes(lambda request: _server(request).manager),
             ]
         )
         return app
@@ -339,6 +402,31 @@ async def _produce(request: web.Request) -> web.StreamResponse:
     if acks == 0:
         return web.Response(status=204)
     return _json({"responses": [_produce_json(r) for r in results]})
+
+
+async def _init_producer_id(request: web.Request) -> web.Response:
+    """InitProducerId for an idempotent producer (no transactional id yet)."""
+    try:
+        body = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequestError(f"init-producer-id: the body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("init-producer-id needs a JSON object")
+    if body.get("transactional_id") is not None:
+        raise InvalidRequestError(
+            "transactions are not supported yet: transactional_id must be null"
+        )
+    timeout_ms = _int(body, "timeout_ms", 30_000)
+    server = _server(request)
+    if server.producer_ids is None:
+        raise BrokerNotAvailableError("the broker is starting")
+    try:
+        producer_id = await server.producer_ids.next_producer_id(timeout_ms=timeout_ms)
+    except TimeoutError:
+        raise RequestTimedOutError(
+            f"no producer id block from the controller within {timeout_ms} ms"
+        ) from None
+    return _json({"error": None, "producer_id": producer_id, "producer_epoch": 0})
 
 
 def _fetch_json(r: FetchResult) -> dict[str, Any]:

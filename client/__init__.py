@@ -21,7 +21,9 @@ from raftka.client.config import (
     ProducerConfig,
 )
 from raftka.client.consumer.consumer import AsyncConsumer, Consumer
+from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.errors import KafkaError
+from raftka.client.group_admin import AsyncGroupAdmin, GroupAdmin
 from raftka.client.producer.producer import AsyncProducer, Producer
 from raftka.client.structs import (
     ConsumerRecord,
@@ -42,13 +44,17 @@ __all__ = [
     "AlterConfigOp",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncGroupAdmin",
     "AsyncProducer",
     "ClientConfigError",
     "ClusterDescription",
     "ConfigEntry",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "GroupAdmin",
     "KafkaError",
     "ListedOffset",
     "NewPartitions",

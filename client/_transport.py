@@ -261,6 +261,39 @@ class ClusterView:
         return None if node is None or leader is None else (leader, f"{node.host}:{node.port}")
 
 
+def keep_newer_leaders(old: ClusterView, new: ClusterView) -> ClusterView:
+    """``new``, except that a partition whose leader epoch went *down* keeps its old
+    entry (Kafka's KIP-320 rule): a broker that is cut off and deposed still believes
+    it leads, and a client that followed its stale answer would fetch from a shorter
+    log and reset its position. Only the same topic (same id) is compared."""
+    topics = dict(new.topics)
+    changed = False
+    for name, fresh in new.topics.items():
+        before = old.topics.get(name)
+        if (
+            before is None
+            or before.topic_id != fresh.topic_id
+            or fresh.topic_id is None
+            or len(before.partitions) > len(fresh.partitions)
+        ):
+            continue
+        parts = list(fresh.partitions)
+        for i, p in enumerate(before.partitions):
+            if p.leader_epoch > parts[i].leader_epoch:
+                parts[i] = p
+                changed = True
+        topics[name] = TopicView(fresh.name, fresh.topic_id, fresh.error, tuple(parts))
+    if not changed:
+        return new
+    return ClusterView(
+        brokers=new.brokers,
+        topics=topics,
+        controller_id=new.controller_id,
+        controllers=new.controllers,
+        fetched_ms=new.fetched_ms,
+    )
+
+
 def parse_cluster_view(answer: Any, now_ms: int) -> ClusterView:
     brokers = {
         int(b["id"]): Node(int(b["id"]), str(b["host"]), int(b["port"]), b.get("rack"))
@@ -338,6 +371,11 @@ class MetadataCache:
             or now_ms - self.view.fetched_ms >= self._max_age_ms
         )
 
+    def broker_addresses(self) -> list[str]:
+        """Known brokers and the bootstrap servers, rotated on each call (whom to ask
+        for something any broker answers)."""
+        return self._addresses()
+
     def _addresses(self) -> list[str]:
         known = [f"{n.host}:{n.port}" for n in self.view.brokers.values()]
         ordered = list(dict.fromkeys([*known, *self._bootstrap]))
@@ -378,7 +416,7 @@ class MetadataCache:
             except KafkaError as e:
                 last = e
                 continue
-            view = parse_cluster_view(answer, monotonic_ms())
+            view = keep_newer_leaders(self.view, parse_cluster_view(answer, monotonic_ms()))
             if not all_topics:
                 self.view = view
                 self._stale = False

@@ -473,6 +473,92 @@ class AsyncAdmin:
             retry_backoff_ms=self.config.retry_backoff_ms,
         )
 
+    async def delete_records(
+        self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Kafka's deleteRecords: delete every record below ``before[tp]`` (``-1``: the
+        high watermark) by moving the partition's log start offset there. Returns each
+        partition's new low watermark (the smallest log start among its in-sync
+        replicas, once they all reached the offset). OffsetOutOfRangeError for an
+        offset above the high watermark; retriable errors (a leader moving, followers
+        slow to follow) are retried until the timeout: KafkaTimeoutError."""
+        for tp, offset in before.items():
+            if type(offset) is not int or offset < -1:
+                raise ValueError(f"the offset for {tp} must be >= 0 or -1, not {offset!r}")
+        transport, metadata = self._started()
+        deadline = self._deadline(timeout_ms)
+        metadata.add_topics(sorted({tp.topic for tp in before}))
+        remaining = {TopicPartition(tp.topic, tp.partition): o for tp, o in before.items()}
+        results: dict[TopicPartition, int] = {}
+        last: KafkaError | None = None
+        while remaining:
+            try:
+                await metadata.refresh()
+            except KafkaError as e:
+                last = e
+            by_leader: dict[str, list[TopicPartition]] = {}
+            for tp in remaining:
+                leader = metadata.view.leader_address(tp)
+                topic = metadata.view.topics.get(tp.topic)
+                if leader is not None:
+                    by_leader.setdefault(leader[1], []).append(tp)
+                elif (
+                    topic is not None
+                    and topic.error is None
+                    and tp.partition >= len(topic.partitions)
+                ):
+                    raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+                else:
+                    last = topic.error if topic is not None and topic.error else last
+            for address, tps in by_leader.items():
+                http_ms = max(1, min(self.config.request_timeout_ms, deadline - monotonic_ms()))
+                body = {
+                    # The broker answers before the HTTP timeout ends.
+                    "timeout_ms": max(0, http_ms - DELETE_RECORDS_MARGIN_MS),
+                    "partitions": [
+                        {"topic": tp.topic, "partition": tp.partition, "offset": remaining[tp]}
+                        for tp in tps
+                    ],
+                }
+                try:
+                    answer = await transport.request_json(
+                        address, "POST", "/v1/delete-records", json_body=body, timeout_ms=http_ms
+                    )
+                except KafkaError as e:
+                    if not e.retriable:
+                        raise
+                    last = e
+                    continue
+                for r in answer.get("responses", []):
+                    tp = TopicPartition(r["topic"], int(r["partition"]))
+                    if tp not in remaining:
+                        continue
+                    if r.get("error") is not None:
+                        error = error_from_wire(r["error"])
+                        if not error.retriable:
+                            raise error
+                        last = error
+                        continue
+                    results[tp] = int(r["low_watermark"])
+                    del remaining[tp]
+            if not remaining:
+                break
+            metadata.invalidate()
+            now = monotonic_ms()
+            if now >= deadline:
+                if isinstance(last, UnknownTopicOrPartitionError):
+                    raise last
+                raise KafkaTimeoutError(
+                    f"delete records of {sorted(map(str, remaining))} did not complete in time"
+                    + (f"; last error: {last}" if last is not None else "")
+                )
+            await asyncio.sleep(min(self.config.retry_backoff_ms, deadline - now) / 1000)
+        return results
+
+
+#: How much sooner than the HTTP timeout the broker is asked to answer DeleteRecords.
+DELETE_RECORDS_MARGIN_MS = 1_000
+
 
 def _item_errors(items: list[dict[str, Any]], key: str) -> dict[str, KafkaError | None]:
     return {
@@ -598,6 +684,14 @@ class Admin:
     ) -> dict[TopicPartition, ListedOffset]:
         result: dict[TopicPartition, ListedOffset] = self._run(
             self._async.list_offsets(dict(specs), timeout_ms=timeout_ms), timeout_ms
+        )
+        return result
+
+    def delete_records(
+        self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._async.delete_records(dict(before), timeout_ms=timeout_ms), timeout_ms
         )
         return result
 

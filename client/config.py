@@ -169,6 +169,14 @@ class ProducerConfig(_CommonConfig):
         if self.enable_idempotence and self.acks != -1:
             # Kafka: "Must set acks to all in order to use the idempotent producer."
             raise _fail("acks", self.acks, 'enable_idempotence=True requires acks="all"')
+        if self.enable_idempotence and self.max_in_flight_requests_per_connection > 5:
+            # Kafka: the broker keeps the last 5 batches per producer, so a retry
+            # further back than that could not be recognised as a duplicate.
+            raise _fail(
+                "max_in_flight_requests_per_connection",
+                self.max_in_flight_requests_per_connection,
+                "must be at most 5 with enable_idempotence=True",
+            )
         if type(self.partitioner_ignore_keys) is not bool:
             raise _fail("partitioner_ignore_keys", self.partitioner_ignore_keys, "expected a bool")
         _check_callable("key_serializer", self.key_serializer)

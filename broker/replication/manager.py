@@ -48,9 +48,15 @@ from raftka.broker.producer_state import (
     Append,
     Duplicate,
     ProducerBatch,
+    ProducerStateConfig,
     ProducerStateManager,
     Rejected,
     in_sequence,
+)
+from raftka.broker.producer_state_store import (
+    load_producer_state,
+    prune_snapshots,
+    write_producer_snapshot,
 )
 from raftka.broker.replication.partition_state import (
     ACKS_ALL,
@@ -74,7 +80,7 @@ from raftka.client.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.records.header import BatchHeader, iter_batches
+from raftka.client.records.header import iter_batches
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.records import NO_LEADER
@@ -102,8 +108,6 @@ PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
 FETCH_WAIT_MS_MAX: Final = 30_000
 #: Bound on partitions in one produce or fetch request.
 REQUEST_PARTITIONS_MAX: Final = 10_000
-#: Bytes per read when rebuilding producer state from a log.
-REBUILD_READ_BYTES: Final = 1024 * 1024
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -140,6 +144,9 @@ class Partition:
     # appends, follower appends, recovery) so a new leader de-duplicates at once.
     producers: ProducerStateManager = field(default_factory=ProducerStateManager)
     signal: _Signal = field(default_factory=_Signal)
+    # The active segment when the producer state was last snapshotted: a roll since
+    # then writes the next snapshot (broker/producer_state_store.py).
+    snapshot_segment_base: int = -1
 
     @property
     def tp(self) -> TopicPartition:
@@ -213,6 +220,9 @@ class ReplicaManager:
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.config = config
+        self._producer_config = ProducerStateConfig(
+            producer_id_expiration_ms=config.producer_id_expiration_ms
+        )
         self.broker_id = config.node_id
         self.logs = logs
         self.image = MetadataImage.EMPTY
@@ -273,9 +283,9 @@ class ReplicaManager:
             config=self.config.replication_config(topic_config),
         )
         opened.update_high_watermark(state.high_watermark)
-        partition = Partition(
-            tip.topic_id, tip.topic, tip.partition, state, opened, _rebuild_producers(opened)
-        )
+        producers = load_producer_state(opened, self._producer_config)
+        partition = Partition(tip.topic_id, tip.topic, tip.partition, state, opened, producers)
+        partition.snapshot_segment_base = opened.active_segment_base_offset
         self.partitions[tp] = partition
         return partition
 
@@ -514,6 +524,7 @@ class ReplicaManager:
                 if batch.is_idempotent:
                     p.producers.update(batch, first_offset=first, last_offset=last)
                 first = last + 1
+            self._maybe_snapshot_producers(p)
             append = p.state.on_leader_append(last_offset=info.last_offset, acks=acks)
             p.signal.fire()  # parked follower fetches
             if append.high_watermark_moved:
@@ -853,6 +864,7 @@ class ReplicaManager:
             p.log.append_as_follower(records)
             for _, header in iter_batches(records, check_crc=False):
                 p.producers.update_from_follower_batch(header)
+            self._maybe_snapshot_producers(p)
         outcome = p.state.on_fetch_response(
             leader_high_watermark=leader_high_watermark,
             leader_log_start_offset=leader_log_start_offset,
@@ -860,6 +872,10 @@ class ReplicaManager:
             appended_up_to=p.log.log_end_offset,
         )
         p.log.update_high_watermark(p.state.high_watermark)
+        if p.state.log_start_offset > p.log.log_start_offset:
+            # The leader's log start moved (DeleteRecords): follow it on disk too.
+            p.log.maybe_increment_log_start_offset(p.state.log_start_offset)
+            p.log.delete_retention_segments()
         if records or outcome.high_watermark_moved:
             p.signal.fire()
 
@@ -883,7 +899,7 @@ class ReplicaManager:
             before = p.log.log_end_offset
             p.log.truncate_to(outcome.truncate_to)
             # The window may have lost batches below the cut: rebuild it from the log.
-            p.producers = _rebuild_producers(p.log)
+            p.producers = load_producer_state(p.log, self._producer_config)
             if p.log.log_end_offset != p.state.log_end_offset:
                 # The cut fell inside a batch, so the log kept less than the core
                 # assumed: the log is the truth (the next fetch starts from it).
@@ -902,11 +918,47 @@ class ReplicaManager:
         p.log.update_high_watermark(p.state.high_watermark)
         p.signal.fire()
 
+    def enforce_retention(self) -> int:
+        """Delete the segments retention.ms / retention.bytes allow (Kafka's retention
+        check), and the producer-state snapshots below the new log starts; returns the
+        number of segments deleted."""
+        deleted = 0
+        for p in list(self.partitions.values()):
+            count = p.log.delete_retention_segments()
+            if count:
+                deleted += count
+                prune_snapshots(p.log)
+                if p.state.log_start_offset < p.log.log_start_offset:
+                    p.state.on_log_start_offset(log_start_offset=p.log.log_start_offset)
+        return deleted
+
+    def expire_producers(self, *, now_ms: int) -> int:
+        """Forget idle producers (producer.id.expiration.ms) on every replica."""
+        return sum(
+            len(p.producers.remove_expired_producers(now_ms=now_ms))
+            for p in self.partitions.values()
+        )
+
+    def _maybe_snapshot_producers(self, p: Partition) -> None:
+        """After an append: if the log rolled, snapshot the producer state at its end."""
+        base = p.log.active_segment_base_offset
+        if base == p.snapshot_segment_base:
+            return
+        p.snapshot_segment_base = base
+        try:
+            write_producer_snapshot(p.log, p.producers)
+        except OSError as e:
+            # Only recovery time suffers: it replays from an older snapshot or the start.
+            log.error(
+                "producer-state snapshot failed",
+                extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
+            )
+
     def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
         """Our fetch offset is below the leader's log start: restart empty there."""
         if p.log.log_end_offset < leader_log_start_offset:
             p.log.truncate_fully_and_start_at(leader_log_start_offset)
-            p.producers = ProducerStateManager()
+            p.producers = ProducerStateManager(config=self._producer_config)
             self._resync_follower(p)
 
     def _resync_follower(self, p: Partition) -> None:
@@ -937,6 +989,14 @@ class ReplicaManager:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for p in self.partitions.values():
+            try:
+                write_producer_snapshot(p.log, p.producers)  # a clean shutdown's snapshot
+            except OSError as e:
+                log.error(
+                    "producer-state snapshot failed",
+                    extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
+                )
         self.logs.close_all()
         self.partitions.clear()
 
@@ -987,23 +1047,6 @@ def _check_producers(
             )
         seen[batch.producer_id] = batch
     return Append(producer_id=-1)
-
-
-def _rebuild_producers(log_: Log) -> ProducerStateManager:
-    """The producer-state table rebuilt from every batch header in the log (raftka
-    does not yet load producer-state snapshots, so this reads the whole log once)."""
-    producers = ProducerStateManager()
-    offset = log_.log_start_offset
-    while offset < log_.log_end_offset:
-        data = log_.read(offset, REBUILD_READ_BYTES, whole_batches=True)
-        last: BatchHeader | None = None
-        for _, header in iter_batches(data, check_crc=False):
-            producers.update_from_follower_batch(header)
-            last = header
-        if last is None:
-            break
-        offset = last.last_offset + 1
-    return producers
 
 
 def _name(tp: TopicPartition) -> str:

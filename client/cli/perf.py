@@ -7,9 +7,10 @@ at ``--throughput`` records/s), prints a line every 5 s ("N records sent, X reco
 50th/95th/99th/99.9th latency percentiles; the consumer reads ``--messages`` records
 from every partition of a topic and prints Kafka's consumer-perf table.
 
-The default bootstrap server is ``$RAFTKA_BOOTSTRAP_SERVERS`` if set, else the
-``bootstrap_servers`` that ``raftka up`` recorded in ``./raftka-data/cluster.json``, else
-``127.0.0.1:9092`` (Kafka's default listener).
+The default bootstrap server is the one every client command uses
+(:func:`raftka.client.cli._common.default_bootstrap_servers`: ``$RAFTKA_BOOTSTRAP_SERVERS``,
+else what ``raftka up`` recorded in ``./raftka-data/cluster.json``, else
+``127.0.0.1:9092``).
 
 Latency is the time from ``send`` to the delivery callback, as in Kafka. Both tools
 run the asyncio client on one event loop in this process; the producer loop yields to
@@ -23,20 +24,22 @@ as arguments, so the tests feed them fixed clocks.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
 import random
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, Literal, cast
 
 import click
 
 from raftka.client.admin import AsyncAdmin
+from raftka.client.cli._common import (
+    DEFAULT_BOOTSTRAP_SERVERS,
+    bootstrap_option,
+    default_bootstrap_servers,
+)
 from raftka.client.config import ClientConfigError
 from raftka.client.consumer.consumer import AsyncConsumer
 from raftka.client.errors import KafkaError, TopicAlreadyExistsError
@@ -55,12 +58,6 @@ __all__ = [
     "throttle_delay_s",
 ]
 
-DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9092"
-BOOTSTRAP_ENV: Final = "RAFTKA_BOOTSTRAP_SERVERS"
-#: What ``raftka up`` writes (its default data directory); read as plain JSON, since
-#: the client may not import raftka.local.
-CLUSTER_FILE: Final = "raftka-data/cluster.json"
-CLUSTER_FILE_BYTES_MAX: Final = 1 << 20
 #: Kafka's tools report every 5 s.
 REPORT_INTERVAL_MS: Final = 5_000
 #: Bound on the latencies kept for percentiles: past it every n-th is sampled (as
@@ -73,22 +70,6 @@ CONSUME_IDLE_TIMEOUT_MS: Final = 10_000
 MB: Final = 1024 * 1024
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 PERCENTILES: Final = (0.5, 0.95, 0.99, 0.999)
-
-
-def default_bootstrap_servers(*, env: Mapping[str, str], cwd: Path) -> str:
-    """$RAFTKA_BOOTSTRAP_SERVERS, else the ``bootstrap_servers`` of a local cluster's
-    ``./raftka-data/cluster.json``, else 127.0.0.1:9092. A cluster file that cannot
-    be read is ignored (the connection error then names the address tried)."""
-    if env.get(BOOTSTRAP_ENV):
-        return env[BOOTSTRAP_ENV]
-    path = cwd / CLUSTER_FILE
-    try:
-        with path.open("rb") as f:
-            loaded = json.loads(f.read(CLUSTER_FILE_BYTES_MAX))
-    except (OSError, ValueError):
-        return DEFAULT_BOOTSTRAP_SERVERS
-    servers = loaded.get("bootstrap_servers") if isinstance(loaded, dict) else None
-    return servers if isinstance(servers, str) and servers else DEFAULT_BOOTSTRAP_SERVERS
 
 
 def percentile(sorted_values: Sequence[int], fraction: float) -> int:
@@ -249,15 +230,6 @@ def _payload(record_size: int, rng: random.Random) -> bytes:
 # ---------------------------------------------------------------------- commands
 
 
-bootstrap_option = click.option(
-    "--bootstrap-server",
-    "bootstrap_server",
-    default=lambda: default_bootstrap_servers(env=os.environ, cwd=Path.cwd()),
-    show_default=f"${BOOTSTRAP_ENV}, else ./{CLUSTER_FILE}'s, else {DEFAULT_BOOTSTRAP_SERVERS}",
-    help="Brokers to bootstrap from, host:port[,host:port...].",
-)
-
-
 @click.command("produce")
 @click.option("--topic", required=True, help="Topic to produce to.")
 @click.option(
@@ -296,6 +268,12 @@ bootstrap_option = click.option(
     show_default=True,
     help="How long send waits for metadata or buffer room.",
 )
+@click.option(
+    "--enable-idempotence/--disable-idempotence",
+    "enable_idempotence",
+    default=None,
+    help="Default: on with acks=all (Kafka's default), off otherwise.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Payload seed.")
 @bootstrap_option
 def produce_command(
@@ -310,6 +288,7 @@ def produce_command(
     compression_type: str,
     buffer_memory: int,
     max_block_ms: int,
+    enable_idempotence: bool | None,
     seed: int,
     bootstrap_server: str,
     create_topic: bool,
@@ -327,7 +306,9 @@ def produce_command(
             compression_type=cast(Compression, compression_type),
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
-            enable_idempotence=acks in ("all", "-1"),
+            enable_idempotence=(
+                acks in ("all", "-1") if enable_idempotence is None else enable_idempotence
+            ),
         )
         summary = asyncio.run(
             run_produce(

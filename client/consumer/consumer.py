@@ -1,13 +1,16 @@
-"""``AsyncConsumer`` and ``Consumer``: Kafka's consumer with manual assignment.
+"""``AsyncConsumer`` and ``Consumer``: Kafka's consumer, manual assignment or groups.
 
 One core, two faces: :class:`AsyncConsumer` is the implementation; :class:`Consumer`
 runs it on a background loop thread (:mod:`raftka.client._sync`).
 
-``assign`` sets the partitions; ``poll`` resets positions that need it (ListOffsets by
-``auto_offset_reset``, or NoOffsetForPartitionError when it is ``none``), returns
-buffered records and keeps the next fetches in flight (:mod:`.fetcher`). Groups are not
-supported yet: ``subscribe`` exists and raises IllegalStateError so that code written
-for it fails clearly; ``group_id`` is accepted and unused.
+``assign`` sets the partitions; ``subscribe`` (with a ``group_id``) makes the consumer a
+member of its group, whose coordinator hands out the partitions
+(:mod:`.coordinator_client`); the two are mutually exclusive. ``poll`` takes part in the
+group (rebalances, auto-commit), positions partitions that need it (the group's
+committed offset when there is one, else ListOffsets by ``auto_offset_reset``, or
+NoOffsetForPartitionError when it is ``none``), returns buffered records and keeps the
+next fetches in flight (:mod:`.fetcher`). ``commit``/``commit_async``/``committed``
+need a ``group_id``.
 
 ``isolation_level="read_committed"`` is accepted and reads like read_uncommitted:
 raftka has no transactions yet, so both read every record below the high watermark.
@@ -19,7 +22,9 @@ is meant to be driven by one thread; ``wakeup`` is not provided yet.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -33,9 +38,20 @@ from raftka.client._transport import (
     monotonic_ms,
 )
 from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
+from raftka.client.consumer.assignors import DEFAULT_ASSIGNMENT_STRATEGY
+from raftka.client.consumer.coordinator_client import ConsumerCoordinator
 from raftka.client.consumer.fetcher import Fetcher, SubscriptionState
-from raftka.client.errors import IllegalStateError, NoOffsetForPartitionError
-from raftka.client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
+from raftka.client.consumer.membership import GroupOptions, Subscription
+from raftka.client.errors import IllegalStateError, KafkaError, NoOffsetForPartitionError
+from raftka.client.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+
+CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], KafkaError | None], Any]
 
 __all__ = ["AsyncConsumer", "Consumer"]
 
@@ -44,7 +60,7 @@ ITER_POLL_TIMEOUT_MS: Final = 1_000
 
 
 class AsyncConsumer:
-    """Kafka's consumer on asyncio (manual assignment). Not thread-safe."""
+    """Kafka's consumer on asyncio (manual assignment or a group). Not thread-safe."""
 
     def __init__(
         self,
@@ -67,6 +83,13 @@ class AsyncConsumer:
         default_api_timeout_ms: int = 60_000,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        partition_assignment_strategy: Sequence[str] = DEFAULT_ASSIGNMENT_STRATEGY,
+        group_instance_id: str | None = None,
     ) -> None:
         self.config = ConsumerConfig(
             bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
@@ -92,7 +115,20 @@ class AsyncConsumer:
                 f"default_api_timeout_ms={default_api_timeout_ms!r}: expected an integer >= 1"
             )
         self.default_api_timeout_ms = default_api_timeout_ms
+        self.group_options = GroupOptions(
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            partition_assignment_strategy=tuple(partition_assignment_strategy),
+            group_instance_id=group_instance_id,
+        )
         self._subs = SubscriptionState()
+        self._coordinator: ConsumerCoordinator | None = None
+        self._subscription: Subscription | None = None
+        self._listener = ConsumerRebalanceListener()
+        self._background: set[asyncio.Task[None]] = set()
         self._transport: Transport | None = None
         self._metadata: MetadataCache | None = None
         self._fetcher: Fetcher | None = None
@@ -124,17 +160,53 @@ class AsyncConsumer:
                 metadata=self._metadata,
                 subscriptions=self._subs,
             )
+            if c.group_id:
+                fetcher = self._fetcher
+                self._coordinator = ConsumerCoordinator(
+                    group_id=c.group_id,
+                    options=self.group_options,
+                    config=c,
+                    transport=self._transport,
+                    metadata=self._metadata,
+                    subscriptions=self._subs,
+                    on_assignment_changed=fetcher.clear_buffered,
+                    wake=fetcher.wake,
+                )
+                if self._subscription is not None:
+                    self._coordinator.subscribe(self._subscription, self._listener)
         assert self._transport is not None and self._metadata is not None
         return self._transport, self._metadata, self._fetcher
+
+    def _group(self) -> ConsumerCoordinator:
+        """The group coordinator client; InvalidGroupIdError-like IllegalStateError
+        without a group_id."""
+        self._ensure_started()
+        if self._coordinator is None:
+            raise IllegalStateError(
+                "this needs a group_id: committed offsets belong to a consumer group"
+            )
+        return self._coordinator
 
     async def start(self) -> None:
         """Nothing to connect to up front; kept for aiokafka's shape."""
         self._ensure_started()
 
     async def close(self) -> None:
+        """Auto-commit (when enabled), revoke, leave the group, stop fetching."""
         if self._closed:
             return
+        try:
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+            if self._coordinator is not None:
+                await self._coordinator.close(leave=True)
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
         self._closed = True
+        if self._coordinator is not None:
+            await self._coordinator.close(leave=False)
         if self._fetcher is not None:
             await self._fetcher.close()
         if self._transport is not None:
@@ -154,18 +226,70 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------ assignment
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
-        """Consumer groups are not supported yet: use ``assign``."""
-        raise IllegalStateError(
-            "subscribe() needs consumer groups, which raftka does not support yet; "
-            "use assign() with explicit partitions"
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the consumer group ``group_id`` for ``topics`` (or every topic matching
+        the regular expression ``pattern``); the partitions arrive in a later ``poll``.
+        ``listener`` hears about revocations and assignments. Replaces an earlier
+        subscription; IllegalStateError after ``assign``."""
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+        if not self.config.group_id:
+            raise IllegalStateError(
+                "subscribe() uses consumer groups and needs a group_id; without one, "
+                "use assign() with explicit partitions"
+            )
+        if self._subscription is None and self._subs.assignment:
+            raise IllegalStateError(
+                "subscribe() after assign(): a consumer either is assigned partitions "
+                "manually or subscribes, not both (call unsubscribe() first)"
+            )
+        names = frozenset([topics] if isinstance(topics, str) else topics)
+        if pattern is not None and names:
+            raise ValueError("subscribe() takes topics or a pattern, not both")
+        if pattern is None and not names:
+            raise ValueError("subscribe() needs topics or a pattern")
+        if any(not isinstance(t, str) or not t for t in names):
+            raise ValueError(f"invalid topic names {sorted(map(repr, names))}")
+        self._subscription = Subscription(
+            topics=names, pattern=None if pattern is None else re.compile(pattern)
         )
+        self._listener = listener or ConsumerRebalanceListener()
+        if self._coordinator is not None:
+            self._coordinator.subscribe(self._subscription, self._listener)
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to by name (for a pattern: those it matched so far)."""
+        if self._subscription is None:
+            return set()
+        if self._subscription.pattern is None:
+            return set(self._subscription.topics)
+        return {tp.topic for tp in self._subs.assignment}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group id, generation and member id (-1/"" when not joined)."""
+        if self._coordinator is None:
+            if not self.config.group_id:
+                raise IllegalStateError("no group_id: the consumer is in no group")
+            return ConsumerGroupMetadata(
+                self.config.group_id, -1, "", self.group_options.group_instance_id
+            )
+        return self._coordinator.group_metadata()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manually assign exactly these partitions (replacing the previous assignment).
         Positions of partitions kept across calls are kept."""
         if self._closed:
             raise IllegalStateError("this consumer has already been closed")
+        if self._subscription is not None:
+            raise IllegalStateError(
+                "assign() after subscribe(): a consumer either subscribes or is assigned "
+                "partitions manually, not both (call unsubscribe() first)"
+            )
         tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         for tp in tps:
             if not tp.topic or tp.partition < 0:
@@ -180,7 +304,19 @@ class AsyncConsumer:
         return set(self._subs.assignment)
 
     def unsubscribe(self) -> None:
-        self.assign([])
+        """Drop the subscription (revoking and leaving the group in the background:
+        ``close`` waits for it) or the manual assignment."""
+        if self._subscription is None:
+            self.assign([])
+            return
+        self._subscription = None
+        coordinator = self._coordinator
+        if coordinator is not None:
+            task = asyncio.get_running_loop().create_task(coordinator.unsubscribe())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            self._subs.assign([])
 
     # ------------------------------------------------------------------ positions
 
@@ -241,6 +377,19 @@ class AsyncConsumer:
 
     async def _reset_positions(self, deadline_ms: int, tps: list[TopicPartition]) -> None:
         transport, metadata, _ = self._ensure_started()
+        if self._coordinator is not None:
+            # A group's committed offset comes first; auto_offset_reset only without one.
+            plain = [tp for tp in tps if self._subs.assignment[tp].reset_to is None]
+            committed = await self._coordinator.fetch_committed(plain, deadline_ms)
+            for tp, offset in committed.items():
+                known = self._subs.assignment.get(tp)
+                if offset is not None and known is not None and known.position is None:
+                    known.position = offset.offset
+            tps = [
+                tp
+                for tp in tps
+                if (known := self._subs.assignment.get(tp)) is not None and known.position is None
+            ]
         wanted: dict[TopicPartition, int] = {}
         for tp in tps:
             state = self._subs.assignment[tp]
@@ -323,10 +472,14 @@ class AsyncConsumer:
         limit = self.config.max_poll_records if max_records is None else max_records
         if limit < 1:
             raise ValueError(f"max_records must be >= 1, not {limit}")
-        if not self._subs.assignment:
-            raise IllegalStateError("the consumer is not assigned any partitions")
+        if not self._subs.assignment and self._subscription is None:
+            raise IllegalStateError(
+                "the consumer is neither subscribed to topics nor assigned any partitions"
+            )
         deadline = monotonic_ms() + max(timeout_ms, 0)
         while True:
+            if self._coordinator is not None:
+                await self._coordinator.poll(deadline)
             needing = self._subs.needing_reset()
             if needing:
                 # A reset is a lookup with its own bound (a poll(0) still positions).
@@ -340,6 +493,8 @@ class AsyncConsumer:
             remaining = deadline - monotonic_ms()
             if remaining <= 0:
                 return {}
+            if self._coordinator is not None and self._coordinator.rejoin_needed:
+                continue  # the group needs this poll: rejoin now
             await fetcher.wait(remaining / 1000)
 
     async def getmany(
@@ -347,6 +502,35 @@ class AsyncConsumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """aiokafka's name for ``poll``."""
         return await self.poll(timeout_ms, max_records)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition, i.e.
+        everything ``poll`` returned) and wait for the coordinator. CommitFailedError
+        when the group rebalanced and the partitions went to another member;
+        RebalanceInProgressError while a rebalance runs (``poll`` completes it)."""
+        await self._group().commit(
+            None if offsets is None else dict(offsets), self._deadline(timeout_ms)
+        )
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> asyncio.Task[None]:
+        """Commit in the background; ``callback(offsets, error_or_None)`` when done."""
+        return self._group().commit_async(None if offsets is None else dict(offsets), callback)
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where there is none)."""
+        return await self._group().fetch_committed(list(partitions), self._deadline(timeout_ms))
 
     async def getone(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes."""
@@ -382,40 +566,79 @@ class Consumer:
     def _run(self, coro: Any, timeout_ms: int | None = None) -> Any:
         return self._thread.run(coro, self._safety_s(timeout_ms))
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
-        self._async.subscribe(topics, pattern)
+    def _sync_call(self, fn: Any, *args: Any) -> Any:
+        """A synchronous method of the async core: on its loop, or directly when called
+        from the loop thread itself (a rebalance listener runs there)."""
+        if not self._thread.started or self._thread.in_loop_thread():
+            return fn(*args)
+        return self._run(_call(fn, *args))
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """See :meth:`AsyncConsumer.subscribe`; the listener runs on the consumer's loop
+        thread inside ``poll`` (see :mod:`raftka.client.consumer.listener`)."""
+        self._sync_call(self._async.subscribe, list(topics), pattern, listener)
+
+    def subscription(self) -> set[str]:
+        return self._async.subscription()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._async.group_metadata()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        tps = list(partitions)
-        if self._thread.started:
-            self._run(_call(self._async.assign, tps))
-        else:
-            self._async.assign(tps)
+        self._sync_call(self._async.assign, list(partitions))
 
     def assignment(self) -> set[TopicPartition]:
         return self._async.assignment()
 
     def unsubscribe(self) -> None:
-        self.assign([])
+        self._sync_call(self._async.unsubscribe)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._run(_call(self._async.seek, partition, offset))
+        self._sync_call(self._async.seek, partition, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        self._run(_call(self._async.seek_to_beginning, *partitions))
+        self._sync_call(self._async.seek_to_beginning, *partitions)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        self._run(_call(self._async.seek_to_end, *partitions))
+        self._sync_call(self._async.seek_to_end, *partitions)
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(self._async.commit(offsets, timeout_ms), timeout_ms)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> None:
+        """Commit in the background; ``callback`` runs on the consumer's loop thread."""
+        self._sync_call(self._async.commit_async, offsets, callback)
+
+    def committed(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._run(
+            self._async.committed(list(partitions), timeout_ms), timeout_ms
+        )
+        return result
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         result: int = self._run(self._async.position(partition, timeout_ms), timeout_ms)
         return result
 
     def pause(self, *partitions: TopicPartition) -> None:
-        self._run(_call(self._async.pause, *partitions))
+        self._sync_call(self._async.pause, *partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        self._run(_call(self._async.resume, *partitions))
+        self._sync_call(self._async.resume, *partitions)
 
     def paused(self) -> set[TopicPartition]:
         return self._async.paused()

@@ -190,6 +190,9 @@ class Fetcher:
                     "partition": tp.partition,
                     "fetch_offset": offset,
                     "partition_max_bytes": config.max_partition_fetch_bytes,
+                    # KIP-320 fencing: a broker at another epoch answers
+                    # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of data.
+                    "current_leader_epoch": self._leader_epoch(tp),
                 }
                 for tp, offset in offsets.items()
             ],
@@ -246,6 +249,10 @@ class Fetcher:
                 continue
             assert len(self._completed) < COMPLETED_FETCHES_MAX
             self._completed.append(CompletedFetch(tp, offsets[tp], batches, hw))
+
+    def wake(self) -> None:
+        """End a ``wait`` early (the group needs the consumer's attention)."""
+        self._arrived.set()
 
     async def wait(self, timeout_s: float) -> None:
         """Until a fetch completes (or ``timeout_s``)."""
@@ -343,9 +350,35 @@ class Fetcher:
         completed.fetch_offset = state.position
         return out
 
+    def _leader_epoch(self, tp: TopicPartition) -> int | None:
+        topic = self._metadata.view.topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            return None
+        epoch = topic.partitions[tp.partition].leader_epoch
+        return epoch if epoch >= 0 else None
+
     def _on_error(self, completed: CompletedFetch, state: PartitionState) -> None:
         error = completed.error
         assert error is not None
+        known = self._leader_epoch(completed.tp)
+        if (
+            isinstance(error, OffsetOutOfRangeError)
+            and state.leader_epoch is not None
+            and (known is None or known < state.leader_epoch)
+        ):
+            # The answer came from a leader older than the records already read: a
+            # deposed leader with a shorter log, not a truncation. Keep the position
+            # and ask for fresh metadata instead of resetting (which would go back).
+            log.info(
+                "fetch offset %d of %s out of range at a stale leader (epoch %s < %d); "
+                "refreshing metadata",
+                completed.fetch_offset,
+                completed.tp,
+                known,
+                state.leader_epoch,
+            )
+            self._metadata.invalidate()
+            return
         if isinstance(error, OffsetOutOfRangeError):
             if self._config.auto_offset_reset == "none":
                 raise OffsetOutOfRangeError(

@@ -67,6 +67,10 @@ class ProducerBatch(Generic[H]):
     closed: bool = False
     attempts: int = 0
     retry_after_ms: int = 0
+    #: Idempotence: set on the first drain and kept for every retry (-1: none).
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
 
     def try_append(self, record: Record, size: int, handle: H, batch_size: int) -> bool:
         if self.closed:
@@ -195,6 +199,11 @@ class RecordAccumulator(Generic[H]):
                     continue
             next_ms = due if next_ms is None else min(next_ms, due)
         return ReadyCheck(tuple(ready), next_ms)
+
+    def head(self, tp: TopicPartition) -> ProducerBatch[H] | None:
+        """The partition's first queued batch (the next ``drain``), or None."""
+        queue = self._queues.get(tp)
+        return queue[0] if queue else None
 
     def drain(self, tp: TopicPartition) -> ProducerBatch[H] | None:
         """Hand the partition's first batch to the sender (it is closed for appends)."""

@@ -11,11 +11,13 @@ future of :class:`RecordMetadata` that the sender task completes. Errors that co
 the record itself (serialisation, size, unknown topic, closed producer) are raised by
 ``send``; delivery errors arrive through the future.
 
-Idempotence: ``enable_idempotence`` defaults to True as in Kafka and is validated
-(acks must be "all"), but raftka has no InitProducerId API for clients yet, so batches
-are sent without a producer id (-1). Order is still kept across retries (one batch in
-flight per partition, see :mod:`.sender`); a retry after an unknown outcome (timeout,
-lost connection) may duplicate a batch until producer ids land.
+Idempotence: ``enable_idempotence`` defaults to True as in Kafka (acks must be "all",
+at most 5 requests in flight per broker). The producer takes a producer id from a
+broker (InitProducerId) before its first batch and numbers its batches per partition;
+retries keep their numbers, so a broker never appends one twice, and order is kept
+(one batch in flight per partition, see :mod:`.sender` and :mod:`.idempotence`). With
+``enable_idempotence=False`` a retry after an unknown outcome (timeout, lost
+connection) may duplicate a batch, as in Kafka.
 
 Thread safety: ``AsyncProducer`` belongs to one event loop and is not thread-safe.
 ``Producer`` is thread-safe: any thread may call ``send``/``flush``/``close``; the

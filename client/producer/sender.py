@@ -4,10 +4,13 @@ Theory of operation, one turn of :meth:`Sender.run`:
 
 1. Fail batches that waited ``delivery_timeout_ms`` (KafkaTimeoutError).
 2. Ask the accumulator which partitions are ready, skipping *muted* ones (a partition
-   with a batch in flight). Muting keeps records in order across retries: without
-   idempotence end to end (no InitProducerId yet) a broker cannot reorder a retried
-   batch behind a later one, so at most one batch per partition is in flight. This is
-   what Kafka does with ``max.in.flight.requests.per.connection=1``.
+   with a batch in flight). Muting keeps records in order across retries: at most one
+   batch per partition is in flight, so a retried batch can never land behind a later
+   one (Kafka gets the same order from sequence numbers with up to 5 in flight; here
+   the per-partition limit is 1 and ``max_in_flight_requests_per_connection`` bounds
+   the requests per broker). With idempotence, a batch gets its producer id, epoch and
+   sequence on its first drain (:mod:`.idempotence`), and nothing is drained before
+   InitProducerId has answered or while a reset waits.
 3. Group the ready partitions by leader broker (the metadata cache, or the
    ``current_leader`` a NOT_LEADER_OR_FOLLOWER answer named); partitions without a
    known leader trigger a metadata refresh and wait.
@@ -21,7 +24,8 @@ An answer completes each record's future with its offset (``base_offset`` + inde
 A retriable error puts the batch back with backoff while ``retries`` and
 ``delivery_timeout_ms`` allow; NOT_LEADER_OR_FOLLOWER and UNKNOWN_TOPIC_OR_PARTITION
 refresh the metadata. A network error or a client-side timeout is retried the same way
-(the outcome is unknown: without idempotence a retry may duplicate, as in Kafka).
+(the outcome is unknown: without idempotence a retry may duplicate, as in Kafka; with
+it the broker recognises the retry by its sequence and answers the original offsets).
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ from raftka.client._transport import MetadataCache, Transport, error_from_wire, 
 from raftka.client._waiting import wait_event
 from raftka.client.config import ProducerConfig
 from raftka.client.errors import (
+    InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from raftka.client.producer.idempotence import IdempotenceState
 from raftka.client.records import build_batch
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.client.wire import encode_frame
@@ -54,6 +62,13 @@ log = logging.getLogger(__name__)
 #: Margin on top of the broker-side timeout_ms before the client gives up on an
 #: answer: the broker answers REQUEST_TIMED_OUT itself at timeout_ms.
 CLIENT_TIMEOUT_MARGIN_MS: Final = 2_000
+#: Errors after which a numbered batch cannot be retried under the same sequence: the
+#: batch fails and the producer resets its sequences (see :mod:`.idempotence`).
+_SEQUENCE_ERRORS: Final = (
+    OutOfOrderSequenceNumberError,
+    InvalidProducerEpochError,
+    UnknownProducerIdError,
+)
 
 
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
@@ -103,6 +118,8 @@ class Sender:
         self._aborted = False
         #: flush() waiters per unreleased batch: (future, batches still unreleased).
         self._flush_waiters: dict[Batch, list[_FlushWaiter]] = {}
+        self._idempotence = IdempotenceState() if config.enable_idempotence else None
+        self._init_task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -143,6 +160,8 @@ class Sender:
                 task.cancel()
             if self._refresh_task is not None:
                 self._refresh_task.cancel()
+            if self._init_task is not None:
+                self._init_task.cancel()
 
     # ------------------------------------------------------------------ one turn
 
@@ -155,6 +174,9 @@ class Sender:
                     f"{self._config.delivery_timeout_ms} ms passed since batch creation"
                 ),
             )
+        idem = self._idempotence
+        if idem is not None:
+            self._advance_identity(idem)
         check = self._acc.ready(now_ms, self._muted)
         by_broker: dict[tuple[int, str], list[TopicPartition]] = {}
         unknown_leader = False
@@ -178,9 +200,17 @@ class Sender:
                 queue_head = self._acc.head_size(tp)
                 if batches and request_bytes + queue_head > self._config.max_request_size:
                     break
+                if idem is not None and not idem.can_number():
+                    head = self._acc.head(tp)
+                    if head is None or head.base_sequence < 0:
+                        continue  # an unnumbered batch waits for the producer id
                 drained = self._acc.drain(tp)
                 if drained is None:
                     continue
+                if idem is not None and drained.base_sequence < 0:
+                    drained.producer_id = idem.producer_id
+                    drained.producer_epoch = idem.producer_epoch
+                    drained.base_sequence = idem.number(tp, len(drained.records))
                 batches.append(drained)
                 request_bytes += drained.size_bytes
                 self._muted.add(tp)
@@ -195,6 +225,46 @@ class Sender:
         if check.next_ready_ms is None:
             return None
         return max(check.next_ready_ms - now_ms, 0)
+
+    def _advance_identity(self, idem: IdempotenceState) -> None:
+        """Reset when it is safe, and fetch a producer id when there is none."""
+        if idem.ready_to_reset():
+            reason = idem.reset_reason
+            if idem.bump_epoch():
+                log.info(
+                    "idempotent producer %d: epoch bumped to %d after %s",
+                    idem.producer_id,
+                    idem.producer_epoch,
+                    reason,
+                )
+            else:
+                idem.forget()
+        if not idem.has_identity and (self._init_task is None or self._init_task.done()):
+            self._init_task = asyncio.create_task(self._init_producer_id(idem))
+
+    async def _init_producer_id(self, idem: IdempotenceState) -> None:
+        """InitProducerId from any broker, retried with backoff until it answers (the
+        batches waiting for it expire on their own delivery timeout)."""
+        timeout_ms = self._config.request_timeout_ms
+        while not self._aborted:
+            for address in self._metadata.broker_addresses():
+                try:
+                    answer = await self._transport.request_json(
+                        address,
+                        "POST",
+                        "/v1/init-producer-id",
+                        json_body={"transactional_id": None, "timeout_ms": timeout_ms},
+                        timeout_ms=timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
+                    )
+                except KafkaError as e:
+                    log.debug("InitProducerId at %s failed: %s", address, e)
+                    continue
+                idem.set_identity(int(answer["producer_id"]), int(answer["producer_epoch"]))
+                log.debug("idempotent producer id %d", idem.producer_id)
+                self._wake.set()
+                return
+            self._wake.set()  # let the sender expire batches that waited too long
+            await asyncio.sleep(self._config.retry_backoff_ms / 1000)  # backoff
 
     def _start_refresh(self) -> None:
         if self._refresh_task is not None and not self._refresh_task.done():
@@ -240,6 +310,9 @@ class Sender:
             build_batch(
                 batch.records,
                 compression=config.compression,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
             )
             for batch in batches
         ]
@@ -295,6 +368,11 @@ class Sender:
 
     def _retry_or_fail(self, batch: Batch, error: KafkaError) -> None:
         now = monotonic_ms()
+        if isinstance(error, _SEQUENCE_ERRORS):
+            # Retrying under the same sequence cannot succeed, and under a new one
+            # could write the batch twice: fail it (see the idempotence module).
+            self._fail(batch, error)
+            return
         if (
             error.retriable
             and batch.attempts <= self._config.retries
@@ -332,9 +410,14 @@ class Sender:
                     callbacks.append((pending.callback, metadata, None))
             elif pending.callback is not None:
                 callbacks.append((pending.callback, *_outcome(future)))
+        if batch.base_sequence >= 0 and self._idempotence is not None:
+            self._idempotence.resolved()
         self._finish(batch, callbacks)
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
+        if batch.base_sequence >= 0 and self._idempotence is not None:
+            self._idempotence.resolved()
+            self._idempotence.request_reset(f"{error.name} for {batch.tp}")
         callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
         for pending in batch.handles:
             future = pending.future

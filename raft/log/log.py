@@ -405,6 +405,11 @@ class Log:
         return list(self._bases)
 
     @property
+    def active_segment_base_offset(self) -> int:
+        """The base offset of the segment appends go to (changes when the log rolls)."""
+        return self._bases[-1]
+
+    @property
     def latest_epoch(self) -> int | None:
         return self.leader_epoch_cache.latest_epoch
 
@@ -841,6 +846,10 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # No batch to drop, but an epoch that starts at the log end (a leadership
+            # that appended nothing) may have to go: a follower that kept it would
+            # fetch with it again and get the same diverging answer forever.
+            self.leader_epoch_cache.truncate_from_end(offset)
             return False
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)

@@ -21,6 +21,16 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "broker_command",
         "Run a broker (partition logs, replication, produce and fetch).",
     ),
+    "consume": (
+        "raftka.client.cli.consume",
+        "consume_command",
+        "Print a topic's records to stdout (like kafka-console-consumer).",
+    ),
+    "chaos": (
+        "raftka.chaos.cli",
+        "chaos_group",
+        "Jepsen-style fault tests: run a workload under seeded faults, check, report.",
+    ),
     "controller": (
         "raftka.metadata.cli",
         "controller_command",
@@ -30,6 +40,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "raftka.raft.log.dump",
         "dump_log_command",
         "Print the record batches of segment files (like kafka-dump-log).",
+    ),
+    "groups": (
+        "raftka.client.cli.groups",
+        "groups_command",
+        "List, describe, reset offsets of and delete consumer groups.",
     ),
     "metadata": (
         "raftka.metadata.cli",
@@ -51,10 +66,20 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "status_command",
         "Show a cluster: every node's state, the active controller, partition leaders.",
     ),
+    "topics": (
+        "raftka.client.cli.topics",
+        "topics_command",
+        "Create, list, describe, alter and delete topics (like kafka-topics).",
+    ),
     "up": (
         "raftka.local.up",
         "up_command",
         "Start a local cluster (3 controllers, 3 brokers) in the foreground; no config.",
+    ),
+    "produce": (
+        "raftka.client.cli.produce",
+        "produce_command",
+        "Send stdin's lines to a topic as records (like kafka-console-producer).",
     ),
     "quorum": (
         "raftka.metadata.cli",

@@ -391,3 +391,67 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
         await r.manager.close()
 
     _run(body)
+
+
+def _config_record(name: str, value: str) -> ConfigRecord:
+    return ConfigRecord(resource_type="topic", resource_name="t", name=name, value=value)
+
+
+def test_retention_check_deletes_old_segments_and_moves_the_log_start(tmp_path: Path) -> None:
+    """With retention.bytes and small segments, the retention check (what the broker's
+    log.retention.check.interval.ms timer runs) deletes whole committed segments: the
+    replica's log start moves up, a fetch below it is OFFSET_OUT_OF_RANGE, and the
+    producer-state snapshots below it go too."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path, clock=_Clock())
+        h.topic(leader=1, isr=(1,))
+        h.commit(_config_record("segment.bytes", "1000"), _config_record("retention.bytes", "2000"))
+        for _ in range(60):
+            (r,) = await h.manager.produce(
+                acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"x" * 100, b"y" * 100))]
+            )
+            assert r.error is None, r.error
+        p = h.manager.partitions[("t", 0)]
+        assert p.log.log_start_offset == 0
+        assert h.manager.enforce_retention() > 0
+        start = p.log.log_start_offset
+        assert start > 0 and p.state.log_start_offset == start
+        assert p.log.size_bytes <= 2000 + 1000
+        assert (await h.consume(0)).error is not None
+        assert (await h.consume(start)).error is None
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_producer_state_survives_a_restart_through_its_snapshot(tmp_path: Path) -> None:
+    """An idempotent producer's batches, then a clean close (which snapshots the producer
+    state) and a new ReplicaManager on the same directory: a retry of the last batch is
+    answered with its original offset and not appended again."""
+
+    def idem(seq: int) -> bytes:
+        return build_batch(
+            [Record(b"v%d" % seq, timestamp_ms=1_000)],
+            producer_id=42,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+
+    async def body() -> None:
+        h = _Harness(tmp_path, clock=_Clock())
+        h.topic(leader=1, isr=(1,))
+        for seq in range(5):
+            (r,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, idem(seq))])
+            assert r.error is None and r.base_offset == seq
+        await h.manager.close()
+        snapshots = [n for n in (tmp_path / "logs" / "t-0").iterdir() if n.suffix == ".snapshot"]
+        assert snapshots, "a clean close writes a producer-state snapshot"
+        again = _Harness(tmp_path, clock=_Clock())
+        again.topic(leader=1, isr=(1,))
+        (r,) = await again.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, idem(4))])
+        assert r.error is None and r.base_offset == 4
+        assert again.manager.partitions[("t", 0)].log.log_end_offset == 5
+        await again.manager.close()
+
+    _run(body)

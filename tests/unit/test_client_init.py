@@ -11,12 +11,16 @@ EXPECTED = {
     "AlterConfigOp",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncGroupAdmin",
     "AsyncProducer",
     "ClientConfigError",
     "ClusterDescription",
     "ConfigEntry",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
+    "GroupAdmin",
     "ConsumerRecord",
     "KafkaError",
     "ListedOffset",
@@ -42,9 +46,10 @@ def test_all_is_pinned_and_resolves() -> None:
         assert getattr(raftka.client, name) is not None
 
 
-def test_subscribe_slot_exists_and_says_groups_are_missing() -> None:
-    """subscribe() exists on both consumer faces and raises IllegalStateError naming
-    the missing feature (consumer groups) and the alternative (assign)."""
+def test_subscribe_without_group_id_is_refused() -> None:
+    """subscribe() on either consumer face without a group_id raises IllegalStateError
+    naming what is missing (a group) and the alternative (assign), as Kafka's
+    InvalidGroupIdException does."""
     import pytest
 
     from raftka.client.errors import IllegalStateError

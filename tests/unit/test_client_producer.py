@@ -33,7 +33,7 @@ from raftka.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.client.hashing import murmur2_partition
-from raftka.client.records import iter_records
+from raftka.client.records import iter_records, parse_header
 from raftka.client.wire import decode_frame
 
 PARTITIONS = 3
@@ -49,13 +49,25 @@ class FakeBroker:
     fail_with: list[str] = field(default_factory=list)
     hold: asyncio.Event | None = None
     requests: int = 0
+    #: (partition, producer id, epoch, base sequence, record count) of every batch.
+    batches: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    producer_ids_given: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes(
-            [web.get("/v1/metadata", self._metadata), web.post("/v1/produce", self._produce)]
+            [
+                web.get("/v1/metadata", self._metadata),
+                web.post("/v1/produce", self._produce),
+                web.post("/v1/init-producer-id", self._init_producer_id),
+            ]
         )
         return app
+
+    async def _init_producer_id(self, request: web.Request) -> web.Response:
+        self.producer_ids_given += 1
+        body = {"error": None, "producer_id": 1000 + self.producer_ids_given, "producer_epoch": 0}
+        return web.json_response(body)
 
     async def _metadata(self, request: web.Request) -> web.Response:
         host, port = self.address.split(":")
@@ -93,6 +105,16 @@ class FakeBroker:
         responses = []
         for entry, payload in zip(header["partitions"], payloads, strict=True):
             key = (entry["topic"], entry["partition"])
+            h = parse_header(bytes(payload))
+            self.batches.append(
+                (
+                    key[1],
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_offset_delta + 1,
+                )
+            )
             out: dict[str, Any] = {"topic": key[0], "partition": key[1], "current_leader": None}
             if self.fail_with:
                 name = self.fail_with.pop(0)
@@ -368,3 +390,72 @@ async def test_flush_waits_for_records_in_flight(
     _release(broker)
     await asyncio.wait_for(flush, 10)
     assert all(f.done() for f in futures)
+
+
+@async_test
+async def test_idempotent_batches_carry_contiguous_sequences(broker: FakeBroker) -> None:
+    """With idempotence on (the default) the producer takes one producer id and numbers
+    its batches per partition from 0, each base sequence following the previous batch's
+    records; with it off, batches carry no producer id."""
+    async with AsyncProducer(bootstrap_servers=broker.address, batch_size=200) as producer:
+        futures = [await producer.send("t", b"v" * 50, partition=i % 2) for i in range(40)]
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert broker.producer_ids_given == 1
+    for partition in (0, 1):
+        mine = [b for b in broker.batches if b[0] == partition]
+        assert len(mine) > 1, "the test needs several batches per partition"
+        assert {(b[1], b[2]) for b in mine} == {(1001, 0)}
+        expected = 0
+        for _, _, _, base, count in mine:
+            assert base == expected, (partition, mine)
+            expected = base + count
+    broker.batches.clear()
+    async with AsyncProducer(
+        bootstrap_servers=broker.address, acks=1, enable_idempotence=False
+    ) as producer:
+        await asyncio.wait_for(await producer.send("t", b"v", partition=0), 10)
+    assert broker.batches == [(0, -1, -1, -1, 1)]
+
+
+@async_test
+async def test_retry_keeps_its_sequence(broker: FakeBroker) -> None:
+    """A batch answered with a retriable error is sent again with the same producer id,
+    epoch and base sequence (what lets the broker recognise a retry)."""
+    broker.fail_with = ["NOT_ENOUGH_REPLICAS"]
+    async with AsyncProducer(bootstrap_servers=broker.address, retry_backoff_ms=10) as producer:
+        await asyncio.wait_for(await producer.send("t", b"v", partition=0), 10)
+        await asyncio.wait_for(await producer.send("t", b"w", partition=0), 10)
+    assert [b[1:4] for b in broker.batches] == [(1001, 0, 0), (1001, 0, 0), (1001, 0, 1)]
+
+
+@async_test
+async def test_out_of_order_sequence_fails_the_batch_then_bumps_the_epoch(
+    broker: FakeBroker,
+) -> None:
+    """OUT_OF_ORDER_SEQUENCE_NUMBER is not retried under the same or a new number: the
+    record's future fails with it; the next record goes out under the next epoch from
+    sequence 0 (the client-side epoch bump), with the same producer id."""
+    from raftka.client.errors import OutOfOrderSequenceNumberError
+
+    async with AsyncProducer(bootstrap_servers=broker.address, retry_backoff_ms=10) as producer:
+        await asyncio.wait_for(await producer.send("t", b"a", partition=0), 10)
+        broker.fail_with = ["OUT_OF_ORDER_SEQUENCE_NUMBER"]
+        with pytest.raises(OutOfOrderSequenceNumberError):
+            await asyncio.wait_for(await producer.send("t", b"b", partition=0), 10)
+        await asyncio.wait_for(await producer.send("t", b"c", partition=0), 10)
+    assert [b[1:4] for b in broker.batches] == [(1001, 0, 0), (1001, 0, 1), (1001, 1, 0)]
+    assert broker.logs[("t", 0)] == [(None, b"a"), (None, b"c")]
+
+
+def test_idempotence_caps_requests_in_flight() -> None:
+    """Kafka's rule: idempotence needs max_in_flight_requests_per_connection <= 5."""
+    from raftka.client.config import ClientConfigError
+
+    with pytest.raises(ClientConfigError, match="max_in_flight"):
+        AsyncProducer(bootstrap_servers="x:1", max_in_flight_requests_per_connection=6)
+    AsyncProducer(
+        bootstrap_servers="x:1",
+        max_in_flight_requests_per_connection=6,
+        enable_idempotence=False,
+        acks=1,
+    )

@@ -239,7 +239,10 @@ def _teardown_names(netns_names: Collection[str], root_link: str | None, errors:
         try:
             _run(["ip", "link", "del", root_link])
         except NetnsError as exc:
-            errors.append(str(exc))
+            # Deleting the hub namespace deletes the veth peer, which removes this end
+            # asynchronously: it may vanish between the check and the delete.
+            if _link_exists(root_link):
+                errors.append(str(exc))
     left = _netns_list() & set(netns_names)
     if left:
         errors.append(f"namespaces left behind: {sorted(left)}")

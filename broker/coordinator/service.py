@@ -1,0 +1,500 @@
+"""The group coordinator on a broker: the I/O shell around the pure :class:`GroupManager`.
+
+Theory of operation
+-------------------
+* **Placement.** A group lives in partition ``abs(hash(group_id)) % N`` of the internal
+  topic ``__consumer_offsets``; the leader of that partition is its coordinator. Any
+  broker answers FindCoordinator from its metadata image. The first FindCoordinator
+  that finds no such topic asks the active controller to create it
+  (``offsets.topic.num.partitions``, ``offsets.topic.replication.factor`` capped at the
+  live brokers) and answers COORDINATOR_NOT_AVAILABLE until it shows up.
+* **Ownership.** After every committed metadata change, :meth:`on_metadata` compares
+  the offsets partitions this broker leads (the replica manager's view) with those the
+  core owns. A newly led partition is *loaded*: its log is read from the start to the
+  log end (ours: we are its leader) and replayed into the core, which answers
+  COORDINATOR_LOAD_IN_PROGRESS meanwhile. A partition we no longer lead is *unloaded*:
+  parked requests get NOT_COORDINATOR.
+* **Appends.** The core's :class:`AppendRecords` become one RecordBatch produced to our
+  own leader replica with acks=all; only when the high watermark passes it (or the
+  append fails) does the core hear ``append_completed``, so a commit is acknowledged
+  only once it is replicated to the ISR. Appends start in emission order: each
+  ``produce`` call appends before its first await, and the tasks run in creation order.
+* **Parked requests.** JoinGroup and SyncGroup answers that wait for a rebalance and
+  OffsetCommit answers that wait for their append are futures keyed by (group, member)
+  or append id; the core's outputs resolve them. No polling loop.
+* **Time.** One timer task calls ``tick`` at the core's next deadline (session expiry,
+  join-phase delays, offset retention) or sooner when a request changed the deadlines.
+  ``now_ms`` is the wall clock, as the core persists timestamps in records.
+
+Everything runs on the broker's event loop; the core is called only from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from raftka.broker.config import BrokerConfig
+from raftka.broker.coordinator.group import (
+    AppendRecords,
+    Decision,
+    GroupConfig,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    JoinReply,
+    LeaveGroupResponse,
+    LeaveMember,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    SyncReply,
+)
+from raftka.broker.coordinator.group_manager import (
+    CommitReply,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    GroupCoordinatorConfig,
+    GroupManager,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    Output,
+)
+from raftka.broker.coordinator.records import OffsetsRecord, OffsetsRecordError
+from raftka.broker.lifecycle import ControllerChannel
+from raftka.broker.replication.manager import ReplicaManager
+from raftka.client.errors import (
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NotCoordinatorError,
+)
+from raftka.client.hashing import group_coordinator_partition
+from raftka.client.records import Record, build_batch, decode_batches
+from raftka.client.structs import TopicPartition
+from raftka.metadata.records import NO_LEADER
+
+__all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+#: Bytes read from the log per step while loading a partition (Kafka's
+#: offsets.load.buffer.size default).
+LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
+#: Waiters parked on one (group, member) key: a client retrying its JoinGroup after a
+#: timeout adds one; more than this is a misbehaving client.
+WAITERS_PER_MEMBER_MAX: Final = 8
+#: How long the timer sleeps at most when the core names no earlier deadline.
+TIMER_IDLE_MS_MAX: Final = 1_000
+#: Topic configs of __consumer_offsets. raftka has no log cleaner, so the log must not
+#: be deleted by time or size either: retention would drop committed offsets that
+#: compaction would have kept.
+OFFSETS_TOPIC_CONFIGS: Final = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+T = TypeVar("T")
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorLocation:
+    """FindCoordinator's answer: an error, or the coordinator broker."""
+
+    error: KafkaError | None
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+class GroupCoordinatorService:
+    """See the module docstring. Not thread-safe: the broker's event loop only."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        channel: Callable[[], ControllerChannel | None],
+        clock_ms: Callable[[], int] = _wall_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._config = config
+        self._replicas = replicas
+        self._channel = channel
+        self._clock_ms = clock_ms
+        group_config = GroupConfig(
+            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            group_max_size=config.group_max_size,
+        )
+        self.core = GroupManager(
+            config=GroupCoordinatorConfig(
+                group=group_config,
+                offsets_retention_minutes=config.offsets_retention_minutes,
+                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            ),
+            # Member ids need uniqueness, not secrecy: a per-process seed suffices.
+            rng=rng if rng is not None else random.Random(),
+            partition_for=self.partition_for,
+        )
+        #: Offsets partitions the core owns (loading or loaded) -> load generation.
+        self._owned: dict[int, int] = {}
+        self._load_generation = 0
+        self._joins: dict[tuple[str, str], list[asyncio.Future[JoinGroupResponse]]] = {}
+        self._syncs: dict[tuple[str, str], list[asyncio.Future[SyncGroupResponse]]] = {}
+        self._commits: dict[int, asyncio.Future[OffsetCommitResponse]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._creating: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ placement
+
+    def num_partitions(self) -> int:
+        """The partition count of __consumer_offsets: the topic's own once it exists
+        (so that placement never changes under a group), else the configured one."""
+        topic = self._replicas.image.topics.topic_by_name(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self._config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return group_coordinator_partition(group_id, self.num_partitions())
+
+    async def find_coordinator(self, group_id: str) -> CoordinatorLocation:
+        image = self._replicas.image
+        topic = image.topics.topic_by_name(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self._ensure_topic()
+            return CoordinatorLocation(
+                CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
+            )
+        reg = topic.partitions.get(self.partition_for(group_id))
+        broker = (
+            None if reg is None or reg.leader == NO_LEADER else image.cluster.broker(reg.leader)
+        )
+        if reg is None or broker is None or not broker.endpoints:
+            return CoordinatorLocation(
+                CoordinatorNotAvailableError(f"no leader for the partition of group {group_id!r}")
+            )
+        endpoint = broker.endpoint("PLAINTEXT") or broker.endpoints[0]
+        return CoordinatorLocation(None, reg.leader, endpoint.host, endpoint.port)
+
+    def _ensure_topic(self) -> None:
+        if self._creating is None or self._creating.done():
+            self._creating = self._spawn(self._create_topic())
+
+    async def _create_topic(self) -> None:
+        channel = self._channel()
+        if channel is None:
+            return
+        live = len(list(self._replicas.image.cluster.live_brokers()))
+        replication = max(1, min(self._config.offsets_topic_replication_factor, live))
+        body = {
+            "topics": [
+                {
+                    "name": OFFSETS_TOPIC,
+                    "num_partitions": self._config.offsets_topic_num_partitions,
+                    "replication_factor": replication,
+                    "configs": OFFSETS_TOPIC_CONFIGS,
+                }
+            ]
+        }
+        try:
+            answer = await channel.post(
+                "/v1/topics", body, timeout_ms=self._config.request_timeout_ms
+            )
+        except KafkaError as e:
+            log.warning("cannot create the offsets topic", extra={"fields": {"error": str(e)}})
+            return
+        for item in answer.get("topics", []):
+            error = item.get("error") if isinstance(item, dict) else None
+            if error and error.get("error") != "TOPIC_ALREADY_EXISTS":
+                log.warning("offsets topic creation refused", extra={"fields": {"error": error}})
+                return
+        log.info(
+            "created the offsets topic",
+            extra={
+                "fields": {
+                    "partitions": self._config.offsets_topic_num_partitions,
+                    "replication_factor": replication,
+                }
+            },
+        )
+
+    # ------------------------------------------------------------------ ownership
+
+    def _led_partitions(self) -> set[int]:
+        led: set[int] = set()
+        for (topic, index), p in self._replicas.partitions.items():
+            if topic == OFFSETS_TOPIC and p.state.is_leader:
+                led.add(index)
+        return led
+
+    def on_metadata(self) -> None:
+        """Committed metadata was applied: load what we now lead, unload what we lost."""
+        if self._closed:
+            return
+        led = self._led_partitions()
+        now = self._clock_ms()
+        for partition in sorted(set(self._owned) - led):
+            del self._owned[partition]
+            log.info("unloading groups", extra={"fields": {"partition": partition}})
+            self._dispatch(self.core.unload(partition=partition, now_ms=now))
+        for partition in sorted(led - set(self._owned)):
+            self._load_generation += 1
+            self._owned[partition] = self._load_generation
+            self.core.begin_loading(partition=partition)
+            self._spawn(self._load(partition, self._load_generation))
+
+    async def _load(self, partition: int, generation: int) -> None:
+        """Replay the partition's log into the core. Reads yield between steps so a
+        large partition does not stall the broker."""
+        started = time.monotonic()
+        p = self._replicas.partitions.get((OFFSETS_TOPIC, partition))
+        records = 0
+        if p is not None:
+            end = p.log.log_end_offset
+            offset = p.log.log_start_offset
+            while offset < end:
+                if self._owned.get(partition) != generation:
+                    return  # unloaded (and maybe reloaded) meanwhile
+                data = p.log.read(offset, LOAD_BUFFER_BYTES, max_offset=end, min_one_batch=True)
+                batches = list(decode_batches(data))
+                if not batches:
+                    break
+                replayed: list[OffsetsRecord] = []
+                for batch in batches:
+                    offset = batch.header.next_offset
+                    if batch.header.is_control:
+                        continue
+                    replayed.extend(
+                        OffsetsRecord(r.key, r.value) for r in batch.records if r.key is not None
+                    )
+                try:
+                    self.core.replay(partition=partition, records=replayed)
+                except OffsetsRecordError as e:
+                    # A record we cannot read must not take the whole partition down.
+                    log.error(
+                        "skipping unreadable offsets records",
+                        extra={"fields": {"partition": partition, "error": str(e)}},
+                    )
+                records += len(replayed)
+                await asyncio.sleep(0)  # let requests in between steps
+        if self._owned.get(partition) != generation:
+            return
+        self.core.complete_loading(partition=partition, now_ms=self._clock_ms())
+        self._wake.set()
+        log.info(
+            "loaded groups",
+            extra={
+                "fields": {
+                    "partition": partition,
+                    "records": records,
+                    "elapsed_ms": int((time.monotonic() - started) * 1000),
+                }
+            },
+        )
+
+    # ------------------------------------------------------------------ outputs
+
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _dispatch(self, outputs: Iterable[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, JoinReply):
+                for f in self._joins.pop((out.group_id, out.member_id), []):
+                    if not f.done():
+                        f.set_result(out.response)
+            elif isinstance(out, SyncReply):
+                for g in self._syncs.pop((out.group_id, out.member_id), []):
+                    if not g.done():
+                        g.set_result(out.response)
+            elif isinstance(out, CommitReply):
+                c = self._commits.pop(out.append_id, None)
+                if c is not None and not c.done():
+                    c.set_result(out.response)
+            else:
+                assert isinstance(out, AppendRecords)
+                self._spawn(self._append(out))
+        self._wake.set()
+
+    async def _append(self, out: AppendRecords) -> None:
+        now = _wall_ms()
+        batch = build_batch([Record(r.value, r.key, now) for r in out.records])
+        error: type[KafkaError] | None
+        try:
+            (result,) = await self._replicas.produce(
+                acks=-1,
+                timeout_ms=self._config.offsets_commit_timeout_ms,
+                entries=[(OFFSETS_TOPIC, out.partition, batch)],
+            )
+            error = None if result.error is None else type(result.error)
+        except KafkaError as e:
+            error = type(e)
+        if self._closed:
+            return
+        self._dispatch(
+            self.core.append_completed(
+                append_id=out.append_id, error=error, now_ms=self._clock_ms()
+            )
+        )
+
+    def _park(
+        self,
+        table: dict[tuple[str, str], list[asyncio.Future[T]]],
+        key: tuple[str, str],
+    ) -> asyncio.Future[T]:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        waiters = table.setdefault(key, [])
+        if len(waiters) >= WAITERS_PER_MEMBER_MAX:
+            stale = waiters.pop(0)
+            if not stale.done():
+                stale.cancel()
+        waiters.append(future)
+        return future
+
+    # ------------------------------------------------------------------ requests
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotCoordinatorError("the broker is shutting down")
+
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        self._check_open()
+        decision = self.core.join_group(request, now_ms=self._clock_ms())
+        if decision.response is not None:
+            self._dispatch(decision.outputs)
+            return decision.response
+        member_id = request.member_id
+        if not member_id and request.group_instance_id is not None:
+            # A static member joins without a member id and is parked under the new one.
+            group = self.core.group(request.group_id)
+            assert group is not None
+            member_id = group.static_members[request.group_instance_id]
+        future = self._park(self._joins, (request.group_id, member_id))
+        self._dispatch(decision.outputs)
+        return await future
+
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        self._check_open()
+        decision = self.core.sync_group(request, now_ms=self._clock_ms())
+        return await self._settle(decision, self._syncs, (request.group_id, request.member_id))
+
+    async def _settle(
+        self,
+        decision: Decision[T],
+        table: dict[tuple[str, str], list[asyncio.Future[T]]],
+        key: tuple[str, str],
+    ) -> T:
+        if decision.response is not None:
+            self._dispatch(decision.outputs)
+            return decision.response
+        future = self._park(table, key)
+        self._dispatch(decision.outputs)
+        return await future
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        self._check_open()
+        response = self.core.heartbeat(request, now_ms=self._clock_ms())
+        self._wake.set()
+        return response
+
+    def leave_group(self, group_id: str, members: tuple[LeaveMember, ...]) -> LeaveGroupResponse:
+        self._check_open()
+        decision = self.core.leave_group(
+            group_id=group_id, members=members, now_ms=self._clock_ms()
+        )
+        self._dispatch(decision.outputs)
+        assert decision.response is not None
+        return decision.response
+
+    async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        self._check_open()
+        decision = self.core.offset_commit(request, now_ms=self._clock_ms())
+        if decision.response is not None:
+            self._dispatch(decision.outputs)
+            return decision.response
+        (append,) = [o for o in decision.outputs if isinstance(o, AppendRecords)]
+        future: asyncio.Future[OffsetCommitResponse] = asyncio.get_running_loop().create_future()
+        self._commits[append.append_id] = future
+        self._dispatch(decision.outputs)
+        return await future
+
+    def offset_fetch(
+        self, group_id: str, partitions: tuple[TopicPartition, ...] | None
+    ) -> OffsetFetchResponse:
+        self._check_open()
+        return self.core.offset_fetch(group_id=group_id, partitions=partitions)
+
+    def list_groups(self, states: frozenset[str] | None) -> ListGroupsResponse:
+        return self.core.list_groups(states=states)
+
+    def describe_groups(self, group_ids: tuple[str, ...]) -> tuple[DescribedGroup, ...]:
+        return self.core.describe_groups(group_ids=group_ids)
+
+    def delete_groups(self, group_ids: tuple[str, ...]) -> DeleteGroupsResponse:
+        self._check_open()
+        decision = self.core.delete_groups(group_ids=group_ids, now_ms=self._clock_ms())
+        self._dispatch(decision.outputs)
+        assert decision.response is not None
+        return decision.response
+
+    # ------------------------------------------------------------------ time
+
+    async def run(self) -> None:
+        """The timer task: tick the core at its next deadline."""
+        while not self._closed:
+            now = self._clock_ms()
+            self._dispatch_quietly(self.core.tick(now_ms=now))
+            wait_ms = min(max(self.core.next_deadline_ms() - now, 0), TIMER_IDLE_MS_MAX)
+            self._wake.clear()
+            if wait_ms > 0:
+                try:
+                    async with asyncio.timeout(wait_ms / 1000):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+
+    def _dispatch_quietly(self, outputs: tuple[Output, ...]) -> None:
+        # Dispatch without re-arming the wake event: the loop recomputes its deadline.
+        self._dispatch(outputs)
+        self._wake.clear()
+
+    def close(self) -> None:
+        """The broker stops: answer every parked request (clients find the new
+        coordinator) and stop the loads and appends."""
+        if self._closed:
+            return
+        self._closed = True
+        for waiters in self._joins.values():
+            for f in waiters:
+                if not f.done():
+                    f.set_result(JoinGroupResponse(NotCoordinatorError))
+        for sync_waiters in self._syncs.values():
+            for g in sync_waiters:
+                if not g.done():
+                    g.set_result(SyncGroupResponse(NotCoordinatorError))
+        for c in self._commits.values():
+            if not c.done():
+                c.set_exception(NotCoordinatorError("the broker is shutting down"))
+        self._joins.clear()
+        self._syncs.clear()
+        self._commits.clear()
+        for task in self._tasks:
+            task.cancel()

@@ -1,0 +1,112 @@
+"""Producer state of a partition on disk: snapshots written at segment roll and clean
+shutdown, loaded (then the log replayed from them) when a replica opens or truncates.
+
+The file format and the choice of file are :mod:`.producer_state_snapshot`'s (pure);
+this module does the I/O in the partition's log directory.
+
+When a snapshot is written: after an append that rolled a segment (the state then
+covers every batch below the log end, so the snapshot's offset is the log end, which
+is at or just above the new segment's base), and when the partition's log closes
+cleanly. Recovery then replays at most about one segment of batch headers instead of
+the whole log (Kafka's reason for the same files).
+
+Snapshots outside ``[log start, log end]`` are deleted after each write and each load:
+above the log end they describe batches a truncation removed; below the log start,
+batches retention or DeleteRecords removed. A snapshot that does not decode is skipped
+(the next older one or the log start is used) and logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Final
+
+from raftka.broker.producer_state import ProducerStateConfig, ProducerStateManager
+from raftka.broker.producer_state_snapshot import (
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_file_name,
+    snapshot_offset,
+    snapshots_to_delete,
+    snapshots_to_try,
+)
+from raftka.client.errors import CorruptMessageError
+from raftka.client.records.header import iter_batches
+from raftka.raft.log import Log
+from raftka.raft.log.checkpoint import write_file_durably
+
+__all__ = ["load_producer_state", "prune_snapshots", "write_producer_snapshot"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of log read per step when replaying batch headers after a snapshot.
+REPLAY_READ_BYTES: Final = 1024 * 1024
+
+
+def _snapshot_names(log_: Log) -> list[str]:
+    try:
+        return [n for n in os.listdir(log_.path) if snapshot_offset(n) is not None]
+    except FileNotFoundError:
+        return []
+
+
+def write_producer_snapshot(log_: Log, producers: ProducerStateManager) -> int:
+    """Write ``<log end>.snapshot`` for ``producers`` (which must cover every batch
+    below the log end), then prune; returns the snapshot's offset."""
+    offset = log_.log_end_offset
+    data = encode_snapshot(producers.entries.values(), offset=offset)
+    write_file_durably(log_.path / snapshot_file_name(offset), data)
+    prune_snapshots(log_)
+    return offset
+
+
+def prune_snapshots(log_: Log) -> None:
+    """Delete snapshots outside [log start, log end] (see the module docstring)."""
+    for name in snapshots_to_delete(
+        _snapshot_names(log_),
+        log_start_offset=log_.log_start_offset,
+        log_end_offset=log_.log_end_offset,
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(log_.path / name)
+
+
+def load_producer_state(
+    log_: Log, config: ProducerStateConfig | None = None
+) -> ProducerStateManager:
+    """The partition's producer state: the newest valid snapshot at or below the log
+    end (and at or above the log start), then the log's batches from its offset."""
+    prune_snapshots(log_)
+    producers = ProducerStateManager(config=config or ProducerStateConfig())
+    start = log_.log_start_offset
+    for name in snapshots_to_try(_snapshot_names(log_), offset_max=log_.log_end_offset):
+        offset = snapshot_offset(name)
+        assert offset is not None
+        if offset < log_.log_start_offset:
+            break
+        try:
+            entries = decode_snapshot((log_.path / name).read_bytes(), offset=offset)
+        except (CorruptMessageError, OSError) as e:
+            log.warning(
+                "producer-state snapshot skipped",
+                extra={"fields": {"file": str(log_.path / name), "error": str(e)}},
+            )
+            continue
+        producers.load_entries(entries)
+        start = offset
+        break
+    offset = start
+    while offset < log_.log_end_offset:
+        data = log_.read(offset, REPLAY_READ_BYTES, whole_batches=True)
+        last = None
+        for _, header in iter_batches(data, check_crc=False):
+            if header.last_offset < start:
+                continue  # a batch the snapshot already covers
+            producers.update_from_follower_batch(header)
+            last = header
+        if last is None:
+            break
+        offset = last.last_offset + 1
+    return producers

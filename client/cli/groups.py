@@ -1,0 +1,173 @@
+"""``raftka groups``: list, describe, reset offsets of and delete consumer groups
+(like kafka-consumer-groups).
+
+``describe GROUP`` prints the group's state, protocol and members, then one line per
+partition with a committed offset or an owner: committed offset, log end offset (the
+high watermark), lag and owner. ``reset-offsets`` prints the plan and applies it only
+with ``--execute`` (Kafka's dry run by default), and only while the group has no
+active members (the coordinator refuses otherwise; the command checks first to say so
+in words).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+
+import click
+
+from raftka.client._transport import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
+from raftka.client.errors import NonEmptyGroupError
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = ["groups_command"]
+
+#: Group states in which offsets may be reset from outside (no active member).
+_INACTIVE_STATES = frozenset({"Empty", "Dead"})
+
+
+@contextlib.contextmanager
+def _admin(bootstrap_server: str, api_timeout_ms: int) -> Iterator[GroupAdmin]:
+    admin = GroupAdmin(
+        bootstrap_servers=bootstrap_server,
+        default_api_timeout_ms=api_timeout_ms,
+        request_timeout_ms=min(api_timeout_ms, 30_000),
+    )
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+@click.group("groups")
+def groups_command() -> None:
+    """List, describe, reset offsets of and delete consumer groups."""
+
+
+@groups_command.command("list")
+@bootstrap_option
+@api_timeout_option
+def list_command(bootstrap_server: str, api_timeout_ms: int) -> None:
+    """Every group, with its state."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        for g in admin.list_groups():
+            click.echo(f"{g.group_id}\t{g.state}\t{g.protocol_type or '-'}")
+
+
+@groups_command.command("describe")
+@click.argument("group")
+@bootstrap_option
+@api_timeout_option
+def describe_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> None:
+    """State, members and per-partition offsets and lag of GROUP."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        described = admin.describe_group(group)
+        committed = admin.list_offsets(group)
+        owners: dict[TopicPartition, str] = {}
+        for m in described.members:
+            for tp in m.assignment:
+                owners[tp] = m.member_id
+        partitions = sorted(set(committed) | set(owners))
+        ends = admin.partition_offsets(partitions, LATEST_TIMESTAMP) if partitions else {}
+    click.echo(
+        f"group {group}: state {described.state}, protocol "
+        f"{described.protocol or '-'}, coordinator {described.coordinator_id}, "
+        f"{len(described.members)} members"
+    )
+    for m in described.members:
+        assigned = ",".join(str(tp) for tp in sorted(m.assignment)) or "-"
+        click.echo(f"  member {m.member_id} ({m.client_id} {m.host}): {assigned}")
+    click.echo("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tOWNER")
+    for tp in partitions:
+        current = committed.get(tp)
+        end = ends.get(tp)
+        lag = "-" if current is None or end is None else str(max(end - current.offset, 0))
+        click.echo(
+            f"{tp.topic}\t{tp.partition}\t{'-' if current is None else current.offset}\t"
+            f"{'-' if end is None else end}\t{lag}\t{owners.get(tp, '-')}"
+        )
+
+
+@groups_command.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="The topic whose offsets to reset.")
+@click.option("--to-earliest", is_flag=True, help="To the log start.")
+@click.option("--to-latest", is_flag=True, help="To the log end.")
+@click.option(
+    "--to-datetime",
+    metavar="YYYY-MM-DDTHH:MM:SS[.fff][+HH:MM]",
+    help="To the first record at or after this time (local time without an offset).",
+)
+@click.option("--shift-by", type=int, help="Move each committed offset by N (may be < 0).")
+@click.option("--execute", is_flag=True, help="Apply the plan (without it: print only).")
+@bootstrap_option
+@api_timeout_option
+def reset_offsets_command(
+    *,
+    group: str,
+    topic: str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_datetime: str | None,
+    shift_by: int | None,
+    execute: bool,
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """Reset GROUP's committed offsets of --topic (dry run unless --execute)."""
+    chosen = [to_earliest, to_latest, to_datetime is not None, shift_by is not None]
+    if sum(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-datetime, --shift-by"
+        )
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        state = admin.describe_group(group).state
+        if state not in _INACTIVE_STATES:
+            raise NonEmptyGroupError(
+                f"group {group} is {state}: offsets can be reset only while it has no "
+                "active members (stop its consumers first)"
+            )
+        partitions = admin.topic_partitions(topic)
+        earliest = admin.partition_offsets(partitions, EARLIEST_TIMESTAMP)
+        latest = admin.partition_offsets(partitions, LATEST_TIMESTAMP)
+        committed = admin.list_offsets(group)
+        plan: dict[TopicPartition, int] = {}
+        if to_earliest:
+            plan = dict(earliest)
+        elif to_latest:
+            plan = dict(latest)
+        elif to_datetime is not None:
+            try:
+                when = datetime.fromisoformat(to_datetime)
+            except ValueError:
+                raise click.BadParameter(f"{to_datetime!r} is not an ISO date-time") from None
+            at = admin.partition_offsets(partitions, int(when.timestamp() * 1000))
+            plan = {tp: latest[tp] if at[tp] < 0 else at[tp] for tp in partitions}
+        else:
+            assert shift_by is not None
+            for tp in partitions:
+                base = committed.get(tp)
+                start = earliest[tp] if base is None else base.offset
+                plan[tp] = min(max(start + shift_by, earliest[tp]), latest[tp])
+        click.echo("TOPIC\tPARTITION\tNEW-OFFSET")
+        for tp in sorted(plan):
+            click.echo(f"{tp.topic}\t{tp.partition}\t{plan[tp]}")
+        if not execute:
+            click.echo("Dry run: nothing changed (add --execute to apply).")
+            return
+        admin.alter_offsets(group, {tp: OffsetAndMetadata(o, "", None) for tp, o in plan.items()})
+    click.echo(f"Reset {len(plan)} offsets of group {group}.")
+
+
+@groups_command.command("delete")
+@click.argument("group")
+@bootstrap_option
+@api_timeout_option
+def delete_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> None:
+    """Delete GROUP and its committed offsets (it must have no active members)."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        admin.delete_groups([group])
+    click.echo(f"Deleted group {group}.")

@@ -1,0 +1,202 @@
+"""``raftka topics``: create, list, describe, alter and delete topics (kafka-topics).
+
+A thin layer over :class:`raftka.client.Admin`: each subcommand is one or two admin
+calls and prints what Kafka's tool prints, in its layout (tab-separated fields): a
+line ``Topic: T  TopicId: ...  PartitionCount: 3  ReplicationFactor: 3  Configs: k=v``,
+then per partition ``Topic: T  Partition: 0  Leader: 101  Replicas: 101,102,103
+Isr: 101,102,103``.
+
+``Configs`` lists the topic's non-default configs, as Kafka's describe does. ``alter``
+also does what Kafka keeps in kafka-configs (``--add-config k=v``, ``--delete-config
+k``), next to ``--partitions N`` (add partitions up to N).
+
+Errors end the command with one line and exit status 1 (see :mod:`._common`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from raftka.client.admin import Admin, AlterConfigOp, ConfigEntry
+from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
+from raftka.client.errors import TopicAlreadyExistsError
+from raftka.client.structs import BROKER_DEFAULT, NewPartitions, NewTopic, TopicDescription
+
+__all__ = ["format_description", "parse_configs", "topics_command"]
+
+
+def parse_configs(values: Sequence[str], option: str) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; click.BadParameter naming ``option`` for a bad item.
+    The value may itself contain ``=`` (only the first one splits)."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not name=value", param_hint=option)
+        out[name.strip()] = value
+    return out
+
+
+def format_description(
+    description: TopicDescription, configs: dict[str, ConfigEntry] | None
+) -> list[str]:
+    """kafka-topics' describe lines for one topic: a summary, then one per partition."""
+    partitions = description.partitions
+    rf = len(partitions[0].replicas) if partitions else 0
+    shown = ",".join(
+        f"{e.name}={e.value}"
+        for e in sorted((configs or {}).values(), key=lambda e: e.name)
+        if not e.is_default and e.value is not None
+    )
+    lines = [
+        f"Topic: {description.name}\tTopicId: {description.topic_id}\t"
+        f"PartitionCount: {len(partitions)}\tReplicationFactor: {rf}\tConfigs: {shown}"
+    ]
+    for p in sorted(partitions, key=lambda p: p.partition):
+        leader = "none" if p.leader is None or p.leader < 0 else str(p.leader)
+        lines.append(
+            f"\tTopic: {description.name}\tPartition: {p.partition}\tLeader: {leader}\t"
+            f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+        )
+    return lines
+
+
+def _admin(bootstrap_server: str, api_timeout_ms: int) -> Admin:
+    return Admin(
+        bootstrap_servers=bootstrap_server,
+        default_api_timeout_ms=api_timeout_ms,
+        request_timeout_ms=min(api_timeout_ms, 30_000),
+    )
+
+
+@click.group("topics")
+def topics_command() -> None:
+    """Create, list, describe, alter and delete topics (like kafka-topics)."""
+
+
+@topics_command.command("create")
+@click.option("--topic", required=True, help="The topic's name.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partition count (default: the cluster's num.partitions).",
+)
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replicas per partition (default: the cluster's default.replication.factor).",
+)
+@click.option("--config", "configs", multiple=True, metavar="NAME=VALUE", help="Repeatable.")
+@click.option("--if-not-exists", is_flag=True, help="No error if the topic exists.")
+@bootstrap_option
+@api_timeout_option
+def create_command(
+    *,
+    topic: str,
+    partitions: int | None,
+    replication_factor: int | None,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """Create a topic."""
+    parsed = parse_configs(configs, "--config")
+    new = NewTopic(
+        topic,
+        BROKER_DEFAULT if partitions is None else partitions,
+        BROKER_DEFAULT if replication_factor is None else replication_factor,
+        configs=parsed,
+    )
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        try:
+            admin.create_topics([new])
+        except TopicAlreadyExistsError:
+            if if_not_exists:
+                return
+            raise
+    click.echo(f"Created topic {topic}.")
+
+
+@topics_command.command("list")
+@click.option("--exclude-internal/--include-internal", default=True, show_default=True)
+@bootstrap_option
+@api_timeout_option
+def list_command(*, exclude_internal: bool, bootstrap_server: str, api_timeout_ms: int) -> None:
+    """Print every topic's name, one per line."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        names = admin.list_topics(list_internal=not exclude_internal)
+    for name in sorted(names):
+        click.echo(name)
+
+
+@topics_command.command("describe")
+@click.option("--topic", "topics", multiple=True, help="Repeatable; every topic when omitted.")
+@bootstrap_option
+@api_timeout_option
+def describe_command(
+    *, topics: tuple[str, ...], bootstrap_server: str, api_timeout_ms: int
+) -> None:
+    """Show partitions (leader, replicas, ISR) and non-default configs."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        descriptions = admin.describe_topics(list(topics) if topics else None)
+        configs = admin.describe_configs([d.name for d in descriptions])
+    for d in descriptions:
+        for line in format_description(d, configs.get(d.name)):
+            click.echo(line)
+
+
+@topics_command.command("alter")
+@click.option("--topic", required=True)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The new partition count (partitions can only be added).",
+)
+@click.option("--add-config", "add_configs", multiple=True, metavar="NAME=VALUE")
+@click.option("--delete-config", "delete_configs", multiple=True, metavar="NAME")
+@bootstrap_option
+@api_timeout_option
+def alter_command(
+    *,
+    topic: str,
+    partitions: int | None,
+    add_configs: tuple[str, ...],
+    delete_configs: tuple[str, ...],
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """Add partitions and set or remove configs."""
+    to_set = parse_configs(add_configs, "--add-config")
+    if partitions is None and not to_set and not delete_configs:
+        raise click.UsageError(
+            "nothing to alter: give --partitions, --add-config or --delete-config"
+        )
+    ops = [AlterConfigOp(k, v) for k, v in to_set.items()]
+    ops += [AlterConfigOp(k, None, "DELETE") for k in delete_configs]
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        # Describe first: an unknown topic is one clear error before anything changes.
+        admin.describe_topics([topic])
+        if ops:
+            admin.incremental_alter_configs({topic: ops})
+            click.echo(f"Updated config for topic {topic}.")
+        if partitions is not None:
+            admin.create_partitions({topic: NewPartitions(partitions)})
+            click.echo(f"Topic {topic} now has {partitions} partitions.")
+
+
+@topics_command.command("delete")
+@click.option("--topic", "topics", multiple=True, required=True, help="Repeatable.")
+@bootstrap_option
+@api_timeout_option
+def delete_command(*, topics: tuple[str, ...], bootstrap_server: str, api_timeout_ms: int) -> None:
+    """Delete topics."""
+    with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        admin.delete_topics(list(topics))
+    for name in topics:
+        click.echo(f"Deleted topic {name}.")

@@ -1,0 +1,753 @@
+"""The consumer's side of the group protocol: the I/O shell around :mod:`.membership`.
+
+Theory of operation
+-------------------
+:class:`ConsumerCoordinator` belongs to one :class:`AsyncConsumer` and its event loop.
+
+* **Finding the coordinator.** FindCoordinator goes to any known broker; the answer is
+  kept until a request to it fails with a coordinator error or a network error.
+* **Joining** happens from ``poll`` (:meth:`ConsumerCoordinator.poll`), never behind
+  the application's back: first the member's *prepare* step (auto-commit, then the
+  listener's ``on_partitions_revoked`` for EAGER), then JoinGroup + SyncGroup in a
+  background task, so that a ``poll`` whose timeout ends mid-rebalance returns and the
+  next ``poll`` picks the result up. The listener's ``on_partitions_assigned`` runs in
+  the ``poll`` that applies the result.
+* **Heartbeats** run on their own task every ``heartbeat_interval_ms`` while the member
+  is Stable, so slow processing between polls does not expire the session. The task
+  also enforces ``max_poll_interval_ms``: a consumer that stops polling leaves the group
+  (its partitions go to members that do poll) and rejoins on its next ``poll``.
+* **Offsets.** ``commit`` sends the member's generation (or -1 when the consumer is
+  assigned partitions manually), retrying coordinator errors until its deadline;
+  ``fetch_committed`` is OffsetFetch. Positions of newly assigned partitions come from
+  the committed offsets (the consumer asks, then resets the rest by
+  ``auto_offset_reset``).
+
+Retries: every loop here is bounded by a deadline or by the consumer's lifetime (the
+join task is cancelled on close), with ``retry_backoff_ms`` between attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._waiting import wait_event
+from raftka.client.config import ConsumerConfig
+from raftka.client.consumer.assignors import (
+    Assignment,
+    assignor_for,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from raftka.client.consumer.assignors import Subscription as MemberSubscription
+from raftka.client.consumer.fetcher import SubscriptionState
+from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
+from raftka.client.consumer.membership import (
+    PROTOCOL_TYPE,
+    GroupOptions,
+    MemberState,
+    Phase,
+    Reaction,
+    Subscription,
+    assignment_change,
+    classify,
+    rebalance_protocol,
+)
+from raftka.client.errors import (
+    CommitFailedError,
+    CoordinatorNotAvailableError,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    NetworkError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+)
+from raftka.client.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = ["ConsumerCoordinator"]
+
+log = logging.getLogger(__name__)
+
+#: Extra time a JoinGroup/SyncGroup request gets over the rebalance timeout (Kafka's
+#: JOIN_GROUP_TIMEOUT_LAPSE_MS): the coordinator answers at the rebalance timeout.
+JOIN_TIMEOUT_LAPSE_MS: Final = 5_000
+#: MEMBER_ID_REQUIRED answers in a row before the join is treated as broken.
+MEMBER_ID_RETRIES_MAX: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A finished JoinGroup + SyncGroup: the generation and this member's share."""
+
+    generation_id: int
+    member_id: str
+    protocol_name: str | None
+    partitions: tuple[TopicPartition, ...]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _unb64(text: object) -> bytes:
+    return base64.b64decode(text) if isinstance(text, str) else b""
+
+
+def _error_of(answer: Any) -> KafkaError | None:
+    raw = answer.get("error") if isinstance(answer, dict) else None
+    return None if raw is None else error_from_wire(raw)
+
+
+def _offsets_body(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for tp, om in sorted(offsets.items()):
+        by_topic.setdefault(tp.topic, []).append(
+            {
+                "partition": tp.partition,
+                "offset": om.offset,
+                "metadata": om.metadata or "",
+                "leader_epoch": om.leader_epoch,
+            }
+        )
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+async def _maybe_await(result: Awaitable[None] | None) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+class ConsumerCoordinator:
+    """See the module docstring. Not thread-safe: the consumer's event loop only."""
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        options: GroupOptions,
+        config: ConsumerConfig,
+        transport: Transport,
+        metadata: MetadataCache,
+        subscriptions: SubscriptionState,
+        on_assignment_changed: Callable[[], None],
+        wake: Callable[[], None],
+    ) -> None:
+        self.group_id = group_id
+        self.options = options
+        self._config = config
+        self._transport = transport
+        self._metadata = metadata
+        self._subs = subscriptions
+        self._on_assignment_changed = on_assignment_changed
+        self._wake = wake
+        self.state = MemberState()
+        self.protocol = rebalance_protocol(options.partition_assignment_strategy)
+        self.subscription: Subscription | None = None
+        self.listener = ConsumerRebalanceListener()
+        self._coordinator: str | None = None
+        self._join_task: asyncio.Task[_Joined] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._heartbeat_wake = asyncio.Event()
+        self._last_poll_ms = monotonic_ms()
+        self._next_auto_commit_ms = monotonic_ms() + options.auto_commit_interval_ms
+        self._last_assignment: tuple[TopicPartition, ...] = ()
+        self._last_generation = -1
+        self._partitions_lost = False
+        self._subscribed_topics: frozenset[str] = frozenset()
+        self._pattern_checked_ms = -1
+        self._async_commits: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ views
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata(
+            self.group_id,
+            self.state.generation_id,
+            self.state.member_id,
+            self.options.group_instance_id,
+        )
+
+    @property
+    def subscribed(self) -> bool:
+        return self.subscription is not None
+
+    def subscribe(self, subscription: Subscription, listener: ConsumerRebalanceListener) -> None:
+        self.subscription = subscription
+        self.listener = listener
+        self.state.rejoin_needed = True
+        self._pattern_checked_ms = -1
+
+    # ------------------------------------------------------------------ coordinator
+
+    async def _find_coordinator(self, deadline_ms: int) -> str:
+        if self._coordinator is not None:
+            return self._coordinator
+        last: KafkaError = CoordinatorNotAvailableError("no broker answered")
+        while True:
+            known = [f"{n.host}:{n.port}" for n in self._metadata.view.brokers.values()]
+            for address in dict.fromkeys([*known, *self._config.bootstrap_servers]):
+                try:
+                    answer = await self._transport.request_json(
+                        address,
+                        "POST",
+                        "/v1/find-coordinator",
+                        json_body={"key": self.group_id, "key_type": 0},
+                        timeout_ms=self._timeout(deadline_ms),
+                    )
+                except KafkaError as e:
+                    last = e
+                    continue
+                error = _error_of(answer)
+                if error is None:
+                    self._coordinator = f"{answer['host']}:{answer['port']}"
+                    return self._coordinator
+                last = error
+                if not error.retriable:
+                    raise error
+                break  # a broker answered: it knows; wait before asking again
+            await self._backoff(deadline_ms, last)
+
+    def coordinator_unknown(self) -> None:
+        self._coordinator = None
+
+    def _timeout(self, deadline_ms: int, *, base_ms: int | None = None) -> int:
+        base = self._config.request_timeout_ms if base_ms is None else base_ms
+        return max(1, min(base, deadline_ms - monotonic_ms()))
+
+    async def _backoff(self, deadline_ms: int, last: KafkaError) -> None:
+        remaining = deadline_ms - monotonic_ms()
+        if remaining <= 0:
+            raise KafkaTimeoutError(f"group {self.group_id!r}: no answer in time; last: {last}")
+        await asyncio.sleep(min(self._config.retry_backoff_ms, remaining) / 1000)
+
+    async def _call(
+        self, path: str, body: dict[str, Any], deadline_ms: int, *, timeout_ms: int | None = None
+    ) -> Any:
+        """One request to the coordinator; a network failure forgets the coordinator."""
+        address = await self._find_coordinator(deadline_ms)
+        try:
+            return await self._transport.request_json(
+                address,
+                "POST",
+                path,
+                json_body=body,
+                timeout_ms=timeout_ms or self._timeout(deadline_ms),
+            )
+        except (NetworkError, RequestTimedOutError):
+            self.coordinator_unknown()
+            raise
+
+    # ------------------------------------------------------------------ poll
+
+    async def poll(self, deadline_ms: int) -> None:
+        """The group's share of ``poll``: auto-commit when due, apply a finished
+        rebalance, start one when needed, and wait for it until ``deadline_ms``."""
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+        now = monotonic_ms()
+        self._last_poll_ms = now
+        if self.subscription is not None:
+            await self._check_pattern(now)
+            if self._join_task is None and self.state.rejoin_needed:
+                await self._prepare_join()
+                self.state.phase = Phase.REBALANCING
+                self._join_task = asyncio.create_task(self._join_and_sync())
+            if self._join_task is not None:
+                await asyncio.wait([self._join_task], timeout=max(deadline_ms - now, 0) / 1000)
+                if self._join_task.done():
+                    task, self._join_task = self._join_task, None
+                    await self._apply(task.result())
+        if self.options.enable_auto_commit and now >= self._next_auto_commit_ms:
+            self._next_auto_commit_ms = now + self.options.auto_commit_interval_ms
+            self._auto_commit_async()
+
+    @property
+    def rejoin_needed(self) -> bool:
+        return self.subscription is not None and (
+            self.state.rejoin_needed or (self._join_task is not None and self._join_task.done())
+        )
+
+    async def _check_pattern(self, now: int) -> None:
+        assert self.subscription is not None
+        if self.subscription.pattern is None:
+            if self.subscription.topics != self._subscribed_topics:
+                self._subscribed_topics = self.subscription.topics
+                self._metadata.add_topics(sorted(self._subscribed_topics))
+            return
+        if self._pattern_checked_ms >= 0 and now - self._pattern_checked_ms < (
+            self._config.metadata_max_age_ms
+        ):
+            return
+        self._pattern_checked_ms = now
+        try:
+            view = await self._metadata.refresh(all_topics=True)
+        except KafkaError as e:
+            log.debug("pattern subscription: metadata refresh failed: %s", e)
+            return
+        # Kafka's exclude.internal.topics=true: a pattern never matches __ topics.
+        available = [t for t in view.topics if not t.startswith("__")]
+        matching = self.subscription.matching(available)
+        if matching != self._subscribed_topics:
+            self._subscribed_topics = matching
+            self._metadata.add_topics(sorted(matching))
+            self.state.rejoin_needed = True
+
+    async def _prepare_join(self) -> None:
+        """Before JoinGroup: commit and revoke (EAGER) or report lost partitions."""
+        owned = set(self._subs.assignment)
+        if self._partitions_lost:
+            self._partitions_lost = False
+            if owned:
+                self._set_assignment(())
+                await _maybe_await(self.listener.on_partitions_lost(owned))
+            return
+        if self.protocol == "EAGER" and owned:
+            if self.options.enable_auto_commit:
+                await self._commit_quietly("before a rebalance")
+            self._set_assignment(())
+            await _maybe_await(self.listener.on_partitions_revoked(owned))
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        self._subs.assign(sorted(set(partitions)))
+        self._on_assignment_changed()
+
+    async def _apply(self, joined: _Joined) -> None:
+        owned = set(self._subs.assignment)
+        change = assignment_change(owned=owned, assigned=joined.partitions, protocol=self.protocol)
+        self.state.joined(
+            member_id=joined.member_id,
+            generation_id=joined.generation_id,
+            protocol_name=joined.protocol_name,
+        )
+        self.state.stable()
+        self._last_assignment = joined.partitions
+        self._last_generation = joined.generation_id
+        if change.revoked:
+            if self.options.enable_auto_commit:
+                await self._commit_quietly("before revoking", only=change.revoked)
+            self._set_assignment(change.assignment)
+            await _maybe_await(self.listener.on_partitions_revoked(set(change.revoked)))
+        else:
+            self._set_assignment(change.assignment)
+        if change.rejoin:
+            self.state.rejoin_needed = True
+        log.info(
+            "joined group %s generation %d as %s: %d partitions",
+            self.group_id,
+            joined.generation_id,
+            joined.member_id,
+            len(change.assignment),
+        )
+        self._ensure_heartbeats()
+        await _maybe_await(self.listener.on_partitions_assigned(set(change.added)))
+
+    # ------------------------------------------------------------------ join + sync
+
+    def _subscription_bytes(self) -> bytes:
+        owned = tuple(self._subs.assignment) or self._last_assignment
+        sub = MemberSubscription(
+            topics=tuple(sorted(self._subscribed_topics)),
+            owned_partitions=tuple(sorted(owned)),
+            generation_id=self._last_generation,
+        )
+        return orjson.dumps(encode_subscription(sub))
+
+    def _join_timeout_ms(self) -> int:
+        return max(
+            self._config.request_timeout_ms,
+            self.options.rebalance_timeout_ms + JOIN_TIMEOUT_LAPSE_MS,
+        )
+
+    async def _join_and_sync(self) -> _Joined:
+        """JoinGroup, then SyncGroup, until both succeed (or a fatal error)."""
+        member_id_retries = 0
+        while True:
+            # Each attempt has its own deadline; the loop ends with the consumer.
+            deadline = monotonic_ms() + self._join_timeout_ms()
+            try:
+                joined = await self._join_once(deadline)
+            except (NetworkError, RequestTimedOutError, KafkaTimeoutError) as e:
+                log.debug("join of %s failed: %s", self.group_id, e)
+                self.coordinator_unknown()
+                await asyncio.sleep(self._config.retry_backoff_ms / 1000)
+                continue
+            if isinstance(joined, _Joined):
+                return joined
+            reaction, error = joined
+            if reaction is Reaction.RETRY_WITH_MEMBER_ID:
+                member_id_retries += 1
+                if member_id_retries > MEMBER_ID_RETRIES_MAX:
+                    raise error
+                continue
+            member_id_retries = 0
+            if reaction is Reaction.FATAL:
+                raise error
+            if reaction is Reaction.FIND_COORDINATOR:
+                self.coordinator_unknown()
+            elif reaction is Reaction.RESET_GENERATION:
+                self.state.reset_generation(forget_member_id=False)
+            elif reaction is Reaction.RESET_MEMBER:
+                self.state.reset_generation(forget_member_id=True)
+            if reaction is not Reaction.REJOIN:
+                await asyncio.sleep(self._config.retry_backoff_ms / 1000)
+
+    async def _join_once(self, deadline_ms: int) -> _Joined | tuple[Reaction, KafkaError]:
+        protocols = [
+            {"name": name, "metadata": _b64(self._subscription_bytes())}
+            for name in self.options.partition_assignment_strategy
+        ]
+        body: dict[str, Any] = {
+            "group_id": self.group_id,
+            "member_id": self.state.member_id,
+            "session_timeout_ms": self.options.session_timeout_ms,
+            "rebalance_timeout_ms": self.options.rebalance_timeout_ms,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocols": protocols,
+            "client_id": self._config.client_id,
+        }
+        if self.options.group_instance_id is not None:
+            body["group_instance_id"] = self.options.group_instance_id
+        timeout_ms = self._join_timeout_ms()
+        answer = await self._call("/v1/join-group", body, deadline_ms, timeout_ms=timeout_ms)
+        error = _error_of(answer)
+        reaction = classify(error)
+        if error is not None:
+            if reaction is Reaction.RETRY_WITH_MEMBER_ID:
+                self.state.member_id = str(answer.get("member_id") or "")
+            return reaction, error
+        member_id = str(answer["member_id"])
+        generation = int(answer["generation_id"])
+        protocol_name = answer.get("protocol_name")
+        self.state.member_id = member_id
+        assignments: list[dict[str, Any]] = []
+        if answer.get("leader") == member_id and not answer.get("skip_assignment"):
+            assignments = await self._assign(str(protocol_name), answer.get("members") or [])
+        sync = await self._call(
+            "/v1/sync-group",
+            {
+                "group_id": self.group_id,
+                "generation_id": generation,
+                "member_id": member_id,
+                "group_instance_id": self.options.group_instance_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocol_name": protocol_name,
+                "assignments": assignments,
+            },
+            deadline_ms,
+            timeout_ms=timeout_ms,
+        )
+        sync_error = _error_of(sync)
+        if sync_error is not None:
+            return classify(sync_error), sync_error
+        raw = _unb64(sync.get("assignment"))
+        assignment = decode_assignment(orjson.loads(raw)) if raw else Assignment()
+        return _Joined(generation, member_id, protocol_name, assignment.partitions)
+
+    async def _assign(self, protocol_name: str, members: list[Any]) -> list[dict[str, Any]]:
+        """The leader's job: run the chosen assignor over every member's subscription."""
+        subscriptions: dict[str, MemberSubscription] = {}
+        for m in members:
+            raw = _unb64(m.get("metadata"))
+            subscriptions[str(m["member_id"])] = decode_subscription(
+                orjson.loads(raw) if raw else {"topics": []},
+                group_instance_id=m.get("group_instance_id"),
+            )
+        topics = sorted({t for s in subscriptions.values() for t in s.topics})
+        self._metadata.add_topics(topics)
+        try:
+            view = await self._metadata.refresh()
+        except KafkaError as e:
+            log.warning("leader of %s: metadata refresh failed: %s", self.group_id, e)
+            view = self._metadata.view
+        counts = {
+            t: len(view.topics[t].partitions)
+            for t in topics
+            if t in view.topics and view.topics[t].error is None and view.topics[t].partitions
+        }
+        result = assignor_for(protocol_name).assign(
+            members=subscriptions, partitions_per_topic=counts
+        )
+        return [
+            {"member_id": member, "assignment": _b64(orjson.dumps(encode_assignment(a)))}
+            for member, a in result.items()
+        ]
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _ensure_heartbeats(self) -> None:
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.options.heartbeat_interval_ms / 1000
+        while not self._closed:
+            await wait_event(self._heartbeat_wake, interval_s)
+            self._heartbeat_wake.clear()
+            if self.state.phase is not Phase.STABLE or self._closed:
+                continue
+            if monotonic_ms() - self._last_poll_ms > self.options.max_poll_interval_ms:
+                log.warning(
+                    "consumer of %s did not poll within max_poll_interval_ms=%d: leaving",
+                    self.group_id,
+                    self.options.max_poll_interval_ms,
+                )
+                await self._leave_quietly("poll interval expired")
+                self._partitions_lost = True
+                self._wake()
+                continue
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self) -> None:
+        deadline = monotonic_ms() + self.options.heartbeat_interval_ms
+        body = {
+            "group_id": self.group_id,
+            "generation_id": self.state.generation_id,
+            "member_id": self.state.member_id,
+            "group_instance_id": self.options.group_instance_id,
+        }
+        try:
+            answer = await self._call("/v1/heartbeat", body, deadline)
+        except KafkaError as e:
+            log.debug("heartbeat of %s failed: %s", self.group_id, e)
+            self.coordinator_unknown()
+            return
+        error = _error_of(answer)
+        reaction = classify(error)
+        if reaction is Reaction.OK:
+            return
+        if reaction is Reaction.FIND_COORDINATOR:
+            self.coordinator_unknown()
+            self._heartbeat_wake.set()  # retry soon with the new coordinator
+            await asyncio.sleep(self._config.retry_backoff_ms / 1000)
+            return
+        if reaction is Reaction.REJOIN:
+            self.state.rejoin_needed = True
+        elif reaction in (Reaction.RESET_GENERATION, Reaction.RESET_MEMBER):
+            self.state.reset_generation(forget_member_id=reaction is Reaction.RESET_MEMBER)
+            self._partitions_lost = True
+        else:
+            log.warning("heartbeat of %s: %s; rejoining", self.group_id, error)
+            self.state.reset_generation(forget_member_id=True)
+            self._partitions_lost = True
+        self._wake()
+
+    # ------------------------------------------------------------------ leaving
+
+    async def _leave_quietly(self, why: str) -> None:
+        """LeaveGroup (dynamic members only, as Kafka) and forget the generation."""
+        member_id = self.state.member_id
+        self.state.reset_generation(forget_member_id=True)
+        if not member_id or self.options.group_instance_id is not None:
+            return
+        try:
+            deadline = monotonic_ms() + self._config.request_timeout_ms
+            await self._call(
+                "/v1/leave-group",
+                {"group_id": self.group_id, "members": [{"member_id": member_id}]},
+                deadline,
+            )
+            log.info("left group %s (%s)", self.group_id, why)
+        except KafkaError as e:
+            log.debug("leave of %s failed: %s", self.group_id, e)
+
+    async def unsubscribe(self) -> None:
+        owned = set(self._subs.assignment)
+        if self._join_task is not None:
+            self._join_task.cancel()
+            self._join_task = None
+        if owned and self.subscription is not None:
+            if self.options.enable_auto_commit:
+                await self._commit_quietly("on unsubscribe")
+            self._set_assignment(())
+            await _maybe_await(self.listener.on_partitions_revoked(owned))
+        self.subscription = None
+        self._subscribed_topics = frozenset()
+        await self._leave_quietly("unsubscribe")
+
+    async def close(self, *, leave: bool = True) -> None:
+        """Commit (auto-commit), revoke, leave (unless ``leave`` is False: the session
+        then expires on the coordinator, as after a crash), stop the tasks."""
+        if self._closed:
+            return
+        try:
+            if leave:
+                if self.options.enable_auto_commit and self._subs.assignment:
+                    await self._commit_quietly("on close")
+                if self.subscription is not None:
+                    owned = set(self._subs.assignment)
+                    if owned:
+                        await _maybe_await(self.listener.on_partitions_revoked(owned))
+                    await self._leave_quietly("close")
+        finally:
+            self._closed = True
+            tasks = [t for t in (self._join_task, self._heartbeat_task) if t is not None]
+            tasks += list(self._async_commits)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ offsets
+
+    def positions(
+        self, only: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        wanted = set(self._subs.assignment) if only is None else set(only)
+        return {
+            tp: OffsetAndMetadata(s.position, "", s.leader_epoch)
+            for tp, s in self._subs.assignment.items()
+            if tp in wanted and s.position is not None
+        }
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None, deadline_ms: int
+    ) -> None:
+        """OffsetCommit of ``offsets`` (default: every position), retrying coordinator
+        errors until ``deadline_ms``."""
+        chosen = dict(self.positions() if offsets is None else offsets)
+        if not chosen:
+            return
+        for tp, om in chosen.items():
+            if type(om.offset) is not int or om.offset < 0:
+                raise ValueError(f"cannot commit offset {om.offset!r} for {tp}")
+        if self.subscription is not None:
+            if not self.state.in_generation:
+                raise RebalanceInProgressError(
+                    "the consumer is rebalancing: call poll() to complete the rebalance, "
+                    "then commit again"
+                )
+            generation, member_id = self.state.generation_id, self.state.member_id
+        else:
+            generation, member_id = -1, ""
+        body = {
+            "group_id": self.group_id,
+            "generation_id": generation,
+            "member_id": member_id,
+            "group_instance_id": self.options.group_instance_id,
+            "topics": _offsets_body(chosen),
+        }
+        while True:
+            try:
+                answer = await self._call("/v1/offset-commit", body, deadline_ms)
+            except (NetworkError, RequestTimedOutError) as e:
+                await self._backoff(deadline_ms, e)
+                continue
+            errors = [
+                error_from_wire(p["error"])
+                for t in answer.get("topics", [])
+                for p in t.get("partitions", [])
+                if p.get("error") is not None
+            ]
+            if not errors:
+                return
+            first = errors[0]
+            reaction = classify(first)
+            if reaction is Reaction.FIND_COORDINATOR:
+                self.coordinator_unknown()
+                await self._backoff(deadline_ms, first)
+                continue
+            if reaction is Reaction.REJOIN:
+                self.state.rejoin_needed = True
+                raise RebalanceInProgressError(
+                    f"commit of group {self.group_id!r}: the group is rebalancing ({first})"
+                )
+            if reaction in (Reaction.RESET_GENERATION, Reaction.RESET_MEMBER):
+                self.state.reset_generation(forget_member_id=reaction is Reaction.RESET_MEMBER)
+                self._partitions_lost = True
+                self._wake()
+                raise CommitFailedError(
+                    f"commit of group {self.group_id!r} failed: the group already rebalanced "
+                    f"and gave the partitions to another member ({first})"
+                )
+            raise first
+
+    async def _commit_quietly(self, why: str, only: Iterable[TopicPartition] | None = None) -> None:
+        try:
+            await self.commit(
+                self.positions(only), monotonic_ms() + self._config.request_timeout_ms
+            )
+        except KafkaError as e:
+            log.warning("auto-commit of %s %s failed: %s", self.group_id, why, e)
+
+    def _auto_commit_async(self) -> None:
+        if not self._subs.assignment or (
+            self.subscription is not None and not self.state.in_generation
+        ):
+            return
+        task = asyncio.create_task(self._commit_quietly("on its interval"))
+        self._async_commits.add(task)
+        task.add_done_callback(self._async_commits.discard)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None,
+        callback: Callable[[Mapping[TopicPartition, OffsetAndMetadata], KafkaError | None], Any]
+        | None,
+    ) -> asyncio.Task[None]:
+        chosen = dict(self.positions() if offsets is None else offsets)
+
+        async def run() -> None:
+            error: KafkaError | None = None
+            try:
+                await self.commit(chosen, monotonic_ms() + self._config.request_timeout_ms)
+            except KafkaError as e:
+                error = e
+            if callback is not None:
+                try:
+                    await _maybe_await(callback(chosen, error))
+                except Exception:
+                    log.exception("commit callback failed")
+
+        task = asyncio.create_task(run())
+        self._async_commits.add(task)
+        task.add_done_callback(self._async_commits.discard)
+        return task
+
+    async def fetch_committed(
+        self, partitions: Iterable[TopicPartition], deadline_ms: int
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offset of each partition (None where there is none)."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append({"partition": tp.partition})
+        body = {
+            "group_id": self.group_id,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        while True:
+            try:
+                answer = await self._call("/v1/offset-fetch", body, deadline_ms)
+            except (NetworkError, RequestTimedOutError) as e:
+                await self._backoff(deadline_ms, e)
+                continue
+            error = _error_of(answer)
+            if error is None:
+                break
+            if classify(error) is not Reaction.FIND_COORDINATOR:
+                raise error
+            if not isinstance(error, CoordinatorNotAvailableError):
+                self.coordinator_unknown()
+            await self._backoff(deadline_ms, error)
+        found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        for t in answer.get("topics", []):
+            for p in t.get("partitions", []):
+                tp = TopicPartition(t["name"], int(p["partition"]))
+                if tp in found and int(p["offset"]) >= 0:
+                    found[tp] = OffsetAndMetadata(
+                        int(p["offset"]), p.get("metadata") or "", p.get("leader_epoch")
+                    )
+        return found

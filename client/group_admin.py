@@ -1,0 +1,404 @@
+"""Consumer-group administration: list, describe, offsets, reset and delete.
+
+Kafka's Admin group calls (listConsumerGroups, describeConsumerGroups,
+listConsumerGroupOffsets, alterConsumerGroupOffsets, deleteConsumerGroups), kept in
+their own client so the topic admin stays focused. :class:`AsyncGroupAdmin` is the
+implementation; :class:`GroupAdmin` runs it on a loop thread.
+
+* ``list_groups`` asks *every* live broker (each knows the groups it coordinates).
+* Every other call finds the group's coordinator (FindCoordinator at any broker) and
+  retries coordinator errors (moved, loading, not available) until its deadline.
+* ``alter_offsets`` commits with generation -1, which the coordinator accepts only
+  while the group is Empty (no active members): Kafka's rule that offsets of an active
+  group cannot be reset from outside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from raftka.client._sync import LoopThread
+from raftka.client._transport import (
+    MetadataCache,
+    Transport,
+    error_from_wire,
+    list_offsets,
+    monotonic_ms,
+)
+from raftka.client.config import AdminConfig
+from raftka.client.consumer.assignors import decode_assignment
+from raftka.client.errors import (
+    CoordinatorNotAvailableError,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+)
+from raftka.client.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = [
+    "AsyncGroupAdmin",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "GroupAdmin",
+    "MemberDescription",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    #: The member's partitions (empty unless the group is Stable).
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    #: The assignor in use (empty unless the group is Stable).
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator_id: int
+
+
+def _assignment(raw: object) -> tuple[TopicPartition, ...]:
+    if not isinstance(raw, str) or not raw:
+        return ()
+    try:
+        return decode_assignment(orjson.loads(base64.b64decode(raw))).partitions
+    except (ValueError, orjson.JSONDecodeError):
+        return ()  # not a consumer-protocol assignment
+
+
+class AsyncGroupAdmin:
+    """Group administration on asyncio. Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "raftka-python",
+        request_timeout_ms: int = 30_000,
+        default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self.config = AdminConfig(
+            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            default_api_timeout_ms=default_api_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._transport: Transport | None = None
+        self._metadata: MetadataCache | None = None
+        self._closed = False
+
+    def _started(self) -> tuple[Transport, MetadataCache]:
+        if self._closed:
+            raise IllegalStateError("this group admin has been closed")
+        if self._transport is None or self._metadata is None:
+            c = self.config
+            self._transport = Transport(
+                client_id=c.client_id,
+                request_timeout_ms=c.request_timeout_ms,
+                idle_ms=c.connections_max_idle_ms,
+            )
+            self._metadata = MetadataCache(
+                self._transport,
+                bootstrap_servers=c.bootstrap_servers,
+                metadata_max_age_ms=c.metadata_max_age_ms,
+                retry_backoff_ms=c.retry_backoff_ms,
+                request_timeout_ms=c.request_timeout_ms,
+            )
+        return self._transport, self._metadata
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._transport is not None:
+            await self._transport.close()
+
+    async def __aenter__(self) -> AsyncGroupAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return monotonic_ms() + (
+            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        )
+
+    def _remaining(self, deadline_ms: int) -> int:
+        return max(1, min(self.config.request_timeout_ms, deadline_ms - monotonic_ms()))
+
+    async def _backoff(self, deadline_ms: int, last: KafkaError | None) -> None:
+        remaining = deadline_ms - monotonic_ms()
+        if remaining <= 0:
+            raise KafkaTimeoutError(f"the call did not complete in time; last error: {last}")
+        await asyncio.sleep(min(self.config.retry_backoff_ms, remaining) / 1000)
+
+    async def _brokers(self, deadline_ms: int) -> list[tuple[int, str]]:
+        _, metadata = self._started()
+        last: KafkaError | None = None
+        while True:
+            try:
+                view = await metadata.refresh()
+                return [(b, f"{n.host}:{n.port}") for b, n in sorted(view.brokers.items())]
+            except KafkaError as e:
+                last = e
+            await self._backoff(deadline_ms, last)
+
+    async def _coordinator_call(
+        self, group_id: str, path: str, body: object, deadline_ms: int
+    ) -> tuple[int, Any]:
+        """(coordinator id, answer) of ``path`` at the group's coordinator; retries
+        coordinator errors (in the answer's top-level ``error``) until the deadline."""
+        transport, _ = self._started()
+        last: KafkaError | None = None
+        while True:
+            try:
+                node_id, address = await self._find_coordinator(group_id, deadline_ms)
+                answer = await transport.request_json(
+                    address, "POST", path, json_body=body, timeout_ms=self._remaining(deadline_ms)
+                )
+                raw = answer.get("error") if isinstance(answer, dict) else None
+                error = None if raw is None else error_from_wire(raw)
+                if error is None or not error.retriable:
+                    return node_id, answer
+                last = error
+            except KafkaError as e:
+                if not e.retriable:
+                    raise
+                last = e
+            await self._backoff(deadline_ms, last)
+
+    async def _find_coordinator(self, group_id: str, deadline_ms: int) -> tuple[int, str]:
+        transport, _ = self._started()
+        last: KafkaError = CoordinatorNotAvailableError("no broker answered")
+        for _, address in await self._brokers(deadline_ms):
+            try:
+                answer = await transport.request_json(
+                    address,
+                    "POST",
+                    "/v1/find-coordinator",
+                    json_body={"key": group_id, "key_type": 0},
+                    timeout_ms=self._remaining(deadline_ms),
+                )
+            except KafkaError as e:
+                last = e
+                continue
+            if answer.get("error") is None:
+                return int(answer["node_id"]), f"{answer['host']}:{answer['port']}"
+            last = error_from_wire(answer["error"])
+        raise last
+
+    # ------------------------------------------------------------------ calls
+
+    async def list_groups(self, *, timeout_ms: int | None = None) -> list[ConsumerGroupListing]:
+        """Every group of every live broker, sorted by id."""
+        transport, _ = self._started()
+        deadline = self._deadline(timeout_ms)
+        found: dict[str, ConsumerGroupListing] = {}
+        for _, address in await self._brokers(deadline):
+            answer = await transport.request_json(
+                address,
+                "POST",
+                "/v1/list-groups",
+                json_body={},
+                timeout_ms=self._remaining(deadline),
+            )
+            for g in answer.get("groups", []):
+                found[g["group_id"]] = ConsumerGroupListing(
+                    g["group_id"], g["protocol_type"], g["state"]
+                )
+        return [found[g] for g in sorted(found)]
+
+    async def describe_group(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> ConsumerGroupDescription:
+        """State, protocol and members (with their assignments) of one group; an unknown
+        group is described as Dead with no members (Kafka's answer)."""
+        deadline = self._deadline(timeout_ms)
+        node_id, answer = await self._coordinator_call(
+            group_id, "/v1/describe-groups", {"groups": [group_id]}, deadline
+        )
+        (g,) = answer["groups"]
+        if g.get("error") is not None:
+            raise error_from_wire(g["error"])
+        members = tuple(
+            MemberDescription(
+                member_id=m["member_id"],
+                group_instance_id=m.get("group_instance_id"),
+                client_id=m["client_id"],
+                host=m["client_host"],
+                assignment=_assignment(m.get("member_assignment")),
+            )
+            for m in g["members"]
+        )
+        return ConsumerGroupDescription(
+            group_id, g["state"], g["protocol_type"], g["protocol"], members, node_id
+        )
+
+    async def list_offsets(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of the group."""
+        deadline = self._deadline(timeout_ms)
+        _, answer = await self._coordinator_call(
+            group_id, "/v1/offset-fetch", {"group_id": group_id, "topics": None}, deadline
+        )
+        if answer.get("error") is not None:
+            raise error_from_wire(answer["error"])
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in answer.get("topics", []):
+            for p in t["partitions"]:
+                if int(p["offset"]) >= 0:
+                    out[TopicPartition(t["name"], int(p["partition"]))] = OffsetAndMetadata(
+                        int(p["offset"]), p.get("metadata") or "", p.get("leader_epoch")
+                    )
+        return out
+
+    async def alter_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Set committed offsets; the group must have no active members."""
+        deadline = self._deadline(timeout_ms)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, om in sorted(offsets.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "offset": om.offset, "metadata": om.metadata or ""}
+            )
+        body = {
+            "group_id": group_id,
+            "generation_id": -1,
+            "member_id": "",
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        _, answer = await self._coordinator_call(group_id, "/v1/offset-commit", body, deadline)
+        for t in answer.get("topics", []):
+            for p in t["partitions"]:
+                if p.get("error") is not None:
+                    raise error_from_wire(p["error"])
+
+    async def delete_groups(
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> None:
+        """Delete empty groups (NON_EMPTY_GROUP for an active one, GROUP_ID_NOT_FOUND)."""
+        deadline = self._deadline(timeout_ms)
+        for group_id in group_ids:
+            _, answer = await self._coordinator_call(
+                group_id, "/v1/delete-groups", {"groups": [group_id]}, deadline
+            )
+            for r in answer.get("results", []):
+                if r.get("error") is not None:
+                    raise error_from_wire(r["error"])
+
+    async def partition_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets: ``timestamp`` is EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time
+        in ms (the first offset at or after it; the log end when there is none)."""
+        transport, metadata = self._started()
+        found = await list_offsets(
+            transport,
+            metadata,
+            dict.fromkeys(partitions, timestamp),
+            deadline_ms=self._deadline(timeout_ms),
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def topic_partitions(
+        self, topic: str, *, timeout_ms: int | None = None
+    ) -> list[TopicPartition]:
+        _, metadata = self._started()
+        view = await metadata.wait_for_topic(topic, self._deadline(timeout_ms))
+        return [TopicPartition(topic, p.partition) for p in view.partitions]
+
+
+class GroupAdmin:
+    """The blocking face of :class:`AsyncGroupAdmin` (same arguments and methods)."""
+
+    def __init__(self, **config: Any) -> None:
+        self._async = AsyncGroupAdmin(**config)
+        self._thread = LoopThread("raftka-group-admin")
+
+    def _run(self, coro: Any) -> Any:
+        timeout_s = self._async.config.default_api_timeout_ms / 1000 + 5
+        return self._thread.run(coro, timeout_s)
+
+    def list_groups(self, **kw: Any) -> list[ConsumerGroupListing]:
+        result: list[ConsumerGroupListing] = self._run(self._async.list_groups(**kw))
+        return result
+
+    def describe_group(self, group_id: str, **kw: Any) -> ConsumerGroupDescription:
+        result: ConsumerGroupDescription = self._run(self._async.describe_group(group_id, **kw))
+        return result
+
+    def list_offsets(self, group_id: str, **kw: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+        result: dict[TopicPartition, OffsetAndMetadata] = self._run(
+            self._async.list_offsets(group_id, **kw)
+        )
+        return result
+
+    def alter_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], **kw: Any
+    ) -> None:
+        self._run(self._async.alter_offsets(group_id, offsets, **kw))
+
+    def delete_groups(self, group_ids: Iterable[str], **kw: Any) -> None:
+        self._run(self._async.delete_groups(list(group_ids), **kw))
+
+    def partition_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int, **kw: Any
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._async.partition_offsets(list(partitions), timestamp, **kw)
+        )
+        return result
+
+    def topic_partitions(self, topic: str, **kw: Any) -> list[TopicPartition]:
+        result: list[TopicPartition] = self._run(self._async.topic_partitions(topic, **kw))
+        return result
+
+    def close(self) -> None:
+        try:
+            if self._thread.started:
+                self._run(self._async.close())
+        finally:
+            self._thread.close()
+
+    def __enter__(self) -> GroupAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,407 @@
+"""The connector's options: Spark's Kafka option names in, frozen settings out.
+
+Pure: a mapping of strings (Spark passes every option as a string, and matches their
+names without regard to case) becomes :class:`SourceOptions` or :class:`SinkOptions`,
+or a :class:`SparkOptionError` whose message names the option at fault. Client
+settings pass through with Kafka's ``kafka.`` prefix, from a fixed table of the ones
+the raftka clients take (an unknown one is an error rather than silently ignored).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from raftka.client.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsJsonError,
+    parse_assign_json,
+    parse_offsets_json,
+)
+from raftka.client.structs import TopicPartition
+
+__all__ = [
+    "DEFAULT_MAX_TRIGGER_DELAY_MS",
+    "DEFAULT_POLL_TIMEOUT_MS",
+    "OffsetsSpec",
+    "SinkOptions",
+    "SourceOptions",
+    "SparkOptionError",
+    "Subscription",
+    "parse_duration_ms",
+    "parse_sink_options",
+    "parse_source_options",
+]
+
+#: Spark's default maxTriggerDelay (15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
+#: Spark's kafkaConsumer.pollTimeoutMs default: how long a task waits for a range's
+#: records to arrive before failing (they are below the high watermark, so they exist).
+DEFAULT_POLL_TIMEOUT_MS: Final = 120_000
+
+_SUBSCRIPTION_OPTIONS: Final = ("assign", "subscribe", "subscribepattern")
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?|d|days?)?\s*")
+_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class SparkOptionError(ValueError):
+    """An option of the raftka data source is missing, malformed or contradicts
+    another; the message names the option."""
+
+
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, not {text!r}")
+    return lowered == "true"
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _acks(text: str) -> int | str:
+    lowered = text.strip().lower()
+    return lowered if lowered == "all" else int(lowered)
+
+
+# Kafka client settings accepted with the ``kafka.`` prefix: Kafka name -> (keyword
+# argument of the raftka client, parser).
+_COMMON: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
+    "client.id": ("client_id", _str),
+    "request.timeout.ms": ("request_timeout_ms", _int),
+    "retry.backoff.ms": ("retry_backoff_ms", _int),
+    "metadata.max.age.ms": ("metadata_max_age_ms", _int),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int),
+}
+CONSUMER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
+    **_COMMON,
+    "fetch.min.bytes": ("fetch_min_bytes", _int),
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", _int),
+    "fetch.max.bytes": ("fetch_max_bytes", _int),
+    "max.partition.fetch.bytes": ("max_partition_fetch_bytes", _int),
+    "max.poll.records": ("max_poll_records", _int),
+    "check.crcs": ("check_crcs", _bool),
+    "default.api.timeout.ms": ("default_api_timeout_ms", _int),
+}
+PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
+    **_COMMON,
+    "acks": ("acks", _acks),
+    "linger.ms": ("linger_ms", _int),
+    "batch.size": ("batch_size", _int),
+    "buffer.memory": ("buffer_memory", _int),
+    "max.block.ms": ("max_block_ms", _int),
+    "compression.type": ("compression_type", _str),
+    "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", _int),
+    "retries": ("retries", _int),
+    "delivery.timeout.ms": ("delivery_timeout_ms", _int),
+    "max.request.size": ("max_request_size", _int),
+    "enable.idempotence": ("enable_idempotence", _bool),
+}
+# Handled by the connector itself, not passed to a client.
+_KAFKA_HANDLED: Final = frozenset({"bootstrap.servers", "isolation.level"})
+# Kafka settings that Spark's connector refuses because it manages them itself.
+_KAFKA_REFUSED: Final = frozenset(
+    {
+        "group.id",
+        "auto.offset.reset",
+        "key.deserializer",
+        "value.deserializer",
+        "key.serializer",
+        "value.serializer",
+        "enable.auto.commit",
+        "interceptor.classes",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscription:
+    """Which partitions the source reads: exactly one of Spark's three ways."""
+
+    kind: Literal["assign", "subscribe", "subscribePattern"]
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribePattern":
+            assert self.pattern is not None
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.kind == "subscribe":
+            return topic in self.topics
+        return any(tp.topic == topic for tp in self.partitions)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetsSpec:
+    """Where to start or end: ``earliest``, ``latest``, per-partition offsets (-2 earliest,
+    -1 latest; partitions not named take ``default``), or a timestamp in ms."""
+
+    kind: Literal["earliest", "latest", "offsets", "timestamp"]
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+    default: int = EARLIEST
+
+    def for_partition(self, tp: TopicPartition) -> int:
+        """The spec of one partition: an offset >= 0, EARLIEST or LATEST (not for
+        ``timestamp``, which needs a lookup)."""
+        assert self.kind != "timestamp"
+        if self.kind == "earliest":
+            return EARLIEST
+        if self.kind == "latest":
+            return LATEST
+        return self.offsets.get(tp, self.default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceOptions:
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetsSpec
+    ending: OffsetsSpec
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    # startingOffsetsByTimestampStrategy: what a partition with no record at or after
+    # startingTimestamp does ("error" as Spark's default, or "latest").
+    timestamp_strategy: Literal["error", "latest"] = "error"
+    consumer: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None = None
+    # Streaming only: skip a micro-batch whose sink commit raftka already recorded.
+    replay_protection: bool = True
+    producer: Mapping[str, Any] = field(default_factory=dict)
+
+
+def parse_duration_ms(text: str, *, option: str) -> int:
+    """Spark's duration strings: ``500ms``, ``30s``, ``15m``, ``1h``, ``2d``; a bare
+    number is milliseconds."""
+    m = _DURATION.fullmatch(text.lower())
+    if m is None:
+        raise SparkOptionError(f"option {option}: {text!r} is not a duration such as 30s or 15m")
+    word = m.group(2) or "ms"
+    unit = "ms" if word == "ms" or word.startswith("milli") else word[0]
+    return int(m.group(1)) * _UNIT_MS[unit]
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in options.items():
+        out[k.lower()] = str(v)
+    return out
+
+
+def _parse(opts: Mapping[str, str], name: str, parse: Callable[[str], Any], display: str) -> Any:
+    try:
+        return parse(opts[name])
+    except (ValueError, TypeError) as e:
+        raise SparkOptionError(f"option {display}: {opts[name]!r} is invalid ({e})") from None
+
+
+def _positive(opts: Mapping[str, str], name: str, display: str) -> int | None:
+    if name not in opts:
+        return None
+    value: int = _parse(opts, name, _int, display)
+    if value < 1:
+        raise SparkOptionError(f"option {display}: must be a positive integer, not {value}")
+    return value
+
+
+def _bootstrap(opts: Mapping[str, str]) -> str:
+    plain, prefixed = opts.get("bootstrap.servers"), opts.get("kafka.bootstrap.servers")
+    if plain is not None and prefixed is not None and plain.strip() != prefixed.strip():
+        raise SparkOptionError(
+            "options bootstrap.servers and kafka.bootstrap.servers disagree; give one"
+        )
+    servers = (plain if plain is not None else prefixed or "").strip()
+    if not servers:
+        raise SparkOptionError(
+            "option bootstrap.servers (or kafka.bootstrap.servers) is required, e.g. 127.0.0.1:9096"
+        )
+    return servers
+
+
+def _client_settings(
+    opts: Mapping[str, str], table: Mapping[str, tuple[str, Callable[[str], Any]]]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in sorted(opts):
+        if not key.startswith("kafka."):
+            continue
+        name = key[len("kafka.") :]
+        if name in _KAFKA_HANDLED:
+            continue
+        if name in _KAFKA_REFUSED:
+            raise SparkOptionError(
+                f"option kafka.{name} is not supported: the raftka connector manages it itself"
+            )
+        if name not in table:
+            raise SparkOptionError(
+                f"option kafka.{name} is not a setting the raftka client takes here "
+                f"(known: {', '.join(sorted(table))})"
+            )
+        kwarg, parse = table[name]
+        out[kwarg] = _parse(opts, key, parse, f"kafka.{name}")
+    return out
+
+
+def _isolation(opts: Mapping[str, str]) -> None:
+    for key in ("isolation.level", "kafka.isolation.level"):
+        value = opts.get(key)
+        if value is not None and value.strip() != "read_uncommitted":
+            raise SparkOptionError(
+                f"option {key}: only read_uncommitted is supported (raftka has no "
+                f"transactions yet), not {value!r}"
+            )
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [name for name in _SUBSCRIPTION_OPTIONS if name in opts]
+    display = {"assign": "assign", "subscribe": "subscribe", "subscribepattern": "subscribePattern"}
+    if len(given) != 1:
+        named = ", ".join(display[n] for n in given) or "none"
+        raise SparkOptionError(
+            "exactly one of the options assign, subscribe, subscribePattern is required "
+            f"(given: {named})"
+        )
+    kind = given[0]
+    value = opts[kind]
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise SparkOptionError("option subscribe: expected a comma-separated list of topics")
+        return Subscription(kind="subscribe", topics=topics)
+    if kind == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise SparkOptionError(
+                f"option subscribePattern: {value!r} is not a regex ({e})"
+            ) from None
+        return Subscription(kind="subscribePattern", pattern=value)
+    try:
+        partitions = parse_assign_json(value)
+    except OffsetsJsonError as e:
+        raise SparkOptionError(f"option assign: {e}") from None
+    if not partitions:
+        raise SparkOptionError("option assign: names no partition")
+    return Subscription(kind="assign", partitions=tuple(partitions))
+
+
+def _offsets_spec(
+    opts: Mapping[str, str], name: str, display: str, *, default: str, refused: int | None
+) -> OffsetsSpec:
+    text = opts.get(name, default).strip()
+    lowered = text.lower()
+    if lowered in ("earliest", "latest"):
+        if (lowered == "earliest" and refused == EARLIEST) or (
+            lowered == "latest" and refused == LATEST
+        ):
+            raise SparkOptionError(f"option {display}: {lowered} is not allowed here")
+        return OffsetsSpec(kind="earliest" if lowered == "earliest" else "latest")
+    try:
+        offsets = parse_offsets_json(text)
+    except OffsetsJsonError as e:
+        raise SparkOptionError(f"option {display}: {e}") from None
+    for tp, offset in offsets.items():
+        if refused is not None and offset == refused:
+            word = "earliest (-2)" if refused == EARLIEST else "latest (-1)"
+            raise SparkOptionError(f"option {display}: {word} is not allowed here (for {tp})")
+    return OffsetsSpec(
+        kind="offsets",
+        offsets=offsets,
+        default=EARLIEST if name == "startingoffsets" else LATEST,
+    )
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """The source's settings for a batch (``streaming=False``) or streaming read."""
+    opts = _lower(options)
+    _isolation(opts)
+    subscription = _subscription(opts)
+    starting = _offsets_spec(
+        opts,
+        "startingoffsets",
+        "startingOffsets",
+        default="latest" if streaming else "earliest",
+        refused=None if streaming else LATEST,
+    )
+    if "startingtimestamp" in opts:
+        ts: int = _parse(opts, "startingtimestamp", _int, "startingTimestamp")
+        if ts < 0:
+            raise SparkOptionError(f"option startingTimestamp: must be >= 0, not {ts}")
+        starting = OffsetsSpec(kind="timestamp", timestamp_ms=ts)
+    if streaming and "endingoffsets" in opts:
+        raise SparkOptionError("option endingOffsets is for batch queries only")
+    ending = _offsets_spec(
+        opts, "endingoffsets", "endingOffsets", default="latest", refused=EARLIEST
+    )
+    for spec, display in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+        for tp in spec.offsets:
+            if subscription.kind == "assign" and tp not in subscription.partitions:
+                raise SparkOptionError(
+                    f"option {display}: {tp} is not among the assigned partitions"
+                )
+            if not subscription.matches(tp.topic):
+                raise SparkOptionError(f"option {display}: topic {tp.topic!r} is not subscribed")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise SparkOptionError(
+            f"option startingOffsetsByTimestampStrategy: error or latest, not {strategy!r}"
+        )
+    fail_on_data_loss = True
+    if "failondataloss" in opts:
+        fail_on_data_loss = _parse(opts, "failondataloss", _bool, "failOnDataLoss")
+    include_headers = False
+    if "includeheaders" in opts:
+        include_headers = _parse(opts, "includeheaders", _bool, "includeHeaders")
+    max_trigger_delay_ms = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxtriggerdelay" in opts:
+        max_trigger_delay_ms = parse_duration_ms(opts["maxtriggerdelay"], option="maxTriggerDelay")
+    poll_timeout_ms = _positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
+    return SourceOptions(
+        bootstrap_servers=_bootstrap(opts),
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        fail_on_data_loss=fail_on_data_loss,
+        include_headers=include_headers,
+        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=max_trigger_delay_ms,
+        poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll_timeout_ms is None else poll_timeout_ms,
+        timestamp_strategy="latest" if strategy == "latest" else "error",
+        consumer=_client_settings(opts, CONSUMER_SETTINGS),
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """The sink's settings (batch and streaming)."""
+    opts = _lower(options)
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise SparkOptionError("option topic: must not be empty")
+    replay_protection = True
+    if "replayprotection" in opts:
+        replay_protection = _parse(opts, "replayprotection", _bool, "replayProtection")
+    return SinkOptions(
+        bootstrap_servers=_bootstrap(opts),
+        topic=None if topic is None else topic.strip(),
+        replay_protection=replay_protection,
+        producer=_client_settings(opts, PRODUCER_SETTINGS),
+    )

@@ -1,0 +1,341 @@
+"""The client command line (``raftka topics|produce|consume``) and Admin.delete_records
+against one real cluster (3 controllers + 3 brokers as processes), started once for
+this module.
+
+Most commands run in-process through click's CliRunner (the process boundary does not
+matter for what they print); the error cases run the real ``raftka`` command
+(``python -m raftka``) as a subprocess, since "no traceback, one line, non-zero exit"
+is about what a person sees in a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from raftka.__main__ import cli
+from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client.errors import OffsetOutOfRangeError
+from raftka.local import LocalCluster, wait_for
+from raftka.local.brokers import LocalBrokers
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 30.0
+API_TIMEOUT_MS = 20_000
+
+
+@dataclass
+class Env:
+    cluster: LocalCluster
+    brokers: LocalBrokers
+    admin: Admin
+
+    @property
+    def bootstrap(self) -> str:
+        return self.brokers.bootstrap_servers
+
+    def wait_known(self, topic: str, partitions: int) -> None:
+        """Until every broker's metadata has ``partitions`` partitions with leaders."""
+
+        def known() -> bool:
+            for b in self.brokers.ids:
+                md = self.brokers.metadata(b) or {"topics": []}
+                t = {t["name"]: t for t in md["topics"]}.get(topic)
+                if t is None or len(t["partitions"]) != partitions:
+                    return False
+                if any(p["leader"] < 0 for p in t["partitions"]):
+                    return False
+            return True
+
+        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{topic} not known everywhere")
+
+    def run(self, *args: str, stdin: bytes | None = None) -> Result:
+        """One ``raftka`` command in-process, against this cluster."""
+        result = CliRunner().invoke(
+            cli,
+            [*args, "--bootstrap-server", self.bootstrap, "--api-timeout-ms", str(API_TIMEOUT_MS)],
+            input=stdin,
+        )
+        return result
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp: Path = tmp_path_factory.mktemp("cli")
+    with LocalCluster(tmp) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(cluster) as brokers:
+            brokers.start()
+            with Admin(
+                bootstrap_servers=brokers.bootstrap_servers,
+                default_api_timeout_ms=API_TIMEOUT_MS,
+            ) as admin:
+                yield Env(cluster, brokers, admin)
+
+
+def _ok(result: Result) -> str:
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    return result.stdout
+
+
+def _raftka(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """The real command in a child process (bounded: every command has a timeout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "raftka", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "RAFTKA_BOOTSTRAP_SERVERS": ""},
+        check=False,
+    )
+
+
+def test_topics_create_describe_alter_list_delete(env: Env) -> None:
+    """create with --config shows up in describe (partitions with leader/replicas/ISR
+    and the non-default config); alter sets and deletes configs and adds partitions;
+    list names the topic until delete removes it."""
+    out = _ok(
+        env.run(
+            "topics", "create", "--topic", "cli-admin", "--partitions", "2",
+            "--replication-factor", "3", "--config", "retention.ms=600000",
+        )
+    )  # fmt: skip
+    assert out == "Created topic cli-admin.\n"
+    env.wait_known("cli-admin", 2)
+    lines = _ok(env.run("topics", "describe", "--topic", "cli-admin")).splitlines()
+    assert lines[0].startswith("Topic: cli-admin\tTopicId: ")
+    assert "PartitionCount: 2\tReplicationFactor: 3\tConfigs: retention.ms=600000" in lines[0]
+    assert len(lines) == 3
+    for p, line in enumerate(lines[1:]):
+        fields = dict(f.split(": ", 1) for f in line.strip().split("\t"))
+        assert fields["Partition"] == str(p)
+        assert int(fields["Leader"]) in (101, 102, 103)
+        assert sorted(fields["Replicas"].split(",")) == ["101", "102", "103"]
+        assert fields["Isr"]
+    out = _ok(
+        env.run(
+            "topics", "alter", "--topic", "cli-admin", "--add-config", "cleanup.policy=delete",
+            "--add-config", "segment.ms=3600000", "--delete-config", "retention.ms",
+            "--partitions", "4",
+        )
+    )  # fmt: skip
+    assert "Updated config for topic cli-admin." in out
+    assert "now has 4 partitions" in out
+    env.wait_known("cli-admin", 4)
+    lines = _ok(env.run("topics", "describe", "--topic", "cli-admin")).splitlines()
+    assert "PartitionCount: 4" in lines[0]
+    assert "segment.ms=3600000" in lines[0]
+    assert "retention.ms" not in lines[0]
+    assert len(lines) == 5
+    assert "cli-admin" in _ok(env.run("topics", "list")).splitlines()
+    assert _ok(env.run("topics", "delete", "--topic", "cli-admin")) == "Deleted topic cli-admin.\n"
+    wait_for(
+        lambda: "cli-admin" not in _ok(env.run("topics", "list")).splitlines(),
+        timeout_s=DEADLINE_S,
+        message="cli-admin still listed after delete",
+    )
+
+
+def test_produce_consume_round_trip(env: Env) -> None:
+    """Keyed lines produced to partition 0 read back with --from-beginning/--print-key
+    and --max-messages; --partition/--offset start in the middle; --timeout-ms ends a
+    consume that runs out of records; --print-timestamp prefixes CreateTime."""
+    _ok(env.run("topics", "create", "--topic", "cli-data", "--partitions", "2"))
+    env.wait_known("cli-data", 2)
+    lines = b"".join(b"k%d:v%d\n" % (i, i) for i in range(10))
+    _ok(env.run("produce", "cli-data", "--key-separator", ":", "--partition", "0", stdin=lines))
+    _ok(env.run("produce", "cli-data", "--partition", "1", stdin=b"plain\n"))
+
+    out = _ok(
+        env.run(
+            "consume", "cli-data", "--partition", "0", "--from-beginning", "--max-messages", "10",
+            "--print-key", "--key-separator", "=",
+        )
+    )  # fmt: skip
+    assert out.splitlines() == [f"k{i}=v{i}" for i in range(10)]
+
+    out = _ok(
+        env.run(
+            "consume", "cli-data", "--partition", "0", "--offset", "7", "--max-messages", "2",
+        )
+    )  # fmt: skip
+    assert out.splitlines() == ["v7", "v8"]
+
+    # Every partition from the beginning, stopping when idle: all 11 records.
+    result = env.run("consume", "cli-data", "--from-beginning", "--timeout-ms", "1500")
+    assert sorted(_ok(result).splitlines()) == sorted([f"v{i}" for i in range(10)] + ["plain"])
+    assert "Processed a total of 11 messages" in result.stderr
+
+    out = _ok(
+        env.run(
+            "consume", "cli-data", "--partition", "1", "--offset", "earliest",
+            "--max-messages", "1", "--print-timestamp", "--print-key",
+        )
+    )  # fmt: skip
+    timestamp, key, value = out.rstrip("\n").split("\t")
+    assert timestamp.startswith("CreateTime:") and int(timestamp.split(":")[1]) > 0
+    assert (key, value) == ("null", "plain")
+
+
+def _assert_one_line_error(run: subprocess.CompletedProcess[bytes], name: str) -> None:
+    stderr = run.stderr.decode()
+    assert run.returncode != 0, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert name in lines[0], stderr
+
+
+def test_errors_are_one_line_without_traceback(env: Env) -> None:
+    """The real command, for an unknown topic (describe, produce, consume), a bad
+    config value, and an unreachable bootstrap server (bounded by --api-timeout-ms):
+    one line naming Kafka's error on stderr, a non-zero exit, no traceback."""
+    bootstrap = ["--bootstrap-server", env.bootstrap]
+    _assert_one_line_error(
+        _raftka("topics", "describe", "--topic", "no-such-topic", *bootstrap),
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    _assert_one_line_error(
+        _raftka("produce", "no-such-topic", *bootstrap, stdin=b"x\n"),
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    _assert_one_line_error(
+        _raftka("consume", "no-such-topic", "--max-messages", "1", *bootstrap),
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    _assert_one_line_error(
+        _raftka(
+            "topics", "create", "--topic", "bad-config", "--config", "retention.ms=forever",
+            *bootstrap,
+        ),
+        "INVALID_CONFIG",
+    )  # fmt: skip
+    started = time.monotonic()
+    _assert_one_line_error(
+        _raftka("topics", "list", "--bootstrap-server", "127.0.0.1:1", "--api-timeout-ms", "1500"),
+        "NETWORK_EXCEPTION",
+    )
+    assert time.monotonic() - started < 30, "the unreachable bootstrap was not bounded"
+
+
+# --------------------------------------------------------------------- delete_records
+
+
+def _log_start_on_disk(env: Env, broker_id: int, topic: str) -> int:
+    path = env.brokers[broker_id].data_dir / "logs" / f"{topic}-0" / "log-start-offset-checkpoint"
+    lines = path.read_text().split("\n")
+    return int(lines[2])
+
+
+def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
+    """100 records, delete before 40: the low watermark answered is 40, ListOffsets
+    earliest is 40, every replica's log start checkpoint on disk is 40 (followers
+    follow the leader), a consumer seeking to 10 is reset by auto_offset_reset
+    (earliest -> 40, latest -> 100) or gets OFFSET_OUT_OF_RANGE with none; an offset
+    above the high watermark is OFFSET_OUT_OF_RANGE; -1 means the high watermark."""
+    topic = "delete-records"
+    env.admin.create_topics([NewTopic(topic, 1, 3)], timeout_ms=API_TIMEOUT_MS)
+    env.wait_known(topic, 1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(100):
+            producer.send(topic, b"%d" % i, partition=0)
+        producer.flush(API_TIMEOUT_MS)
+
+    assert env.admin.delete_records({tp: 40}, timeout_ms=API_TIMEOUT_MS) == {tp: 40}
+    assert env.admin.list_offsets({tp: "earliest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset == 40
+    assert {b: _log_start_on_disk(env, b, topic) for b in env.brokers.ids} == {
+        b: 40 for b in env.brokers.ids
+    }
+    # Deleting below the current start again changes nothing.
+    assert env.admin.delete_records({tp: 20}, timeout_ms=API_TIMEOUT_MS) == {tp: 40}
+
+    for reset, expected in (("earliest", 40), ("latest", 100)):
+        with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset=reset) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 10)
+            deadline = time.monotonic() + DEADLINE_S
+            if reset == "earliest":
+                got: list[int] = []
+                while not got:
+                    assert time.monotonic() < deadline, "no record after the reset"
+                    got = [r.offset for rs in consumer.poll(1_000).values() for r in rs]
+                assert got[0] == expected
+            else:
+                while consumer.position(tp, API_TIMEOUT_MS) != expected:
+                    assert time.monotonic() < deadline, "the position was not reset to latest"
+                    consumer.poll(200)
+    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 10)
+        with pytest.raises(OffsetOutOfRangeError):
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                consumer.poll(500)
+
+    with pytest.raises(OffsetOutOfRangeError):
+        env.admin.delete_records({tp: 101}, timeout_ms=API_TIMEOUT_MS)
+    assert env.admin.delete_records({tp: -1}, timeout_ms=API_TIMEOUT_MS) == {tp: 100}
+    assert env.admin.list_offsets({tp: "earliest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset == 100
+
+
+def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:
+    """SIGINT to a running ``raftka produce`` (stdin still open, one line sent) and to a
+    ``raftka consume`` (waiting for more after printing one record): both exit 0
+    without a traceback; the record produced arrived; consume reports its count."""
+    topic = "cli-interrupt"
+    env.admin.create_topics([NewTopic(topic, 1, 3)], timeout_ms=API_TIMEOUT_MS)
+    env.wait_known(topic, 1)
+    tp = TopicPartition(topic, 0)
+    bootstrap = ["--bootstrap-server", env.bootstrap]
+    produce = subprocess.Popen(
+        [sys.executable, "-m", "raftka", "produce", topic, *bootstrap],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert produce.stdin is not None
+        produce.stdin.write(b"first\n")
+        produce.stdin.flush()
+        wait_for(
+            lambda: env.admin.list_offsets({tp: "latest"})[tp].offset == 1,
+            timeout_s=DEADLINE_S,
+            message="the produced line never arrived",
+        )
+        produce.send_signal(signal.SIGINT)
+        _, stderr = produce.communicate(timeout=DEADLINE_S)
+    finally:
+        produce.kill()
+    assert produce.returncode == 0, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
+
+    consume = subprocess.Popen(
+        [sys.executable, "-m", "raftka", "consume", topic, "--from-beginning", *bootstrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert consume.stdout is not None
+        ready, _, _ = select.select([consume.stdout], [], [], DEADLINE_S)
+        assert ready, "consume printed nothing"
+        assert consume.stdout.readline() == b"first\n"
+        consume.send_signal(signal.SIGINT)
+        _, stderr = consume.communicate(timeout=DEADLINE_S)
+    finally:
+        consume.kill()
+    assert consume.returncode == 0, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
+    assert b"Processed a total of 1 messages" in stderr, stderr.decode()

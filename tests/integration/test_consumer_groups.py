@@ -1,0 +1,603 @@
+"""Consumer groups end to end: 3 controllers + 3 brokers + consumers as real processes.
+
+One module-scoped cluster (``env``) serves every test; each test uses its own topic and
+group. The brokers run with ``offsets.topic.num.partitions=3`` and a 100 ms initial
+rebalance delay; consumers with a 3 s session and 300 ms heartbeats. Checked from the
+outside, through the public clients:
+
+- membership: 3 members share 6 partitions (each exactly once), a 4th member (its own
+  process) joins and the partitions spread over 4, then it is killed with SIGKILL and
+  its partitions move to the others within the session timeout;
+- at-least-once under churn: 20k records consumed with commit-after-processing while
+  members join, leave, crash (SIGKILL of a member process) and while the coordinator's
+  broker is killed and restarted: every record is processed, duplicates stay below what
+  could have been uncommitted at each disturbance;
+- within one generation no partition has two owners (every member logs (generation,
+  member, partitions) at each assignment, in process or not);
+- a restarted consumer resumes from the committed offset; ``auto_offset_reset`` applies
+  only when the group has no committed offset;
+- committed offsets survive a kill -9 of the coordinator's broker.
+
+Every client call has a timeout; waits poll a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.client import Admin, AsyncConsumer, NewTopic, Producer, TopicPartition
+from raftka.client.consumer.listener import ConsumerRebalanceListener
+from raftka.client.errors import CommitFailedError, RebalanceInProgressError
+from raftka.client.structs import OffsetAndMetadata
+from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local.brokers import LocalBrokers
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 30.0
+API_TIMEOUT_MS = 20_000
+SESSION_TIMEOUT_MS = 3_000
+HEARTBEAT_INTERVAL_MS = 300
+MAX_POLL_RECORDS = 200
+GROUP_OPTIONS: dict[str, Any] = {
+    "session_timeout_ms": SESSION_TIMEOUT_MS,
+    "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+    "max_poll_interval_ms": 15_000,
+    "request_timeout_ms": 5_000,
+    "retry_backoff_ms": 50,
+    "fetch_max_wait_ms": 100,
+    "max_poll_records": MAX_POLL_RECORDS,
+    "default_api_timeout_ms": API_TIMEOUT_MS,
+}
+
+# A group member in its own process, for a real SIGKILL. It logs one JSON line per
+# assignment and per processed batch (before committing it) to its output file.
+MEMBER_SCRIPT = r"""
+import json, sys
+from raftka.client import Consumer
+from raftka.client.consumer.listener import ConsumerRebalanceListener
+from raftka.client.errors import CommitFailedError, RebalanceInProgressError
+bootstrap, group, topic, out_path, options = sys.argv[1:6]
+out = open(out_path, "a", buffering=1)
+consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                    enable_auto_commit=False, client_id="proc", **json.loads(options))
+class Log(ConsumerRebalanceListener):
+    def on_partitions_assigned(self, assigned):
+        md = consumer.group_metadata()
+        mine = sorted(p.partition for p in consumer.assignment())
+        out.write(json.dumps({"kind": "assigned", "generation": md.generation_id,
+            "member": md.member_id, "partitions": mine}) + "\n")
+consumer.subscribe([topic], listener=Log())
+while True:
+    batch = consumer.poll(500)
+    values = [int(r.value) for rs in batch.values() for r in rs]
+    if values:
+        out.write(json.dumps({"kind": "processed", "values": values}) + "\n")
+        out.flush()
+        try:
+            consumer.commit(timeout_ms=10000)
+        except (CommitFailedError, RebalanceInProgressError):
+            pass
+"""
+
+
+@dataclass
+class Env:
+    cluster: LocalCluster
+    brokers: LocalBrokers
+    admin: Admin
+    tmp: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return self.brokers.bootstrap_servers
+
+    def topic(self, name: str, partitions: int) -> str:
+        self.admin.create_topics(
+            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": "2"})],
+            timeout_ms=API_TIMEOUT_MS,
+        )
+
+        def known() -> bool:
+            for b in self.brokers.ids:
+                md = self.brokers.metadata(b) if self.brokers[b].running else None
+                topics = {t["name"]: t for t in (md or {"topics": []})["topics"]}
+                t = topics.get(name)
+                if t is None or any(p["leader"] < 0 for p in t["partitions"]):
+                    return False
+            return True
+
+        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{name} not known everywhere")
+        return name
+
+    def produce(
+        self, topic: str, count: int, *, chunk: int | None = None, pace_s: float = 0
+    ) -> None:
+        """Records with values ``0..count-1``; in chunks ``pace_s`` apart when asked
+        (so that consumers are still busy while the test disturbs the group)."""
+        chunk = chunk or count
+        with Producer(bootstrap_servers=self.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+            for start in range(0, count, chunk):
+                for i in range(start, min(start + chunk, count)):
+                    producer.send(topic, str(i).encode(), key=str(i).encode())
+                producer.flush(API_TIMEOUT_MS)
+                time.sleep(pace_s)  # pacing the load, not synchronisation
+
+    def coordinator_of(self, group: str) -> int:
+        """The broker id coordinating ``group``, asked of any running broker."""
+
+        def find() -> int | None:
+            for b in self.brokers.ids:
+                if not self.brokers[b].running:
+                    continue
+                try:
+                    _, answer = http_json(
+                        self.brokers[b].address,
+                        "/v1/find-coordinator",
+                        method="POST",
+                        body={"key": group},
+                    )
+                except OSError:
+                    continue
+                if isinstance(answer, dict) and answer.get("error") is None:
+                    node = int(answer["node_id"])
+                    if self.brokers[node].running:
+                        return node
+            return None
+
+        found: int = wait_for(find, timeout_s=DEADLINE_S, message=f"no coordinator for {group}")
+        return found
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp: Path = tmp_path_factory.mktemp("groups")
+    with LocalCluster(tmp, extra_properties={"broker.session.timeout.ms": "2500"}) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        props = {
+            "replica.lag.time.max.ms": "1500",
+            "offsets.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "100",
+            "group.min.session.timeout.ms": "1000",
+        }
+        with LocalBrokers(cluster, extra_properties=props) as brokers:
+            brokers.start()
+            with Admin(
+                bootstrap_servers=brokers.bootstrap_servers,
+                default_api_timeout_ms=API_TIMEOUT_MS,
+            ) as admin:
+                yield Env(cluster, brokers, admin, tmp)
+
+
+# ---------------------------------------------------------------------------------------
+# In-process members (async consumers on the test's loop)
+
+
+@dataclass
+class Ledger:
+    """What every member saw: assignments (generation, member, partitions) and the
+    values it processed (before committing them)."""
+
+    assignments: list[tuple[int, str, frozenset[int]]] = field(default_factory=list)
+    processed: list[int] = field(default_factory=list)
+
+    def read_process_log(self, path: Path) -> None:
+        if not path.exists():
+            return
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # the last line of a killed process may be cut
+            if entry["kind"] == "assigned":
+                self.assignments.append(
+                    (entry["generation"], entry["member"], frozenset(entry["partitions"]))
+                )
+            else:
+                self.processed.extend(entry["values"])
+
+    def check_one_owner_per_generation(self) -> None:
+        owners: dict[tuple[int, int], str] = {}
+        for generation, member, partitions in self.assignments:
+            for p in partitions:
+                other = owners.setdefault((generation, p), member)
+                assert other == member, (
+                    f"partition {p} owned by {other} and {member} in generation {generation}"
+                )
+
+
+class Member:
+    """An AsyncConsumer polling in a task, committing after processing each batch."""
+
+    def __init__(self, env: Env, group: str, topic: str, ledger: Ledger, **options: Any) -> None:
+        self.ledger = ledger
+        self.consumer = AsyncConsumer(
+            bootstrap_servers=env.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **{**GROUP_OPTIONS, **options},
+        )
+        member = self
+
+        class Log(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                md = member.consumer.group_metadata()
+                ledger.assignments.append(
+                    (
+                        md.generation_id,
+                        md.member_id,
+                        frozenset(tp.partition for tp in member.consumer.assignment()),
+                    )
+                )
+
+        self.consumer.subscribe([topic], listener=Log())
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            batch = await self.consumer.poll(200)
+            values = [int(r.value) for rs in batch.values() for r in rs]
+            if not values:
+                continue
+            self.ledger.processed.extend(values)
+            # On a rebalance the commit fails: the new owner starts from the last commit.
+            with contextlib.suppress(CommitFailedError, RebalanceInProgressError):
+                await self.consumer.commit(timeout_ms=10_000)
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def generation(self) -> int:
+        return self.consumer.group_metadata().generation_id
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.consumer.close()
+
+
+class ProcessMember:
+    """A member in its own process (MEMBER_SCRIPT), for a real SIGKILL."""
+
+    def __init__(self, env: Env, group: str, topic: str, out: Path) -> None:
+        options = {k: v for k, v in GROUP_OPTIONS.items() if k != "default_api_timeout_ms"}
+        self._stderr = out.with_suffix(".err").open("wb")
+        self.popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                MEMBER_SCRIPT,
+                env.bootstrap,
+                group,
+                topic,
+                str(out),
+                json.dumps(options),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL (no leave, no commit) and reap."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+        self._stderr.close()
+
+
+async def _wait(cond: Any, message: str, timeout_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, message() if callable(message) else message
+        await asyncio.sleep(0.05)  # polling a condition with a deadline
+
+
+def _balanced(members: list[Member], partitions: int, extra: set[int] | None = None) -> bool:
+    owned = [m.partitions() for m in members] + ([extra] if extra is not None else [])
+    flat = [p for s in owned for p in s]
+    return sorted(flat) == list(range(partitions)) and all(owned)
+
+
+def test_members_share_partitions_and_rebalance(env: Env) -> None:
+    """3 members cover 6 partitions once each; a 4th (a process) joins and the 6 spread
+    over 4; SIGKILL of the 4th gives its partitions back to the 3 within the session
+    timeout (plus one heartbeat and the rebalance)."""
+    topic = env.topic("share", 6)
+    group = "share-group"
+    out = env.tmp / "share-member.jsonl"
+    ledger = Ledger()
+
+    async def scenario() -> None:
+        members = [Member(env, group, topic, ledger) for _ in range(3)]
+        try:
+            await _wait(
+                lambda: _balanced(members, 6) and len({m.generation() for m in members}) == 1,
+                lambda: (
+                    f"3 members did not share 6 partitions: {[m.partitions() for m in members]}"
+                ),
+            )
+            proc = ProcessMember(env, group, topic, out)
+            try:
+
+                def four_way() -> bool:
+                    mine = [m.partitions() for m in members]
+                    return sum(map(len, mine)) == 4 and all(len(s) >= 1 for s in mine)
+
+                await _wait(
+                    four_way, lambda: f"no 4-way split: {[m.partitions() for m in members]}"
+                )
+            finally:
+                proc.kill()
+            killed_at = time.monotonic()
+            await _wait(
+                lambda: _balanced(members, 6),
+                lambda: f"partitions not back: {[m.partitions() for m in members]}",
+            )
+            elapsed = time.monotonic() - killed_at
+            assert elapsed < SESSION_TIMEOUT_MS / 1000 + 3, f"took {elapsed:.1f} s"
+        finally:
+            for m in members:
+                await m.close()
+
+    asyncio.run(scenario())
+    ledger.read_process_log(out)
+    ledger.check_one_owner_per_generation()
+    assert any(member.startswith("proc") for _, member, _ in ledger.assignments)
+
+
+def test_at_least_once_under_churn_and_coordinator_kill(env: Env) -> None:
+    """20k records, commit after processing, members joining, leaving, crashing
+    (SIGKILL) and the coordinator's broker killed (kill -9) and restarted: every record
+    processed; duplicates <= disturbances x members x max_poll_records; one owner per
+    partition per generation."""
+    topic = env.topic("churn", 6)
+    group = "churn-group"
+    total = 20_000
+    ledger = Ledger()
+    out = env.tmp / "churn-member.jsonl"
+    disturbances = 0
+
+    def progress() -> int:
+        return len(set(ledger.processed))
+
+    async def scenario() -> None:
+        nonlocal disturbances
+        # About 10 s of load, so that every disturbance below hits a busy group.
+        producing = asyncio.create_task(
+            asyncio.to_thread(env.produce, topic, total, chunk=500, pace_s=0.2)
+        )
+        a = Member(env, group, topic, ledger)
+        b = Member(env, group, topic, ledger)
+        members = [a, b]
+        proc = None
+        try:
+            await _wait(lambda: progress() > 2_000, "no progress with 2 members")
+            proc = ProcessMember(env, group, topic, out)  # joins
+            disturbances += 1
+            await _wait(lambda: out.exists() and "processed" in out.read_text(), "member idle")
+            proc.kill()  # crashes
+            disturbances += 1
+            await b.close()  # leaves
+            members.remove(b)
+            disturbances += 1
+            c = Member(env, group, topic, ledger)  # joins
+            members.append(c)
+            disturbances += 1
+            before = progress()
+            await _wait(lambda: progress() > before + 1_000, "no progress after churn")
+            coordinator = env.coordinator_of(group)
+            await asyncio.to_thread(env.brokers[coordinator].kill)
+            disturbances += 1
+            before = progress()
+            await _wait(lambda: progress() > before + 500, "no progress without the coordinator")
+            await asyncio.to_thread(env.brokers[coordinator].start)
+            await asyncio.to_thread(env.brokers.wait_unfenced, coordinator)
+            await producing
+            await _wait(
+                lambda: len(set(ledger.processed) | _process_values(out)) >= total,
+                lambda: f"only {progress()} of {total} records processed",
+                timeout_s=60,
+            )
+        finally:
+            producing.cancel()
+            if proc is not None:
+                proc.kill()
+            for m in members:
+                await m.close()
+
+    asyncio.run(scenario())
+    ledger.read_process_log(out)
+    seen = Counter(ledger.processed)
+    missing = set(range(total)) - set(seen)
+    assert not missing, f"{len(missing)} records never processed, e.g. {sorted(missing)[:5]}"
+    duplicates = sum(seen.values()) - total
+    bound = disturbances * 3 * MAX_POLL_RECORDS
+    assert duplicates <= bound, f"{duplicates} duplicates > {bound}"
+    ledger.check_one_owner_per_generation()
+
+
+def _process_values(path: Path) -> set[int]:
+    ledger = Ledger()
+    ledger.read_process_log(path)
+    return set(ledger.processed)
+
+
+def test_restart_resumes_from_committed_offset(env: Env) -> None:
+    """With no committed offset, auto_offset_reset decides (latest: nothing old is
+    read); after a commit at offset 30, a new consumer of the group starts at 30 even
+    with auto_offset_reset=latest."""
+    topic = env.topic("resume", 1)
+    group = "resume-group"
+    env.produce(topic, 50)
+    tp = TopicPartition(topic, 0)
+
+    async def scenario() -> None:
+        options = {**GROUP_OPTIONS, "enable_auto_commit": False}
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap, group_id=group, auto_offset_reset="latest", **options
+        ) as first:
+            first.subscribe([topic])
+            await _wait_assigned(first)
+            assert await first.position(tp, timeout_ms=API_TIMEOUT_MS) == 50
+            assert await first.committed([tp], timeout_ms=API_TIMEOUT_MS) == {tp: None}
+            await first.commit({tp: OffsetAndMetadata(30, "", None)}, timeout_ms=API_TIMEOUT_MS)
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap, group_id=group, auto_offset_reset="latest", **options
+        ) as second:
+            second.subscribe([topic])
+            got: list[int] = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 20:
+                assert time.monotonic() < deadline, f"read {got}"
+                batch = await second.poll(500)
+                got.extend(r.offset for rs in batch.values() for r in rs)
+            assert got[:20] == list(range(30, 50))
+
+    asyncio.run(scenario())
+
+
+async def _wait_assigned(consumer: AsyncConsumer) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "no assignment"
+        await consumer.poll(100)
+
+
+def test_committed_offsets_survive_coordinator_kill(env: Env) -> None:
+    """Offsets committed (acks=all on __consumer_offsets) are read back from the next
+    coordinator after a kill -9 of the one that took them, and after its restart."""
+    topic = env.topic("survive", 3)
+    group = "survive-group"
+    offsets = {TopicPartition(topic, p): OffsetAndMetadata(10 + p, f"m{p}", None) for p in range(3)}
+
+    async def committed() -> dict[TopicPartition, OffsetAndMetadata | None]:
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap, group_id=group, **GROUP_OPTIONS
+        ) as consumer:
+            return await consumer.committed(list(offsets), timeout_ms=API_TIMEOUT_MS)
+
+    async def commit() -> None:
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            **GROUP_OPTIONS,
+        ) as consumer:
+            consumer.assign(list(offsets))
+            await consumer.commit(offsets, timeout_ms=API_TIMEOUT_MS)
+
+    asyncio.run(commit())
+    coordinator = env.coordinator_of(group)
+    env.brokers[coordinator].kill()
+    try:
+        assert env.coordinator_of(group) != coordinator
+        assert asyncio.run(committed()) == offsets
+    finally:
+        env.brokers[coordinator].start()
+        env.brokers.wait_unfenced(coordinator)
+    assert asyncio.run(committed()) == offsets
+
+
+def test_subscribe_and_assign_are_exclusive(env: Env) -> None:
+    """subscribe() after assign() and assign() after subscribe() raise IllegalStateError;
+    subscribe() without group_id too."""
+    from raftka.client.errors import IllegalStateError
+
+    consumer = AsyncConsumer(bootstrap_servers=env.bootstrap, group_id="x")
+    consumer.assign([TopicPartition("t", 0)])
+    with pytest.raises(IllegalStateError, match="assign"):
+        consumer.subscribe(["t"])
+    other = AsyncConsumer(bootstrap_servers=env.bootstrap, group_id="x")
+    other.subscribe(["t"])
+    with pytest.raises(IllegalStateError, match="subscribe"):
+        other.assign([TopicPartition("t", 0)])
+    with pytest.raises(IllegalStateError, match="group_id"):
+        AsyncConsumer(bootstrap_servers=env.bootstrap).subscribe(["t"])
+
+
+def test_groups_command(env: Env) -> None:
+    """``raftka groups``: list and describe (state, member with its assignment,
+    committed offset, log end, lag) an active group; reset-offsets is refused while it
+    is active, plans without --execute and applies with it once the group is empty;
+    delete removes it."""
+    from click.testing import CliRunner
+
+    from raftka.client.cli.groups import groups_command
+
+    topic = env.topic("cli", 2)
+    group = "cli-group"
+    env.produce(topic, 40)
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(
+            groups_command, [*args, "--bootstrap-server", env.bootstrap], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    async def active_then_closed() -> None:
+        options = {**GROUP_OPTIONS, "enable_auto_commit": False}
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap, group_id=group, auto_offset_reset="earliest", **options
+        ) as consumer:
+            consumer.subscribe([topic])
+            read = 0
+            deadline = time.monotonic() + DEADLINE_S
+            while read < 40:
+                assert time.monotonic() < deadline, f"read {read} of 40"
+                read += sum(len(rs) for rs in (await consumer.poll(500)).values())
+            await consumer.commit(
+                {TopicPartition(topic, 0): OffsetAndMetadata(5, "", None)},
+                timeout_ms=API_TIMEOUT_MS,
+            )
+            await asyncio.to_thread(check_active, consumer.group_metadata().member_id)
+
+    def check_active(member_id: str) -> None:
+        assert group in run("list")
+        described = run("describe", group)
+        assert "state Stable" in described and member_id in described, described
+        line = next(x for x in described.splitlines() if x.startswith(f"{topic}\t0\t"))
+        _, _, current, end, lag, owner = line.split("\t")
+        assert int(current) == 5 and int(lag) == int(end) - 5 and owner == member_id, line
+        refused = runner.invoke(
+            groups_command,
+            [
+                "reset-offsets",
+                group,
+                "--topic",
+                topic,
+                "--to-earliest",
+                "--execute",
+                "--bootstrap-server",
+                env.bootstrap,
+            ],
+        )
+        assert refused.exit_code == 1 and "NON_EMPTY_GROUP" in refused.output, refused.output
+
+    asyncio.run(active_then_closed())
+    plan = run("reset-offsets", group, "--topic", topic, "--to-latest")
+    assert "Dry run" in plan
+    run("reset-offsets", group, "--topic", topic, "--shift-by", "-100", "--execute")
+    described = run("describe", group)
+    assert "state Empty" in described
+    for p in range(2):
+        line = next(x for x in described.splitlines() if x.startswith(f"{topic}\t{p}\t"))
+        assert line.split("\t")[2] == "0", line
+    run("delete", group)
+    assert group not in run("list")

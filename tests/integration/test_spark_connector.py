@@ -1,0 +1,333 @@
+"""The PySpark connector (format "raftka") against a real cluster and a local Spark.
+
+One module-scoped raftka cluster (3 controllers + 3 brokers on loopback) and one
+session-scoped SparkSession (``local[2]``) serve every test; each test uses its own
+topics. Nothing calls ``spark.dataSource.register``: the format is found through the
+installed ``pyspark_raftka`` module, so every test also checks the auto-registration.
+
+- a batch read of a 3-partition topic returns exactly the records produced (keys,
+  values, headers, offsets, timestamps), and startingOffsets/endingOffsets JSON select
+  exact ranges;
+- a streaming read -> transform -> write with availableNow and maxOffsetsPerTrigger,
+  run, grown (more records and a new partition), its last commits/N lost, and run
+  again from its checkpoint: every input record reaches the output exactly once, Spark
+  did replay batch N, and every micro-batch stayed within the limit; the same
+  scenario with replayProtection=false writes the replayed batch twice (the control
+  that shows the check can fail);
+- bad options fail with a message naming the option.
+
+Skipped (with the reason) only when pyspark, pyarrow or Java is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.client import Admin, Consumer, NewPartitions, NewTopic, Producer, TopicPartition
+from raftka.local import LocalCluster, wait_for
+from raftka.local.brokers import LocalBrokers
+
+pytestmark = pytest.mark.slow
+
+for _module in ("pyspark", "pyarrow"):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(
+            f"{_module} is not installed (pip install raftka[spark])", allow_module_level=True
+        )
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java runtime (java not on PATH, JAVA_HOME unset)", allow_module_level=True)
+
+DEADLINE_S = 30.0
+API_TIMEOUT_MS = 20_000
+QUERY_TIMEOUT_S = 120
+
+
+@dataclass
+class Env:
+    cluster: LocalCluster
+    brokers: LocalBrokers
+    admin: Admin
+    tmp: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return self.brokers.bootstrap_servers
+
+    def topic(self, name: str, partitions: int = 3) -> str:
+        """Create a topic (RF 3, min ISR 2) and wait until every broker knows its leaders."""
+        self.admin.create_topics(
+            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": "2"})],
+            timeout_ms=API_TIMEOUT_MS,
+        )
+        self.wait_partitions(name, partitions)
+        return name
+
+    def wait_partitions(self, name: str, partitions: int) -> None:
+        def known() -> bool:
+            for b in self.brokers.ids:
+                md = self.brokers.metadata(b) or {"topics": []}
+                t = {t["name"]: t for t in md["topics"]}.get(name)
+                if t is None or len(t["partitions"]) != partitions:
+                    return False
+                if any(p["leader"] < 0 for p in t["partitions"]):
+                    return False
+            return True
+
+        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{name} not known everywhere")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp: Path = tmp_path_factory.mktemp("spark")
+    with LocalCluster(tmp / "cluster") as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(cluster) as brokers:
+            brokers.start()
+            with Admin(
+                bootstrap_servers=brokers.bootstrap_servers,
+                default_api_timeout_ms=API_TIMEOUT_MS,
+            ) as admin:
+                yield Env(cluster, brokers, admin, tmp)
+
+
+def _registration_path() -> str | None:
+    """The folder holding pyspark_raftka.py when Spark's Python workers would not find it
+    by themselves: an editable install maps modules through an import hook that
+    pkgutil.iter_modules (PySpark's lookup) does not see. A regular install (CI's
+    ``pip install .[dev]``) puts it in site-packages and needs nothing."""
+    import pkgutil
+
+    if any(m.name == "pyspark_raftka" for m in pkgutil.iter_modules()):
+        return None
+    import raftka
+
+    src = Path(raftka.__file__ or "").resolve().parents[1]
+    assert (src / "pyspark_raftka.py").is_file(), f"pyspark_raftka.py not found in {src}"
+    return str(src)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The workers must run this interpreter (the one with raftka and pyarrow).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    extra = _registration_path()
+    if extra is not None:
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (extra, os.environ.get("PYTHONPATH", "")) if p
+        )
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("raftka-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _produce(env: Env, topic: str, records: list[tuple[int, bytes, int]]) -> list[Any]:
+    """(partition, value, timestamp_ms) each, keyed and with a header; the metadata of
+    every acknowledged record."""
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        futures = [
+            producer.send(
+                topic,
+                value,
+                key=b"k-" + value,
+                partition=p,
+                timestamp_ms=ts,
+                headers=[("h", value[:3])],
+            )
+            for p, value, ts in records
+        ]
+        producer.flush(API_TIMEOUT_MS)
+        return [f.result(0) for f in futures]
+
+
+def _values(env: Env, topic: str, partitions: int) -> list[bytes]:
+    """Every value in the topic, read with the plain consumer."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign(tps)
+        expected = sum(consumer.end_offsets(tps, API_TIMEOUT_MS).values())
+        got: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < expected:
+            assert time.monotonic() < deadline, f"read {len(got)} of {expected} from {topic}"
+            for records in consumer.poll(1_000).values():
+                got.extend(r.value or b"" for r in records)
+    return got
+
+
+def _read(spark: Any, env: Env, **options: str) -> Any:
+    reader = spark.read.format("raftka").option("bootstrap.servers", env.bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_batch_read_returns_exact_records_and_ranges(spark: Any, env: Env) -> None:
+    """90 records over 3 partitions with chosen timestamps: the batch read returns each
+    once with its partition, acknowledged offset, timestamp, key and header; offsets
+    JSON (with -2 / -1) selects exactly the asked ranges."""
+    topic = env.topic("batch-read")
+    base_ms = 1_700_000_000_000
+    wanted = [(i % 3, b"v%03d" % i, base_ms + i * 1000) for i in range(90)]
+    acked = _produce(env, topic, wanted)
+    rows = _read(spark, env, subscribe=topic, includeHeaders="true").collect()
+    got = {
+        (r.partition, r.offset): (
+            r.key,
+            r.value,
+            int(r.timestamp.timestamp() * 1000),
+            r.timestampType,
+            [(h.key, h.value) for h in r.headers],
+            r.topic,
+        )
+        for r in rows
+    }
+    assert len(rows) == len(got) == 90
+    for (_p, value, ts), md in zip(wanted, acked, strict=True):
+        assert got[(md.partition, md.offset)] == (
+            b"k-" + value,
+            value,
+            ts,
+            0,
+            [("h", value[:3])],
+            topic,
+        )
+
+    ranged = _read(
+        spark,
+        env,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}": {{"0": 5, "1": -2, "2": 29}}}}',
+        endingOffsets=f'{{"{topic}": {{"0": 8, "1": 2, "2": -1}}}}',
+    ).collect()
+    assert sorted((r.partition, r.offset) for r in ranged) == [
+        (0, 5),
+        (0, 6),
+        (0, 7),
+        (1, 0),
+        (1, 1),
+        (2, 29),
+    ]
+
+
+def _run_available_now(
+    spark: Any, env: Env, source: str, sink: str, checkpoint: Path, *, protect: bool
+) -> list[dict[str, Any]]:
+    """read -> upper-case the value -> write, availableNow, 40 records per trigger at
+    most; the query's progress reports."""
+    query = (
+        spark.readStream.format("raftka")
+        .option("bootstrap.servers", env.bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "40")
+        .load()
+        .selectExpr("key", "upper(cast(value as string)) AS value")
+        .writeStream.format("raftka")
+        .option("bootstrap.servers", env.bootstrap)
+        .option("topic", sink)
+        .option("replayProtection", str(protect).lower())
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    finished = query.awaitTermination(QUERY_TIMEOUT_S)
+    assert finished, f"the availableNow query did not finish in {QUERY_TIMEOUT_S} s"
+    assert query.exception() is None, query.exception()
+    return [dict(p) for p in query.recentProgress]
+
+
+def _lose_last_commit(checkpoint: Path) -> int:
+    """Delete Spark's last commits/N (and its .N.crc), as a crash between the sink
+    commit and Spark's own commit file would leave it; returns N."""
+    commits = checkpoint / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    (commits / str(last)).unlink()
+    crc = commits / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    return last
+
+
+@pytest.mark.parametrize("protect", [True, False], ids=["replay-protected", "unprotected"])
+def test_streaming_restart_and_replayed_batch(spark: Any, env: Env, protect: bool) -> None:
+    """100 records, an availableNow run (3 batches of <= 40), then 60 more records and a
+    4th partition (created while the query is stopped; its records must be read from
+    its earliest offset), the last commits/N deleted, and a second run from the same
+    checkpoint. Spark replays batch N; with replay protection every input value reaches
+    the output exactly once, without it batch N's records appear twice."""
+    name = "protected" if protect else "unprotected"
+    source = env.topic(f"stream-in-{name}")
+    sink = env.topic(f"stream-out-{name}")
+    checkpoint = env.tmp / f"checkpoint-{name}"
+    first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
+    _produce(env, source, first)
+    progress1 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+
+    env.admin.create_partitions({source: NewPartitions(4)}, timeout_ms=API_TIMEOUT_MS)
+    env.wait_partitions(source, 4)
+    second = [(i % 4, b"e%04d" % i, 1_000 + i) for i in range(100, 160)]
+    _produce(env, source, second)
+    lost = _lose_last_commit(checkpoint)
+    progress2 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+
+    batches = [(p["batchId"], p["numInputRows"]) for p in progress1 + progress2]
+    assert all(rows <= 40 for _, rows in batches), batches
+    # Spark ran batch N again (its offsets were logged, its commit file was not).
+    replayed = progress2[0]["numInputRows"]
+    assert progress2[0]["batchId"] == lost and replayed > 0, batches
+    assert sum(rows for _, rows in batches) == 160 + replayed
+
+    expected = Counter(v.upper() for _, v, _ in first + second)
+    got = Counter(_values(env, sink, 3))
+    if protect:
+        assert got == expected
+    else:
+        assert set(got) == set(expected)
+        assert sum(got.values()) == 160 + replayed
+
+
+def test_bad_options_name_the_option(spark: Any, env: Env) -> None:
+    """Two subscription options, malformed offsets JSON and an unknown topic (with the
+    default failOnDataLoss=true) each fail when the query is planned, with a message
+    naming the option."""
+    topic = env.topic("bad-options", partitions=1)
+    cases = [
+        ({"subscribe": topic, "subscribePattern": "bad.*"}, "subscribePattern"),
+        ({"subscribe": topic, "startingOffsets": '{"bad-options": {"0": }'}, "startingOffsets"),
+        ({"subscribe": topic, "endingOffsets": '{"bad-options": {"x": 3}}'}, "endingOffsets"),
+        ({"subscribe": "no-such-topic"}, "failOnDataLoss"),
+    ]
+    for options, named in cases:
+        with pytest.raises(Exception) as failure:
+            _read(spark, env, **options).collect()
+        assert named in str(failure.value), (options, str(failure.value)[:2000])

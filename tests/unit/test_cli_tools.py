@@ -1,0 +1,149 @@
+"""Unit tests of the client command line's pure parts (config parsing, line splitting,
+record and describe formatting, the one-line error text) and of DeleteRecords' pure
+core (target offset, low watermark) on a hand-driven PartitionState. No sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from raftka.broker.delete_records import low_watermark, target_offset
+from raftka.broker.replication import PartitionState, ReplicationConfig
+from raftka.client.admin import ConfigEntry
+from raftka.client.cli._common import error_line
+from raftka.client.cli.consume import format_record
+from raftka.client.cli.produce import split_line
+from raftka.client.cli.topics import format_description, parse_configs
+from raftka.client.errors import (
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from raftka.client.records.header import TimestampType
+from raftka.client.structs import ConsumerRecord, PartitionInfo, TopicDescription
+from raftka.raft.log.epoch_cache import LeaderEpochFileCache
+
+
+def test_parse_configs_splits_at_the_first_equals_and_rejects_bad_items() -> None:
+    """k=v pairs (a value may hold '='); an item without '=' or a name is a usage error
+    naming the option."""
+    assert parse_configs(["a=1", "b=x=y", "c="], "--config") == {"a": "1", "b": "x=y", "c": ""}
+    for bad in ("novalue", "=1"):
+        with pytest.raises(click.BadParameter, match="not name=value"):
+            parse_configs([bad], "--config")
+
+
+def test_split_line_with_and_without_a_key_separator() -> None:
+    """No separator: the whole line is the value; with one, the first occurrence splits
+    key from value; a line without it is an error."""
+    assert split_line(b"a:b:c", None) == (None, b"a:b:c")
+    assert split_line(b"a:b:c", b":") == (b"a", b"b:c")
+    assert split_line(b"::", b"::") == (b"", b"")
+    with pytest.raises(ValueError, match="no key separator"):
+        split_line(b"abc", b":")
+
+
+def _record(key: bytes | None, value: bytes | None) -> ConsumerRecord:
+    return ConsumerRecord("t", 0, 5, 1234, TimestampType.CREATE_TIME, key, value)
+
+
+def test_format_record_orders_timestamp_key_value() -> None:
+    """value alone; key and value joined by the separator; the timestamp first; null
+    for a missing key or value."""
+    sep = b"\t"
+    r = _record(b"k", b"v")
+    assert format_record(r, print_key=False, print_timestamp=False, separator=sep) == b"v\n"
+    assert format_record(r, print_key=True, print_timestamp=False, separator=b"=") == b"k=v\n"
+    assert (
+        format_record(r, print_key=True, print_timestamp=True, separator=sep)
+        == b"CreateTime:1234\tk\tv\n"
+    )
+    assert (
+        format_record(_record(None, None), print_key=True, print_timestamp=False, separator=sep)
+        == b"null\tnull\n"
+    )
+
+
+def test_format_description_shows_partitions_and_non_default_configs() -> None:
+    """kafka-topics' layout: a summary with only the non-default configs, then one line
+    per partition; a partition without a leader shows 'none'."""
+    description = TopicDescription(
+        "t",
+        "id1",
+        False,
+        (
+            PartitionInfo("t", 0, 101, 3, (101, 102), (101, 102)),
+            PartitionInfo("t", 1, None, 3, (102, 101), (102,)),
+        ),
+    )
+    configs = {
+        "retention.ms": ConfigEntry("retention.ms", "1000", "TOPIC", False, False, False),
+        "segment.ms": ConfigEntry("segment.ms", "604800000", "DEFAULT", True, False, False),
+    }
+    assert format_description(description, configs) == [
+        "Topic: t\tTopicId: id1\tPartitionCount: 2\tReplicationFactor: 2\t"
+        "Configs: retention.ms=1000",
+        "\tTopic: t\tPartition: 0\tLeader: 101\tReplicas: 101,102\tIsr: 101,102",
+        "\tTopic: t\tPartition: 1\tLeader: none\tReplicas: 102,101\tIsr: 102",
+    ]
+
+
+def test_error_line_is_one_line_with_kafkas_name() -> None:
+    """Kafka errors print their name and message; others their type; newlines fold."""
+    assert error_line(UnknownTopicOrPartitionError("no\ntopic")) == (
+        "UNKNOWN_TOPIC_OR_PARTITION: no topic"
+    )
+    assert error_line(OSError("boom")) == "OSError: boom"
+
+
+# --------------------------------------------------------------------- DeleteRecords
+
+
+def _leader(*, leo: int, hw: int) -> PartitionState:
+    epochs = LeaderEpochFileCache(Path("unused-leader-epoch-checkpoint"), [])
+    state = PartitionState(
+        topic="t",
+        partition=0,
+        local_broker_id=1,
+        epochs=epochs,
+        log_end_offset=leo,
+        high_watermark=hw,
+        config=ReplicationConfig(min_insync_replicas=1, replica_lag_time_max_ms=30_000),
+    )
+    state.make_leader(leader_epoch=1, partition_epoch=1, replicas=(1, 2, 3), isr=(1, 2), now_ms=0)
+    epochs.assign(1, leo, persist=False)
+    return state
+
+
+def test_target_offset_follows_kafkas_rules() -> None:
+    """Up to the HW is allowed; -1 means the HW; above it or another negative offset is
+    OFFSET_OUT_OF_RANGE; a non-leader answers NOT_LEADER_OR_FOLLOWER."""
+    state = _leader(leo=100, hw=80)
+    assert target_offset(state, 40) == 40
+    assert target_offset(state, 80) == 80
+    assert target_offset(state, -1) == 80
+    assert isinstance(target_offset(state, 81), OffsetOutOfRangeError)
+    assert isinstance(target_offset(state, -2), OffsetOutOfRangeError)
+    state.make_follower(
+        leader_id=2, leader_epoch=2, partition_epoch=2, replicas=(1, 2, 3), isr=(2,), now_ms=0
+    )
+    assert isinstance(target_offset(state, 10), NotLeaderOrFollowerError)
+
+
+def test_low_watermark_is_the_smallest_in_sync_log_start() -> None:
+    """The leader's start counts with each ISR follower's reported start (0 until it
+    fetched); a follower outside the ISR does not hold it back."""
+    state = _leader(leo=100, hw=100)
+    state.on_log_start_offset(log_start_offset=40)
+    assert low_watermark(state) == 0  # follower 2 has not reported yet
+    state.on_follower_fetch(
+        replica_id=2,
+        fetch_offset=100,
+        last_fetched_epoch=1,
+        broker_epoch=7,
+        now_ms=1,
+        follower_log_start_offset=40,
+    )
+    assert low_watermark(state) == 40  # replica 3 is not in the ISR (1, 2)

@@ -1,0 +1,109 @@
+"""deploy/ stays true: every config file parses with the readers the processes use, the
+hosts' addresses are consistent, and the systemd units name those files.
+
+Each ``deploy/config/hostN/controller.properties`` goes through
+``raftka.metadata.node_config.load_node_config`` and each ``broker.properties`` through
+``raftka.broker.config.load_broker_config`` (so an unknown key or a bad value fails
+here as it would at start-up). Then the addresses are checked against the table in
+``deploy/config/hosts``: every node listens on and advertises its own host's address,
+every file names the same voters, node ids are unique, and a broker's controllers are
+the voters. The units are read with configparser: ExecStart runs the installed
+``raftka`` with the config path the README installs, as a dedicated user, with
+Restart=, LimitNOFILE= and a state directory.
+"""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+import pytest
+
+from raftka.broker.config import BROKER_KEYS, load_broker_config
+from raftka.metadata.node_config import load_node_config
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CONFIG = DEPLOY / "config"
+
+
+def hosts() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for line in (CONFIG / "hosts").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, ip = line.split()
+            table[name] = ip
+    return table
+
+
+def test_hosts_table_has_three_distinct_addresses() -> None:
+    """The deployment is three hosts with three different addresses, one folder each."""
+    table = hosts()
+    assert len(table) == 3 and len(set(table.values())) == 3, table
+    assert sorted(p.name for p in CONFIG.iterdir() if p.is_dir()) == sorted(table)
+
+
+@pytest.mark.parametrize("host", sorted(hosts()))
+def test_controller_config_parses_and_uses_its_host_address(host: str) -> None:
+    """The controller file parses with the controller's reader, listens on and
+    advertises this host's address, and is this host's voter."""
+    ip = hosts()[host]
+    node = load_node_config(CONFIG / host / "controller.properties")
+    assert node.process_roles == ("controller",)
+    assert (node.listen_host, node.advertised_host) == (ip, ip)
+    assert node.voters[node.node_id] == (ip, node.listen_port)
+    assert {h for h, _ in node.voters.values()} == set(hosts().values())
+    assert node.controller.unclean_leader_election_enable is False
+
+
+@pytest.mark.parametrize("host", sorted(hosts()))
+def test_broker_config_parses_and_uses_its_host_address(host: str) -> None:
+    """The broker file parses with the broker's reader, listens on and advertises this
+    host's address, has min.insync.replicas=2, and its controllers are the voters."""
+    ip = hosts()[host]
+    broker = load_broker_config(CONFIG / host / "broker.properties")
+    controller = load_node_config(CONFIG / host / "controller.properties")
+    assert (broker.listen_host, broker.advertised_host) == (ip, ip)
+    assert broker.min_insync_replicas == 2
+    voters = sorted(controller.voters.items())
+    assert broker.controllers == tuple(f"{h}:{p}" for _, (h, p) in voters)
+    assert broker.listen_port != controller.listen_port
+
+
+def test_node_ids_unique_and_voters_identical() -> None:
+    """Six processes, six node ids; every file names the same quorum."""
+    ids: list[int] = []
+    voters = set()
+    for host in hosts():
+        node = load_node_config(CONFIG / host / "controller.properties")
+        broker = load_broker_config(CONFIG / host / "broker.properties")
+        ids += [node.node_id, broker.node_id]
+        voters.add(tuple(sorted(node.voters.items())))
+        voters.add(tuple(sorted(zip(broker.controller_ids, broker.controllers, strict=True))))
+    assert len(ids) == len(set(ids)) == 6, ids
+    controller_sets = {tuple(i for i, _ in v) for v in voters}
+    assert controller_sets == {(1, 2, 3)}, controller_sets
+
+
+@pytest.mark.parametrize("role", ["controller", "broker"])
+def test_systemd_unit(role: str) -> None:
+    """The unit runs ``raftka ROLE --config /etc/raftka/ROLE.properties`` as the raftka
+    user, restarts on failure, raises the open-file limit and owns /var/lib/raftka, the
+    parent of the data directories the configs name."""
+    unit = configparser.ConfigParser(strict=True, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # keys are case-sensitive
+    unit.read(DEPLOY / "systemd" / f"raftka-{role}.service")
+    service = unit["Service"]
+    assert service["ExecStart"].split()[1:] == [
+        role,
+        "--config",
+        f"/etc/raftka/{role}.properties",
+    ]
+    assert service["User"] == "raftka"
+    assert service["Restart"] in ("on-failure", "always")
+    assert int(service["LimitNOFILE"]) >= 65536
+    assert service["StateDirectory"] == "raftka"
+    assert service["KillSignal"] == "SIGTERM"
+    node = load_node_config(CONFIG / "host1" / f"{role}.properties", extra_keys=BROKER_KEYS)
+    data = node.metadata_log_dir if role == "controller" else Path(node.properties["log.dirs"])
+    assert data.is_relative_to("/var/lib/raftka"), data
+    assert "StartLimitIntervalSec" in unit["Unit"]

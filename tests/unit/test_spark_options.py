@@ -1,0 +1,263 @@
+"""The connector's pure cores: option parsing, offset JSON, planning, commit markers.
+
+No Spark and no sockets: options go in as the string mappings Spark passes, and each
+bad option must fail with a SparkOptionError whose message names that option.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raftka.client.spark.commit_log import (
+    CommitMarker,
+    decode_marker,
+    encode_marker,
+    last_committed,
+)
+from raftka.client.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsJsonError,
+    from_offset_dict,
+    parse_assign_json,
+    parse_offsets_json,
+    to_offset_dict,
+)
+from raftka.client.spark.options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    SparkOptionError,
+    parse_duration_ms,
+    parse_sink_options,
+    parse_source_options,
+)
+from raftka.client.spark.planning import (
+    DataLossError,
+    OffsetRange,
+    TriggerLimit,
+    next_end,
+    plan_ranges,
+    split_read_limit,
+)
+from raftka.client.structs import TopicPartition
+
+T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
+BASE = {"bootstrap.servers": "127.0.0.1:9096"}
+
+
+def test_source_defaults_and_case_insensitive_names() -> None:
+    """Spark matches option names without case: SUBSCRIBE and maxoffsetspertrigger work;
+    streaming starts at latest, batch at earliest and ends at latest."""
+    stream = parse_source_options(
+        {**BASE, "SUBSCRIBE": "a, b", "maxoffsetspertrigger": "100"}, streaming=True
+    )
+    assert stream.subscription.topics == ("a", "b")
+    assert stream.starting.kind == "latest" and stream.max_offsets_per_trigger == 100
+    assert stream.fail_on_data_loss and not stream.include_headers
+    assert stream.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS
+    batch = parse_source_options({**BASE, "subscribe": "a"}, streaming=False)
+    assert (batch.starting.kind, batch.ending.kind) == ("earliest", "latest")
+
+
+def test_kafka_prefixed_settings_pass_to_the_client() -> None:
+    """kafka.bootstrap.servers is accepted; kafka.<setting> becomes the client's keyword
+    argument with its type; an unknown or connector-managed one is refused by name."""
+    opts = parse_source_options(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "subscribe": "a",
+            "kafka.max.partition.fetch.bytes": "4096",
+            "kafka.check.crcs": "false",
+        },
+        streaming=True,
+    )
+    assert opts.bootstrap_servers == "h:1"
+    assert opts.consumer == {"max_partition_fetch_bytes": 4096, "check_crcs": False}
+    sink = parse_sink_options({**BASE, "kafka.acks": "1", "kafka.linger.ms": "20"})
+    assert sink.producer == {"acks": 1, "linger_ms": 20} and sink.replay_protection
+    for name in ("kafka.group.id", "kafka.no.such.setting"):
+        with pytest.raises(SparkOptionError, match=name):
+            parse_source_options({**BASE, "subscribe": "a", name: "x"}, streaming=True)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribePattern"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "assign"),
+        ({}, "subscribe"),
+        ({"subscribePattern": "(unclosed"}, "subscribePattern"),
+        ({"assign": '{"a": [0, "x"]}'}, "assign"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": }'}, "startingOffsets"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": -3}}'}, "startingOffsets"),
+        ({"subscribe": "a", "startingOffsets": '{"b": {"0": 1}}'}, "startingOffsets"),
+        ({"subscribe": "a", "endingOffsets": '{"a": {"x": 1}}'}, "endingOffsets"),
+        ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets"),
+        ({"subscribe": "a", "endingOffsets": '{"a": {"0": -2}}'}, "endingOffsets"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "many"}, "minOffsetsPerTrigger"),
+        ({"subscribe": "a", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"subscribe": "a", "startingTimestamp": "-5"}, "startingTimestamp"),
+        ({"subscribe": "a", "isolation.level": "read_committed"}, "isolation.level"),
+        ({"assign": '{"a": [0]}', "startingOffsets": '{"a": {"1": 0}}'}, "startingOffsets"),
+    ],
+)
+def test_bad_batch_options_name_the_option(options: dict[str, str], named: str) -> None:
+    """Each malformed or contradictory option fails, naming itself."""
+    with pytest.raises(SparkOptionError, match=named):
+        parse_source_options({**BASE, **options}, streaming=False)
+
+
+def test_streaming_only_rules() -> None:
+    """endingOffsets is refused in streaming; latest (-1) is a valid streaming start."""
+    with pytest.raises(SparkOptionError, match="endingOffsets"):
+        parse_source_options({**BASE, "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
+    opts = parse_source_options(
+        {**BASE, "subscribe": "a", "startingOffsets": '{"a": {"0": -1, "1": 7}}'}, streaming=True
+    )
+    assert opts.starting.for_partition(TopicPartition("a", 0)) == LATEST
+    assert opts.starting.for_partition(TopicPartition("a", 1)) == 7
+    assert opts.starting.for_partition(TopicPartition("a", 2)) == EARLIEST  # not named
+
+
+def test_missing_bootstrap_and_sink_topic_option() -> None:
+    """No bootstrap servers: refused by name; the sink's topic option is kept."""
+    with pytest.raises(SparkOptionError, match=r"bootstrap\.servers"):
+        parse_source_options({"subscribe": "a"}, streaming=True)
+    with pytest.raises(SparkOptionError, match="disagree"):
+        parse_sink_options({"bootstrap.servers": "a:1", "kafka.bootstrap.servers": "b:1"})
+    assert parse_sink_options({**BASE, "topic": " out "}).topic == "out"
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("250", 250), ("250ms", 250), ("30s", 30_000), ("15m", 900_000), ("2 hours", 7_200_000)],
+)
+def test_durations(text: str, ms: int) -> None:
+    """Spark's duration strings, a bare number being milliseconds."""
+    assert parse_duration_ms(text, option="maxTriggerDelay") == ms
+
+
+def test_offset_json_round_trip_in_stable_order() -> None:
+    """Streaming offsets print topics by name and partitions by number (10 after 2),
+    whatever order they were built in, and read back equal."""
+    offsets = {
+        TopicPartition("b", 10): 1,
+        TopicPartition("b", 2): 5,
+        TopicPartition("a", 0): 0,
+    }
+    as_dict = to_offset_dict(offsets)
+    assert list(as_dict) == ["a", "b"] and list(as_dict["b"]) == ["2", "10"]
+    assert from_offset_dict(as_dict) == offsets
+    assert parse_offsets_json('{"a": {"0": 3, "1": -2}}') == {
+        TopicPartition("a", 0): 3,
+        TopicPartition("a", 1): EARLIEST,
+    }
+    assert parse_assign_json('{"b": [1, 0], "a": [2]}') == [
+        TopicPartition("a", 2),
+        TopicPartition("b", 0),
+        TopicPartition("b", 1),
+    ]
+    for bad in ("[]", "{}", '{"a": [0]}', '{"a": {"01": 1}}', '{"a": {"0": 1.5}}', "nope"):
+        with pytest.raises(OffsetsJsonError):
+            parse_offsets_json(bad)
+
+
+def test_split_read_limit_is_proportional_to_backlog() -> None:
+    """100 records shared over backlogs 600 / 300 / 100 is 60 / 30 / 10; rounding leftovers
+    go to the largest remainders; a limit above the backlog reads everything."""
+    start = {T0: 0, T1: 10, T2: 5}
+    latest = {T0: 600, T1: 310, T2: 105}
+    assert split_read_limit(start, latest, 100) == {T0: 60, T1: 40, T2: 15}
+    assert split_read_limit(start, {T0: 2, T1: 11, T2: 6}, 2) == {T0: 1, T1: 11, T2: 5}
+    assert split_read_limit(start, latest, 10_000) == latest
+
+
+def test_next_end_min_max_and_available_now() -> None:
+    """minOffsetsPerTrigger waits (None) until enough records or maxTriggerDelay passed;
+    the availableNow target caps the end and holds back partitions born after it; a new
+    partition starts at its earliest offset."""
+    start = {T0: 10, T1: 10}
+    latest = {T0: 15, T1: 12, T2: 4}
+    earliest = {T2: 1}
+    wait = TriggerLimit(min_offsets=20, max_trigger_delay_ms=1000)
+    assert (
+        next_end(start, latest, earliest, limit=wait, target=None, last_trigger_ms=0, now_ms=999)
+        is None
+    )
+    assert next_end(
+        start, latest, earliest, limit=wait, target=None, last_trigger_ms=0, now_ms=1000
+    ) == {
+        T0: 15,
+        T1: 12,
+        T2: 4,
+    }
+    capped = next_end(
+        start,
+        latest,
+        earliest,
+        limit=TriggerLimit(),
+        target={T0: 13, T1: 12},
+        last_trigger_ms=0,
+        now_ms=0,
+    )
+    assert capped == {T0: 13, T1: 12}
+    limited = next_end(
+        start,
+        latest,
+        earliest,
+        limit=TriggerLimit(max_offsets=5),
+        target=None,
+        last_trigger_ms=0,
+        now_ms=0,
+    )
+    assert (
+        limited is not None and sum(limited[tp] - {**earliest, **start}[tp] for tp in limited) == 5
+    )
+    assert (
+        next_end(
+            start,
+            {T0: 10, T1: 10},
+            {},
+            limit=TriggerLimit(),
+            target=None,
+            last_trigger_ms=0,
+            now_ms=0,
+        )
+        is None
+    )
+
+
+def test_plan_ranges_and_data_loss() -> None:
+    """Ranges cover [start, end) per partition (new ones from earliest); a vanished
+    partition, a backwards end or deleted records raise DataLossError, or are skipped
+    with a warning when failOnDataLoss=false."""
+    ranges, problems = plan_ranges({T0: 3}, {T0: 7, T1: 2}, {T0: 0, T1: 1}, fail_on_data_loss=True)
+    assert ranges == [OffsetRange("t", 0, 3, 7), OffsetRange("t", 1, 1, 2)] and problems == []
+    lossy = [
+        ({T0: 3, T1: 0}, {T0: 5}, {T0: 0}),  # T1 vanished
+        ({T0: 8}, {T0: 5}, {T0: 0}),  # offsets went backwards
+        ({T0: 2}, {T0: 9}, {T0: 4}),  # 2..3 deleted by retention
+    ]
+    for start, end, earliest in lossy:
+        with pytest.raises(DataLossError, match="failOnDataLoss"):
+            plan_ranges(start, end, earliest, fail_on_data_loss=True)
+        _, problems = plan_ranges(start, end, earliest, fail_on_data_loss=False)
+        assert len(problems) == 1
+    ranges, _ = plan_ranges({T0: 2}, {T0: 9}, {T0: 4}, fail_on_data_loss=False)
+    assert ranges == [OffsetRange("t", 0, 4, 9)]
+
+
+def test_commit_markers_fold_to_the_last_batch_per_query() -> None:
+    """Markers round-trip through their record bytes; the fold keeps each query's highest
+    batch; a record that is not a marker is ignored."""
+    markers = [
+        CommitMarker(query_id=q, batch_id=b, records=1, committed_ms=5)
+        for q, b in (("q1", 0), ("q2", 4), ("q1", 1))
+    ]
+    decoded = [decode_marker(encode_marker(m)[1]) for m in markers]
+    assert decoded == markers
+    assert encode_marker(markers[0])[0] == b"q1"
+    assert last_committed([m for m in decoded if m is not None], {}) == {"q1": 1, "q2": 4}
+    assert decode_marker(b"not json") is None and decode_marker(b'{"version": 99}') is None

@@ -622,10 +622,19 @@ class ConsumerCoordinator:
             if type(om.offset) is not int or om.offset < 0:
                 raise ValueError(f"cannot commit offset {om.offset!r} for {tp}")
         if self.subscription is not None:
-            if not self.state.in_generation:
+            if self.state.phase is Phase.REBALANCING:
                 raise RebalanceInProgressError(
                     "the consumer is rebalancing: call poll() to complete the rebalance, "
                     "then commit again"
+                )
+            if not self.state.in_generation:
+                # Out of the group (left after max_poll_interval_ms, session expired,
+                # generation reset): the partitions may already be another member's.
+                # Kafka answers CommitFailedException here, not a rebalance error.
+                raise CommitFailedError(
+                    f"commit of group {self.group_id!r} failed: this consumer is not in an "
+                    "active generation (it left the group, e.g. after max_poll_interval_ms "
+                    "without a poll, or its session expired); poll() rejoins"
                 )
             generation, member_id = self.state.generation_id, self.state.member_id
         else:

@@ -16,7 +16,13 @@ outside, through the public clients:
   member, partitions) at each assignment, in process or not);
 - a restarted consumer resumes from the committed offset; ``auto_offset_reset`` applies
   only when the group has no committed offset;
-- committed offsets survive a kill -9 of the coordinator's broker.
+- committed offsets survive a kill -9 of the coordinator's broker;
+- auto-commit on its interval and on close; commit_async's callback; a commit with a
+  stale generation (session expired while the member's loop was held) and after a
+  max_poll_interval_ms leave fails with CommitFailedError; the idle member's
+  partitions go to the member that polls;
+- pattern subscription (full-name match); cooperative-sticky revokes only the moved
+  partitions; seek() in on_partitions_assigned decides the first record returned.
 
 Every client call has a timeout; waits poll a condition with a deadline.
 """
@@ -38,9 +44,18 @@ from typing import Any
 
 import pytest
 
-from raftka.client import Admin, AsyncConsumer, NewTopic, Producer, TopicPartition
+from raftka.client import (
+    Admin,
+    AsyncConsumer,
+    Consumer,
+    ConsumerRecord,
+    NewTopic,
+    Producer,
+    TopicPartition,
+)
 from raftka.client.consumer.listener import ConsumerRebalanceListener
 from raftka.client.errors import CommitFailedError, RebalanceInProgressError
+from raftka.client.group_admin import AsyncGroupAdmin
 from raftka.client.structs import OffsetAndMetadata
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
@@ -601,3 +616,300 @@ def test_groups_command(env: Env) -> None:
         assert line.split("\t")[2] == "0", line
     run("delete", group)
     assert group not in run("list")
+
+
+# ---------------------------------------------------------------------------------------
+# Auto-commit, commit_async, max_poll_interval_ms, patterns, cooperative, seek in listener
+
+
+def _consumer(env: Env, group: str, **options: Any) -> AsyncConsumer:
+    """An AsyncConsumer of ``group`` reading from the earliest offset, with the module's
+    short session (``options`` override)."""
+    merged: dict[str, Any] = {**GROUP_OPTIONS, "enable_auto_commit": False, **options}
+    return AsyncConsumer(
+        bootstrap_servers=env.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        **merged,
+    )
+
+
+async def _read(consumer: AsyncConsumer, count: int) -> list[ConsumerRecord]:
+    """Poll until ``count`` records arrived (in poll order), within the deadline."""
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"read {len(got)} of {count} records"
+        batch = await consumer.poll(200)
+        got.extend(r for rs in batch.values() for r in rs)
+    return got
+
+
+def _poll_forever(consumer: AsyncConsumer) -> asyncio.Task[None]:
+    """A task that keeps ``consumer`` in its group (polls, discards nothing it needs)."""
+
+    async def run() -> None:
+        while True:
+            await consumer.poll(200)
+
+    return asyncio.get_running_loop().create_task(run())
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _group_offsets(env: Env, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+    async with AsyncGroupAdmin(
+        bootstrap_servers=env.bootstrap, default_api_timeout_ms=API_TIMEOUT_MS
+    ) as admin:
+        return await admin.list_offsets(group, timeout_ms=API_TIMEOUT_MS)
+
+
+def test_auto_commit_on_interval_and_on_close(env: Env) -> None:
+    """enable_auto_commit with a 200 ms interval: after reading 30 records and polling
+    on, the committed offset reaches the position (30). Then a member with a 60 s
+    interval (so only close() can commit) resumes at 30, reads 10 more and closes: the
+    group's committed offset is 40 and a new member's first record is offset 40."""
+    topic = env.topic("autocommit", 1)
+    group = "autocommit-group"
+    tp = TopicPartition(topic, 0)
+    env.produce(topic, 30)
+
+    async def scenario() -> None:
+        async with _consumer(
+            env, group, enable_auto_commit=True, auto_commit_interval_ms=200
+        ) as first:
+            first.subscribe([topic])
+            await _read(first, 30)
+            position = await first.position(tp, timeout_ms=API_TIMEOUT_MS)
+            assert position == 30
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                committed = await first.committed([tp], timeout_ms=API_TIMEOUT_MS)
+                if committed[tp] is not None and committed[tp].offset == position:
+                    break
+                assert time.monotonic() < deadline, f"auto-commit did not reach 30: {committed}"
+                await first.poll(100)  # auto-commit runs from poll, as in Kafka
+        await asyncio.to_thread(env.produce, topic, 10)
+        second = _consumer(env, group, enable_auto_commit=True, auto_commit_interval_ms=60_000)
+        try:
+            second.subscribe([topic])
+            offsets = [r.offset for r in await _read(second, 10)]
+            assert offsets[:10] == list(range(30, 40))
+            assert (await _group_offsets(env, group))[tp].offset == 30  # nothing yet
+        finally:
+            await second.close()
+        assert (await _group_offsets(env, group))[tp].offset == 40
+        await asyncio.to_thread(env.produce, topic, 5)
+        async with _consumer(env, group) as third:
+            third.subscribe([topic])
+            assert [r.offset for r in await _read(third, 5)][:5] == list(range(40, 45))
+
+    asyncio.run(scenario())
+
+
+def test_commit_async_and_stale_generation(env: Env) -> None:
+    """commit_async(callback): the callback gets the positions and no error, and
+    committed() reads them back. Then the member's event loop is held (so its heartbeats
+    cannot run) while a second member joins: the session expires, the second member gets
+    both partitions, and the first member's commit with its old generation fails with
+    CommitFailedError."""
+    topic = env.topic("commitasync", 2)
+    group = "commitasync-group"
+    env.produce(topic, 20)
+
+    async def scenario() -> None:
+        async with _consumer(env, group) as first:
+            first.subscribe([topic])
+            await _read(first, 20)
+            assert len(first.assignment()) == 2
+            seen: list[tuple[dict[TopicPartition, OffsetAndMetadata], Exception | None]] = []
+            task = first.commit_async(callback=lambda o, e: seen.append((dict(o), e)))
+            async with asyncio.timeout(DEADLINE_S):
+                await task
+            positions = {
+                tp: await first.position(tp, timeout_ms=API_TIMEOUT_MS) for tp in first.assignment()
+            }
+            assert sum(positions.values()) == 20
+            assert len(seen) == 1, seen
+            offsets, error = seen[0]
+            assert error is None
+            assert {tp: om.offset for tp, om in offsets.items()} == positions
+            committed = await first.committed(list(positions), timeout_ms=API_TIMEOUT_MS)
+            assert {tp: om.offset for tp, om in committed.items() if om} == positions
+            generation = first.group_metadata().generation_id
+            # Held on purpose: this call blocks the loop, so no heartbeat of `first`
+            # runs until the other member owns everything.
+            other = take_over()
+            try:
+                assert first.group_metadata().generation_id == generation  # still thinks so
+                with pytest.raises(CommitFailedError):
+                    await first.commit(timeout_ms=API_TIMEOUT_MS)
+            finally:
+                await asyncio.to_thread(other.close)
+
+    def take_over() -> Consumer:
+        options = {**GROUP_OPTIONS, "enable_auto_commit": False}
+        other = Consumer(
+            bootstrap_servers=env.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            **options,
+        )
+        try:
+            other.subscribe([topic])
+
+            def owns_all() -> bool:
+                other.poll(200)
+                return len(other.assignment()) == 2
+
+            wait_for(owns_all, timeout_s=DEADLINE_S, message="the second member never got both")
+        except BaseException:
+            other.close()
+            raise
+        return other
+
+    asyncio.run(scenario())
+
+
+def test_max_poll_interval_leaves_the_group(env: Env) -> None:
+    """A member with max_poll_interval_ms=1500 that stops calling poll() (its loop and
+    heartbeats still run) leaves the group by itself: the other member gets both
+    partitions within the deadline, and the idle member's commit fails with
+    CommitFailedError (its partitions went elsewhere)."""
+    topic = env.topic("maxpoll", 2)
+    group = "maxpoll-group"
+    env.produce(topic, 10)
+
+    async def scenario() -> None:
+        idle = _consumer(env, group, max_poll_interval_ms=1_500)
+        busy = _consumer(env, group)
+        idle.subscribe([topic])
+        busy.subscribe([topic])
+        polling = _poll_forever(busy)
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while not (
+                len(idle.assignment()) == 1
+                and len(busy.assignment()) == 1
+                and idle.group_metadata().generation_id == busy.group_metadata().generation_id
+            ):
+                assert time.monotonic() < deadline, (
+                    f"no 1+1 split: {idle.assignment()} {busy.assignment()}"
+                )
+                await idle.poll(100)
+            stopped = time.monotonic()
+            # `idle` no longer polls from here on.
+            await _wait(
+                lambda: len(busy.assignment()) == 2,
+                lambda: f"busy member did not get both: {busy.assignment()}",
+            )
+            assert time.monotonic() - stopped >= 1.5 - 0.2, "taken before the poll interval"
+            with pytest.raises(CommitFailedError):
+                await idle.commit(
+                    {TopicPartition(topic, 0): OffsetAndMetadata(1, "", None)},
+                    timeout_ms=API_TIMEOUT_MS,
+                )
+        finally:
+            await _stop(polling)
+            await busy.close()
+            await idle.close()
+
+    asyncio.run(scenario())
+
+
+def test_pattern_subscription(env: Env) -> None:
+    """subscribe(pattern=...) assigns the partitions of the topics the whole name of
+    which matches (as Kafka's Matcher.matches), not ``pattern-x3-decoy`` where the
+    pattern only matches a prefix, and records of each matching topic arrive."""
+    matching = [env.topic("pattern-x1", 2), env.topic("pattern-x2", 1)]
+    decoy = env.topic("pattern-x3-decoy", 1)
+    for t in [*matching, decoy]:
+        env.produce(t, 3)
+
+    async def scenario() -> None:
+        async with _consumer(env, "pattern-group") as consumer:
+            consumer.subscribe(pattern=r"pattern-x\d")
+            records = await _read(consumer, 6)
+            assert {r.topic for r in records} == set(matching)
+            assert consumer.assignment() == {
+                TopicPartition("pattern-x1", 0),
+                TopicPartition("pattern-x1", 1),
+                TopicPartition("pattern-x2", 0),
+            }
+            assert consumer.subscription() == set(matching)
+
+    asyncio.run(scenario())
+
+
+def test_cooperative_rebalance_revokes_only_moved_partitions(env: Env) -> None:
+    """cooperative-sticky for both members: the first owns 4 partitions; when the second
+    joins, the first's listener hears on_partitions_revoked with exactly the partitions
+    that moved (never all 4), and every partition ends with exactly one owner."""
+    topic = env.topic("cooperative", 4)
+    group = "cooperative-group"
+    everything = {TopicPartition(topic, p) for p in range(4)}
+    revoked: list[set[TopicPartition]] = []
+
+    class Record(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+            revoked.append(set(partitions))
+
+    async def scenario() -> None:
+        options = {"partition_assignment_strategy": ["cooperative-sticky"]}
+        first = _consumer(env, group, **options)
+        second = _consumer(env, group, **options)
+        first.subscribe([topic], listener=Record())
+        tasks = [_poll_forever(first)]
+        try:
+            await _wait(lambda: first.assignment() == everything, "first never owned all 4")
+            assert revoked == []
+            second.subscribe([topic])
+            tasks.append(_poll_forever(second))
+
+            def settled() -> bool:
+                a, b = first.assignment(), second.assignment()
+                return len(a) == 2 and len(b) == 2 and a | b == everything
+
+            await _wait(
+                settled,
+                lambda: f"no 2+2 split: {first.assignment()} {second.assignment()}",
+            )
+            kept, moved = first.assignment(), second.assignment()
+            assert not kept & moved
+            assert revoked, "the first member revoked nothing"
+            assert all(r and r <= moved for r in revoked), f"revoked {revoked}, moved {moved}"
+            assert set().union(*revoked) == moved
+        finally:
+            for t in tasks:
+                await _stop(t)
+            await second.close()
+            await first.close()
+
+    asyncio.run(scenario())
+
+
+def test_seek_in_on_partitions_assigned(env: Env) -> None:
+    """A listener that seeks to offset 7 in on_partitions_assigned: the first records
+    the consumer returns start at 7 (not at auto_offset_reset=earliest's 0)."""
+    topic = env.topic("seekassigned", 1)
+    env.produce(topic, 20)
+
+    async def scenario() -> None:
+        consumer = _consumer(env, "seekassigned-group")
+
+        class SeekTo7(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                for tp in assigned:
+                    consumer.seek(tp, 7)
+
+        try:
+            consumer.subscribe([topic], listener=SeekTo7())
+            offsets = [r.offset for r in await _read(consumer, 13)]
+            assert offsets[:13] == list(range(7, 20))
+        finally:
+            await consumer.close()
+
+    asyncio.run(scenario())

@@ -35,6 +35,11 @@ split_ownership        one partition assigned to two members in the same generat
                        of a group
 stale_commit           an ok commit of generation G invoked after some member of the
                        group had already completed an assign of a generation > G
+undelivered            an acknowledged send no poll returned although an ok
+                       ``group_drain`` says a fresh group member resumed from the
+                       committed offsets and read every partition to its end: the
+                       group committed past a record nobody consumed (at-least-once
+                       broken). Judged only with an ok ``group_drain``
 unseen                 informational: an acknowledged value no poll returned (it may
                        still be in the final read); does not make a history invalid
 =====================  ==============================================================
@@ -82,6 +87,7 @@ ANOMALY_KINDS: Final[Mapping[str, str]] = {
     "failed_send_present": "send recorded as failed, yet its value was read",
     "split_ownership": "partition owned by two members in one generation",
     "stale_commit": "commit accepted from a stale generation",
+    "undelivered": "acknowledged send the consumer group never delivered",
     "unseen": "acknowledged value no poll returned (informational)",
 }
 INFORMATIONAL: Final = frozenset({"unseen"})
@@ -248,6 +254,7 @@ class _Checker:
         self.final_at: dict[TopicValue, set[Position]] = defaultdict(set)
         self.polled: dict[TopicValue, tuple[Position, str]] = {}
         self.complete = False
+        self.drained = False  # an ok group_drain: the group delivered everything
 
     def run(self, duplicates_allowed: bool) -> CheckResult:
         op_counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -257,6 +264,8 @@ class _Checker:
                 self._send(op)
             elif op.f in ("poll", "final_read") and op.type == "ok":
                 self._read(op)
+            elif op.f == "group_drain" and op.type == "ok":
+                self.drained = True
         self._offsets()
         self._values()
         self._polls()
@@ -383,6 +392,8 @@ class _Checker:
             where = {"topic": topic, "value": value, "partition": partition, "offset": offset}
             if key not in self.polled:
                 add("unseen", {**where, "send": ack})
+                if self.drained:
+                    add("undelivered", {**where, "send": ack})
             if not self.complete:
                 continue
             final = self.final_at.get(key)

@@ -37,6 +37,9 @@ sent value is unique within its topic):
   "generation", "consumer"?, "partitions": [{"topic", "partition"}, ...]}``.
 * ``commit``: invoke and ok ``{"group"?, "member", "generation", "offsets":
   [{"topic", "partition", "offset"}, ...]}``.
+* ``group_drain``: invoke and ok ``{"group"}``: after the heal, a fresh member of the
+  group resumed from the committed offsets and polled every partition to its end (its
+  records are ordinary ``poll`` results).
 * ``create_topic`` ``{"topic", "partitions"?, "replication_factor"?}``,
   ``delete_topic`` ``{"topic"}``, ``list_topics`` ``{}`` (ok ``{"topics": [...]}``).
 

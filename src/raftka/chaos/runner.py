@@ -36,6 +36,7 @@ import orjson
 
 from raftka.chaos import nemesis as nm
 from raftka.chaos.checker import CheckResult
+from raftka.chaos.group_workload import GroupConfig, GroupWorkload, group_of
 from raftka.chaos.history import HistoryWriter, read_history
 from raftka.chaos.nodes import ChaosCluster, Placement
 from raftka.chaos.report import write_report
@@ -66,10 +67,15 @@ TARGETED: Final[Mapping[str, str]] = {
     "pause-leader": "SIGSTOP a partition leader's process (a zombie), SIGCONT on heal",
     "kill-controllers": "kill -9 a majority of controllers (the active one first), "
     "restart them on heal",
+    "kill-coordinator": "kill -9 the broker coordinating the workload's consumer group, "
+    "restart it on heal",
+    "isolate-coordinator": "cut the host of the consumer group's coordinator off",
 }
 NEMESES: Final = (*nm.KINDS, *TARGETED)
-PROCESS_NEMESES: Final = frozenset({"pause", "kill", "pause-leader", "kill-controllers"})
-WORKLOADS: Final = ("queue", "metadata", "none")
+PROCESS_NEMESES: Final = frozenset(
+    {"pause", "kill", "pause-leader", "kill-controllers", "kill-coordinator"}
+)
+WORKLOADS: Final = ("queue", "metadata", "groups", "none")
 LEADER_TOPIC: Final = "queue"
 RESOLVE_TIMEOUT_S: Final = 5.0
 ISR_SHRINK_TIMEOUT_S: Final = 10.0
@@ -258,6 +264,35 @@ def _resolve_controller(cluster: ChaosCluster) -> str:
         return cluster.controller_names[0]
 
 
+def _coordinator_of(cluster: ChaosCluster, group: str) -> str | None:
+    """The broker coordinating ``group``, as a broker says (FindCoordinator)."""
+    for name in cluster.broker_names:
+        try:
+            status, body = http_json(
+                cluster.specs[name].address,
+                "/v1/find-coordinator",
+                method="POST",
+                body={"key": group, "key_type": 0},
+                timeout_s=1.0,
+            )
+        except (OSError, TimeoutError, ValueError):
+            continue
+        if status == 200 and isinstance(body, dict) and body.get("error") is None:
+            return cluster.broker_name(int(body["node_id"]))
+    return None
+
+
+def _resolve_coordinator(cluster: ChaosCluster, group: str) -> str:
+    try:
+        return wait_for(
+            lambda: _coordinator_of(cluster, group),
+            timeout_s=RESOLVE_TIMEOUT_S,
+            message=f"no coordinator for group {group}",
+        )
+    except TimeoutError:
+        return cluster.broker_names[0]
+
+
 def build(
     fault: ScheduledFault, cluster: ChaosCluster, *, log: nm.FaultLog, topic: str = LEADER_TOPIC
 ) -> nm.Nemesis:
@@ -281,11 +316,17 @@ def build(
         others = [n for n in c.controller_names if n != active]
         victims = [active, others[0]]
         return Several(kind, [nm.Kill.node(c.nodes[v], log=log) for v in victims], log=log)
+    if kind == "kill-coordinator":
+        return nm.Kill.node(c.nodes[_resolve_coordinator(c, group_of(topic))], log=log)
     netns = c.netns
     if netns is None:
         raise ValueError(f"nemesis {kind} needs network-namespace hosts (root)")
     if kind == "isolate-controller":
         return nm.Isolate(netns, lambda: c.host_of(_resolve_controller(c)), log=log)
+    if kind == "isolate-coordinator":
+        return nm.Isolate(
+            netns, lambda: c.host_of(_resolve_coordinator(c, group_of(topic))), log=log
+        )
     if kind == "isolate-leader":
         partition = int(fault.param("partition"))
         return nm.Isolate(netns, lambda: c.host_of(_resolve_leader(c, topic, partition)), log=log)
@@ -448,6 +489,14 @@ def run_on(
                 bootstrap_servers=cluster.bootstrap_servers,
                 bootstrap_controllers=cluster.bootstrap_controllers,
                 config=QueueConfig(topic=topic),
+            )
+        elif workload == "groups":
+            queue = GroupWorkload(
+                history=history,
+                bootstrap_servers=cluster.bootstrap_servers,
+                bootstrap_controllers=cluster.bootstrap_controllers,
+                # the churn falls mid-run, inside or between the faults
+                config=GroupConfig(topic=topic, churn_after_s=duration_s / 2),
             )
         elif workload == "metadata":
             meta = MetadataWorkload(

@@ -236,9 +236,12 @@ class TopicView:
     error: KafkaError | None
     partitions: tuple[PartitionInfo, ...]
 
-    @property
-    def available_partitions(self) -> list[int]:
-        return [p.partition for p in self.partitions if p.leader is not None]
+    #: Partitions with a leader now, computed once (the producer asks on every send).
+    available_partitions: tuple[int, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        available = tuple(p.partition for p in self.partitions if p.leader is not None)
+        object.__setattr__(self, "available_partitions", available)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,13 +32,20 @@ from raftka.client.records.header import HEADER_SIZE
 from raftka.client.records.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
 from raftka.client.structs import TopicPartition
 
-__all__ = ["AppendResult", "ProducerBatch", "ReadyCheck", "RecordAccumulator", "record_size"]
+__all__ = [
+    "RECORD_OVERHEAD_MAX",
+    "AppendResult",
+    "ProducerBatch",
+    "ReadyCheck",
+    "RecordAccumulator",
+    "record_size",
+]
 
 H = TypeVar("H")
 
 #: Per-record framing bound: length, attributes, timestamp and offset deltas, key and
 #: value lengths, header count.
-_RECORD_OVERHEAD_MAX: Final = 1 + VARINT_BYTES_MAX * 5 + VARLONG_BYTES_MAX
+RECORD_OVERHEAD_MAX: Final = 1 + VARINT_BYTES_MAX * 5 + VARLONG_BYTES_MAX
 #: Records per batch; Kafka bounds it only by size, a named bound keeps a batch of
 #: empty records from growing without limit.
 RECORDS_PER_BATCH_MAX: Final = 100_000
@@ -48,7 +55,7 @@ def record_size(
     key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...]
 ) -> int:
     """An upper bound of the record's encoded size inside a batch (uncompressed)."""
-    size = _RECORD_OVERHEAD_MAX + len(key or b"") + len(value or b"")
+    size = RECORD_OVERHEAD_MAX + len(key or b"") + len(value or b"")
     for hkey, hvalue in headers:
         size += 2 * VARINT_BYTES_MAX + len(hkey.encode("utf-8")) + len(hvalue or b"")
     return size
@@ -60,7 +67,6 @@ class ProducerBatch(Generic[H]):
     created_ms: int
     records: list[Record] = field(default_factory=list)
     handles: list[H] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
     #: Estimated batch size: the batch header plus each record's bound.
     size_bytes: int = HEADER_SIZE
     #: True once no record may join (full, or handed to the sender).
@@ -82,7 +88,6 @@ class ProducerBatch(Generic[H]):
             return False
         self.records.append(record)
         self.handles.append(handle)
-        self.sizes.append(size)
         self.size_bytes += size
         if self.size_bytes >= batch_size:
             self.closed = True

@@ -46,7 +46,11 @@ from raftka.client.errors import (
     MessageTooLargeError,
     SerializationError,
 )
-from raftka.client.producer.accumulator import RecordAccumulator, record_size
+from raftka.client.producer.accumulator import (
+    RECORD_OVERHEAD_MAX,
+    RecordAccumulator,
+    record_size,
+)
 from raftka.client.producer.partitioner import BuiltInPartitioner
 from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
 from raftka.client.records import Record
@@ -241,14 +245,29 @@ class AsyncProducer:
         config = self.config
         start_ms = monotonic_ms()
         deadline = start_ms + config.max_block_ms
-        key_bytes = _serialize("key", config.key_serializer, key)
-        value_bytes = _serialize("value", config.value_serializer, value)
+        # bytes (or None) without a serializer is the common case: no call for it.
+        key_bytes = (
+            key
+            if config.key_serializer is None and (key is None or type(key) is bytes)
+            else _serialize("key", config.key_serializer, key)
+        )
+        value_bytes = (
+            value
+            if config.value_serializer is None and (value is None or type(value) is bytes)
+            else _serialize("value", config.value_serializer, value)
+        )
         header_tuple: tuple[tuple[str, bytes | None], ...] = (
             ()
             if headers is None
             else tuple((str(k), None if v is None else bytes(v)) for k, v in headers)
         )
-        size = record_size(key_bytes, value_bytes, header_tuple)
+        size = (
+            record_size(key_bytes, value_bytes, header_tuple)
+            if header_tuple
+            else RECORD_OVERHEAD_MAX
+            + (0 if key_bytes is None else len(key_bytes))
+            + (0 if value_bytes is None else len(value_bytes))
+        )
         if size + HEADER_SIZE > config.max_request_size:
             raise MessageTooLargeError(
                 f"the record is {size + HEADER_SIZE} bytes serialized, larger than "
@@ -260,7 +279,7 @@ class AsyncProducer:
                 f"buffer_memory={config.buffer_memory}"
             )
         # Fast path: fresh cached metadata needs no waiting machinery per record.
-        topic_view = metadata.cached_topic(topic, start_ms)
+        topic_view = cached = metadata.cached_topic(topic, start_ms)
         if topic_view is None:
             topic_view = await metadata.wait_for_topic(topic, deadline)
             if self._closed:
@@ -277,7 +296,8 @@ class AsyncProducer:
             )
         except ValueError as e:
             raise KafkaError(str(e)) from None
-        if not self._accumulator.has_room(size):
+        room_was_free = self._accumulator.has_room(size)
+        if not room_was_free:
             await self._wait_for_room(size, deadline)
             if self._closed:
                 raise IllegalStateError("the producer was closed while send waited")
@@ -293,8 +313,10 @@ class AsyncProducer:
             callback,
         )
         tp = TopicPartition(topic, choice.partition)
+        # start_ms is recent enough for the batch's linger clock unless send waited.
+        now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
         result = self._accumulator.append(
-            tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, monotonic_ms()
+            tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, now_ms
         )
         if choice.sticky:
             self._partitioner.on_append(

@@ -41,6 +41,12 @@ def _encode_unsigned(v: int) -> bytes:
 
 
 _UNSIGNED_CACHE: Final[list[bytes]] = [_encode_unsigned(v) for v in range(_CACHED_BELOW)]
+#: SMALL_NONNEGATIVE[n] is the zig-zag varint of n for 0 <= n < len(...): what a
+#: record's lengths, offset delta and (usually) timestamp delta encode to, for callers
+#: whose per-record loop is hot enough that a table index beats a function call.
+SMALL_NONNEGATIVE: Final[tuple[bytes, ...]] = tuple(
+    _UNSIGNED_CACHE[v << 1] for v in range(_CACHED_BELOW >> 1)
+)
 
 # Zig-zag decoding of a one-byte varint, for the decoder's fast path.
 ZIGZAG_ONE_BYTE: Final[tuple[int, ...]] = tuple((v >> 1) ^ -(v & 1) for v in range(0x80))

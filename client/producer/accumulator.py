@@ -222,6 +222,21 @@ class RecordAccumulator(Generic[H]):
         batch.attempts += 1
         return batch
 
+    def drain_more(self, tp: TopicPartition, bytes_left: int) -> ProducerBatch[H] | None:
+        """After :meth:`drain` took a first-attempt batch of ``tp``: the next queued
+        batch too, if it is full (or a flush or close hurries everything), has never
+        been sent, and fits in ``bytes_left``. Several batches of one partition then
+        travel in one request, one after the other in the log."""
+        queue = self._queues.get(tp)
+        if not queue:
+            return None
+        head = queue[0]
+        if head.attempts or not (head.closed or self._flushes > 0 or self.closing):
+            return None
+        if head.size_bytes > bytes_left:
+            return None
+        return self.drain(tp)
+
     def reenqueue(self, batch: ProducerBatch[H], now_ms: int) -> None:
         """A failed attempt goes back to the head of its partition's queue."""
         assert batch.closed

@@ -15,8 +15,11 @@ Theory of operation, one turn of :meth:`Sender.run`:
    ``current_leader`` a NOT_LEADER_OR_FOLLOWER answer named); partitions without a
    known leader trigger a metadata refresh and wait.
 4. Per broker with fewer than ``max_in_flight_requests_per_connection`` requests in
-   flight, drain one batch per ready partition up to ``max_request_size`` into one
-   ``POST /v1/produce`` frame, sent as its own task.
+   flight, drain the ready partitions up to ``max_request_size`` into one
+   ``POST /v1/produce`` frame, sent as its own task: per partition its first batch,
+   and, if that batch is on its first attempt, up to ``BATCHES_PER_PARTITION_MAX``
+   full batches behind it (appended together, in order). A retried batch always goes
+   alone, so a broker sees a retry exactly as it first saw the batch.
 5. Sleep until woken (a new batch, an answer, a flush, a refresh) or until the next
    partition's linger or backoff ends.
 
@@ -62,6 +65,11 @@ log = logging.getLogger(__name__)
 #: Margin on top of the broker-side timeout_ms before the client gives up on an
 #: answer: the broker answers REQUEST_TIMED_OUT itself at timeout_ms.
 CLIENT_TIMEOUT_MARGIN_MS: Final = 2_000
+#: Batches of one partition in one request. With one request in flight per partition,
+#: this is what keeps the pipe full (Kafka gets it from up to 5 requests in flight);
+#: 5 is also how many batches per producer a broker remembers, so a retried request
+#: could still be recognised batch by batch.
+BATCHES_PER_PARTITION_MAX: Final = 5
 #: Errors after which a numbered batch cannot be retried under the same sequence: the
 #: batch fails and the producer resets its sequences (see :mod:`.idempotence`).
 _SEQUENCE_ERRORS: Final = (
@@ -194,11 +202,11 @@ class Sender:
                 >= self._config.max_in_flight_requests_per_connection
             ):
                 continue
-            batches: list[Batch] = []
+            groups: list[list[Batch]] = []
             request_bytes = 0
             for tp in tps:
                 queue_head = self._acc.head_size(tp)
-                if batches and request_bytes + queue_head > self._config.max_request_size:
+                if groups and request_bytes + queue_head > self._config.max_request_size:
                     break
                 if idem is not None and not idem.can_number():
                     head = self._acc.head(tp)
@@ -207,16 +215,30 @@ class Sender:
                 drained = self._acc.drain(tp)
                 if drained is None:
                     continue
-                if idem is not None and drained.base_sequence < 0:
-                    drained.producer_id = idem.producer_id
-                    drained.producer_epoch = idem.producer_epoch
-                    drained.base_sequence = idem.number(tp, len(drained.records))
-                batches.append(drained)
+                group = [drained]
                 request_bytes += drained.size_bytes
+                if drained.attempts == 1:
+                    while len(group) < BATCHES_PER_PARTITION_MAX and (
+                        idem is None or idem.can_number()
+                    ):
+                        more = self._acc.drain_more(
+                            tp, self._config.max_request_size - request_bytes
+                        )
+                        if more is None:
+                            break
+                        group.append(more)
+                        request_bytes += more.size_bytes
+                if idem is not None:
+                    for batch in group:
+                        if batch.base_sequence < 0:
+                            batch.producer_id = idem.producer_id
+                            batch.producer_epoch = idem.producer_epoch
+                            batch.base_sequence = idem.number(tp, len(batch.records))
+                groups.append(group)
                 self._muted.add(tp)
-            if batches:
+            if groups:
                 self._in_flight[broker_id] = self._in_flight.get(broker_id, 0) + 1
-                task = asyncio.create_task(self._send(broker_id, address, batches))
+                task = asyncio.create_task(self._send(broker_id, address, groups))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
         if unknown_leader:
@@ -282,44 +304,51 @@ class Sender:
 
     # ------------------------------------------------------------------ a request
 
-    async def _send(self, broker_id: int, address: str, batches: list[Batch]) -> None:
+    async def _send(self, broker_id: int, address: str, groups: list[list[Batch]]) -> None:
         try:
-            await self._send_unguarded(address, batches)
+            await self._send_unguarded(address, groups)
         except asyncio.CancelledError:
-            for batch in batches:
-                self._fail(batch, KafkaError("the producer closed before an answer"))
+            for group in groups:
+                for batch in group:
+                    self._fail(batch, KafkaError("the producer closed before an answer"))
             raise
         except Exception as e:  # a bug must not leave futures pending forever
             log.exception("produce request failed")
-            for batch in batches:
-                if not all(p.future.done() for p in batch.handles):
-                    self._fail(batch, UnknownServerError(f"{type(e).__name__}: {e}"))
+            for group in groups:
+                for batch in group:
+                    if not all(p.future.done() for p in batch.handles):
+                        self._fail(batch, UnknownServerError(f"{type(e).__name__}: {e}"))
         finally:
             self._in_flight[broker_id] -= 1
-            for batch in batches:
-                self._muted.discard(batch.tp)
+            for group in groups:
+                self._muted.discard(group[0].tp)
             # Leave _requests now, not in a done-callback a loop turn later: run()
             # must see the sender idle once this wake-up reaches it (close would
             # otherwise wait for a wake-up that never comes).
             self._requests.discard(asyncio.current_task())
             self._wake.set()
 
-    async def _send_unguarded(self, address: str, batches: list[Batch]) -> None:
+    async def _send_unguarded(self, address: str, groups: list[list[Batch]]) -> None:
         config = self._config
         payloads = [
-            build_batch(
-                batch.records,
-                compression=config.compression,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
+            b"".join(
+                build_batch(
+                    batch.records,
+                    compression=config.compression,
+                    producer_id=batch.producer_id,
+                    producer_epoch=batch.producer_epoch,
+                    base_sequence=batch.base_sequence,
+                )
+                for batch in group
             )
-            for batch in batches
+            for group in groups
         ]
         header: dict[str, Any] = {
             "acks": config.acks,
             "timeout_ms": config.request_timeout_ms,
-            "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition} for b in batches],
+            "partitions": [
+                {"topic": g[0].tp.topic, "partition": g[0].tp.partition} for g in groups
+            ],
         }
         frame = encode_frame(header, "partitions", payloads)
         try:
@@ -332,20 +361,28 @@ class Sender:
             )
         except KafkaError as e:
             self._metadata.invalidate()
-            for batch in batches:
-                self._retry_or_fail(batch, e)
+            for group in groups:
+                self._retry_or_fail_group(group, e)
             return
         if answer is None:  # acks=0: the broker says nothing
-            for batch in batches:
-                self._complete(batch, -1, -1)
+            for group in groups:
+                for batch in group:
+                    self._complete(batch, -1, -1)
             return
         responses = {(r.get("topic"), r.get("partition")): r for r in answer[0]["responses"]}
-        for batch in batches:
-            r = responses.get((batch.tp.topic, batch.tp.partition))
+        for group in groups:
+            tp = group[0].tp
+            r = responses.get((tp.topic, tp.partition))
             if r is None:
-                self._retry_or_fail(batch, UnknownServerError(f"no answer for {batch.tp}"))
+                self._retry_or_fail_group(group, UnknownServerError(f"no answer for {tp}"))
             elif r.get("error") is None:
-                self._complete(batch, int(r["base_offset"]), int(r.get("log_append_time_ms", -1)))
+                # The group was appended as one run of offsets, in order.
+                base_offset = int(r["base_offset"])
+                append_time = int(r.get("log_append_time_ms", -1))
+                for batch in group:
+                    self._complete(batch, base_offset, append_time)
+                    if base_offset >= 0:
+                        base_offset += len(batch.records)
             else:
                 error = error_from_wire(r["error"])
                 if isinstance(error, NotLeaderOrFollowerError | UnknownTopicOrPartitionError):
@@ -356,23 +393,32 @@ class Sender:
                         and hint.get("address")
                         and hint.get("leader_id") is not None
                     ):
-                        self._leader_hints[batch.tp] = (
-                            int(hint["leader_id"]),
-                            str(hint["address"]),
-                        )
+                        self._leader_hints[tp] = (int(hint["leader_id"]), str(hint["address"]))
                     else:
-                        self._leader_hints.pop(batch.tp, None)
-                self._retry_or_fail(batch, error)
+                        self._leader_hints.pop(tp, None)
+                self._retry_or_fail_group(group, error)
+
+    def _retry_or_fail_group(self, group: list[Batch], error: KafkaError) -> None:
+        """Each batch of a partition's group, last first: retried batches go back to the
+        head of the queue one by one, so they must be put back in reverse to keep their
+        order. Failures are then reported in record order."""
+        failed: list[Batch] = []
+        for batch in reversed(group):
+            if not self._retry(batch, error):
+                failed.append(batch)
+        for batch in reversed(failed):
+            self._fail(batch, error)
 
     # ------------------------------------------------------------------ outcomes
 
-    def _retry_or_fail(self, batch: Batch, error: KafkaError) -> None:
+    def _retry(self, batch: Batch, error: KafkaError) -> bool:
+        """Put the batch back for another attempt if the error and the limits allow;
+        False if it must fail instead."""
         now = monotonic_ms()
         if isinstance(error, _SEQUENCE_ERRORS):
             # Retrying under the same sequence cannot succeed, and under a new one
             # could write the batch twice: fail it (see the idempotence module).
-            self._fail(batch, error)
-            return
+            return False
         if (
             error.retriable
             and batch.attempts <= self._config.retries
@@ -381,8 +427,8 @@ class Sender:
         ):
             log.debug("retrying %s after %s (attempt %d)", batch.tp, error, batch.attempts)
             self._acc.reenqueue(batch, now)
-            return
-        self._fail(batch, error)
+            return True
+        return False
 
     def abort(self) -> None:
         """Fail everything queued (close with a timeout that ran out)."""

@@ -33,7 +33,8 @@ from raftka.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.client.hashing import murmur2_partition
-from raftka.client.records import iter_records, parse_header
+from raftka.client.records import iter_records
+from raftka.client.records.header import iter_batches
 from raftka.client.wire import decode_frame
 
 PARTITIONS = 3
@@ -105,16 +106,16 @@ class FakeBroker:
         responses = []
         for entry, payload in zip(header["partitions"], payloads, strict=True):
             key = (entry["topic"], entry["partition"])
-            h = parse_header(bytes(payload))
-            self.batches.append(
-                (
-                    key[1],
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_offset_delta + 1,
+            for _, h in iter_batches(bytes(payload)):  # one or more per partition
+                self.batches.append(
+                    (
+                        key[1],
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.last_offset_delta + 1,
+                    )
                 )
-            )
             out: dict[str, Any] = {"topic": key[0], "partition": key[1], "current_leader": None}
             if self.fail_with:
                 name = self.fail_with.pop(0)
@@ -459,3 +460,24 @@ def test_idempotence_caps_requests_in_flight() -> None:
         enable_idempotence=False,
         acks=1,
     )
+
+
+@async_test
+async def test_full_batches_of_a_partition_share_one_request(broker: FakeBroker) -> None:
+    """Records queued faster than they are sent fill several batches of one partition;
+    the sender puts up to 5 of them, in order, in one request (one request in flight per
+    partition), and each record's offset counts on from the batches before it."""
+    broker.hold = asyncio.Event()
+    async with AsyncProducer(
+        bootstrap_servers=broker.address, batch_size=200, linger_ms=0
+    ) as producer:
+        first = await producer.send("t", b"v" * 50, partition=0)
+        # The first request is held at the broker: these queue up behind it.
+        futures = [await producer.send("t", b"v" * 50, partition=0) for _ in range(20)]
+        _release(broker)
+        done = await asyncio.wait_for(asyncio.gather(first, *futures), 10)
+    assert [md.offset for md in done] == list(range(21))
+    batches = len(broker.batches)
+    assert batches >= 6, f"the test needs several full batches, got {batches}"
+    # One request for the first batch, then at most 5 batches per request.
+    assert broker.requests <= 1 + -(-(batches - 1) // 5), (broker.requests, batches)

@@ -305,41 +305,56 @@ class Fetcher:
                 )
                 continue
             records = batch.records
-            while completed.record_index < len(records) and len(out) < limit:
-                r = records[completed.record_index]
-                completed.record_index += 1
-                if r.offset < state.position:
+            # Per batch, not per record: the consumer's hottest loop.
+            timestamp_type = header.timestamp_type
+            leader_epoch = header.partition_leader_epoch
+            topic, partition = tp.topic, tp.partition
+            append = out.append
+            position = state.position
+            index = completed.record_index
+            n_records = len(records)
+            while index < n_records and len(out) < limit:
+                r = records[index]
+                index += 1
+                if r.offset < position:
                     continue
-                try:
-                    key = r.key if key_de is None else key_de(r.key)
-                    value = r.value if value_de is None else value_de(r.value)
-                except Exception as e:
-                    # Kafka's RecordDeserializationException: the position stays at the
-                    # bad record so the application may seek past it.
-                    completed.record_index -= 1
-                    if out:
-                        return out
-                    raise SerializationError(
-                        f"deserializing the record at offset {r.offset} of {tp} failed: "
-                        f"{type(e).__name__}: {e}"
-                    ) from e
-                out.append(
+                raw_key, raw_value = r.key, r.value
+                if key_de is None and value_de is None:
+                    key, value = raw_key, raw_value
+                else:
+                    try:
+                        key = raw_key if key_de is None else key_de(raw_key)
+                        value = raw_value if value_de is None else value_de(raw_value)
+                    except Exception as e:
+                        # Kafka's RecordDeserializationException: the position stays
+                        # at the bad record so the application may seek past it.
+                        completed.record_index = index - 1
+                        state.position = position
+                        if out:
+                            return out
+                        raise SerializationError(
+                            f"deserializing the record at offset {r.offset} of {tp} "
+                            f"failed: {type(e).__name__}: {e}"
+                        ) from e
+                append(
                     ConsumerRecord(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=r.offset,
-                        timestamp=r.timestamp_ms,
-                        timestamp_type=header.timestamp_type,
-                        key=key,
-                        value=value,
-                        headers=r.headers,
-                        serialized_key_size=-1 if r.key is None else len(r.key),
-                        serialized_value_size=-1 if r.value is None else len(r.value),
-                        leader_epoch=header.partition_leader_epoch,
+                        topic,
+                        partition,
+                        r.offset,
+                        r.timestamp_ms,
+                        timestamp_type,
+                        key,
+                        value,
+                        r.headers,
+                        -1 if raw_key is None else len(raw_key),
+                        -1 if raw_value is None else len(raw_value),
+                        leader_epoch,
                     )
                 )
-                state.position = r.offset + 1
-                state.leader_epoch = header.partition_leader_epoch
+                position = r.offset + 1
+                state.leader_epoch = leader_epoch
+            completed.record_index = index
+            state.position = position
             if completed.record_index >= len(records):
                 completed.batch_index += 1
                 completed.record_index = 0

@@ -267,6 +267,41 @@ def test_unknown_topic_fails_typed_not_hanging(env: Env) -> None:
         env.admin.describe_topics(["missing"])
 
 
+def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
+    """A value_deserializer that raises on one record: poll returns the records before
+    it, then raises SerializationError naming its offset, with the position left at the
+    bad record; after seek past it the consumer goes on (Kafka's
+    RecordDeserializationException contract)."""
+    from raftka.client.errors import SerializationError
+
+    topic = env.topic("deser", partitions=1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        for v in (b"a", b"b", b"bad", b"c"):
+            producer.send(topic, v, partition=0)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+
+    def strict(value: bytes | None) -> str:
+        if value == b"bad":
+            raise ValueError("not a letter")
+        return (value or b"").decode()
+
+    with Consumer(bootstrap_servers=env.bootstrap, value_deserializer=strict) as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[str] = []
+        deadline = time.monotonic() + DEADLINE_S
+        with pytest.raises(SerializationError, match="offset 2"):
+            while time.monotonic() < deadline:
+                for records in consumer.poll(1_000).values():
+                    got.extend(r.value for r in records)
+        assert got == ["a", "b"]
+        assert consumer.position(tp) == 2
+        consumer.seek(tp, 3)
+        rest = _consume_all(consumer, 1)
+        assert [r.value for r in rest] == ["c"]
+
+
 def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:
     """acks=all, RF 3, min ISR 2: send records one at a time (waiting for each ack)
     while the partition leader is killed -9 after 20. The producer's retries carry it

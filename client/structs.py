@@ -73,12 +73,13 @@ class OffsetAndTimestamp(NamedTuple):
     leader_epoch: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     """One record as a consumer returns it.
 
     ``serialized_key_size`` / ``serialized_value_size`` are -1 for a null key/value, as in
     Kafka. ``leader_epoch`` is the batch's partition leader epoch (``None`` if unknown).
+    A named tuple, as in kafka-python: immutable, and one is built per record, which a
+    tuple does several times faster than a frozen dataclass.
     """
 
     topic: str
@@ -98,11 +99,11 @@ class ConsumerRecord:
         return TopicPartition(self.topic, self.partition)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     """Where an acknowledged record landed. ``offset`` is -1 when acks=0 (the broker says
     nothing), and ``timestamp`` is the broker's LogAppendTime when the topic uses it,
-    otherwise the record's CreateTime."""
+    otherwise the record's CreateTime. A named tuple (kafka-python's shape; one per
+    record, so its construction cost counts)."""
 
     topic: str
     partition: int

@@ -442,13 +442,13 @@ class Sender:
         callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
         for i, pending in enumerate(batch.handles):
             future = pending.future
-            metadata = RecordMetadata(
-                topic=topic,
-                partition=partition,
-                offset=-1 if base_offset < 0 else base_offset + i,
-                timestamp=log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
-                serialized_key_size=pending.key_size,
-                serialized_value_size=pending.value_size,
+            metadata = RecordMetadata(  # positional: the per-record hot path
+                topic,
+                partition,
+                -1 if base_offset < 0 else base_offset + i,
+                log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
+                pending.key_size,
+                pending.value_size,
             )
             if not future.done():
                 future.set_result(metadata)

@@ -6,8 +6,6 @@ validation checks feed NewTopic/NewPartitions the inputs Kafka's Admin rejects.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from raftka.client.records.header import TimestampType
@@ -53,12 +51,16 @@ def test_records_are_frozen_and_hashable() -> None:
     )
     assert rec.topic_partition == TopicPartition("t", 1)
     assert rec.serialized_value_size == -1
-    assert hash(rec) == hash(dataclasses.replace(rec))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert hash(rec) == hash(rec._replace()) and rec == rec._replace()
+    assert rec._replace(offset=8) != rec
+    with pytest.raises(AttributeError):
         rec.offset = 8  # type: ignore[misc]
     meta = RecordMetadata("t", 0, 5, 99)
     assert meta.topic_partition == TopicPartition("t", 0)
-    assert not hasattr(meta, "__dict__")  # slotted
+    assert (meta.serialized_key_size, meta.serialized_value_size) == (-1, -1)
+    assert not hasattr(meta, "__dict__")  # a tuple: no per-instance dict
+    with pytest.raises(AttributeError):
+        meta.offset = 6  # type: ignore[misc]
 
 
 def test_new_topic_defaults_ask_for_broker_defaults_and_hash() -> None:

@@ -76,7 +76,9 @@ def main() -> None:
     )
     writer = (
         counts.writeStream.format("raftka")
-        .outputMode("update")
+        # Append: each window's count is written once, final, after the watermark
+        # passes its end (a Python data source sink supports append mode only).
+        .outputMode("append")
         .option("bootstrap.servers", args.bootstrap)
         .option("topic", args.sink)
         .option("checkpointLocation", args.checkpoint)

@@ -24,6 +24,7 @@ from raftka.client.consumer.consumer import AsyncConsumer, Consumer
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.errors import KafkaError
 from raftka.client.group_admin import AsyncGroupAdmin, GroupAdmin
+from raftka.client.interceptors import ConsumerInterceptor, ProducerInterceptor, ProducerRecord
 from raftka.client.producer.producer import AsyncProducer, Producer
 from raftka.client.structs import (
     ConsumerRecord,
@@ -52,6 +53,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerGroupMetadata",
+    "ConsumerInterceptor",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "GroupAdmin",
@@ -65,6 +67,8 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerConfig",
+    "ProducerInterceptor",
+    "ProducerRecord",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",

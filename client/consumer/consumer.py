@@ -44,6 +44,10 @@ from raftka.client.consumer.fetcher import Fetcher, SubscriptionState
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.consumer.membership import GroupOptions, Subscription
 from raftka.client.errors import IllegalStateError, KafkaError, NoOffsetForPartitionError
+from raftka.client.interceptors import ConsumerInterceptor, check_interceptors
+from raftka.client.interceptors import close_all as close_interceptors
+from raftka.client.interceptors import on_commit as interceptors_on_commit
+from raftka.client.interceptors import on_consume as interceptors_on_consume
 from raftka.client.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -90,7 +94,11 @@ class AsyncConsumer:
         auto_commit_interval_ms: int = 5_000,
         partition_assignment_strategy: Sequence[str] = DEFAULT_ASSIGNMENT_STRATEGY,
         group_instance_id: str | None = None,
+        interceptors: Sequence[ConsumerInterceptor] = (),
     ) -> None:
+        self._interceptors: tuple[ConsumerInterceptor, ...] = check_interceptors(
+            "interceptors", interceptors, ConsumerInterceptor
+        )
         self.config = ConsumerConfig(
             bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
             client_id=client_id,
@@ -172,6 +180,11 @@ class AsyncConsumer:
                     on_assignment_changed=fetcher.clear_buffered,
                     wake=fetcher.wake,
                 )
+                if self._interceptors:
+                    interceptors = self._interceptors
+                    self._coordinator.on_committed = lambda offsets: interceptors_on_commit(
+                        interceptors, offsets
+                    )
                 if self._subscription is not None:
                     self._coordinator.subscribe(self._subscription, self._listener)
         assert self._transport is not None and self._metadata is not None
@@ -204,6 +217,8 @@ class AsyncConsumer:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
+        if not self._closed:
+            close_interceptors(self._interceptors)
         self._closed = True
         if self._coordinator is not None:
             await self._coordinator.close(leave=False)
@@ -489,6 +504,8 @@ class AsyncConsumer:
             # Pipelining: the next fetches go out before the records are returned.
             fetcher.send_fetches()
             if records:
+                if self._interceptors:
+                    return interceptors_on_consume(self._interceptors, records)
                 return records
             remaining = deadline - monotonic_ms()
             if remaining <= 0:

@@ -151,6 +151,10 @@ class ConsumerCoordinator:
         self._subs = subscriptions
         self._on_assignment_changed = on_assignment_changed
         self._wake = wake
+        #: Called with the offsets of every successful commit (consumer interceptors).
+        self.on_committed: Callable[[Mapping[TopicPartition, OffsetAndMetadata]], None] | None = (
+            None
+        )
         self.state = MemberState()
         self.protocol = rebalance_protocol(options.partition_assignment_strategy)
         self.subscription: Subscription | None = None
@@ -659,6 +663,8 @@ class ConsumerCoordinator:
                 if p.get("error") is not None
             ]
             if not errors:
+                if self.on_committed is not None:
+                    self.on_committed(chosen)
                 return
             first = errors[0]
             reaction = classify(first)

@@ -46,6 +46,14 @@ from raftka.client.errors import (
     MessageTooLargeError,
     SerializationError,
 )
+from raftka.client.interceptors import (
+    ProducerInterceptor,
+    ProducerRecord,
+    check_interceptors,
+)
+from raftka.client.interceptors import close_all as close_interceptors
+from raftka.client.interceptors import on_acknowledgement as interceptors_on_acknowledgement
+from raftka.client.interceptors import on_send as interceptors_on_send
 from raftka.client.producer.accumulator import (
     RECORD_OVERHEAD_MAX,
     RecordAccumulator,
@@ -107,6 +115,7 @@ class AsyncProducer:
         connections_max_idle_ms: int = 540_000,
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
+        interceptors: Sequence[ProducerInterceptor] = (),
         rng: random.Random | None = None,
     ) -> None:
         self.config = ProducerConfig(
@@ -130,6 +139,9 @@ class AsyncProducer:
             connections_max_idle_ms=connections_max_idle_ms,
             key_serializer=key_serializer,
             value_serializer=value_serializer,
+        )
+        self._interceptors: tuple[ProducerInterceptor, ...] = check_interceptors(
+            "interceptors", interceptors, ProducerInterceptor
         )
         self._rng = rng or random.Random()
         self._partitioner = BuiltInPartitioner(
@@ -204,6 +216,7 @@ class AsyncProducer:
         self._closed = True
         sender, task = self._sender, self._sender_task
         if sender is None or task is None:
+            close_interceptors(self._interceptors)
             return
         sender.stop()
         try:
@@ -219,6 +232,7 @@ class AsyncProducer:
         finally:
             if self._transport is not None:
                 await self._transport.close()
+            close_interceptors(self._interceptors)
 
     # ------------------------------------------------------------------ sending
 
@@ -238,6 +252,18 @@ class AsyncProducer:
         ``callback(metadata, exception)`` runs on the event loop once delivered."""
         if self._closed:
             raise IllegalStateError("cannot send after the producer has been closed")
+        if self._interceptors:
+            topic, value, key, partition, timestamp_ms, headers, callback = self._intercept(
+                ProducerRecord(
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    timestamp_ms,
+                    None if headers is None else tuple(headers),
+                ),
+                callback,
+            )
         if self._sender_task is None:
             await self.start()
         metadata, sender = self._metadata, self._sender
@@ -325,6 +351,29 @@ class AsyncProducer:
         if result.new_batch or result.batch_full:
             sender.wake()
         return future
+
+    def _intercept(
+        self, record: ProducerRecord, callback: DeliveryCallback | None
+    ) -> tuple[str, Any, Any, int | None, int | None, HeadersArg, DeliveryCallback | None]:
+        """The record after every interceptor's on_send, and a callback that runs their
+        on_acknowledgement before the application's own."""
+        interceptors = self._interceptors
+        out = interceptors_on_send(interceptors, record)
+
+        def acknowledged(metadata: RecordMetadata | None, exception: BaseException | None) -> None:
+            interceptors_on_acknowledgement(interceptors, metadata, exception)
+            if callback is not None:
+                callback(metadata, exception)
+
+        return (
+            out.topic,
+            out.value,
+            out.key,
+            out.partition,
+            out.timestamp_ms,
+            out.headers,
+            acknowledged,
+        )
 
     async def _wait_for_room(self, size: int, deadline_ms: int) -> None:
         # Every release sets the event; waiters clear it and check again.

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -300,6 +301,52 @@ def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
         consumer.seek(tp, 3)
         rest = _consume_all(consumer, 1)
         assert [r.value for r in rest] == ["c"]
+
+
+def test_consumer_interceptors_see_polls_and_commits(env: Env) -> None:
+    """A ConsumerInterceptor filters what poll returns (drops odd offsets) and sees
+    every successful commit with its offsets; close() runs when the consumer closes."""
+    from raftka.client.interceptors import ConsumerInterceptor
+
+    topic = env.topic("icpt", partitions=1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(10):
+            producer.send(topic, b"%d" % i, partition=0)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    commits: list[dict[TopicPartition, int]] = []
+    closed: list[bool] = []
+
+    class EvenOnly(ConsumerInterceptor):
+        def on_consume(
+            self, records: dict[TopicPartition, list[ConsumerRecord]]
+        ) -> dict[TopicPartition, list[ConsumerRecord]]:
+            return {t: [r for r in rs if r.offset % 2 == 0] for t, rs in records.items()}
+
+        def on_commit(self, offsets: Any) -> None:
+            commits.append({t: om.offset for t, om in offsets.items()})
+
+        def close(self) -> None:
+            closed.append(True)
+
+    with Consumer(
+        bootstrap_servers=env.bootstrap,
+        group_id="interceptor-test",
+        enable_auto_commit=False,
+        interceptors=[EvenOnly()],
+    ) as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        seen: list[int] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while consumer.position(tp) < 10:
+            assert time.monotonic() < deadline, f"read {seen}"
+            for records in consumer.poll(1_000).values():
+                seen.extend(r.offset for r in records)
+        consumer.commit(timeout_ms=API_TIMEOUT_MS)
+    assert seen == [0, 2, 4, 6, 8]
+    assert commits == [{tp: 10}]
+    assert closed == [True]
 
 
 def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:

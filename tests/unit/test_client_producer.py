@@ -481,3 +481,47 @@ async def test_full_batches_of_a_partition_share_one_request(broker: FakeBroker)
     assert batches >= 6, f"the test needs several full batches, got {batches}"
     # One request for the first batch, then at most 5 batches per request.
     assert broker.requests <= 1 + -(-(batches - 1) // 5), (broker.requests, batches)
+
+
+@async_test
+async def test_producer_interceptors_see_every_record_and_its_outcome(broker: FakeBroker) -> None:
+    """Two interceptors in order: the first rewrites the value, the second sees the
+    rewritten record; one that raises is logged and skipped; on_acknowledgement runs per
+    record before the record's own callback; close() runs on the producer's close. A
+    non-interceptor in the list is refused with INVALID_CONFIG."""
+    from raftka.client.config import ClientConfigError
+    from raftka.client.interceptors import ProducerInterceptor, ProducerRecord
+
+    events: list[str] = []
+
+    class Upper(ProducerInterceptor):
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            return record._replace(value=record.value.upper())
+
+    class Broken(ProducerInterceptor):
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            raise RuntimeError("boom")
+
+    class Watch(ProducerInterceptor):
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            events.append(f"send {record.value!r}")
+            return record
+
+        def on_acknowledgement(
+            self, metadata: RecordMetadata | None, exception: BaseException | None
+        ) -> None:
+            assert metadata is not None and exception is None
+            events.append(f"ack {metadata.offset}")
+
+        def close(self) -> None:
+            events.append("close")
+
+    async with AsyncProducer(
+        bootstrap_servers=broker.address, interceptors=[Upper(), Broken(), Watch()]
+    ) as producer:
+        f = await producer.send("t", b"abc", partition=0, callback=lambda m, e: events.append("cb"))
+        await asyncio.wait_for(f, 10)
+    assert broker.logs[("t", 0)] == [(None, b"ABC")]
+    assert events == ["send b'ABC'", "ack 0", "cb", "close"]
+    with pytest.raises(ClientConfigError, match="interceptors"):
+        AsyncProducer(bootstrap_servers="x:1", interceptors=[object()])  # type: ignore[list-item]

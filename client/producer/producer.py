@@ -32,13 +32,13 @@ import concurrent.futures
 import contextlib
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 from raftka.client._sync import LoopThread, chain_future
-from raftka.client._transport import MetadataCache, Transport, monotonic_ms
-from raftka.client.config import INT32_MAX, ProducerConfig, Serializer
+from raftka.client._transport import MetadataCache, TopicView, Transport, monotonic_ms
+from raftka.client.config import INT32_MAX, ClientConfigError, ProducerConfig, Serializer
 from raftka.client.errors import (
     IllegalStateError,
     KafkaError,
@@ -68,6 +68,11 @@ from raftka.client.structs import RecordMetadata, TopicPartition
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | None]] | None
+#: ``partitioner(key_bytes, all_partitions, available_partitions) -> partition`` (the
+#: shape kafka-python's ``partitioner`` option takes); called for every record sent
+#: without an explicit partition. None: Kafka's built-in partitioner (murmur2 of the
+#: key, sticky for null keys).
+Partitioner = Callable[[bytes | None, Sequence[int], Sequence[int]], int]
 
 
 def _serialize(what: str, fn: Serializer | None, data: Any) -> bytes | None:
@@ -116,6 +121,7 @@ class AsyncProducer:
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         interceptors: Sequence[ProducerInterceptor] = (),
+        partitioner: Partitioner | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = ProducerConfig(
@@ -143,6 +149,9 @@ class AsyncProducer:
         self._interceptors: tuple[ProducerInterceptor, ...] = check_interceptors(
             "interceptors", interceptors, ProducerInterceptor
         )
+        if partitioner is not None and not callable(partitioner):
+            raise ClientConfigError(f"partitioner={partitioner!r}: expected a callable")
+        self._custom_partitioner = partitioner
         self._rng = rng or random.Random()
         self._partitioner = BuiltInPartitioner(
             batch_size=max(batch_size, 1), partitioner_ignore_keys=partitioner_ignore_keys
@@ -311,6 +320,8 @@ class AsyncProducer:
             if self._closed:
                 raise IllegalStateError("the producer was closed while send waited")
         num_partitions = len(topic_view.partitions)
+        if partition is None and self._custom_partitioner is not None:
+            partition = self._choose_partition(topic, key_bytes, topic_view)
         try:
             choice = self._partitioner.partition(
                 topic=topic,
@@ -351,6 +362,21 @@ class AsyncProducer:
         if result.new_batch or result.batch_full:
             sender.wake()
         return future
+
+    def _choose_partition(self, topic: str, key_bytes: bytes | None, view: TopicView) -> int:
+        """The application's partitioner (Kafka's ``partitioner.class``), checked."""
+        assert self._custom_partitioner is not None
+        all_partitions = [p.partition for p in view.partitions]
+        try:
+            chosen = self._custom_partitioner(key_bytes, all_partitions, view.available_partitions)
+        except Exception as e:
+            raise KafkaError(f"the partitioner failed for topic {topic!r}: {e!r}") from e
+        if type(chosen) is not int or not 0 <= chosen < len(all_partitions):
+            raise KafkaError(
+                f"the partitioner chose {chosen!r} for topic {topic!r}, which has "
+                f"partitions 0..{len(all_partitions) - 1}"
+            )
+        return chosen
 
     def _intercept(
         self, record: ProducerRecord, callback: DeliveryCallback | None

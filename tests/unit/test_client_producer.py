@@ -27,6 +27,7 @@ from aiohttp import web
 from raftka.client import AsyncProducer, Producer, RecordMetadata
 from raftka.client.errors import (
     IllegalStateError,
+    KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
     SerializationError,
@@ -525,3 +526,23 @@ async def test_producer_interceptors_see_every_record_and_its_outcome(broker: Fa
     assert events == ["send b'ABC'", "ack 0", "cb", "close"]
     with pytest.raises(ClientConfigError, match="interceptors"):
         AsyncProducer(bootstrap_servers="x:1", interceptors=[object()])  # type: ignore[list-item]
+
+
+@async_test
+async def test_custom_partitioner_chooses_unless_a_partition_is_given(broker: FakeBroker) -> None:
+    """partitioner(key_bytes, all, available) picks the partition of every record sent
+    without one (here: always the last); an explicit partition still wins; an answer out
+    of range fails send() with a clear error, and the producer stays usable."""
+
+    def last(key: bytes | None, all_partitions: Any, available: Any) -> int:
+        return int(all_partitions[-1]) if key != b"bad" else 99
+
+    async with AsyncProducer(bootstrap_servers=broker.address, partitioner=last) as producer:
+        md = await asyncio.wait_for(await producer.send("t", b"a", key=b"k"), 10)
+        assert md.partition == PARTITIONS - 1
+        md = await asyncio.wait_for(await producer.send("t", b"b", partition=0), 10)
+        assert md.partition == 0
+        with pytest.raises(KafkaError, match="partitioner chose 99"):
+            await producer.send("t", b"c", key=b"bad")
+        md = await asyncio.wait_for(await producer.send("t", b"d"), 10)
+        assert md.partition == PARTITIONS - 1

@@ -27,20 +27,18 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
+from raftka.client._admin_base import AdminClientBase
 from raftka.client._sync import LoopThread
 from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ListedOffset,
-    MetadataCache,
-    Transport,
     error_from_wire,
     list_offsets,
     monotonic_ms,
 )
 from raftka.client.config import AdminConfig
 from raftka.client.errors import (
-    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
     NotControllerError,
@@ -113,7 +111,7 @@ def _raise_first(results: dict[str, KafkaError | None]) -> None:
             raise error
 
 
-class AsyncAdmin:
+class AsyncAdmin(AdminClientBase):
     """Kafka's admin client on asyncio. Not thread-safe."""
 
     def __init__(
@@ -128,62 +126,19 @@ class AsyncAdmin:
         metadata_max_age_ms: int = 300_000,
         connections_max_idle_ms: int = 540_000,
     ) -> None:
-        self.config = AdminConfig(
-            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
-            bootstrap_controllers=bootstrap_controllers,  # type: ignore[arg-type]
-            client_id=client_id,
-            request_timeout_ms=request_timeout_ms,
-            default_api_timeout_ms=default_api_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            metadata_max_age_ms=metadata_max_age_ms,
-            connections_max_idle_ms=connections_max_idle_ms,
+        super().__init__(
+            AdminConfig(
+                bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+                bootstrap_controllers=bootstrap_controllers,  # type: ignore[arg-type]
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                default_api_timeout_ms=default_api_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                metadata_max_age_ms=metadata_max_age_ms,
+                connections_max_idle_ms=connections_max_idle_ms,
+            )
         )
-        self._transport: Transport | None = None
-        self._metadata: MetadataCache | None = None
         self._active_controller: str | None = None
-        self._closed = False
-
-    def _started(self) -> tuple[Transport, MetadataCache]:
-        if self._closed:
-            raise IllegalStateError("this admin client has been closed")
-        if self._transport is None or self._metadata is None:
-            c = self.config
-            self._transport = Transport(
-                client_id=c.client_id,
-                request_timeout_ms=c.request_timeout_ms,
-                idle_ms=c.connections_max_idle_ms,
-            )
-            self._metadata = MetadataCache(
-                self._transport,
-                bootstrap_servers=c.bootstrap_servers,
-                metadata_max_age_ms=c.metadata_max_age_ms,
-                retry_backoff_ms=c.retry_backoff_ms,
-                request_timeout_ms=c.request_timeout_ms,
-            )
-        return self._transport, self._metadata
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._transport is not None:
-            await self._transport.close()
-
-    async def __aenter__(self) -> AsyncAdmin:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    def _deadline(self, timeout_ms: int | None) -> int:
-        return monotonic_ms() + (
-            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        )
 
     # ------------------------------------------------------------------ controllers
 

@@ -19,15 +19,13 @@ import asyncio
 import base64
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import orjson
 
+from raftka.client._admin_base import AdminClientBase
 from raftka.client._sync import LoopThread
 from raftka.client._transport import (
-    MetadataCache,
-    Transport,
     error_from_wire,
     list_offsets,
     monotonic_ms,
@@ -36,7 +34,6 @@ from raftka.client.config import AdminConfig
 from raftka.client.consumer.assignors import decode_assignment
 from raftka.client.errors import (
     CoordinatorNotAvailableError,
-    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
 )
@@ -88,8 +85,10 @@ def _assignment(raw: object) -> tuple[TopicPartition, ...]:
         return ()  # not a consumer-protocol assignment
 
 
-class AsyncGroupAdmin:
+class AsyncGroupAdmin(AdminClientBase):
     """Group administration on asyncio. Not thread-safe."""
+
+    _kind = "group admin"
 
     def __init__(
         self,
@@ -100,57 +99,14 @@ class AsyncGroupAdmin:
         default_api_timeout_ms: int = 60_000,
         retry_backoff_ms: int = 100,
     ) -> None:
-        self.config = AdminConfig(
-            bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
-            client_id=client_id,
-            request_timeout_ms=request_timeout_ms,
-            default_api_timeout_ms=default_api_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-        )
-        self._transport: Transport | None = None
-        self._metadata: MetadataCache | None = None
-        self._closed = False
-
-    def _started(self) -> tuple[Transport, MetadataCache]:
-        if self._closed:
-            raise IllegalStateError("this group admin has been closed")
-        if self._transport is None or self._metadata is None:
-            c = self.config
-            self._transport = Transport(
-                client_id=c.client_id,
-                request_timeout_ms=c.request_timeout_ms,
-                idle_ms=c.connections_max_idle_ms,
+        super().__init__(
+            AdminConfig(
+                bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                default_api_timeout_ms=default_api_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
             )
-            self._metadata = MetadataCache(
-                self._transport,
-                bootstrap_servers=c.bootstrap_servers,
-                metadata_max_age_ms=c.metadata_max_age_ms,
-                retry_backoff_ms=c.retry_backoff_ms,
-                request_timeout_ms=c.request_timeout_ms,
-            )
-        return self._transport, self._metadata
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._transport is not None:
-            await self._transport.close()
-
-    async def __aenter__(self) -> AsyncGroupAdmin:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    def _deadline(self, timeout_ms: int | None) -> int:
-        return monotonic_ms() + (
-            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         )
 
     def _remaining(self, deadline_ms: int) -> int:

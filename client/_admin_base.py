@@ -1,0 +1,68 @@
+"""What the admin clients share: lazy connection set-up, close, async context manager,
+and the per-call deadline from ``default_api_timeout_ms``."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from raftka.client._transport import MetadataCache, Transport, monotonic_ms
+from raftka.client.config import AdminConfig
+from raftka.client.errors import IllegalStateError
+
+__all__ = ["AdminClientBase"]
+
+
+class AdminClientBase:
+    """Base of ``AsyncAdmin`` and ``AsyncGroupAdmin``: no I/O until the first call."""
+
+    #: Named in the error a call on a closed client raises.
+    _kind = "admin client"
+
+    def __init__(self, config: AdminConfig) -> None:
+        self.config = config
+        self._transport: Transport | None = None
+        self._metadata: MetadataCache | None = None
+        self._closed = False
+
+    def _started(self) -> tuple[Transport, MetadataCache]:
+        if self._closed:
+            raise IllegalStateError(f"this {self._kind} has been closed")
+        if self._transport is None or self._metadata is None:
+            c = self.config
+            self._transport = Transport(
+                client_id=c.client_id,
+                request_timeout_ms=c.request_timeout_ms,
+                idle_ms=c.connections_max_idle_ms,
+            )
+            self._metadata = MetadataCache(
+                self._transport,
+                bootstrap_servers=c.bootstrap_servers,
+                metadata_max_age_ms=c.metadata_max_age_ms,
+                retry_backoff_ms=c.retry_backoff_ms,
+                request_timeout_ms=c.request_timeout_ms,
+            )
+        return self._transport, self._metadata
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._transport is not None:
+            await self._transport.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return monotonic_ms() + (
+            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        )

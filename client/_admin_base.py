@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from raftka.client._transport import MetadataCache, Transport, monotonic_ms
+from raftka.client._transport import MetadataCache, Transport, monotonic_ms, open_connection
 from raftka.client.config import AdminConfig
 from raftka.client.errors import IllegalStateError
 
@@ -29,19 +29,7 @@ class AdminClientBase:
         if self._closed:
             raise IllegalStateError(f"this {self._kind} has been closed")
         if self._transport is None or self._metadata is None:
-            c = self.config
-            self._transport = Transport(
-                client_id=c.client_id,
-                request_timeout_ms=c.request_timeout_ms,
-                idle_ms=c.connections_max_idle_ms,
-            )
-            self._metadata = MetadataCache(
-                self._transport,
-                bootstrap_servers=c.bootstrap_servers,
-                metadata_max_age_ms=c.metadata_max_age_ms,
-                retry_backoff_ms=c.retry_backoff_ms,
-                request_timeout_ms=c.request_timeout_ms,
-            )
+            self._transport, self._metadata = open_connection(self.config)
         return self._transport, self._metadata
 
     async def close(self) -> None:

@@ -17,7 +17,8 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
-from typing import Any, Final, TypeVar
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
 
 from raftka.client.errors import IllegalStateError, KafkaTimeoutError
 
@@ -121,3 +122,21 @@ def chain_future(
 
     loop.call_soon_threadsafe(source.add_done_callback, copy)
     return target
+
+
+class ClosingOnExit:
+    """``with`` support for the blocking faces: the block's end calls ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import aiohttp
 import orjson
@@ -262,6 +262,41 @@ class ClusterView:
         leader = topic.partitions[tp.partition].leader
         node = None if leader is None else self.brokers.get(leader)
         return None if node is None or leader is None else (leader, f"{node.host}:{node.port}")
+
+
+class ConnectionConfig(Protocol):
+    """The options a client's transport and metadata cache are built from (producer,
+    consumer and admin configs all have them)."""
+
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def request_timeout_ms(self) -> int: ...
+    @property
+    def connections_max_idle_ms(self) -> int: ...
+    @property
+    def bootstrap_servers(self) -> tuple[str, ...]: ...
+    @property
+    def metadata_max_age_ms(self) -> int: ...
+    @property
+    def retry_backoff_ms(self) -> int: ...
+
+
+def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]:
+    """A client's transport and its metadata cache (no I/O yet)."""
+    transport = Transport(
+        client_id=config.client_id,
+        request_timeout_ms=config.request_timeout_ms,
+        idle_ms=config.connections_max_idle_ms,
+    )
+    metadata = MetadataCache(
+        transport,
+        bootstrap_servers=config.bootstrap_servers,
+        metadata_max_age_ms=config.metadata_max_age_ms,
+        retry_backoff_ms=config.retry_backoff_ms,
+        request_timeout_ms=config.request_timeout_ms,
+    )
+    return transport, metadata
 
 
 def keep_newer_leaders(old: ClusterView, new: ClusterView) -> ClusterView:

@@ -24,11 +24,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 from raftka.client._admin_base import AdminClientBase
-from raftka.client._sync import LoopThread
+from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -522,7 +521,7 @@ def _item_errors(items: list[dict[str, Any]], key: str) -> dict[str, KafkaError 
     }
 
 
-class Admin:
+class Admin(ClosingOnExit):
     """The blocking admin client: an :class:`AsyncAdmin` on its own loop thread.
     Thread-safe. Same keyword arguments and methods as ``AsyncAdmin``."""
 
@@ -658,14 +657,3 @@ class Admin:
                 self._async._closed = True
         finally:
             self._thread.close()
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

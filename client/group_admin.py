@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from raftka.client._admin_base import AdminClientBase
-from raftka.client._sync import LoopThread
+from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     error_from_wire,
     list_offsets,
@@ -301,7 +301,7 @@ class AsyncGroupAdmin(AdminClientBase):
         return [TopicPartition(topic, p.partition) for p in view.partitions]
 
 
-class GroupAdmin:
+class GroupAdmin(ClosingOnExit):
     """The blocking face of :class:`AsyncGroupAdmin` (same arguments and methods)."""
 
     def __init__(self, **config: Any) -> None:
@@ -352,9 +352,3 @@ class GroupAdmin:
                 self._run(self._async.close())
         finally:
             self._thread.close()
-
-    def __enter__(self) -> GroupAdmin:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1014,10 +1014,11 @@ async def _wait_any(events: Sequence[asyncio.Event], timeout_ms: int) -> None:
 def _check_producers(
     producers: ProducerStateManager, batches: Sequence[ProducerBatch]
 ) -> Append | Duplicate | Rejected:
-    """The idempotence decision for one partition's batches of a produce. A producer
-    sends one batch per partition per request; a retry of it is a Duplicate. With
-    several batches, each producer's must follow on each other, and a duplicate among
-    them refuses the request (DUPLICATE_SEQUENCE_NUMBER) rather than half-append it."""
+    """The idempotence decision for one partition's batches of a produce. raftka's
+    producer sends up to 5 batches of a partition in a first attempt and a retried batch
+    alone, so a retry is a single Duplicate. With several batches, each producer's must
+    follow on each other, and a duplicate among them refuses the request
+    (DUPLICATE_SEQUENCE_NUMBER) rather than half-append it."""
     if not batches:
         return Rejected(producer_id=-1, error=CorruptMessageError("no record batch"))
     seen: dict[int, ProducerBatch] = {}

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Final, Literal
 
-from raftka.client._sync import LoopThread
+from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -36,6 +36,7 @@ from raftka.client._transport import (
     Transport,
     list_offsets,
     monotonic_ms,
+    open_connection,
 )
 from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
 from raftka.client.consumer.assignors import DEFAULT_ASSIGNMENT_STRATEGY
@@ -149,18 +150,7 @@ class AsyncConsumer:
             raise IllegalStateError("this consumer has already been closed")
         if self._fetcher is None:
             c = self.config
-            self._transport = Transport(
-                client_id=c.client_id,
-                request_timeout_ms=c.request_timeout_ms,
-                idle_ms=c.connections_max_idle_ms,
-            )
-            self._metadata = MetadataCache(
-                self._transport,
-                bootstrap_servers=c.bootstrap_servers,
-                metadata_max_age_ms=c.metadata_max_age_ms,
-                retry_backoff_ms=c.retry_backoff_ms,
-                request_timeout_ms=c.request_timeout_ms,
-            )
+            self._transport, self._metadata = open_connection(c)
             self._metadata.add_topics(sorted({tp.topic for tp in self._subs.assignment}))
             self._fetcher = Fetcher(
                 config=c,
@@ -566,7 +556,7 @@ class AsyncConsumer:
                     yield record
 
 
-class Consumer:
+class Consumer(ClosingOnExit):
     """The blocking consumer: an :class:`AsyncConsumer` on its own loop thread.
     Same keyword arguments as ``AsyncConsumer``. Calls from several threads are
     serialised, but drive a consumer from one thread as in Kafka."""
@@ -712,17 +702,6 @@ class Consumer:
                 self._async._closed = True
         finally:
             self._thread.close()
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 async def _call(fn: Any, *args: Any) -> Any:

@@ -11,8 +11,9 @@ already appended it recognises the retry and answers with the original offsets
 instead of appending it twice.
 
 Sequences are assigned when a batch is first drained, in partition order; together with
-one batch in flight per partition and retries going back to the head of their queue
-(see :mod:`.sender`), the numbers a broker sees per partition are contiguous.
+one request in flight per partition (up to 5 batches on a first attempt, a retried
+batch alone) and retries going back to the head of their queue (see :mod:`.sender`),
+the numbers a broker sees per partition are contiguous.
 
 A batch that *fails* after it got a sequence (its retries or delivery timeout ran out,
 or the broker refused it with OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or

@@ -15,7 +15,7 @@ Idempotence: ``enable_idempotence`` defaults to True as in Kafka (acks must be "
 at most 5 requests in flight per broker). The producer takes a producer id from a
 broker (InitProducerId) before its first batch and numbers its batches per partition;
 retries keep their numbers, so a broker never appends one twice, and order is kept
-(one batch in flight per partition, see :mod:`.sender` and :mod:`.idempotence`). With
+(one request in flight per partition, see :mod:`.sender` and :mod:`.idempotence`). With
 ``enable_idempotence=False`` a retry after an unknown outcome (timeout, lost
 connection) may duplicate a batch, as in Kafka.
 
@@ -36,8 +36,14 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from raftka.client._sync import LoopThread, chain_future
-from raftka.client._transport import MetadataCache, TopicView, Transport, monotonic_ms
+from raftka.client._sync import ClosingOnExit, LoopThread, chain_future
+from raftka.client._transport import (
+    MetadataCache,
+    TopicView,
+    Transport,
+    monotonic_ms,
+    open_connection,
+)
 from raftka.client.config import INT32_MAX, ClientConfigError, ProducerConfig, Serializer
 from raftka.client.errors import (
     IllegalStateError,
@@ -179,18 +185,7 @@ class AsyncProducer:
         if self._sender_task is not None:
             return
         config = self.config
-        self._transport = Transport(
-            client_id=config.client_id,
-            request_timeout_ms=config.request_timeout_ms,
-            idle_ms=config.connections_max_idle_ms,
-        )
-        self._metadata = MetadataCache(
-            self._transport,
-            bootstrap_servers=config.bootstrap_servers,
-            metadata_max_age_ms=config.metadata_max_age_ms,
-            retry_backoff_ms=config.retry_backoff_ms,
-            request_timeout_ms=config.request_timeout_ms,
-        )
+        self._transport, self._metadata = open_connection(config)
         self._room = asyncio.Event()
         self._sender = Sender(
             config=config,
@@ -461,7 +456,7 @@ class AsyncProducer:
         return {p.partition for p in view.partitions}
 
 
-class Producer:
+class Producer(ClosingOnExit):
     """The blocking producer: an :class:`AsyncProducer` on its own loop thread.
     Thread-safe. Same keyword arguments as ``AsyncProducer``."""
 
@@ -521,14 +516,3 @@ class Producer:
                 self._async._closed = True
         finally:
             self._thread.close()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from raftka.client.records import Compression, Record, build_batch, decode_batch
+from raftka.common.record import Compression, Record, build_batch, decode_batch
 
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100

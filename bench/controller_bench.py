@@ -59,7 +59,7 @@ import orjson
 from raftka.local import LOCAL_QUORUM_PROPERTIES, LocalCluster, NodeProcess, wait_for
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     ConfigRecord,
     Endpoint,
     MetadataRecord,

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from raftka.client.records.batch import Record, build_batch
-from raftka.raft.log import Log, LogConfig
+from raftka.common.record.batch import Record, build_batch
+from raftka.storage import Log, LogConfig
 
 BATCH_BYTES = 16 * 1024
 RECORD_BYTES = 100
@@ -135,7 +135,7 @@ def bench_read(root: Path, n: int, repeats: int, fetch_bytes: int) -> dict[str, 
 def _next_offset(data: bytes) -> int:
     """The offset after the last whole batch of a read (a read may end mid-batch, as
     Kafka's fetch responses do; the consumer fetches that batch again)."""
-    from raftka.client.records.header import parse_header, peek_batch_size
+    from raftka.common.record.header import parse_header, peek_batch_size
 
     pos, last = 0, 0
     while (size := peek_batch_size(data, pos)) is not None and pos + size <= len(data):

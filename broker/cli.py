@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from raftka.metadata.node_config import ConfigError
+from raftka.server_common.process_config import ConfigError
 
 __all__ = ["broker_command"]
 

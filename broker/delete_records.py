@@ -30,7 +30,6 @@ signal here, so the wait re-checks every :data:`LOW_WATERMARK_CHECK_MS`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,7 +39,7 @@ from aiohttp import web
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.broker.replication.partition_state import PartitionState
-from raftka.client.errors import (
+from raftka.common.errors import (
     InvalidRequestError,
     KafkaError,
     NotLeaderOrFollowerError,
@@ -48,7 +47,8 @@ from raftka.client.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.http_errors import json_response
+from raftka.common.time import monotonic_ms
+from raftka.server_common.http_errors import json_response
 
 __all__ = [
     "DELETE_RECORDS_TIMEOUT_MS_MAX",
@@ -128,7 +128,7 @@ async def delete_records(
 ) -> list[DeleteRecordsResult]:
     """Delete the records before each ``(topic, partition, offset)`` (see the module
     docstring); one result per entry, in order."""
-    clock = clock_ms or _monotonic_ms
+    clock = clock_ms or monotonic_ms
     deadline_ms = clock() + max(0, min(timeout_ms, DELETE_RECORDS_TIMEOUT_MS_MAX))
     results: list[DeleteRecordsResult | None] = []
     waiting: dict[int, tuple[Partition, int]] = {}
@@ -175,10 +175,6 @@ async def delete_records(
     out = [r for r in results if r is not None]
     assert len(out) == len(entries)
     return out
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 # ------------------------------------------------------------------ route

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -34,7 +33,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     BrokerIdNotRegisteredError,
     KafkaError,
     NotControllerError,
@@ -43,6 +42,7 @@ from raftka.client.errors import (
     UnknownServerError,
     error_for_name,
 )
+from raftka.common.time import monotonic_ms
 
 __all__ = ["BrokerLifecycle", "ControllerChannel"]
 
@@ -57,10 +57,6 @@ REDIRECTS_MAX: Final = 3
 _RETRY_NAMES: Final = frozenset(
     {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "LEADER_NOT_AVAILABLE", "UNKNOWN_SERVER_ERROR"}
 )
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class ControllerChannel:
@@ -106,7 +102,7 @@ class ControllerChannel:
     ) -> dict[str, Any]:
         """The answer of the active controller, or the KafkaError it sent (one not in
         ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed."""
-        deadline_ms = _monotonic_ms() + timeout_ms
+        deadline_ms = monotonic_ms() + timeout_ms
         backoff_ms = RETRY_BACKOFF_MIN_MS
         last = "no attempt"
         while True:
@@ -141,7 +137,7 @@ class ControllerChannel:
                 if name is None:
                     raise UnknownServerError(f"{address}{path}: HTTP {status}")
                 break
-            remaining = deadline_ms - _monotonic_ms()
+            remaining = deadline_ms - monotonic_ms()
             if remaining <= 0:
                 raise RequestTimedOutError(f"{path}: no controller answered in time ({last})")
             await asyncio.sleep(min(backoff_ms, remaining) / 1000)  # backoff between attempts
@@ -259,10 +255,10 @@ class BrokerLifecycle:
         self._shutting_down = True
         if self.broker_epoch is None:
             return True
-        deadline_ms = _monotonic_ms() + timeout_ms
+        deadline_ms = monotonic_ms() + timeout_ms
         # Fast at first: the controller grants it once every broker replayed the moves.
         pause_ms = min(self._interval_ms, 200)
-        while _monotonic_ms() < deadline_ms:
+        while monotonic_ms() < deadline_ms:
             try:
                 answer = await self.heartbeat(want_shutdown=True)
                 if answer.get("should_shutdown"):

@@ -29,10 +29,10 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
-from raftka.client.errors import KafkaError
+from raftka.common.errors import KafkaError
 from raftka.metadata.delta import LocalReplicaChanges, MetadataDelta, image_from_records
 from raftka.metadata.image import FrozenMap, MetadataImage, PartitionRegistration, TopicIdPartition
-from raftka.metadata.records import MetadataRecord, record_from_dict
+from raftka.metadata.metadata_records import MetadataRecord, record_from_dict
 
 __all__ = [
     "METADATA_WAIT_MS",

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from raftka.client.errors import KafkaError, RequestTimedOutError
+from raftka.common.errors import KafkaError, RequestTimedOutError
 
 __all__ = ["PREFETCH_FRACTION", "ProducerIdBlock", "ProducerIdManager"]
 

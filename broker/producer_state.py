@@ -59,14 +59,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     UnknownProducerIdError,
 )
-from raftka.client.records.header import NO_PRODUCER_ID, BatchHeader
+from raftka.common.record.header import NO_PRODUCER_ID, BatchHeader
 
 # Kafka's producer caps max.in.flight.requests.per.connection at 5 with idempotence, so
 # every retry it can send is one of the last 5 batches the leader appended for it.

@@ -62,7 +62,7 @@ from raftka.broker.producer_state import (
     ProducerStateEntry,
     next_sequence,
 )
-from raftka.client.errors import CorruptMessageError
+from raftka.common.errors import CorruptMessageError
 
 SNAPSHOT_VERSION: Final = 1
 SNAPSHOT_SUFFIX: Final = ".snapshot"

@@ -32,10 +32,10 @@ from raftka.broker.producer_state_snapshot import (
     snapshots_to_delete,
     snapshots_to_try,
 )
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records.header import iter_batches
-from raftka.raft.log import Log
-from raftka.raft.log.checkpoint import write_file_durably
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record.header import iter_batches
+from raftka.storage import Log
+from raftka.storage.checkpoint import write_file_durably
 
 __all__ = ["load_producer_state", "prune_snapshots", "write_producer_snapshot"]
 

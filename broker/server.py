@@ -41,19 +41,19 @@ from raftka.broker.replication.manager import (
     ProduceResult,
     ReplicaManager,
 )
-from raftka.broker.storage import LogManager
-from raftka.client.errors import (
+from raftka.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
     KafkaError,
     RequestTimedOutError,
 )
-from raftka.client.http_errors import error_middleware, json_response
-from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
+from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import NO_LEADER
+from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.server import configure_logging
+from raftka.server_common.http_errors import error_middleware, json_response
+from raftka.storage.log_manager import LogManager
 
 __all__ = ["BrokerServer", "run_broker"]
 

@@ -3,7 +3,7 @@
 ``Producer``/``Consumer``/``Admin`` block; ``AsyncProducer``/``AsyncConsumer``/
 ``AsyncAdmin`` are their asyncio twins (one core under both faces). Options are
 Kafka's, in snake_case, as typed keyword arguments with Kafka's defaults; constructors
-do no I/O. Errors are Kafka's (:mod:`raftka.client.errors`).
+do no I/O. Errors are Kafka's (:mod:`raftka.common.errors`).
 """
 
 from raftka.client.admin import (
@@ -22,7 +22,6 @@ from raftka.client.config import (
 )
 from raftka.client.consumer.consumer import AsyncConsumer, Consumer
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
-from raftka.client.errors import KafkaError
 from raftka.client.group_admin import AsyncGroupAdmin, GroupAdmin
 from raftka.client.interceptors import ConsumerInterceptor, ProducerInterceptor, ProducerRecord
 from raftka.client.producer.producer import AsyncProducer, Producer
@@ -38,6 +37,7 @@ from raftka.client.structs import (
     TopicDescription,
     TopicPartition,
 )
+from raftka.common.errors import KafkaError
 
 __all__ = [
     "Admin",

@@ -8,7 +8,7 @@ from typing import Self
 
 from raftka.client._transport import MetadataCache, Transport, monotonic_ms, open_connection
 from raftka.client.config import AdminConfig
-from raftka.client.errors import IllegalStateError
+from raftka.common.errors import IllegalStateError
 
 __all__ = ["AdminClientBase"]
 

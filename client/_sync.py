@@ -20,7 +20,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-from raftka.client.errors import IllegalStateError, KafkaTimeoutError
+from raftka.common.errors import IllegalStateError, KafkaTimeoutError
 
 __all__ = ["LoopThread", "chain_future"]
 

@@ -18,7 +18,6 @@ UNKNOWN_TOPIC_OR_PARTITION (``invalidate``). Concurrent refreshes share one requ
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -26,7 +25,8 @@ from typing import Any, Final, Protocol
 import aiohttp
 import orjson
 
-from raftka.client.errors import (
+from raftka.client.structs import Node, PartitionInfo, TopicPartition
+from raftka.common.errors import (
     KafkaError,
     KafkaTimeoutError,
     NetworkError,
@@ -35,8 +35,8 @@ from raftka.client.errors import (
     UnknownTopicOrPartitionError,
     error_for_name,
 )
-from raftka.client.structs import Node, PartitionInfo, TopicPartition
-from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.common.time import monotonic_ms
+from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -71,10 +71,6 @@ async def _read_body(response: aiohttp.ClientResponse, where: str) -> bytes:
             raise NetworkError(f"{where}: answer above {RESPONSE_BYTES_MAX} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def error_from_wire(obj: object, default: str = "") -> KafkaError:

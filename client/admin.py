@@ -37,18 +37,18 @@ from raftka.client._transport import (
     monotonic_ms,
 )
 from raftka.client.config import AdminConfig
-from raftka.client.errors import (
-    KafkaError,
-    KafkaTimeoutError,
-    NotControllerError,
-    UnknownTopicOrPartitionError,
-)
 from raftka.client.structs import (
     NewPartitions,
     NewTopic,
     Node,
     TopicDescription,
     TopicPartition,
+)
+from raftka.common.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
 )
 
 __all__ = [

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
-from raftka.client.errors import InvalidConfigError
-from raftka.client.records.header import Compression
+from raftka.common.errors import InvalidConfigError
+from raftka.common.record.header import Compression
 
 __all__ = [
     "INT32_MAX",

@@ -32,12 +32,12 @@ from raftka.client._transport import (
 )
 from raftka.client.config import AdminConfig
 from raftka.client.consumer.assignors import decode_assignment
-from raftka.client.errors import (
+from raftka.common.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
     KafkaTimeoutError,
 )
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "AsyncGroupAdmin",

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
-from raftka.client.records.batch import Header
-from raftka.client.records.header import TimestampType
+from raftka.common.record.batch import Header
+from raftka.common.record.header import TimestampType
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "BROKER_DEFAULT",
@@ -42,26 +43,6 @@ __all__ = [
 BROKER_DEFAULT: Final = -1
 #: Kafka's RecordBatch.NO_TIMESTAMP.
 NO_TIMESTAMP: Final = -1
-
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic. Ordered by (topic, partition)."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        # Kafka's TopicPartition.toString: "topic-3".
-        return f"{self.topic}-{self.partition}"
-
-
-class OffsetAndMetadata(NamedTuple):
-    """A committed offset: the next offset to read, with optional metadata text and the
-    leader epoch of the last record consumed (KIP-320; ``None`` when unknown)."""
-
-    offset: int
-    metadata: str = ""
-    leader_epoch: int | None = None
 
 
 class OffsetAndTimestamp(NamedTuple):

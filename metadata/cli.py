@@ -21,7 +21,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from raftka.metadata.node_config import ConfigError, load_node_config
+from raftka.server_common.process_config import ConfigError, load_node_config
 
 __all__ = ["controller_command", "metadata_group", "quorum_group"]
 

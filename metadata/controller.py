@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, Literal, TypeAlias, TypeVar
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     FencedLeaderEpochError,
@@ -80,8 +80,7 @@ from raftka.metadata.image import (
     TopicIdPartition,
     TopicImage,
 )
-from raftka.metadata.placement import assign_replicas
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     NO_LEADER,
@@ -97,6 +96,7 @@ from raftka.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import TOPIC_CONFIGS, parse_bool, validate_topic_config
 
 __all__ = [

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, assert_never
 
-from raftka.client.errors import IllegalStateError
+from raftka.common.errors import IllegalStateError
 from raftka.metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -42,7 +42,7 @@ from raftka.metadata.image import (
     TopicImage,
     TopicsImage,
 )
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     UNFENCE,

@@ -31,7 +31,7 @@ import enum
 from collections.abc import Callable, Sequence
 
 from raftka.metadata.image import PartitionRegistration
-from raftka.metadata.records import NO_LEADER, NO_LEADER_CHANGE, PartitionChangeRecord
+from raftka.metadata.metadata_records import NO_LEADER, NO_LEADER_CHANGE, PartitionChangeRecord
 
 __all__ = ["Election", "ElectionResult", "PartitionChangeBuilder"]
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Final, NamedTuple, TypeVar
 
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
     ConfigRecord,

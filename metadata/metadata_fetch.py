@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import orjson
 
-from raftka.client._waiting import wait_event
-from raftka.client.errors import OffsetOutOfRangeError
+from raftka.common.errors import OffsetOutOfRangeError
+from raftka.common.time import wait_event
 from raftka.raft.quorum.engine import CommittedRecord, QuorumEngine
 
 __all__ = [

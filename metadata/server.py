@@ -58,8 +58,7 @@ from typing import Any, Final, TypeVar, cast
 import orjson
 from aiohttp import web
 
-from raftka.client._waiting import wait_event
-from raftka.client.errors import (
+from raftka.common.errors import (
     InvalidRequestError,
     KafkaError,
     KafkaTimeoutError,
@@ -67,7 +66,7 @@ from raftka.client.errors import (
     RequestTimedOutError,
     UnknownServerError,
 )
-from raftka.client.http_errors import error_middleware, json_response
+from raftka.common.time import monotonic_ms, wait_event
 from raftka.metadata.controller import (
     AllocateProducerIdsResponse,
     AlterConfigOp,
@@ -96,8 +95,7 @@ from raftka.metadata.metadata_fetch import (
     CommitSignal,
     fetch_metadata,
 )
-from raftka.metadata.node_config import NodeConfig
-from raftka.metadata.records import Endpoint, decode_records, encode_records
+from raftka.metadata.metadata_records import Endpoint, decode_records, encode_records
 from raftka.raft.quorum.engine import (
     CommittedRecord,
     NotLeaderError,
@@ -105,6 +103,8 @@ from raftka.raft.quorum.engine import (
     QuorumInfo,
     VoterState,
 )
+from raftka.server_common.http_errors import error_middleware, json_response
+from raftka.server_common.process_config import NodeConfig
 
 __all__ = [
     "APPEND_TIMEOUT_MS",
@@ -367,10 +367,6 @@ class _Tick:
 _Item = _Command | _Activate | _Tick
 
 
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 class NotControllerRedirectError(NotControllerError):
     """NOT_CONTROLLER with where the active controller is, for the response body."""
 
@@ -401,7 +397,7 @@ class ControllerServer:
         config: NodeConfig,
         engine: QuorumEngine,
         *,
-        clock_ms: Callable[[], int] = _monotonic_ms,
+        clock_ms: Callable[[], int] = monotonic_ms,
         rng: random.Random | None = None,
         append_timeout_ms: int = APPEND_TIMEOUT_MS,
     ) -> None:

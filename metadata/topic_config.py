@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from raftka.client.errors import InvalidConfigError
+from raftka.common.errors import InvalidConfigError
 
 __all__ = [
     "TOPIC_CONFIGS",

@@ -49,7 +49,7 @@ from raftka.broker.coordinator.group_manager import (
     OffsetFetchResponse,
     Output,
 )
-from raftka.broker.coordinator.records import OffsetsRecord
+from raftka.broker.coordinator.group_records import OffsetsRecord
 
 __all__ = [
     "NO_GENERATION",

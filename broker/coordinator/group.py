@@ -54,14 +54,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Generic, TypeAlias, TypeVar
 
-from raftka.broker.coordinator.records import (
+from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadataValue,
     OffsetsRecord,
     group_metadata_record,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
@@ -122,7 +122,7 @@ ErrorType: TypeAlias = type[KafkaError] | None
 T = TypeVar("T")
 
 
-# Kafka errors that raftka.client.errors does not define yet (names and codes are Kafka's).
+# Kafka errors that raftka.common.errors does not define yet (names and codes are Kafka's).
 
 
 class GroupState(enum.Enum):

@@ -69,7 +69,7 @@ from raftka.broker.coordinator.group import (
     SyncGroupResponse,
     coordinator_error_for_append,
 )
-from raftka.broker.coordinator.records import (
+from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -82,7 +82,7 @@ from raftka.broker.coordinator.records import (
     group_metadata_record,
     offset_commit_record,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -93,7 +93,7 @@ from raftka.client.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "NO_OFFSET",

@@ -26,9 +26,9 @@ from raftka.broker.coordinator.group import (
 )
 from raftka.broker.coordinator.group_manager import OffsetCommitRequest
 from raftka.broker.coordinator.service import GroupCoordinatorService
-from raftka.client.errors import InvalidRequestError, KafkaError
-from raftka.client.http_errors import json_response
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
+from raftka.server_common.http_errors import json_response
 
 __all__ = ["coordinator_routes"]
 

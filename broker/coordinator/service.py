@@ -67,18 +67,18 @@ from raftka.broker.coordinator.group_manager import (
     OffsetFetchResponse,
     Output,
 )
-from raftka.broker.coordinator.records import OffsetsRecord, OffsetsRecordError
+from raftka.broker.coordinator.group_records import OffsetsRecord, OffsetsRecordError
+from raftka.broker.coordinator.placement import coordinator_partition
 from raftka.broker.lifecycle import ControllerChannel
 from raftka.broker.replication.manager import ReplicaManager
-from raftka.client.errors import (
+from raftka.common.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
     NotCoordinatorError,
 )
-from raftka.client.hashing import group_coordinator_partition
-from raftka.client.records import Record, build_batch, decode_batches
-from raftka.client.structs import TopicPartition
-from raftka.metadata.records import NO_LEADER
+from raftka.common.record import Record, build_batch, decode_batches
+from raftka.common.structs import TopicPartition
+from raftka.metadata.metadata_records import NO_LEADER
 
 __all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService"]
 
@@ -170,7 +170,7 @@ class GroupCoordinatorService:
         return self._config.offsets_topic_num_partitions
 
     def partition_for(self, group_id: str) -> int:
-        return group_coordinator_partition(group_id, self.num_partitions())
+        return coordinator_partition(group_id, self.num_partitions())
 
     async def find_coordinator(self, group_id: str) -> CoordinatorLocation:
         image = self._replicas.image

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -37,10 +36,10 @@ import orjson
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset, Role
-from raftka.broker.storage import TopicPartition
-from raftka.client._waiting import wait_event
-from raftka.client.errors import KafkaError, OffsetOutOfRangeError
-from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.common.errors import KafkaError, OffsetOutOfRangeError
+from raftka.common.time import monotonic_ms, wait_event
+from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.storage.log_manager import TopicPartition
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
 
@@ -48,10 +47,6 @@ log = logging.getLogger(__name__)
 
 #: Extra time a fetch request may take beyond its long poll before we give up on it.
 FETCH_SLACK_MS: Final = 5_000
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +105,7 @@ class ReplicaFetcher:
     async def run(self) -> None:
         config = self._manager.config
         while True:
-            now = _monotonic_ms()
+            now = monotonic_ms()
             due = self._due(now)
             if not due:
                 self._wake.clear()
@@ -143,7 +138,7 @@ class ReplicaFetcher:
                 self._back_off(due, config.replica_fetch_backoff_ms)
 
     def _back_off(self, tps: list[TopicPartition], backoff_ms: int) -> None:
-        until = _monotonic_ms() + backoff_ms
+        until = monotonic_ms() + backoff_ms
         for tp in tps:
             self._backoff_until[tp] = until
 

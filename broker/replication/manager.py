@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -68,8 +67,7 @@ from raftka.broker.replication.partition_state import (
     StateChange,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
-from raftka.broker.storage import LogManager, TopicPartition
-from raftka.client.errors import (
+from raftka.common.errors import (
     CorruptMessageError,
     DuplicateSequenceNumberError,
     InvalidRequiredAcksError,
@@ -80,11 +78,13 @@ from raftka.client.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.records.header import iter_batches
+from raftka.common.record.header import iter_batches
+from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
-from raftka.metadata.records import NO_LEADER
-from raftka.raft.log import Log
+from raftka.metadata.metadata_records import NO_LEADER
+from raftka.storage import Log
+from raftka.storage.log_manager import LogManager, TopicPartition
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -110,10 +110,6 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class _Signal:
@@ -217,7 +213,7 @@ class ReplicaManager:
         *,
         config: BrokerConfig,
         logs: LogManager,
-        clock_ms: Callable[[], int] = _monotonic_ms,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.config = config
         self._producer_config = ProducerStateConfig(

@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     FencedLeaderEpochError,
     InvalidRequiredAcksError,
     KafkaError,
@@ -96,7 +96,7 @@ class EpochEndOffsets(Protocol):
     ``end_offset_for(E, leo)`` returns ``(epoch, end_offset)``: the largest epoch <= E
     the log knows and the offset where it ends (the start of the next epoch, or ``leo``
     for the latest); ``(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`` when E is undefined
-    or above every known epoch. ``raftka.raft.log.epoch_cache.LeaderEpochFileCache``
+    or above every known epoch. ``raftka.storage.epoch_cache.LeaderEpochFileCache``
     satisfies it.
     """
 

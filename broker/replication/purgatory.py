@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 from raftka.broker.replication.partition_state import ReplicationStatus
-from raftka.client.errors import (
+from raftka.common.errors import (
     KafkaError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,

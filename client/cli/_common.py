@@ -26,8 +26,8 @@ import click
 
 from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError
-from raftka.client.errors import KafkaError
 from raftka.client.structs import TopicDescription
+from raftka.common.errors import KafkaError
 
 __all__ = [
     "API_TIMEOUT_MS_DEFAULT",

@@ -33,9 +33,9 @@ from raftka.client.cli._common import (
     one_line_errors,
 )
 from raftka.client.consumer.consumer import Consumer
-from raftka.client.errors import UnknownTopicOrPartitionError
-from raftka.client.records.header import TimestampType
 from raftka.client.structs import ConsumerRecord, TopicPartition
+from raftka.common.errors import UnknownTopicOrPartitionError
+from raftka.common.record.header import TimestampType
 
 __all__ = ["consume_command", "format_record"]
 

@@ -19,9 +19,9 @@ import click
 
 from raftka.client._transport import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
-from raftka.client.errors import NonEmptyGroupError
 from raftka.client.group_admin import GroupAdmin
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.errors import NonEmptyGroupError
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = ["groups_command"]
 

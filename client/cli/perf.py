@@ -42,9 +42,9 @@ from raftka.client.cli._common import (
 )
 from raftka.client.config import ClientConfigError
 from raftka.client.consumer.consumer import AsyncConsumer
-from raftka.client.errors import KafkaError, TopicAlreadyExistsError
 from raftka.client.producer.producer import AsyncProducer, DeliveryCallback
 from raftka.client.structs import NewTopic, RecordMetadata, TopicPartition
+from raftka.common.errors import KafkaError, TopicAlreadyExistsError
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",

@@ -29,9 +29,9 @@ from raftka.client.cli._common import (
     error_line,
     one_line_errors,
 )
-from raftka.client.errors import UnknownTopicOrPartitionError
 from raftka.client.producer.producer import Producer
 from raftka.client.structs import RecordMetadata
+from raftka.common.errors import UnknownTopicOrPartitionError
 
 __all__ = ["produce_command", "split_line"]
 

@@ -21,8 +21,8 @@ import click
 
 from raftka.client.admin import Admin, AlterConfigOp, ConfigEntry
 from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
-from raftka.client.errors import TopicAlreadyExistsError
 from raftka.client.structs import BROKER_DEFAULT, NewPartitions, NewTopic, TopicDescription
+from raftka.common.errors import TopicAlreadyExistsError
 
 __all__ = ["format_description", "parse_configs", "topics_command"]
 

@@ -44,7 +44,6 @@ from raftka.client.consumer.coordinator_client import ConsumerCoordinator
 from raftka.client.consumer.fetcher import Fetcher, SubscriptionState
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.consumer.membership import GroupOptions, Subscription
-from raftka.client.errors import IllegalStateError, KafkaError, NoOffsetForPartitionError
 from raftka.client.interceptors import ConsumerInterceptor, check_interceptors
 from raftka.client.interceptors import close_all as close_interceptors
 from raftka.client.interceptors import on_commit as interceptors_on_commit
@@ -55,6 +54,7 @@ from raftka.client.structs import (
     OffsetAndTimestamp,
     TopicPartition,
 )
+from raftka.common.errors import IllegalStateError, KafkaError, NoOffsetForPartitionError
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], KafkaError | None], Any]
 

@@ -39,7 +39,6 @@ from typing import Any, Final
 import orjson
 
 from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
-from raftka.client._waiting import wait_event
 from raftka.client.config import ConsumerConfig
 from raftka.client.consumer.assignors import (
     Assignment,
@@ -63,7 +62,7 @@ from raftka.client.consumer.membership import (
     classify,
     rebalance_protocol,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
     IllegalStateError,
@@ -73,7 +72,8 @@ from raftka.client.errors import (
     RebalanceInProgressError,
     RequestTimedOutError,
 )
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.time import wait_event
 
 __all__ = ["ConsumerCoordinator"]
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
-from raftka.client._waiting import wait_event
 from raftka.client.config import ConsumerConfig
-from raftka.client.errors import (
+from raftka.client.structs import ConsumerRecord, TopicPartition
+from raftka.common.errors import (
     FencedLeaderEpochError,
     IllegalStateError,
     KafkaError,
@@ -42,8 +42,8 @@ from raftka.client.errors import (
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.records import DecodedBatch, decode_batches
-from raftka.client.structs import ConsumerRecord, TopicPartition
+from raftka.common.record import DecodedBatch, decode_batches
+from raftka.common.time import wait_event
 
 __all__ = ["CompletedFetch", "Fetcher", "PartitionState", "SubscriptionState"]
 

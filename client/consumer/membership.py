@@ -38,7 +38,8 @@ from raftka.client.consumer.assignors import (
     DEFAULT_GENERATION,
     RebalanceProtocol,
 )
-from raftka.client.errors import (
+from raftka.client.structs import TopicPartition
+from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -51,7 +52,6 @@ from raftka.client.errors import (
     RequestTimedOutError,
     UnknownMemberIdError,
 )
-from raftka.client.structs import TopicPartition
 
 __all__ = [
     "GroupOptions",

@@ -27,10 +27,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
-from raftka.client.records import Record
-from raftka.client.records.header import HEADER_SIZE
-from raftka.client.records.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
 from raftka.client.structs import TopicPartition
+from raftka.common.record import Record
+from raftka.common.record.header import HEADER_SIZE
+from raftka.common.record.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
 
 __all__ = [
     "RECORD_OVERHEAD_MAX",

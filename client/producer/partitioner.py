@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from raftka.client.hashing import murmur2_partition, to_positive
+from raftka.common.hashing import murmur2_partition, to_positive
 
 __all__ = [
     "BATCH_SIZE_DEFAULT",

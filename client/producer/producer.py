@@ -45,13 +45,6 @@ from raftka.client._transport import (
     open_connection,
 )
 from raftka.client.config import INT32_MAX, ClientConfigError, ProducerConfig, Serializer
-from raftka.client.errors import (
-    IllegalStateError,
-    KafkaError,
-    KafkaTimeoutError,
-    MessageTooLargeError,
-    SerializationError,
-)
 from raftka.client.interceptors import (
     ProducerInterceptor,
     ProducerRecord,
@@ -67,9 +60,16 @@ from raftka.client.producer.accumulator import (
 )
 from raftka.client.producer.partitioner import BuiltInPartitioner
 from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
-from raftka.client.records import Record
-from raftka.client.records.header import HEADER_SIZE
 from raftka.client.structs import RecordMetadata, TopicPartition
+from raftka.common.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    SerializationError,
+)
+from raftka.common.record import Record
+from raftka.common.record.header import HEADER_SIZE
 
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
 

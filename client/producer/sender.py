@@ -40,9 +40,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
-from raftka.client._waiting import wait_event
 from raftka.client.config import ProducerConfig
-from raftka.client.errors import (
+from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from raftka.client.producer.idempotence import IdempotenceState
+from raftka.client.structs import RecordMetadata, TopicPartition
+from raftka.common.errors import (
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
@@ -52,11 +54,9 @@ from raftka.client.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
-from raftka.client.producer.idempotence import IdempotenceState
-from raftka.client.records import build_batch
-from raftka.client.structs import RecordMetadata, TopicPartition
-from raftka.client.wire import encode_frame
+from raftka.common.record import build_batch
+from raftka.common.time import wait_event
+from raftka.common.wire import encode_frame
 
 __all__ = ["DeliveryCallback", "PendingRecord", "Sender"]
 

@@ -29,7 +29,6 @@ from pyspark.sql.datasource import (
 
 from raftka.client.admin import Admin
 from raftka.client.consumer.consumer import Consumer
-from raftka.client.errors import TopicAlreadyExistsError
 from raftka.client.producer.producer import AsyncProducer, Producer
 from raftka.client.spark.arrow import sink_records
 from raftka.client.spark.commit_log import (
@@ -41,6 +40,7 @@ from raftka.client.spark.commit_log import (
 )
 from raftka.client.spark.options import SinkOptions
 from raftka.client.structs import NewTopic, TopicPartition
+from raftka.common.errors import TopicAlreadyExistsError
 
 __all__ = [
     "RaftkaBatchWriter",

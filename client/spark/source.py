@@ -26,7 +26,6 @@ from pyspark.sql.streaming.datasource import (
 
 from raftka.client.admin import Admin
 from raftka.client.consumer.consumer import Consumer
-from raftka.client.errors import UnknownTopicOrPartitionError
 from raftka.client.spark.arrow import records_to_batch
 from raftka.client.spark.offsets import EARLIEST, LATEST, from_offset_dict, to_offset_dict
 from raftka.client.spark.options import OffsetsSpec, SourceOptions, SparkOptionError
@@ -37,6 +36,7 @@ from raftka.client.spark.planning import (
     plan_ranges,
 )
 from raftka.client.structs import ConsumerRecord, TopicPartition
+from raftka.common.errors import UnknownTopicOrPartitionError
 
 __all__ = [
     "ROWS_PER_BATCH",

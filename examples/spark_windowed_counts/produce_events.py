@@ -13,7 +13,7 @@ import time
 import orjson
 
 from raftka.client import Admin, NewTopic, Producer
-from raftka.client.errors import TopicAlreadyExistsError
+from raftka.common.errors import TopicAlreadyExistsError
 
 PAGES = ("home", "search", "cart", "checkout")
 

@@ -18,7 +18,6 @@ from raftka.raft.quorum.actions import (
 )
 from raftka.raft.quorum.config import QuorumConfig
 from raftka.raft.quorum.core import NotLeader, Proposed, QuorumCore
-from raftka.raft.quorum.log import InMemoryRaftLog, RaftLog
 from raftka.raft.quorum.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -42,7 +41,8 @@ from raftka.raft.quorum.quorum_state_file import (
     load_quorum_state,
     write_quorum_state,
 )
-from raftka.raft.quorum.segment_log import SegmentRaftLog
+from raftka.raft.quorum.raft_log import InMemoryRaftLog, RaftLog
+from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.snapshots import SnapshotCorruptError, SnapshotStore
 from raftka.raft.quorum.state import QuorumState, Role
 from raftka.raft.quorum.transport import RaftTransport

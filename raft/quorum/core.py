@@ -44,7 +44,6 @@ from raftka.raft.quorum.actions import (
     SnapshotInstalled,
 )
 from raftka.raft.quorum.config import QuorumConfig
-from raftka.raft.quorum.log import RaftLog
 from raftka.raft.quorum.messages import (
     FENCED_LEADER_EPOCH,
     NOT_LEADER_OR_FOLLOWER,
@@ -65,6 +64,7 @@ from raftka.raft.quorum.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftka.raft.quorum.raft_log import RaftLog
 from raftka.raft.quorum.state import QuorumState, Role
 
 # The backoff after a lost election doubles from this up to election_backoff_max_ms.

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from raftka.client.errors import NotControllerError
+from raftka.common.errors import NotControllerError
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import base64
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     FencedLeaderEpochError,
     NotLeaderOrFollowerError,
     SnapshotNotFoundError,

@@ -49,7 +49,6 @@ import collections
 import contextlib
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +56,8 @@ from typing import Final
 
 from aiohttp import web
 
-from raftka.client._waiting import wait_event
-from raftka.client.errors import KafkaTimeoutError, MessageTooLargeError, OffsetOutOfRangeError
+from raftka.common.errors import KafkaTimeoutError, MessageTooLargeError, OffsetOutOfRangeError
+from raftka.common.time import monotonic_ms, wait_event
 from raftka.raft.quorum.actions import (
     Action,
     BecameLeader,
@@ -81,7 +80,7 @@ from raftka.raft.quorum.engine import (
 )
 from raftka.raft.quorum.messages import FetchRequest, Message
 from raftka.raft.quorum.quorum_state_file import load_quorum_state, write_quorum_state
-from raftka.raft.quorum.segment_log import SegmentRaftLog
+from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.state import QuorumState, Role
 from raftka.raft.quorum.transport import RaftTransport
 
@@ -97,10 +96,6 @@ PAYLOAD_BYTES_MAX: Final = 4 * 1024 * 1024
 # Committed records handed to the listener per call.
 COMMIT_BATCH_MAX: Final = 500
 TICK_INTERVAL_MS_DEFAULT: Final = 5
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -149,7 +144,7 @@ class NativeQuorumEngine:
         self._data_dir = Path(data_dir)
         self._config = config
         self._rng = rng or random.Random()
-        self._clock = clock_ms or _monotonic_ms
+        self._clock = clock_ms or monotonic_ms
         self._tick_interval_ms = tick_interval_ms
         peers = {**self._observers, **self._voters}
         peers.pop(node_id, None)

@@ -53,7 +53,7 @@ from typing import Any
 
 from aiohttp import web
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     InvalidRequestError,
     KafkaStorageError,
     KafkaTimeoutError,

@@ -27,8 +27,8 @@ from typing import Final
 
 import orjson
 
-from raftka.raft.log.checkpoint import write_file_durably
 from raftka.raft.quorum.state import QuorumState
+from raftka.storage.checkpoint import write_file_durably
 
 QUORUM_STATE_FILE: Final = "quorum-state"
 DATA_VERSION: Final = 0

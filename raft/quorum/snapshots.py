@@ -30,8 +30,8 @@ from typing import Final
 
 import crc32c
 
-from raftka.raft.log.checkpoint import fsync_dir, write_file_durably
 from raftka.raft.quorum.messages import SnapshotId
+from raftka.storage.checkpoint import fsync_dir, write_file_durably
 
 SNAPSHOT_SUFFIX: Final = ".checkpoint"
 TMP_SUFFIX: Final = ".tmp"

@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from raftka.client.errors import InconsistentVoterSetError, InvalidRequestError, KafkaError
+from raftka.common.errors import InconsistentVoterSetError, InvalidRequestError, KafkaError
 from raftka.raft.quorum import messages as _messages
 from raftka.raft.quorum.messages import (
     Entry,

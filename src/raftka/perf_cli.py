@@ -1,6 +1,6 @@
 """``raftka perf``: one group over the layers' performance tools.
 
-``log`` (storage alone) lives in :mod:`raftka.raft.log.perf`; ``produce`` and
+``log`` (storage alone) lives in :mod:`raftka.storage.perf`; ``produce`` and
 ``consume`` (the client against brokers) in :mod:`raftka.client.cli.perf`. The
 client must not import raft, so the group that joins them lives here, at the top
 level, which may import both.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from raftka.client.cli.perf import consume_command, produce_command
-from raftka.raft.log.perf import perf_log
+from raftka.storage.perf import perf_log
 
 __all__ = ["perf_command"]
 

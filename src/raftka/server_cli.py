@@ -34,7 +34,7 @@ from typing import Any, Final
 import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
-from raftka.metadata.node_config import (
+from raftka.server_common.process_config import (
     ConfigError,
     NodeConfig,
     node_config_from_properties,

@@ -31,7 +31,7 @@ from raftka.chaos.nodes import ChaosCluster
 from raftka.chaos.runner import RunResult, ScheduledFault, run_on
 from raftka.chaos.workloads import QueueConfig, QueueWorkload
 from raftka.client import AsyncConsumer, AsyncProducer, TopicPartition
-from raftka.client.errors import KafkaError
+from raftka.common.errors import KafkaError
 from raftka.local import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -35,11 +35,11 @@ from typing import Any
 import orjson
 import pytest
 
-from raftka.client.records import Record, build_batch, iter_records
-from raftka.client.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
+from raftka.common.record import Record, build_batch, iter_records
+from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
-from raftka.raft.log import Log, LogConfig
+from raftka.storage import Log, LogConfig
 
 pytestmark = pytest.mark.slow
 

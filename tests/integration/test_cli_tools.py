@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 
 from raftka.__main__ import cli
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from raftka.client.errors import OffsetOutOfRangeError
+from raftka.common.errors import OffsetOutOfRangeError
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
 

@@ -42,12 +42,12 @@ from raftka.client import (
     RecordMetadata,
     TopicPartition,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.hashing import murmur2_partition
+from raftka.common.hashing import murmur2_partition
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
 
@@ -273,7 +273,7 @@ def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
     it, then raises SerializationError naming its offset, with the position left at the
     bad record; after seek past it the consumer goes on (Kafka's
     RecordDeserializationException contract)."""
-    from raftka.client.errors import SerializationError
+    from raftka.common.errors import SerializationError
 
     topic = env.topic("deser", partitions=1)
     tp = TopicPartition(topic, 0)

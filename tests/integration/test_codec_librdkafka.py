@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftka.client.records import Compression, decode_batches
+from raftka.common.record import Compression, decode_batches
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 

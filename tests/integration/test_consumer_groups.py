@@ -54,9 +54,9 @@ from raftka.client import (
     TopicPartition,
 )
 from raftka.client.consumer.listener import ConsumerRebalanceListener
-from raftka.client.errors import CommitFailedError, RebalanceInProgressError
 from raftka.client.group_admin import AsyncGroupAdmin
 from raftka.client.structs import OffsetAndMetadata
+from raftka.common.errors import CommitFailedError, RebalanceInProgressError
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
 
@@ -84,7 +84,7 @@ MEMBER_SCRIPT = r"""
 import json, sys
 from raftka.client import Consumer
 from raftka.client.consumer.listener import ConsumerRebalanceListener
-from raftka.client.errors import CommitFailedError, RebalanceInProgressError
+from raftka.common.errors import CommitFailedError, RebalanceInProgressError
 bootstrap, group, topic, out_path, options = sys.argv[1:6]
 out = open(out_path, "a", buffering=1)
 consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
@@ -531,7 +531,7 @@ def test_committed_offsets_survive_coordinator_kill(env: Env) -> None:
 def test_subscribe_and_assign_are_exclusive(env: Env) -> None:
     """subscribe() after assign() and assign() after subscribe() raise IllegalStateError;
     subscribe() without group_id too."""
-    from raftka.client.errors import IllegalStateError
+    from raftka.common.errors import IllegalStateError
 
     consumer = AsyncConsumer(bootstrap_servers=env.bootstrap, group_id="x")
     consumer.assign([TopicPartition("t", 0)])

@@ -32,7 +32,7 @@ import pytest
 from raftka.local import LocalCluster, NodeProcess, http_json, wait_for
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import record_from_dict
+from raftka.metadata.metadata_records import record_from_dict
 
 pytestmark = pytest.mark.slow
 

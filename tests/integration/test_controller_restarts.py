@@ -38,7 +38,7 @@ import pytest
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     RECORD_BYTES_MAX,
     PartitionRecord,
     TopicRecord,

@@ -33,8 +33,8 @@ import pytest
 from aiohttp import web
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from raftka.client.records import Record, build_batch
-from raftka.client.wire import FRAME_CONTENT_TYPE, encode_frame
+from raftka.common.record import Record, build_batch
+from raftka.common.wire import FRAME_CONTENT_TYPE, encode_frame
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
 

@@ -23,7 +23,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from raftka.client.errors import KafkaTimeoutError
+from raftka.common.errors import KafkaTimeoutError
 from raftka.raft.quorum import NativeQuorumEngine, QuorumConfig
 from raftka.raft.quorum.engine import CommittedRecord, NotLeaderError
 from raftka.raft.quorum.messages import VoteRequest

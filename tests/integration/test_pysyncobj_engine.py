@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("pysyncobj", reason="pysyncobj not installed (extra raftka[pysyncobj])")
 pytest.importorskip("cryptography", reason="pysyncobj's password needs cryptography")
 
-from raftka.client.errors import KafkaTimeoutError
+from raftka.common.errors import KafkaTimeoutError
 from raftka.raft.quorum.engine import CommittedRecord, NotLeaderError
 from raftka.raft.quorum.pysyncobj_engine import (
     PysyncobjQuorumEngine,

@@ -12,8 +12,8 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records import (
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record import (
     Compression,
     Record,
     TimestampType,

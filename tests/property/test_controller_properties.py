@@ -18,7 +18,7 @@ from typing import TypeVar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftka.client.errors import KafkaError
+from raftka.common.errors import KafkaError
 from raftka.metadata.controller import (
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
@@ -30,7 +30,7 @@ from raftka.metadata.controller import (
 from raftka.metadata.controller_config import ControllerConfig
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import NO_LEADER, Endpoint
+from raftka.metadata.metadata_records import NO_LEADER, Endpoint
 
 R = TypeVar("R")
 BROKERS = [1, 2, 3, 4]

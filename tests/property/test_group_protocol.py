@@ -34,17 +34,17 @@ from raftka.broker.coordinator import (
     SyncGroupRequest,
     SyncReply,
 )
-from raftka.broker.coordinator.records import (
+from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     decode_group_metadata_value,
     decode_key,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     MemberIdRequiredError,
     NotEnoughReplicasError,
     UnknownMemberIdError,
 )
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 G = "g"
 MANUAL = "manual"

@@ -19,9 +19,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from raftka.client.records.batch import Record, build_batch
-from raftka.client.records.header import crc_valid, iter_batches, peek_batch_size
-from raftka.raft.log import Log, LogConfig
+from raftka.common.record.batch import Record, build_batch
+from raftka.common.record.header import crc_valid, iter_batches, peek_batch_size
+from raftka.storage import Log, LogConfig
 
 _SHM = Path("/dev/shm")
 CONFIG = LogConfig(segment_bytes=2000, index_interval_bytes=150, segment_index_bytes=240)

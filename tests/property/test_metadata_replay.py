@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
     BrokerRegistrationChangeRecord,

@@ -37,7 +37,7 @@ from raftka.broker.producer_state import (
     next_sequence,
 )
 from raftka.broker.producer_state_snapshot import decode_snapshot, encode_snapshot
-from raftka.client.records.header import BatchHeader
+from raftka.common.record.header import BatchHeader
 
 IN_FLIGHT_MAX = 5  # Kafka's max.in.flight.requests.per.connection cap with idempotence
 PIDS = (11, 12)

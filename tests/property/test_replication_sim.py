@@ -41,13 +41,13 @@ from raftka.broker.replication import (
     ReplicationConfig,
     StateChange,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidUpdateVersionError,
     KafkaError,
 )
-from raftka.raft.log.epoch_cache import LeaderEpochFileCache
+from raftka.storage.epoch_cache import LeaderEpochFileCache
 
 BROKERS = (0, 1, 2)
 MIN_ISR = 2

@@ -25,8 +25,8 @@ from raftka.client.consumer.assignors import (
     encode_subscription,
 )
 from raftka.client.consumer.assignors.base import java_hash_order, member_order
-from raftka.client.hashing import java_string_hash
 from raftka.client.structs import TopicPartition
+from raftka.common.hashing import java_string_hash
 
 
 def tp(topic: str, partition: int) -> TopicPartition:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from raftka.broker.config import load_broker_config
-from raftka.metadata.node_config import ConfigError
+from raftka.server_common.process_config import ConfigError
 
 BASE = (
     "node.id=101\nprocess.roles=broker\n"

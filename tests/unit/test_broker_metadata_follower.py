@@ -14,7 +14,7 @@ import uuid
 from raftka.broker.metadata_follower import MetadataApplier, local_changes_between
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,

@@ -23,9 +23,8 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.metadata_follower import MetadataApplier
 from raftka.broker.replication.manager import FetchPartition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset
-from raftka.broker.storage import LogManager
-from raftka.client.records import Record, build_batch, iter_records
-from raftka.metadata.records import (
+from raftka.common.record import Record, build_batch, iter_records
+from raftka.metadata.metadata_records import (
     ConfigRecord,
     Endpoint,
     MetadataRecord,
@@ -34,6 +33,7 @@ from raftka.metadata.records import (
     RegisterBrokerRecord,
     TopicRecord,
 )
+from raftka.storage.log_manager import LogManager
 
 TOPIC_ID = str(uuid.uuid4())
 

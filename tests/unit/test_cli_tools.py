@@ -16,14 +16,14 @@ from raftka.client.cli._common import error_line
 from raftka.client.cli.consume import format_record
 from raftka.client.cli.produce import split_line
 from raftka.client.cli.topics import format_description, parse_configs
-from raftka.client.errors import (
+from raftka.client.structs import ConsumerRecord, PartitionInfo, TopicDescription
+from raftka.common.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.records.header import TimestampType
-from raftka.client.structs import ConsumerRecord, PartitionInfo, TopicDescription
-from raftka.raft.log.epoch_cache import LeaderEpochFileCache
+from raftka.common.record.header import TimestampType
+from raftka.storage.epoch_cache import LeaderEpochFileCache
 
 
 def test_parse_configs_splits_at_the_first_equals_and_rejects_bad_items() -> None:

@@ -8,8 +8,8 @@ buffer_memory accounting that send()'s back-pressure relies on.
 from __future__ import annotations
 
 from raftka.client.producer.accumulator import RecordAccumulator, record_size
-from raftka.client.records import Record
 from raftka.client.structs import TopicPartition
+from raftka.common.record import Record
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

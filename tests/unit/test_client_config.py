@@ -20,8 +20,8 @@ from raftka.client import (
     Producer,
 )
 from raftka.client.config import INT32_MAX, AdminConfig, ConsumerConfig, ProducerConfig
-from raftka.client.errors import InvalidConfigError
-from raftka.client.records import Compression
+from raftka.common.errors import InvalidConfigError
+from raftka.common.record import Compression
 
 BS = ("127.0.0.1:1",)
 

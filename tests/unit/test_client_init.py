@@ -55,7 +55,7 @@ def test_subscribe_without_group_id_is_refused() -> None:
     InvalidGroupIdException does."""
     import pytest
 
-    from raftka.client.errors import IllegalStateError
+    from raftka.common.errors import IllegalStateError
 
     for cls in (raftka.client.AsyncConsumer, raftka.client.Consumer):
         consumer = cls(bootstrap_servers="127.0.0.1:1")

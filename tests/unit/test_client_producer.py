@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from raftka.client import AsyncProducer, Producer, RecordMetadata
-from raftka.client.errors import (
+from raftka.common.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
@@ -33,10 +33,10 @@ from raftka.client.errors import (
     SerializationError,
     UnknownTopicOrPartitionError,
 )
-from raftka.client.hashing import murmur2_partition
-from raftka.client.records import iter_records
-from raftka.client.records.header import iter_batches
-from raftka.client.wire import decode_frame
+from raftka.common.hashing import murmur2_partition
+from raftka.common.record import iter_records
+from raftka.common.record.header import iter_batches
+from raftka.common.wire import decode_frame
 
 PARTITIONS = 3
 
@@ -311,7 +311,7 @@ async def test_non_retriable_error_fails_the_future(
 ) -> None:
     """A non-retriable error (INVALID_RECORD) fails the record's future with its type,
     and the delivery callback sees it."""
-    from raftka.client.errors import InvalidRecordError
+    from raftka.common.errors import InvalidRecordError
 
     broker.fail_with = ["INVALID_RECORD"]
     seen: list[BaseException | None] = []
@@ -437,7 +437,7 @@ async def test_out_of_order_sequence_fails_the_batch_then_bumps_the_epoch(
     """OUT_OF_ORDER_SEQUENCE_NUMBER is not retried under the same or a new number: the
     record's future fails with it; the next record goes out under the next epoch from
     sequence 0 (the client-side epoch bump), with the same producer id."""
-    from raftka.client.errors import OutOfOrderSequenceNumberError
+    from raftka.common.errors import OutOfOrderSequenceNumberError
 
     async with AsyncProducer(bootstrap_servers=broker.address, retry_backoff_ms=10) as producer:
         await asyncio.wait_for(await producer.send("t", b"a", partition=0), 10)

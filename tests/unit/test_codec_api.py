@@ -1,8 +1,8 @@
-"""The public surface of raftka.client.records is pinned, so a change is deliberate."""
+"""The public surface of raftka.common.record is pinned, so a change is deliberate."""
 
 from __future__ import annotations
 
-from raftka.client import records
+from raftka.common import record as records
 
 
 def test_all_is_pinned_and_importable() -> None:

@@ -1,6 +1,6 @@
 """RecordBatch v2 encode/decode: byte layout, attribute bits, edge records, corruption.
 
-Vectors are written out by hand from the layout in raftka.client.records.batch; the
+Vectors are written out by hand from the layout in raftka.common.record.batch; the
 CRC is checked against crc32c's published test vector and then the library itself.
 """
 
@@ -11,8 +11,8 @@ import struct
 import crc32c
 import pytest
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records import (
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record import (
     Compression,
     DecodedRecord,
     Record,
@@ -23,7 +23,7 @@ from raftka.client.records import (
     iter_records,
     parse_header,
 )
-from raftka.client.records.header import compute_crc
+from raftka.common.record.header import compute_crc
 
 
 def _recrc(buf: bytearray) -> bytes:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records import (
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record import (
     ControlRecordType,
     EndTransactionMarker,
     Record,
@@ -18,7 +18,7 @@ from raftka.client.records import (
     parse_control_key,
     parse_end_transaction_marker,
 )
-from raftka.client.records.control import encode_end_transaction_marker
+from raftka.common.record.control import encode_end_transaction_marker
 
 
 def test_marker_bytes_by_hand() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from raftka.client.records import Compression, Record, build_batch, decode_batch
+from raftka.common.record import Compression, Record, build_batch, decode_batch
 
 RECORDS = [
     Record(value=b"v0" * 60, key=b"k0", timestamp_ms=1_700_000_000_000),

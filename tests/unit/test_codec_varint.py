@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records import varint
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record import varint
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

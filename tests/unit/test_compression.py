@@ -16,9 +16,9 @@ import pytest
 import zstandard
 from kafka import codec as kafka_codec
 
-from raftka.client.errors import CorruptMessageError, UnsupportedCompressionTypeError
-from raftka.client.records import Compression, compress, decompress
-from raftka.client.records.compression import LZ4_FRAME_HEADER, XERIAL_HEADER
+from raftka.common.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from raftka.common.record import Compression, compress, decompress
+from raftka.common.record.compression import LZ4_FRAME_HEADER, XERIAL_HEADER
 
 SAMPLES = [b"", b"x", b"hello world " * 20_000, os.urandom(100_000)]
 CODECS = list(Compression)

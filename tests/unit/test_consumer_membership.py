@@ -19,7 +19,8 @@ from raftka.client.consumer.membership import (
     classify,
     rebalance_protocol,
 )
-from raftka.client.errors import (
+from raftka.client.structs import TopicPartition
+from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -31,7 +32,6 @@ from raftka.client.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from raftka.client.structs import TopicPartition
 
 TP = [TopicPartition("t", p) for p in range(4)]
 

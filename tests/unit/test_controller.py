@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import pytest
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     FencedLeaderEpochError,
@@ -46,8 +46,7 @@ from raftka.metadata.controller_config import ControllerConfig
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import MetadataImage, PartitionRegistration
-from raftka.metadata.placement import assign_replicas
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     NO_LEADER,
@@ -63,6 +62,7 @@ from raftka.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import validate_topic_config
 
 R = TypeVar("R")

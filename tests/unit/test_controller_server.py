@@ -23,11 +23,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from raftka.client.errors import OffsetOutOfRangeError
+from raftka.common.errors import OffsetOutOfRangeError
 from raftka.metadata.controller import CreatableTopic
 from raftka.metadata.delta import image_from_records
-from raftka.metadata.node_config import node_config_from_properties
-from raftka.metadata.records import record_from_dict
+from raftka.metadata.metadata_records import record_from_dict
 from raftka.metadata.server import ControllerServer
 from raftka.raft.quorum.engine import (
     CommitListener,
@@ -36,6 +35,7 @@ from raftka.raft.quorum.engine import (
     QuorumInfo,
     VoterState,
 )
+from raftka.server_common.process_config import node_config_from_properties
 
 
 class MemoryEngine:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from raftka.client.records.batch import Record, build_batch
-from raftka.raft.log.dump import dump_log_command
+from raftka.common.record.batch import Record, build_batch
+from raftka.storage.dump import dump_log_command
 
 # kafka-python's compression type ids are Kafka's: none, gzip, snappy, lz4, zstd.
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

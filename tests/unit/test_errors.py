@@ -7,7 +7,7 @@ import re
 import pytest
 
 from raftka.client import errors
-from raftka.client.errors import KafkaError, error_for_code, error_for_name
+from raftka.common.errors import KafkaError, error_for_code, error_for_name
 
 
 def _all_errors() -> list[type[KafkaError]]:

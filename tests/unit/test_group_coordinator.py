@@ -34,7 +34,7 @@ from raftka.broker.coordinator import (
     SyncGroupResponse,
     SyncReply,
 )
-from raftka.broker.coordinator.records import (
+from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetsRecordError,
@@ -42,7 +42,7 @@ from raftka.broker.coordinator.records import (
     group_metadata_record,
     offset_commit_record,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -56,7 +56,7 @@ from raftka.client.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from raftka.client.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 G = "g"
 SESSION_MS = 10_000

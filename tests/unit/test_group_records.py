@@ -7,7 +7,7 @@ import struct
 import orjson
 import pytest
 
-from raftka.broker.coordinator.records import (
+from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadataValue,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftka.client.hashing import (
-    group_coordinator_partition,
+from raftka.broker.coordinator.placement import coordinator_partition
+from raftka.common.hashing import (
     java_abs,
     java_string_hash,
     murmur2,
@@ -131,12 +131,12 @@ def test_java_abs_maps_min_value_to_zero() -> None:
     assert java_abs(2**31 - 1) == 2**31 - 1
 
 
-def test_group_coordinator_partition() -> None:
+def test_coordinator_partition() -> None:
     """abs(hashCode) % n, with the MIN_VALUE string landing on partition 0."""
-    assert group_coordinator_partition("polygenelubricants", 50) == 0
-    assert group_coordinator_partition("hello", 50) == 99162322 % 50
+    assert coordinator_partition("polygenelubricants", 50) == 0
+    assert coordinator_partition("hello", 50) == 99162322 % 50
     # A negative hash: abs first, then modulo (Python's % on the negative would differ).
     h = java_string_hash("my-group")
-    assert group_coordinator_partition("my-group", 50) == abs(h) % 50
+    assert coordinator_partition("my-group", 50) == abs(h) % 50
     with pytest.raises(ValueError):
-        group_coordinator_partition("g", 0)
+        coordinator_partition("g", 0)

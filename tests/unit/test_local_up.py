@@ -32,8 +32,8 @@ from raftka.local.up import (
     up_command,
     write_cluster_file,
 )
-from raftka.metadata.node_config import ConfigError
 from raftka.server_cli import combined_configs, split_listeners
+from raftka.server_common.process_config import ConfigError
 
 
 def _plan(tmp_path: Path, **kw: object) -> ClusterFile:

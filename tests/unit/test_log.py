@@ -1,4 +1,4 @@
-"""Unit tests for the segment log (raftka.raft.log): config, checkpoints, indexes,
+"""Unit tests for the segment log (raftka.storage): config, checkpoints, indexes,
 epoch cache, segments and the Log API. Real files under tmp_path; time is injected."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     CorruptMessageError,
     FencedLeaderEpochError,
     InvalidConfigError,
@@ -23,18 +23,18 @@ from raftka.client.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from raftka.client.records.batch import Record, build_batch, decode_batch
-from raftka.client.records.header import TimestampType, crc_valid, iter_batches, peek_batch_size
-from raftka.raft.log import (
+from raftka.common.record.batch import Record, build_batch, decode_batch
+from raftka.common.record.header import TimestampType, crc_valid, iter_batches, peek_batch_size
+from raftka.storage import (
     Log,
     LogConfig,
     UnexpectedAppendOffsetError,
 )
-from raftka.raft.log import log as log_module
-from raftka.raft.log import segment as segment_module
-from raftka.raft.log.checkpoint import read_checkpoint, write_checkpoint
-from raftka.raft.log.epoch_cache import LeaderEpochFileCache
-from raftka.raft.log.index import OffsetIndex, TimeIndex
+from raftka.storage import log as log_module
+from raftka.storage import segment as segment_module
+from raftka.storage.checkpoint import read_checkpoint, write_checkpoint
+from raftka.storage.epoch_cache import LeaderEpochFileCache
+from raftka.storage.index import OffsetIndex, TimeIndex
 
 
 class Clock:
@@ -691,8 +691,8 @@ def test_enospc_on_small_tmpfs() -> None:
 
 
 def test_public_api_pinned() -> None:
-    """raftka.raft.log exports exactly the curated names."""
-    import raftka.raft.log as pkg
+    """raftka.storage exports exactly the curated names."""
+    import raftka.storage as pkg
 
     assert sorted(pkg.__all__) == sorted(
         [

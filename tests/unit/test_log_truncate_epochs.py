@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raftka.client.records import Record, build_batch
-from raftka.raft.log import Log, LogConfig
+from raftka.common.record import Record, build_batch
+from raftka.storage import Log, LogConfig
 
 
 def test_truncation_to_the_log_end_drops_a_newer_epoch_entry(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from raftka.metadata.image import (
     TopicImage,
     TopicsImage,
 )
-from raftka.metadata.records import (
+from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     NO_LEADER,

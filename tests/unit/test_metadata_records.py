@@ -1,12 +1,12 @@
-"""Unit tests for raftka.metadata.records: the typed records and their JSON codec."""
+"""Unit tests for raftka.metadata.metadata_records: the typed records and their JSON codec."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from raftka.client.errors import InvalidRequestError, KafkaError
-from raftka.metadata.records import (
+from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.metadata.metadata_records import (
     FENCE,
     NO_LEADER_CHANGE,
     RECORD_TYPES,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.metadata.node_config import (
+from raftka.server_common.process_config import (
     SNAPSHOT_BYTES_DEFAULT,
     ConfigError,
     flatten_toml,

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = ("raft", "metadata", "broker", "client")
+LAYERS = ("common", "server_common", "storage", "raft", "metadata", "broker", "client", "local", "chaos")
 
 
 def _declared_packages() -> set[str]:
@@ -31,7 +31,7 @@ def test_every_source_package_is_declared() -> None:
 
 
 def test_layers_import_under_raftka_only() -> None:
-    """The layers import as raftka.raft, raftka.metadata, raftka.broker, raftka.client, and
+    """Each top-level folder imports as raftka.<folder> (raftka.common, ... raftka.chaos), and
     the distribution declares one top-level package (plus pyspark_raftka, the module by
     which PySpark finds the "raftka" data source)."""
     for layer in LAYERS:

@@ -21,7 +21,7 @@ from raftka.broker.replication import (
     ReplicationConfig,
     Role,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidRequiredAcksError,
@@ -32,7 +32,7 @@ from raftka.client.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
-from raftka.raft.log.epoch_cache import LeaderEpochFileCache
+from raftka.storage.epoch_cache import LeaderEpochFileCache
 
 LAG_MS = 30_000
 

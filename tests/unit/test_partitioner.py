@@ -14,12 +14,12 @@ from collections import Counter
 
 import pytest
 
-from raftka.client.hashing import murmur2_partition
 from raftka.client.producer.partitioner import (
     BuiltInPartitioner,
     PartitionChoice,
     RoundRobinPartitioner,
 )
+from raftka.common.hashing import murmur2_partition
 
 
 class ScriptedRandom(random.Random):

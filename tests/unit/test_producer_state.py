@@ -25,8 +25,8 @@ from raftka.broker.producer_state import (
     in_sequence,
     next_sequence,
 )
-from raftka.client.records.batch import Record, build_batch
-from raftka.client.records.header import BatchHeader, parse_header
+from raftka.common.record.batch import Record, build_batch
+from raftka.common.record.header import BatchHeader, parse_header
 
 PID = 1000
 

@@ -30,7 +30,7 @@ from raftka.broker.producer_state_snapshot import (
     snapshots_to_delete,
     snapshots_to_try,
 )
-from raftka.client.errors import CorruptMessageError
+from raftka.common.errors import CorruptMessageError
 
 
 def _b(pid: int, seq: int, *, count: int = 1, epoch: int = 0, ts: int = 5) -> ProducerBatch:

@@ -16,9 +16,9 @@ from raftka.broker.producer_state_store import (
     prune_snapshots,
     write_producer_snapshot,
 )
-from raftka.client.records import Record, build_batch
-from raftka.client.records.header import parse_header
-from raftka.raft.log import Log, LogConfig
+from raftka.common.record import Record, build_batch
+from raftka.common.record.header import parse_header
+from raftka.storage import Log, LogConfig
 
 
 def _append(log: Log, producers: ProducerStateManager, pid: int, seq: int, n: int) -> None:

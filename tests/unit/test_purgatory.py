@@ -14,7 +14,7 @@ from raftka.broker.replication import (
     PurgatoryFullError,
     ReplicationStatus,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from raftka.raft.quorum import Entry, EpochEndOffset, InMemoryRaftLog, SnapshotId
-from raftka.raft.quorum.segment_log import SegmentRaftLog
+from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.snapshots import (
     HEADER_BYTES,
     SnapshotCorruptError,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from raftka.client.records.header import TimestampType
 from raftka.client.structs import (
     ConsumerRecord,
     NewPartitions,
@@ -19,6 +18,7 @@ from raftka.client.structs import (
     TopicDescription,
     TopicPartition,
 )
+from raftka.common.record.header import TimestampType
 
 
 def test_topic_partition_orders_by_topic_then_partition() -> None:

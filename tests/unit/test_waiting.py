@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raftka.client._waiting import wait_event
+from raftka.common.time import wait_event
 
 
 def test_set_timeout_and_unbounded() -> None:

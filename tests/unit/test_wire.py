@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from raftka.client.errors import InvalidRequestError
-from raftka.client.wire import decode_frame, encode_frame
+from raftka.common.errors import InvalidRequestError
+from raftka.common.wire import decode_frame, encode_frame
 
 
 def test_round_trip() -> None:

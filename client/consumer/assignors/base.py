@@ -32,8 +32,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeVar
 
-from raftka.client.hashing import java_string_hash
 from raftka.client.structs import TopicPartition
+from raftka.common.hashing import java_string_hash
 
 __all__ = [
     "DEFAULT_GENERATION",

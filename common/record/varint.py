@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from raftka.client.errors import CorruptMessageError
+from raftka.common.errors import CorruptMessageError
 
 VARINT_BYTES_MAX: Final = 5
 VARLONG_BYTES_MAX: Final = 10

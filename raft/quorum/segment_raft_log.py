@@ -1,7 +1,7 @@
 """``SegmentRaftLog``: the Raft core's ``RaftLog`` over the segment log and snapshot files.
 
 Theory of operation. Entries are stored as RecordBatch v2 batches in a
-:class:`raftka.raft.log.Log`: one batch per appended run of entries with the same epoch
+:class:`raftka.storage.Log`: one batch per appended run of entries with the same epoch
 and kind, ``base_offset`` the first entry's offset, ``partition_leader_epoch`` their
 epoch, one record per entry holding the payload as its value. The core's control
 entries (a leader's epoch-start LeaderChange no-op) go in control batches whose record
@@ -34,11 +34,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from raftka.client.records import Record, build_batch, decode_batches, parse_header
-from raftka.client.records.control import ControlRecordType, encode_control_key
-from raftka.raft.log import Log, LogConfig
+from raftka.common.record import Record, build_batch, decode_batches, parse_header
+from raftka.common.record.control import ControlRecordType, encode_control_key
 from raftka.raft.quorum.messages import Entry, EpochEndOffset, SnapshotId
 from raftka.raft.quorum.snapshots import SnapshotStore
+from raftka.storage import Log, LogConfig
 
 # KRaft's batch size limit for the metadata log (KafkaRaftClient's 8 MiB).
 BATCH_BYTES_MAX: Final = 8 * 1024 * 1024

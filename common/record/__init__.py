@@ -5,7 +5,7 @@ codec; ``decode_batches`` and ``iter_records`` walk a fetch response (a trailing
 batch is skipped); :mod:`.header` views a batch without decoding its records.
 """
 
-from raftka.client.records.batch import (
+from raftka.common.record.batch import (
     DecodedBatch,
     DecodedRecord,
     Header,
@@ -15,12 +15,12 @@ from raftka.client.records.batch import (
     decode_batches,
     iter_records,
 )
-from raftka.client.records.compression import (
+from raftka.common.record.compression import (
     DECOMPRESSED_BYTES_MAX_DEFAULT,
     compress,
     decompress,
 )
-from raftka.client.records.control import (
+from raftka.common.record.control import (
     ControlRecordType,
     EndTransactionMarker,
     build_end_transaction_batch,
@@ -28,7 +28,7 @@ from raftka.client.records.control import (
     parse_control_key,
     parse_end_transaction_marker,
 )
-from raftka.client.records.header import (
+from raftka.common.record.header import (
     HEADER_SIZE,
     BatchHeader,
     Compression,

@@ -1,7 +1,7 @@
 """The partition logs of one broker: their directories, and the HW checkpoint file.
 
 Each partition replica lives in ``<log dir>/<topic>-<partition>`` (Kafka's layout), one
-segment log (:class:`raftka.raft.log.Log`) each. A new partition goes to the log dir
+segment log (:class:`raftka.storage.Log`) each. A new partition goes to the log dir
 holding the fewest partitions. Opening a log recovers it (the segment log keeps the
 longest valid prefix after a crash); closing it writes the clean-shutdown marker.
 
@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
-from raftka.raft.log import Log, LogConfig
-from raftka.raft.log.checkpoint import TMP_SUFFIX, fsync_dir
+from raftka.storage import Log, LogConfig
+from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir
 
 __all__ = [
     "HW_CHECKPOINT_FILE",

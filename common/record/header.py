@@ -37,7 +37,7 @@ from typing import Final
 
 import crc32c
 
-from raftka.client.errors import CorruptMessageError
+from raftka.common.errors import CorruptMessageError
 
 HEADER_SIZE: Final = 61
 LOG_OVERHEAD: Final = 12  # baseOffset + batchLength: the part batchLength does not count

@@ -8,13 +8,8 @@
   negative).
 - :func:`java_string_hash` is ``java.lang.String.hashCode`` and :func:`java_abs` is
   Kafka's ``Utils.abs`` (``Integer.MIN_VALUE`` maps to 0, unlike ``Math.abs``).
-  :func:`group_coordinator_partition` combines them as Kafka's group coordinator does to
-  pick the ``__consumer_offsets`` partition of a group: checked against
-  ``GroupCoordinatorService.partitionFor`` in apache/kafka's group-coordinator module
-  (``Utils.abs(groupId.hashCode()) % numPartitions``), which is the same formula the old
-  ``GroupMetadataManager.partitionFor`` used, and against ``Utils.abs`` in
-  clients/.../common/utils/Utils.java. The transaction coordinator places
-  ``transactional.id`` in ``__transaction_state`` with the same formula.
+  The coordinators' placement rule built on them lives with the coordinators
+  (:mod:`raftka.broker.coordinator.placement`).
 
 Everything works on Python ints kept in 32 bits; results are Java ``int`` values
 (signed, in ``[-2**31, 2**31)``) unless the name says positive.
@@ -25,7 +20,6 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
-    "group_coordinator_partition",
     "java_abs",
     "java_string_hash",
     "murmur2",
@@ -110,11 +104,3 @@ def java_abs(number: int) -> int:
     (``Math.abs`` would return it unchanged, still negative)."""
     assert _INT_MIN <= number < 2**31, "not a Java int"
     return 0 if number == _INT_MIN else abs(number)
-
-
-def group_coordinator_partition(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition whose leader coordinates ``group_id``:
-    ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``."""
-    if num_partitions < 1:
-        raise ValueError(f"num_partitions must be >= 1, not {num_partitions}")
-    return java_abs(java_string_hash(group_id)) % num_partitions

@@ -40,13 +40,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records.compression import (
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record.compression import (
     DECOMPRESSED_BYTES_MAX_DEFAULT,
     compress,
     decompress,
 )
-from raftka.client.records.header import (
+from raftka.common.record.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_BIT,
@@ -68,7 +68,7 @@ from raftka.client.records.header import (
     parse_header,
     peek_batch_size,
 )
-from raftka.client.records.varint import (
+from raftka.common.record.varint import (
     SMALL_NONNEGATIVE,
     VARINT_BYTES_MAX,
     VARLONG_BYTES_MAX,

@@ -52,7 +52,7 @@ from raftka.chaos.workloads import (
 )
 from raftka.client import AsyncConsumer, OffsetAndMetadata, TopicPartition
 from raftka.client.consumer.listener import ConsumerRebalanceListener
-from raftka.client.errors import (
+from raftka.common.errors import (
     CommitFailedError,
     IllegalGenerationError,
     KafkaError,

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records.batch import DecodedBatch, Record, build_batch
-from raftka.client.records.header import NO_PARTITION_LEADER_EPOCH, Compression
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record.batch import DecodedBatch, Record, build_batch
+from raftka.common.record.header import NO_PARTITION_LEADER_EPOCH, Compression
 
 CONTROL_KEY_VERSION: Final = 0
 END_TXN_MARKER_VERSION: Final = 0

@@ -18,7 +18,7 @@ Theory of operation:
 - ``recover`` rewalks the whole file with CRC checks, rebuilds both indexes and cuts the
   file at the first batch that is torn, corrupt, or out of sequence.
 
-Not thread-safe: the owning :class:`~raftka.raft.log.log.Log` serializes access.
+Not thread-safe: the owning :class:`~raftka.storage.log.Log` serializes access.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from raftka.client.errors import CorruptMessageError
-from raftka.client.records.header import (
+from raftka.common.errors import CorruptMessageError
+from raftka.common.record.header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     crc_valid,
     parse_header,
 )
-from raftka.raft.log.index import OffsetIndex, TimeIndex
+from raftka.storage.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"

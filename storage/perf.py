@@ -19,10 +19,10 @@ from pathlib import Path
 
 import click
 
-from raftka.client.records.batch import Record, build_batch
-from raftka.client.records.header import HEADER_SIZE, Compression, parse_header
-from raftka.raft.log.config import LogConfig
-from raftka.raft.log.log import Log
+from raftka.common.record.batch import Record, build_batch
+from raftka.common.record.header import HEADER_SIZE, Compression, parse_header
+from raftka.storage.log import Log
+from raftka.storage.log_config import LogConfig
 
 _READ_BYTES_MAX = 1 << 20  # per read call, as a fetch's max.partition.fetch.bytes
 

@@ -19,7 +19,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from raftka.client.errors import InvalidRequestError, KafkaError, UnknownServerError
+from raftka.common.errors import InvalidRequestError, KafkaError, UnknownServerError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -1,4 +1,9 @@
-"""Waiting on an asyncio.Event with a timeout, without losing a cancellation.
+"""Clocks and timed waits, one copy for every layer.
+
+``monotonic_ms`` is the clock every pure core is fed with (``now_ms``): milliseconds of
+``time.monotonic_ns``, never wall time, so a clock step cannot expire a session.
+
+Waiting on an asyncio.Event with a timeout, without losing a cancellation.
 
 On Python 3.11, ``asyncio.wait_for(event.wait(), t)`` can swallow a cancellation that
 arrives just as its timeout fires (CPython gh-86296): the caller sees a timeout, not
@@ -11,6 +16,14 @@ cancellations and re-raises them, so every timed wait on an event goes through h
 from __future__ import annotations
 
 import asyncio
+import time
+
+__all__ = ["monotonic_ms", "wait_event"]
+
+
+def monotonic_ms() -> int:
+    """Milliseconds of the monotonic clock."""
+    return time.monotonic_ns() // 1_000_000
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:

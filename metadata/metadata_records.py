@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeAlias
 
 import orjson
 
-from raftka.client.errors import InvalidRequestError
+from raftka.common.errors import InvalidRequestError
 
 __all__ = [
     "FENCE",

@@ -17,7 +17,7 @@ import itertools
 from pathlib import Path
 from typing import Final
 
-from raftka.raft.log.checkpoint import read_checkpoint, write_checkpoint
+from raftka.storage.checkpoint import read_checkpoint, write_checkpoint
 
 LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH: Final = -1

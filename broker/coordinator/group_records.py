@@ -45,7 +45,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from raftka.client.errors import CorruptMessageError
+from raftka.common.errors import CorruptMessageError
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",

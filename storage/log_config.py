@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Final
 
-from raftka.client.errors import InvalidConfigError
+from raftka.common.errors import InvalidConfigError
 
 LONG_MAX: Final = 2**63 - 1
 INT_MAX: Final = 2**31 - 1

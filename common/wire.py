@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 
-from raftka.client.errors import InvalidRequestError
+from raftka.common.errors import InvalidRequestError
 
 __all__ = ["FRAME_CONTENT_TYPE", "FRAME_HEADER_BYTES_MAX", "decode_frame", "encode_frame"]
 

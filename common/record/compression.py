@@ -40,8 +40,8 @@ from typing import Final
 
 import cramjam
 
-from raftka.client.errors import CorruptMessageError, UnsupportedCompressionTypeError
-from raftka.client.records.header import Compression
+from raftka.common.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from raftka.common.record.header import Compression
 
 Buffer = bytes | bytearray | memoryview
 

@@ -38,7 +38,7 @@ from raftka.client import (
     NewTopic,
     TopicPartition,
 )
-from raftka.client.errors import (
+from raftka.common.errors import (
     InvalidReplicationFactorError,
     KafkaError,
     TopicAlreadyExistsError,

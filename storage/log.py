@@ -63,7 +63,7 @@ from typing import Final, NamedTuple, NoReturn
 
 import crc32c
 
-from raftka.client.errors import (
+from raftka.common.errors import (
     CorruptMessageError,
     FencedLeaderEpochError,
     InvalidRecordError,
@@ -73,8 +73,8 @@ from raftka.client.errors import (
     RecordListTooLargeError,
     UnknownServerError,
 )
-from raftka.client.records.batch import decode_batch
-from raftka.client.records.header import (
+from raftka.common.record.batch import decode_batch
+from raftka.common.record.header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_SIZE,
@@ -86,10 +86,10 @@ from raftka.client.records.header import (
     compute_crc,
     parse_header,
 )
-from raftka.raft.log.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
-from raftka.raft.log.config import LONG_MAX, LogConfig
-from raftka.raft.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
-from raftka.raft.log.segment import (
+from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
+from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from raftka.storage.log_config import LONG_MAX, LogConfig
+from raftka.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     INT32_MAX,
@@ -109,7 +109,7 @@ _ATTR = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 _MAX_TIMESTAMP_OFFSET: Final = 35
-# The whole v2 header (see raftka.client.records.header), unpacked to a plain tuple.
+# The whole v2 header (see raftka.common.record.header), unpacked to a plain tuple.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
 # The fields the single-batch fast path checks, the rest skipped as padding (a 13-tuple

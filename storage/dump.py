@@ -18,9 +18,9 @@ from pathlib import Path
 import click
 import orjson
 
-from raftka.client.errors import KafkaError
-from raftka.client.records.batch import DecodedRecord, decode_batch
-from raftka.client.records.header import (
+from raftka.common.errors import KafkaError
+from raftka.common.record.batch import DecodedRecord, decode_batch
+from raftka.common.record.header import (
     HEADER_SIZE,
     BatchHeader,
     crc_valid,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raftka.broker.storage import (
+from raftka.common.record import Record, build_batch
+from raftka.storage import LogConfig
+from raftka.storage.log_manager import (
     HW_CHECKPOINT_FILE,
     LogManager,
     read_hw_checkpoint,
     write_hw_checkpoint,
 )
-from raftka.client.records import Record, build_batch
-from raftka.raft.log import LogConfig
 
 
 def test_checkpoint_round_trip_and_malformed(tmp_path: Path) -> None:

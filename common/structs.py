@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["OffsetAndMetadata", "TopicPartition"]
+__all__ = ["EpochEndOffset", "OffsetAndMetadata", "TopicPartition"]
 
 
 class TopicPartition(NamedTuple):
@@ -32,3 +32,13 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int | None = None
+
+
+class EpochEndOffset(NamedTuple):
+    """Where a leader epoch ends in a log (exclusive): what OffsetForLeaderEpoch answers
+    and where a diverging follower truncates, for topic partitions and the Raft log
+    alike. Epoch 0 with end offset 0 means "no entry of any epoch at or below the one
+    asked"."""
+
+    epoch: int
+    end_offset: int

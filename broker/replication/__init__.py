@@ -7,7 +7,6 @@ from raftka.broker.replication.partition_state import (
     REPLICA_LAG_TIME_MAX_MS_DEFAULT,
     AlterPartitionOutcome,
     AppendResult,
-    EpochEndOffset,
     EpochEndOffsets,
     FetchBounds,
     FollowerFetchOutcome,
@@ -16,9 +15,9 @@ from raftka.broker.replication.partition_state import (
     IsrChangeKind,
     IsrProposal,
     PartitionState,
+    ReplicaRole,
     ReplicationConfig,
     ReplicationStatus,
-    Role,
     StateChange,
 )
 from raftka.broker.replication.purgatory import (
@@ -27,6 +26,7 @@ from raftka.broker.replication.purgatory import (
     ProducePurgatory,
     PurgatoryFullError,
 )
+from raftka.common.structs import EpochEndOffset
 
 __all__ = [
     "MIN_INSYNC_REPLICAS_DEFAULT",
@@ -46,8 +46,8 @@ __all__ = [
     "PartitionState",
     "ProducePurgatory",
     "PurgatoryFullError",
+    "ReplicaRole",
     "ReplicationConfig",
     "ReplicationStatus",
-    "Role",
     "StateChange",
 ]

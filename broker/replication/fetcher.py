@@ -35,8 +35,11 @@ import aiohttp
 import orjson
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
-from raftka.broker.replication.partition_state import EpochEndOffset, Role
+from raftka.broker.replication.partition_state import (
+    ReplicaRole,
+)
 from raftka.common.errors import KafkaError, OffsetOutOfRangeError
+from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
 from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame
 from raftka.storage.log_manager import TopicPartition
@@ -150,7 +153,7 @@ class ReplicaFetcher:
             p = self._manager.partitions.get(tp)
             if (
                 p is None
-                or p.state.role is not Role.FOLLOWER
+                or p.state.role is not ReplicaRole.FOLLOWER
                 or p.state.leader_id != self.leader_id
             ):
                 self.discard(tp)
@@ -205,7 +208,7 @@ class ReplicaFetcher:
         if (
             tp not in self.partitions
             or self._manager.partitions.get(tp) is not p
-            or p.state.role is not Role.FOLLOWER
+            or p.state.role is not ReplicaRole.FOLLOWER
             or p.state.leader_id != self.leader_id
             or p.state.leader_epoch != s.leader_epoch
             or p.log.log_end_offset != s.fetch_offset

@@ -60,10 +60,9 @@ from raftka.broker.producer_state_store import (
 from raftka.broker.replication.partition_state import (
     ACKS_ALL,
     VALID_ACKS,
-    EpochEndOffset,
     IsrProposal,
     PartitionState,
-    Role,
+    ReplicaRole,
     StateChange,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
@@ -79,6 +78,7 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.common.record.header import iter_batches
+from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
@@ -855,7 +855,7 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        assert p.state.role is Role.FOLLOWER
+        assert p.state.role is ReplicaRole.FOLLOWER
         if records:
             p.log.append_as_follower(records)
             for _, header in iter_batches(records, check_crc=False):
@@ -884,7 +884,7 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        assert p.state.role is Role.FOLLOWER
+        assert p.state.role is ReplicaRole.FOLLOWER
         outcome = p.state.on_fetch_response(
             leader_high_watermark=leader_high_watermark,
             leader_log_start_offset=leader_log_start_offset,

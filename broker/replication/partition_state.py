@@ -45,6 +45,7 @@ from raftka.common.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from raftka.common.structs import EpochEndOffset
 
 #: Kafka's replica.lag.time.max.ms default.
 REPLICA_LAG_TIME_MAX_MS_DEFAULT: Final = 30_000
@@ -83,7 +84,7 @@ _ALTER_AWAIT_METADATA: Final = frozenset(
 )
 
 
-class Role(enum.Enum):
+class ReplicaRole(enum.Enum):
     NONE = "none"
     LEADER = "leader"
     FOLLOWER = "follower"
@@ -155,14 +156,6 @@ class IsrProposal:
     new_isr: tuple[int, ...]
     # The replicas added (EXPAND) or removed (SHRINK).
     changed: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """A diverging epoch: the leader's last epoch <= the follower's, and its end."""
-
-    epoch: int
-    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +277,7 @@ class PartitionState:
         self.local_broker_id = local_broker_id
         self.config = config or ReplicationConfig()
         self._epochs = epochs
-        self.role = Role.NONE
+        self.role = ReplicaRole.NONE
         self.leader_id: int | None = None
         self.leader_epoch = UNDEFINED_EPOCH
         self.partition_epoch = -1
@@ -306,7 +299,7 @@ class PartitionState:
 
     @property
     def is_leader(self) -> bool:
-        return self.role is Role.LEADER
+        return self.role is ReplicaRole.LEADER
 
     @property
     def pending_isr_change(self) -> IsrProposal | None:
@@ -332,7 +325,9 @@ class PartitionState:
 
     # ------------------------------------------------------ metadata transitions
 
-    def _stale_reason(self, leader_epoch: int, partition_epoch: int, role: Role) -> str | None:
+    def _stale_reason(
+        self, leader_epoch: int, partition_epoch: int, role: ReplicaRole
+    ) -> str | None:
         if leader_epoch < self.leader_epoch:
             return f"leader epoch {leader_epoch} is older than ours {self.leader_epoch}"
         if partition_epoch < self.partition_epoch:
@@ -365,7 +360,7 @@ class PartitionState:
         now_ms: int,
     ) -> StateChange:
         """Committed metadata names this broker leader. Applied only if not stale."""
-        stale = self._stale_reason(leader_epoch, partition_epoch, Role.LEADER)
+        stale = self._stale_reason(leader_epoch, partition_epoch, ReplicaRole.LEADER)
         if stale is not None:
             return StateChange(applied=False, reason=stale)
         if self.local_broker_id not in isr:
@@ -382,7 +377,7 @@ class PartitionState:
         self._set_assignment(replicas, isr)
         self.partition_epoch = partition_epoch
         self._pending = None
-        self.role = Role.LEADER
+        self.role = ReplicaRole.LEADER
         self.leader_id = self.local_broker_id
         assign: tuple[int, int] | None = None
         remotes = [r for r in self.replicas if r != self.local_broker_id]
@@ -442,14 +437,14 @@ class PartitionState:
     ) -> StateChange:
         """Committed metadata names another broker leader. Applied only if not stale."""
         del now_ms  # Kept for symmetry with make_leader; a follower tracks no peer times.
-        stale = self._stale_reason(leader_epoch, partition_epoch, Role.FOLLOWER)
+        stale = self._stale_reason(leader_epoch, partition_epoch, ReplicaRole.FOLLOWER)
         if stale is not None:
             return StateChange(applied=False, reason=stale)
         if leader_id == self.local_broker_id:
             raise ValueError("make_follower names this broker as the leader")
         was_leader = self.is_leader
         restart = (
-            self.role is not Role.FOLLOWER
+            self.role is not ReplicaRole.FOLLOWER
             or leader_epoch > self.leader_epoch
             or (self.leader_id != leader_id)
         )
@@ -457,7 +452,7 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.leader_epoch = max(self.leader_epoch, leader_epoch)
         self._pending = None
-        self.role = Role.FOLLOWER
+        self.role = ReplicaRole.FOLLOWER
         self.leader_id = leader_id
         self.leader_epoch_start_offset = None
         self._followers = {}
@@ -472,7 +467,7 @@ class PartitionState:
     def make_offline(self) -> StateChange:
         """The log directory failed (or the partition was deleted): serve nothing."""
         was_leader = self.is_leader
-        self.role = Role.OFFLINE
+        self.role = ReplicaRole.OFFLINE
         self.leader_id = None
         self._pending = None
         self._followers = {}
@@ -758,7 +753,7 @@ class PartitionState:
     ) -> FollowerFetchOutcome:
         """The leader answered our fetch; the shell has appended its records, so our LEO
         is now ``appended_up_to`` (unchanged when the answer was a diverging epoch)."""
-        assert self.role is Role.FOLLOWER, "only a follower handles fetch responses"
+        assert self.role is ReplicaRole.FOLLOWER, "only a follower handles fetch responses"
         assert appended_up_to >= self.log_end_offset, "appends extend the log"
         if diverging_epoch is not None:
             assert appended_up_to == self.log_end_offset, "a diverging answer has no records"

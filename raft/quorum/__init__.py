@@ -5,6 +5,7 @@ transport and the segment-log adapter) carries them out. See ``core`` for the th
 operation, ``actions`` for the driver contract and ``log`` for the log protocol.
 """
 
+from raftka.common.structs import EpochEndOffset
 from raftka.raft.quorum.actions import (
     Action,
     BecameLeader,
@@ -24,7 +25,6 @@ from raftka.raft.quorum.messages import (
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Entry,
-    EpochEndOffset,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -44,7 +44,7 @@ from raftka.raft.quorum.quorum_state_file import (
 from raftka.raft.quorum.raft_log import InMemoryRaftLog, RaftLog
 from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.snapshots import SnapshotCorruptError, SnapshotStore
-from raftka.raft.quorum.state import QuorumState, Role
+from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
 
 __all__ = [
@@ -71,12 +71,12 @@ __all__ = [
     "Proposed",
     "QuorumConfig",
     "QuorumCore",
+    "QuorumRole",
     "QuorumState",
     "QuorumStateCorruptError",
     "RaftLog",
     "RaftTransport",
     "ResignedLeadership",
-    "Role",
     "SegmentRaftLog",
     "Send",
     "SnapshotCorruptError",

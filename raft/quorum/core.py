@@ -32,6 +32,7 @@ import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from raftka.common.structs import EpochEndOffset
 from raftka.raft.quorum.actions import (
     Action,
     BecameLeader,
@@ -54,7 +55,6 @@ from raftka.raft.quorum.messages import (
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Entry,
-    EpochEndOffset,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -65,7 +65,7 @@ from raftka.raft.quorum.messages import (
     VoteResponse,
 )
 from raftka.raft.quorum.raft_log import RaftLog
-from raftka.raft.quorum.state import QuorumState, Role
+from raftka.raft.quorum.state import QuorumRole, QuorumState
 
 # The backoff after a lost election doubles from this up to election_backoff_max_ms.
 _BACKOFF_BASE_MS = 50
@@ -165,15 +165,15 @@ class QuorumCore:
         if self._leader_id == self._id:
             # We led this epoch before the restart; we cannot know what we promised,
             # so we resign and let the quorum elect (possibly us again, later).
-            self._role = Role.RESIGNED
+            self._role = QuorumRole.RESIGNED
             self._reset_election_timer(now_ms)
         elif self._leader_id is not None:
-            self._role = Role.FOLLOWER
+            self._role = QuorumRole.FOLLOWER
         elif self._voted_id is not None:
-            self._role = Role.VOTED
+            self._role = QuorumRole.VOTED
             self._reset_election_timer(now_ms)
         else:
-            self._role = Role.UNATTACHED
+            self._role = QuorumRole.UNATTACHED
             self._reset_election_timer(now_ms)
         self._check()
 
@@ -184,7 +184,7 @@ class QuorumCore:
         return self._id
 
     @property
-    def role(self) -> Role:
+    def role(self) -> QuorumRole:
         return self._role
 
     @property
@@ -216,7 +216,7 @@ class QuorumCore:
         have applied before it answers, or ``None`` when this node cannot serve one
         yet (not the leader, or its high watermark does not yet cover an entry of its
         own epoch, so it does not know what earlier leaders committed)."""
-        if self._role is not Role.LEADER or self._hw <= self._epoch_start_offset:
+        if self._role is not QuorumRole.LEADER or self._hw <= self._epoch_start_offset:
             return None
         return self._hw
 
@@ -225,9 +225,9 @@ class QuorumCore:
     def tick(self, now_ms: int) -> list[Action]:
         """Advance time: fire election, fetch, linger and retry timers that are due."""
         role = self._role
-        if role is Role.LEADER:
+        if role is QuorumRole.LEADER:
             self._tick_leader(now_ms)
-        elif role is Role.FOLLOWER:
+        elif role is QuorumRole.FOLLOWER:
             contact_lost = now_ms >= self._leader_contact_ms + self._config.fetch_timeout_ms
             resigned_due = self._leader_resigned and now_ms >= self._election_deadline_ms
             if contact_lost or resigned_due:
@@ -237,21 +237,21 @@ class QuorumCore:
                     self._observer_lose_leader(now_ms)
             else:
                 self._maybe_refetch(now_ms)
-        elif role in (Role.UNATTACHED, Role.VOTED):
+        elif role in (QuorumRole.UNATTACHED, QuorumRole.VOTED):
             if not self._is_voter:
                 self._maybe_refetch(now_ms)
             elif now_ms >= self._election_deadline_ms:
                 self._become_prospective(now_ms)
-        elif role is Role.PROSPECTIVE:
+        elif role is QuorumRole.PROSPECTIVE:
             if now_ms >= self._election_deadline_ms:
                 self._become_prospective(now_ms)
             elif self._leader_id is not None:
                 self._maybe_refetch(now_ms)
-        elif role is Role.CANDIDATE:
+        elif role is QuorumRole.CANDIDATE:
             if now_ms >= self._election_deadline_ms:
                 self._become_prospective(now_ms)
         else:
-            assert role is Role.RESIGNED
+            assert role is QuorumRole.RESIGNED
             if now_ms >= self._election_deadline_ms:
                 self._become_prospective(now_ms)
             elif now_ms >= self._end_epoch_sent_ms + self._config.request_timeout_ms:
@@ -280,7 +280,7 @@ class QuorumCore:
         elif isinstance(message, EndQuorumEpochRequest):
             self._on_end_quorum_epoch(message, now_ms)
         elif isinstance(message, BeginQuorumEpochResponse):
-            if self._role is Role.LEADER and message.epoch == self._epoch:
+            if self._role is QuorumRole.LEADER and message.epoch == self._epoch:
                 progress = self._replicas.get(message.sender_id)
                 if progress is not None:
                     progress.begin_epoch_sent_ms = None
@@ -295,7 +295,7 @@ class QuorumCore:
         self, payloads: Sequence[bytes], now_ms: int
     ) -> tuple[Proposed | NotLeader, list[Action]]:
         """Append records as the leader. Refused (``NotLeader``) on any other node."""
-        if self._role is not Role.LEADER:
+        if self._role is not QuorumRole.LEADER:
             return NotLeader(self._epoch, self._leader_id), self._drain()
         first = self._log.end_offset
         entries = [Entry(first + i, self._epoch, p) for i, p in enumerate(payloads)]
@@ -312,7 +312,7 @@ class QuorumCore:
         offset = min(offset, self._log.end_offset)
         if offset > self._flushed:
             self._flushed = offset
-            if self._role is Role.LEADER:
+            if self._role is QuorumRole.LEADER:
                 self._advance_high_watermark(now_ms)
             elif (
                 self._fetch_sent_ms is None
@@ -324,7 +324,7 @@ class QuorumCore:
 
     def resign(self, now_ms: int) -> list[Action]:
         """Step down gracefully (controlled shutdown): the best follower runs first."""
-        if self._role is Role.LEADER:
+        if self._role is QuorumRole.LEADER:
             self._resign(now_ms)
         return self._drain()
 
@@ -365,12 +365,12 @@ class QuorumCore:
             message.epoch == self._epoch
             and leader is not None
             and self._leader_id is None
-            and self._role not in (Role.LEADER, Role.RESIGNED)
+            and self._role not in (QuorumRole.LEADER, QuorumRole.RESIGNED)
         ):
             self._become_follower(self._epoch, leader, now_ms)
 
     def _leave_leadership(self) -> None:
-        if self._role is Role.LEADER:
+        if self._role is QuorumRole.LEADER:
             self._out.append(ResignedLeadership(self._epoch))
         self._parked.clear()
         self._replicas.clear()
@@ -388,7 +388,7 @@ class QuorumCore:
     def _become_unattached(self, epoch: int, now_ms: int) -> None:
         assert epoch > self._epoch, (epoch, self._epoch)
         self._leave_leadership()
-        self._role = Role.UNATTACHED
+        self._role = QuorumRole.UNATTACHED
         self._epoch = epoch
         self._voted_id = None
         self._leader_id = None
@@ -405,11 +405,11 @@ class QuorumCore:
         if epoch == self._epoch:
             # One leader per epoch: we may learn it, never replace it.
             assert self._leader_id in (None, leader_id), (self._leader_id, leader_id)
-            assert self._role not in (Role.LEADER, Role.RESIGNED), self._role
+            assert self._role not in (QuorumRole.LEADER, QuorumRole.RESIGNED), self._role
         else:
             self._voted_id = None
         self._leave_leadership()
-        self._role = Role.FOLLOWER
+        self._role = QuorumRole.FOLLOWER
         self._epoch = epoch
         self._leader_id = leader_id
         self._leader_resigned = False
@@ -422,7 +422,7 @@ class QuorumCore:
 
     def _observer_lose_leader(self, now_ms: int) -> None:
         """An observer that stopped hearing its leader looks for one among the voters."""
-        self._role = Role.UNATTACHED
+        self._role = QuorumRole.UNATTACHED
         self._leader_id = None
         self._fetch_sent_ms = None
         self._maybe_refetch(now_ms)
@@ -445,11 +445,11 @@ class QuorumCore:
         return (last_epoch, end_offset) >= (self._log.last_epoch, self._log.end_offset)
 
     def _has_live_leader(self, now_ms: int) -> bool:
-        if self._role is Role.LEADER:
+        if self._role is QuorumRole.LEADER:
             return True
         return (
             self._leader_id is not None
-            and self._role in (Role.FOLLOWER, Role.PROSPECTIVE)
+            and self._role in (QuorumRole.FOLLOWER, QuorumRole.PROSPECTIVE)
             and not self._leader_resigned
             and now_ms < self._leader_contact_ms + self._config.fetch_timeout_ms
         )
@@ -457,7 +457,7 @@ class QuorumCore:
     def _become_prospective(self, now_ms: int) -> None:
         assert self._is_voter
         self._leave_leadership()
-        self._role = Role.PROSPECTIVE
+        self._role = QuorumRole.PROSPECTIVE
         self._granted = {self._id}
         self._rejected = set()
         self._reset_election_timer(now_ms)
@@ -474,7 +474,7 @@ class QuorumCore:
             self._send_fetch(now_ms)  # keep asking the old leader: it may be fine
 
     def _become_candidate(self, now_ms: int) -> None:
-        self._role = Role.CANDIDATE
+        self._role = QuorumRole.CANDIDATE
         self._epoch += 1
         self._voted_id = self._id
         self._leader_id = None
@@ -497,8 +497,8 @@ class QuorumCore:
                 self._out.append(Send(voter, request))
 
     def _become_leader(self, now_ms: int) -> None:
-        assert self._role is Role.CANDIDATE and self._voted_id == self._id
-        self._role = Role.LEADER
+        assert self._role is QuorumRole.CANDIDATE and self._voted_id == self._id
+        self._role = QuorumRole.LEADER
         self._leader_id = self._id
         self._backoff_attempts = 0
         self._persist()
@@ -519,7 +519,7 @@ class QuorumCore:
         ranked = sorted(self._replicas.items(), key=lambda item: (-item[1].end_offset, item[0]))
         self._successors = tuple(voter for voter, _ in ranked)
         self._leave_leadership()
-        self._role = Role.RESIGNED
+        self._role = QuorumRole.RESIGNED
         self._end_epoch_pending = set(self._successors)
         self._reset_election_timer(now_ms)
         self._send_end_quorum_epoch(now_ms)
@@ -545,14 +545,14 @@ class QuorumCore:
             granted = (
                 eligible
                 and request.epoch == self._epoch
-                and self._role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE)
+                and self._role in (QuorumRole.UNATTACHED, QuorumRole.VOTED, QuorumRole.PROSPECTIVE)
                 and self._leader_id is None
                 and self._voted_id in (None, sender)
                 and log_ok
             )
             if granted and self._voted_id is None:
                 self._voted_id = sender
-                self._role = Role.VOTED
+                self._role = QuorumRole.VOTED
                 if not self._unsafe_send_vote_before_persist:
                     self._persist()  # carried out before the Send below: durable first
                 self._reset_election_timer(now_ms)
@@ -573,10 +573,10 @@ class QuorumCore:
     def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
         if response.sender_id not in self._voters:
             return
-        if self._role is Role.PROSPECTIVE:
+        if self._role is QuorumRole.PROSPECTIVE:
             if not response.pre_vote or response.candidate_epoch != self._epoch + 1:
                 return
-        elif self._role is Role.CANDIDATE:
+        elif self._role is QuorumRole.CANDIDATE:
             if response.pre_vote or response.candidate_epoch != self._epoch:
                 return
         else:
@@ -588,7 +588,7 @@ class QuorumCore:
             self._rejected.add(response.sender_id)
             self._granted.discard(response.sender_id)
         if len(self._granted) >= self._majority:
-            if self._role is Role.PROSPECTIVE:
+            if self._role is QuorumRole.PROSPECTIVE:
                 self._become_candidate(now_ms)
             else:
                 self._become_leader(now_ms)
@@ -634,7 +634,7 @@ class QuorumCore:
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
         sender = request.sender_id
-        if self._role is not Role.LEADER or request.epoch != self._epoch:
+        if self._role is not QuorumRole.LEADER or request.epoch != self._epoch:
             if request.epoch < self._epoch:
                 error = FENCED_LEADER_EPOCH
             elif request.epoch > self._epoch:
@@ -734,7 +734,7 @@ class QuorumCore:
     def _fetching_role(self) -> bool:
         if self._leader_id is None:
             return not self._is_voter  # an observer looks for the leader
-        return self._role in (Role.FOLLOWER, Role.PROSPECTIVE)
+        return self._role in (QuorumRole.FOLLOWER, QuorumRole.PROSPECTIVE)
 
     def _send_fetch(self, now_ms: int) -> None:
         """Fetch from the leader (or, for an observer that knows none, from a voter).
@@ -785,7 +785,7 @@ class QuorumCore:
         if (
             response.epoch != self._epoch
             or response.sender_id != self._leader_id
-            or self._role not in (Role.FOLLOWER, Role.PROSPECTIVE)
+            or self._role not in (QuorumRole.FOLLOWER, QuorumRole.PROSPECTIVE)
             or response.error is not None
         ):
             return
@@ -794,8 +794,8 @@ class QuorumCore:
             or response.last_fetched_epoch != self._log.last_epoch
         ):
             return  # an answer to a position we have since left: a late duplicate
-        if self._role is Role.PROSPECTIVE:
-            self._role = Role.FOLLOWER  # the leader is alive after all
+        if self._role is QuorumRole.PROSPECTIVE:
+            self._role = QuorumRole.FOLLOWER  # the leader is alive after all
         self._leader_contact_ms = now_ms
         self._fetch_sent_ms = None
         if response.snapshot_id is not None:
@@ -835,7 +835,7 @@ class QuorumCore:
             error = FENCED_LEADER_EPOCH
         elif request.epoch > self._epoch:
             error = UNKNOWN_LEADER_EPOCH
-        elif self._role is not Role.LEADER:
+        elif self._role is not QuorumRole.LEADER:
             error = NOT_LEADER_OR_FOLLOWER
         else:
             progress = self._progress_of(request.sender_id)
@@ -865,13 +865,13 @@ class QuorumCore:
             fetch is None
             or response.epoch != self._epoch
             or response.sender_id != self._leader_id
-            or self._role not in (Role.FOLLOWER, Role.PROSPECTIVE)
+            or self._role not in (QuorumRole.FOLLOWER, QuorumRole.PROSPECTIVE)
             or response.snapshot_id != fetch[0]
             or response.position != len(fetch[1])
         ):
             return  # not the chunk we wait for: late, duplicated or from an old epoch
-        if self._role is Role.PROSPECTIVE:
-            self._role = Role.FOLLOWER
+        if self._role is QuorumRole.PROSPECTIVE:
+            self._role = QuorumRole.FOLLOWER
         self._leader_contact_ms = now_ms
         self._fetch_sent_ms = None
         if response.error is not None:
@@ -895,8 +895,8 @@ class QuorumCore:
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest, now_ms: int) -> None:
         if request.epoch == self._epoch and self._leader_id == request.sender_id:
             self._leader_contact_ms = now_ms
-            if self._role is Role.PROSPECTIVE:
-                self._role = Role.FOLLOWER
+            if self._role is QuorumRole.PROSPECTIVE:
+                self._role = QuorumRole.FOLLOWER
         error = FENCED_LEADER_EPOCH if request.epoch < self._epoch else None
         response = BeginQuorumEpochResponse(self._id, self._epoch, self._leader_id, error)
         self._out.append(Send(request.sender_id, response))
@@ -905,7 +905,13 @@ class QuorumCore:
         if (
             request.epoch == self._epoch
             and self._leader_id in (None, request.sender_id)
-            and self._role in (Role.FOLLOWER, Role.PROSPECTIVE, Role.UNATTACHED, Role.VOTED)
+            and self._role
+            in (
+                QuorumRole.FOLLOWER,
+                QuorumRole.PROSPECTIVE,
+                QuorumRole.UNATTACHED,
+                QuorumRole.VOTED,
+            )
         ):
             self._leader_resigned = True
             # The leader ranked us: the first successor runs at once, later ones
@@ -932,9 +938,9 @@ class QuorumCore:
     def _check(self) -> None:
         assert self._hw <= self._log.end_offset, (self._hw, self._log.end_offset)
         assert self._flushed <= self._log.end_offset, (self._flushed, self._log.end_offset)
-        if self._role is Role.LEADER:
+        if self._role is QuorumRole.LEADER:
             assert self._leader_id == self._id and self._voted_id == self._id
-        if self._role is Role.CANDIDATE:
+        if self._role is QuorumRole.CANDIDATE:
             assert self._voted_id == self._id and self._leader_id is None
 
     def _drain(self) -> list[Action]:

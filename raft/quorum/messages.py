@@ -22,6 +22,7 @@ from raftka.common.errors import (
     SnapshotNotFoundError,
     UnknownLeaderEpochError,
 )
+from raftka.common.structs import EpochEndOffset
 
 FENCED_LEADER_EPOCH = FencedLeaderEpochError.name
 NOT_LEADER_OR_FOLLOWER = NotLeaderOrFollowerError.name
@@ -55,17 +56,6 @@ class Entry:
         return cls(
             int(d["offset"]), int(d["epoch"]), base64.b64decode(d["payload"]), bool(d["control"])
         )
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class EpochEndOffset:
-    """The end (exclusive) of an epoch in a log: where a diverging follower truncates.
-
-    Epoch 0 with end offset 0 means "no entry of any epoch at or below the one asked".
-    """
-
-    epoch: int
-    end_offset: int
 
 
 @dataclass(frozen=True, slots=True, order=True)

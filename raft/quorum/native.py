@@ -81,7 +81,7 @@ from raftka.raft.quorum.engine import (
 from raftka.raft.quorum.messages import FetchRequest, Message
 from raftka.raft.quorum.quorum_state_file import load_quorum_state, write_quorum_state
 from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
-from raftka.raft.quorum.state import QuorumState, Role
+from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
 
 logger = logging.getLogger("raftka.raft.quorum")
@@ -194,10 +194,10 @@ class NativeQuorumEngine:
 
     @property
     def is_leader(self) -> bool:
-        return self._core is not None and self._core.role is Role.LEADER
+        return self._core is not None and self._core.role is QuorumRole.LEADER
 
     @property
-    def role(self) -> Role | None:
+    def role(self) -> QuorumRole | None:
         return self._core.role if self._core is not None else None
 
     @property
@@ -275,7 +275,7 @@ class NativeQuorumEngine:
             return
         core = self._core
         running = self._task is not None and not self._task.done()
-        if core is not None and running and core.role is Role.LEADER:
+        if core is not None and running and core.role is QuorumRole.LEADER:
             logger.info("node %s resigning leadership of epoch %s", self._node_id, core.epoch)
             self._execute(core.resign(self._clock()))
             deadline = self._clock() + self._config.request_timeout_ms
@@ -314,7 +314,7 @@ class NativeQuorumEngine:
         self._check_running()
         core = self._core
         assert core is not None
-        if core.role is not Role.LEADER:
+        if core.role is not QuorumRole.LEADER:
             raise self._not_leader()
         if self._pending_records + len(payloads) > PENDING_RECORDS_MAX:
             raise KafkaTimeoutError(
@@ -338,7 +338,7 @@ class NativeQuorumEngine:
             self._check_running()
             core = self._core
             assert core is not None
-            if core.role is not Role.LEADER:
+            if core.role is not QuorumRole.LEADER:
                 raise self._not_leader()
             index = core.read_index()
             if index is not None and self._applied >= index:
@@ -399,7 +399,7 @@ class NativeQuorumEngine:
         core, log = self._core, self._log
         assert core is not None and log is not None, "start() first"
         now = self._clock()
-        leading = core.role is Role.LEADER
+        leading = core.role is QuorumRole.LEADER
 
         def state(node_id: int) -> VoterState:
             if node_id == self._node_id:
@@ -503,7 +503,7 @@ class NativeQuorumEngine:
         """The leader's view of each replica, for describe()."""
         core, log = self._core, self._log
         assert core is not None and log is not None
-        if core.role is not Role.LEADER or request.epoch != core.epoch:
+        if core.role is not QuorumRole.LEADER or request.epoch != core.epoch:
             return
         progress = self._progress.get(request.sender_id)
         if progress is None:

@@ -16,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from raftka.raft.quorum.messages import Entry, EpochEndOffset, SnapshotId
+from raftka.common.structs import EpochEndOffset
+from raftka.raft.quorum.messages import (
+    Entry,
+    SnapshotId,
+)
 
 
 class RaftLog(Protocol):

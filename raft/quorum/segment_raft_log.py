@@ -36,7 +36,11 @@ from typing import Final
 
 from raftka.common.record import Record, build_batch, decode_batches, parse_header
 from raftka.common.record.control import ControlRecordType, encode_control_key
-from raftka.raft.quorum.messages import Entry, EpochEndOffset, SnapshotId
+from raftka.common.structs import EpochEndOffset
+from raftka.raft.quorum.messages import (
+    Entry,
+    SnapshotId,
+)
 from raftka.raft.quorum.snapshots import SnapshotStore
 from raftka.storage import Log, LogConfig
 

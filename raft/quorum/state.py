@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 
-class Role(enum.Enum):
+class QuorumRole(enum.Enum):
     UNATTACHED = "unattached"
     VOTED = "voted"
     FOLLOWER = "follower"

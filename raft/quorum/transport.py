@@ -34,10 +34,10 @@ import orjson
 from aiohttp import web
 
 from raftka.common.errors import InconsistentVoterSetError, InvalidRequestError, KafkaError
+from raftka.common.structs import EpochEndOffset
 from raftka.raft.quorum import messages as _messages
 from raftka.raft.quorum.messages import (
     Entry,
-    EpochEndOffset,
     Message,
     SnapshotId,
     message_from_dict,

@@ -47,8 +47,8 @@ from raftka.raft.quorum import (
     Proposed,
     QuorumConfig,
     QuorumCore,
+    QuorumRole,
     QuorumState,
-    Role,
     Send,
     SnapshotId,
     SnapshotInstalled,
@@ -329,7 +329,7 @@ class Simulation:
         if self.rng.random() >= 0.3:
             return
         for node in self.nodes.values():
-            if node.core is not None and node.core.role is Role.LEADER:
+            if node.core is not None and node.core.role is QuorumRole.LEADER:
                 self.proposals += 1
                 payload = f"{self.seed}:{self.proposals}".encode()
                 result, actions = node.core.propose([payload], self.now_ms)
@@ -355,7 +355,7 @@ class Simulation:
 
     def pick_often_leader(self, nodes: list[Node]) -> Node:
         """A random node, but a leader half the time: faults there hurt most."""
-        leaders = [n for n in nodes if n.core is not None and n.core.role is Role.LEADER]
+        leaders = [n for n in nodes if n.core is not None and n.core.role is QuorumRole.LEADER]
         if leaders and self.rng.random() < 0.5:
             return self.rng.choice(leaders)
         return self.rng.choice(nodes)
@@ -391,7 +391,7 @@ class Simulation:
         elect_ms = 20 * CONFIG.election_timeout_ms + 2 * CONFIG.fetch_timeout_ms
         marker = self.run_until(elect_ms, "a leader commits a new record", self.commit_marker)
         leader_log = next(
-            n.log for n in self.nodes.values() if n.core and n.core.role is Role.LEADER
+            n.log for n in self.nodes.values() if n.core and n.core.role is QuorumRole.LEADER
         )
         round_trip_ms = 2 * self.delay_max_ms + 20 + 2 * TICK_MS
         lag = max(marker - n.high_watermark for n in self.nodes.values())
@@ -407,7 +407,7 @@ class Simulation:
         self.check_committed_held()
 
     def commit_marker(self) -> int | None:
-        leaders = [n for n in self.nodes.values() if n.core and n.core.role is Role.LEADER]
+        leaders = [n for n in self.nodes.values() if n.core and n.core.role is QuorumRole.LEADER]
         if len(leaders) != 1:
             return None
         node = leaders[0]

@@ -8,7 +8,17 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = ("common", "server_common", "storage", "raft", "metadata", "broker", "client", "local", "chaos")
+LAYERS = (
+    "common",
+    "server_common",
+    "storage",
+    "raft",
+    "metadata",
+    "broker",
+    "client",
+    "local",
+    "chaos",
+)
 
 
 def _declared_packages() -> set[str]:

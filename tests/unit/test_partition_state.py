@@ -18,8 +18,8 @@ from raftka.broker.replication import (
     IsrChangeKind,
     PartitionState,
     ProducePurgatory,
+    ReplicaRole,
     ReplicationConfig,
-    Role,
 )
 from raftka.common.errors import (
     FencedLeaderEpochError,
@@ -99,7 +99,7 @@ def test_stale_metadata_updates_are_ignored_with_a_reason() -> None:
     stale_follow = state.make_follower(
         leader_id=2, leader_epoch=4, partition_epoch=6, replicas=(1, 2, 3), isr=(2,), now_ms=1
     )
-    assert not stale_follow.applied and state.role is Role.LEADER
+    assert not stale_follow.applied and state.role is ReplicaRole.LEADER
     older_partition = state.make_leader(
         leader_epoch=5, partition_epoch=4, replicas=(1, 2, 3), isr=(1,), now_ms=1
     )
@@ -119,7 +119,7 @@ def test_becoming_follower_loses_leadership_and_restarts_fetching() -> None:
         leader_id=2, leader_epoch=4, partition_epoch=4, replicas=(1, 2, 3), isr=(2, 3), now_ms=0
     )
     assert change.applied and change.leadership_lost and change.fetch_from_leader == 2
-    assert state.role is Role.FOLLOWER and state.leader_id == 2 and state.leader_epoch == 4
+    assert state.role is ReplicaRole.FOLLOWER and state.leader_id == 2 and state.leader_epoch == 4
     assert state.check_produce(acks=-1) is NotLeaderOrFollowerError
     # An ISR-only update for the same leader needs no fetcher restart.
     again = state.make_follower(

@@ -33,9 +33,9 @@ from raftka.raft.quorum import (
     Proposed,
     QuorumConfig,
     QuorumCore,
+    QuorumRole,
     QuorumState,
     ResignedLeadership,
-    Role,
     Send,
     SnapshotId,
     SnapshotInstalled,
@@ -138,7 +138,7 @@ class Cluster:
             self.deliver()
 
     def leaders(self) -> list[int]:
-        return [i for i, c in self.cores.items() if c.role is Role.LEADER]
+        return [i for i, c in self.cores.items() if c.role is QuorumRole.LEADER]
 
     def elect(self, node_id: int) -> None:
         """Let ``node_id`` time out first and win (the others' timers are pushed back)."""
@@ -166,7 +166,7 @@ def test_election_goes_through_pre_vote_first() -> None:
     cluster = Cluster()
     core = cluster.cores[1]
     actions = core.tick(10_000)
-    assert core.role is Role.PROSPECTIVE and core.epoch == 0
+    assert core.role is QuorumRole.PROSPECTIVE and core.epoch == 0
     assert not [a for a in actions if isinstance(a, PersistQuorumState)]
     pre_votes = sends(actions, VoteRequest)
     assert len(pre_votes) == 2
@@ -179,7 +179,7 @@ def test_election_goes_through_pre_vote_first() -> None:
     granted = sends(answer, VoteResponse)[0].message
     assert isinstance(granted, VoteResponse) and granted.vote_granted
     step = core.handle(granted, 10_000)
-    assert core.role is Role.CANDIDATE and core.epoch == 1
+    assert core.role is QuorumRole.CANDIDATE and core.epoch == 1
     assert step[0] == PersistQuorumState(1, 1, None)
     votes = sends(step, VoteRequest)
     assert votes and not any(
@@ -202,12 +202,12 @@ def test_returning_partitioned_node_does_not_depose_a_healthy_leader() -> None:
     epoch = cluster.cores[1].epoch
     cluster.isolate(3)
     cluster.advance(2_000)
-    assert cluster.cores[3].role is Role.PROSPECTIVE
+    assert cluster.cores[3].role is QuorumRole.PROSPECTIVE
     assert cluster.cores[3].epoch == epoch
     cluster.heal()
     cluster.advance(500)
     assert cluster.leaders() == [1] and cluster.cores[1].epoch == epoch
-    assert cluster.cores[3].role is Role.FOLLOWER and cluster.cores[3].leader_id == 1
+    assert cluster.cores[3].role is QuorumRole.FOLLOWER and cluster.cores[3].leader_id == 1
 
 
 def test_node_stuck_in_a_higher_epoch_rejoins() -> None:
@@ -221,10 +221,10 @@ def test_node_stuck_in_a_higher_epoch_rejoins() -> None:
     cluster.isolate(3)
     cluster.advance(400)
     stuck = cluster.cores[3]
-    assert stuck.role is Role.PROSPECTIVE
+    assert stuck.role is QuorumRole.PROSPECTIVE
     grant = VoteResponse(2, epoch, 1, True, True, epoch + 1)
     cluster.apply(3, stuck.handle(grant, cluster.now_ms))
-    assert stuck.role is Role.CANDIDATE and stuck.epoch == epoch + 1
+    assert stuck.role is QuorumRole.CANDIDATE and stuck.epoch == epoch + 1
     cluster.deliver()  # its vote requests are lost
     cluster.heal()
     cluster.advance(2_000)
@@ -284,7 +284,7 @@ def _leader_of_epoch_3_over_old_entries(unsafe: bool) -> tuple[QuorumCore, InMem
     core.tick(10_000)
     core.handle(VoteResponse(2, 2, None, True, True, 3), 10_000)
     core.handle(VoteResponse(2, 3, None, True, False, 3), 10_000)
-    assert core.role is Role.LEADER and core.epoch == 3
+    assert core.role is QuorumRole.LEADER and core.epoch == 3
     core.on_flushed(log.end_offset, 10_000)
     return core, log
 
@@ -370,7 +370,7 @@ def test_leader_resigns_when_no_majority_fetches_within_fetch_timeout() -> None:
     epoch = cluster.cores[1].epoch
     cluster.isolate(1)
     cluster.advance(CONFIG.fetch_timeout_ms + 10)
-    assert cluster.cores[1].role is Role.RESIGNED
+    assert cluster.cores[1].role is QuorumRole.RESIGNED
     assert ResignedLeadership(epoch) in cluster.actions[1]
     assert sends(cluster.actions[1], EndQuorumEpochRequest)
     assert isinstance(cluster.propose(1, b"late"), NotLeader)
@@ -408,7 +408,7 @@ def test_observer_replicates_but_never_votes_or_counts() -> None:
     cluster.elect(1)
     cluster.advance(400)
     observer = cluster.cores[100]
-    assert observer.role is Role.FOLLOWER and observer.leader_id == 1
+    assert observer.role is QuorumRole.FOLLOWER and observer.leader_id == 1
     result = cluster.propose(1, b"x")
     assert isinstance(result, Proposed)
     cluster.advance(20)
@@ -426,7 +426,7 @@ def test_observer_replicates_but_never_votes_or_counts() -> None:
     assert cluster.cores[1].high_watermark == hw
     assert len(cluster.logs[100].entries) == len(cluster.logs[1].entries)
     cluster.advance(5_000)
-    assert observer.role in (Role.FOLLOWER, Role.UNATTACHED)
+    assert observer.role in (QuorumRole.FOLLOWER, QuorumRole.UNATTACHED)
 
 
 def test_stale_and_duplicate_messages_are_ignored_or_fenced() -> None:
@@ -522,7 +522,7 @@ def test_restart_as_leader_comes_back_resigned() -> None:
     """A node whose persisted state says it led the epoch restarts Resigned (it cannot
     know what it promised) and takes no proposals."""
     core, _ = make_core(1, state=QuorumState(4, 1, 1))
-    assert core.role is Role.RESIGNED
+    assert core.role is QuorumRole.RESIGNED
     result, _ = core.propose([b"x"], 0)
     assert result == NotLeader(4, 1)
 
@@ -595,7 +595,7 @@ def test_public_api_is_pinned() -> None:
         "RaftLog",
         "RaftTransport",
         "ResignedLeadership",
-        "Role",
+        "QuorumRole",
         "SegmentRaftLog",
         "Send",
         "SnapshotCorruptError",

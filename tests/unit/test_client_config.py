@@ -158,3 +158,15 @@ def test_client_constructors_validate_and_do_no_io() -> None:
     assert not p._thread.started and not c._thread.started
     p.close()
     c.close()
+
+
+def test_read_committed_is_refused_until_transactions_exist() -> None:
+    """read_committed would promise reads stopped at a last stable offset, which raftka's
+    brokers cannot keep yet: it is refused by name instead of silently reading
+    uncommitted data (Kafka's INVALID_CONFIG)."""
+    with pytest.raises(
+        ClientConfigError, match=r"^INVALID_CONFIG: isolation_level='read_committed': not supp"
+    ):
+        ConsumerConfig(bootstrap_servers="h:1", isolation_level="read_committed")
+    with pytest.raises(InvalidConfigError):
+        ConsumerConfig(bootstrap_servers="h:1", isolation_level="read_committed")

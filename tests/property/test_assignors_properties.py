@@ -21,8 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.client.consumer.assignors import ASSIGNORS, Subscription
-from raftka.client.consumer.assignors.cooperative_sticky import cooperative_sticky_assign
-from raftka.client.consumer.assignors.sticky import sticky_assign
+from raftka.client.consumer.assignors.cooperative_sticky import (
+    CooperativeStickyAssignor,
+    cooperative_sticky_assign,
+)
+from raftka.client.consumer.assignors.sticky import StickyAssignor, sticky_assign
 from raftka.client.structs import TopicPartition
 
 member_ids = st.text(alphabet="abcxyz-0123456789", min_size=1, max_size=8)
@@ -204,3 +207,37 @@ def test_sticky_never_swaps_partitions_of_a_topic_between_two_members(
                 moves.add((p.topic, before[p], m))
     for topic, a, b in moves:
         assert (topic, b, a) not in moves, f"{topic} swapped between {a} and {b}"
+
+
+@st.composite
+def groups_with_history(
+    draw: st.DrawFn,
+) -> tuple[dict[str, Subscription], dict[str, int]]:
+    """Groups whose members claim partitions of any topic (subscribed or not, even of
+    topics nobody subscribes to any more) from generations that differ."""
+    subs, counts = draw(groups())
+    every = [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+    with_history = {}
+    for member, sub in subs.items():
+        owned = draw(st.lists(st.sampled_from(every), unique=True, max_size=4))
+        generation = draw(st.integers(-1, 5))
+        with_history[member] = Subscription(sub.topics, tuple(owned), generation)
+    return with_history, counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups_with_history())
+def test_sticky_assignors_never_hand_a_partition_to_an_unsubscribed_previous_owner(
+    group: tuple[dict[str, Subscription], dict[str, int]],
+) -> None:
+    """Whatever members owned before, the sticky and cooperative-sticky assignments
+    give each member only partitions of topics it subscribes to, each at most once."""
+    members, counts = group
+    for assignor in (StickyAssignor(), CooperativeStickyAssignor()):
+        result = assignor.assign(members=members, partitions_per_topic=counts)
+        seen: set[TopicPartition] = set()
+        for member, assignment in result.items():
+            for partition in assignment.partitions:
+                assert partition.topic in members[member].topics
+                assert partition not in seen
+                seen.add(partition)

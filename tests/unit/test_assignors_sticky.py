@@ -485,3 +485,29 @@ def test_non_equal_subscription_matches_kafkas_non_rack_assignment() -> None:
         assignment, moving = run(members, RACK_TEST_COUNTS)
         assert moving is None
         assert sorted_strings(assignment) == expected
+
+
+def test_an_older_owner_that_no_longer_subscribes_does_not_get_its_partition_back() -> None:
+    """The issue's minimal case: m0 (generation 3) owned D-1 but now subscribes to E
+    only. Neither the sticky nor the cooperative-sticky assignor may hand D-1 back to
+    m0 as its previous owner (it raised AssertionError, and under ``python -O`` gave
+    m0 a partition of a topic it does not subscribe to)."""
+    from raftka.client.consumer.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    members = {
+        "m0": Subscription(("E",), (tp("D", 1),), 3),
+        "m1": Subscription(("E", "D"), (tp("E", 0),), 4),
+        "m2": Subscription(("D",), (), 4),
+    }
+    counts = {"D": 2, "E": 1}
+    for assignor in (StickyAssignor(), CooperativeStickyAssignor()):
+        result = assignor.assign(members=members, partitions_per_topic=counts)
+        for member, assignment in result.items():
+            for partition in assignment.partitions:
+                assert partition.topic in members[member].topics, (assignor.name, member)
+    eager = StickyAssignor().assign(members=members, partitions_per_topic=counts)
+    assert sorted(p for a in eager.values() for p in a.partitions) == [
+        tp("D", 0),
+        tp("D", 1),
+        tp("E", 0),
+    ]

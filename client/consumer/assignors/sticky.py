@@ -362,7 +362,13 @@ class _General:
             # Kafka: an older generation, or none (-1) while someone has one.
             if sub.generation_id >= self.max_generation:
                 continue
+            subscribed = set(sub.topics)
             for tp in sub.owned_partitions:
+                # A member that no longer subscribes to the topic cannot take the
+                # partition back: handing it there would break the assignment's
+                # contract (seen with D-1 owned by an older generation subscribed to E).
+                if tp.topic not in subscribed:
+                    continue
                 known = prev.get(tp)
                 if known is None or sub.generation_id > known.generation:
                     prev[tp] = _Prev(member, sub.generation_id)

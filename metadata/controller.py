@@ -69,7 +69,6 @@ from raftka.common.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from raftka.metadata.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import (
@@ -98,6 +97,7 @@ from raftka.metadata.metadata_records import (
 )
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import TOPIC_CONFIGS, parse_bool, validate_topic_config
+from raftka.server_common.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 
 __all__ = [
     "REBALANCE_ELECTIONS_MAX",

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from raftka.metadata.controller_config import ControllerConfig
 from raftka.raft.quorum.config import QuorumConfig
+from raftka.server_common.controller_config import ControllerConfig
 
 __all__ = [
     "NODE_KEYS",

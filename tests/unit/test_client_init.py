@@ -61,3 +61,23 @@ def test_subscribe_without_group_id_is_refused() -> None:
         consumer = cls(bootstrap_servers="127.0.0.1:1")
         with pytest.raises(IllegalStateError, match=r"consumer groups.*assign\(\)"):
             consumer.subscribe(["t"])
+
+
+def test_names_users_import_from_before_the_split_still_resolve() -> None:
+    """The codec, errors and shared structs moved to raftka.common; what users of the
+    client imported keeps working and is the very same object (an ``except`` on the
+    old name still catches what the servers raise)."""
+    import raftka.client.errors
+    import raftka.client.structs
+    import raftka.common.errors
+    import raftka.common.structs
+
+    assert raftka.client.TopicPartition is raftka.common.structs.TopicPartition
+    assert raftka.client.OffsetAndMetadata is raftka.common.structs.OffsetAndMetadata
+    assert raftka.client.structs.TopicPartition is raftka.common.structs.TopicPartition
+    assert raftka.client.KafkaError is raftka.common.errors.KafkaError
+    public = [n for n in dir(raftka.common.errors) if n.endswith("Error")]
+    assert len(public) > 50
+    for name in public:
+        assert getattr(raftka.client.errors, name) is getattr(raftka.common.errors, name)
+    assert raftka.client.errors.error_for_name("NOT_CONTROLLER").name == "NOT_CONTROLLER"

@@ -165,8 +165,9 @@ def _canned(plan: ClusterFile) -> dict[tuple[str, str], tuple[int, object] | Non
 
 def test_build_status_from_canned_answers(tmp_path: Path) -> None:
     """States: active / follower / down controllers; unfenced / fenced / starting
-    brokers; partitions sorted from the broker that answered; not healthy, with the
-    reasons named."""
+    brokers; partitions sorted from the broker that answered; not ready and not
+    healthy, with every reason named (a node not up, a partition without a leader,
+    one whose ISR is short of its replicas)."""
     plan = _plan(tmp_path, base_port=20000)
     status = build_status(plan.nodes, _canned(plan))
     assert [(c.id, c.state) for c in status.controllers] == [
@@ -185,13 +186,17 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
         (1, 101, (101,)),
     ]
     assert status.metadata_from == 101
-    assert not status.healthy
+    assert not status.healthy and not status.ready
     assert status.problems() == [
+        "controller 3 down",
         "broker 102 fenced (fenced)",
         "broker 103 not registered (starting)",
+        "orders-0 has no leader",
+        "orders-1 under-replicated (ISR 101 of 101,102)",
     ]
     as_json = status.to_json()
     assert as_json["healthy"] is False
+    assert as_json["problems"] == status.problems()
     assert as_json["controllers"][1] == {
         "id": 2,
         "role": "controller",
@@ -201,7 +206,7 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
         "quorum_role": "leader",
     }
     text = render_status(status)
-    assert "cluster: NOT healthy: broker 102 fenced" in text
+    assert "cluster: NOT healthy: controller 3 down; broker 102 fenced" in text
     assert "quorum: active controller 2, epoch 7" in text
     assert "controller      3  127.0.0.1:20002              -  down" in text
     assert "orders                           1     101  101,102         101" in text
@@ -209,18 +214,28 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
 
 
 def test_status_healthy_and_unreachable(tmp_path: Path) -> None:
-    """Every broker unfenced plus an active controller is healthy; no answers at all is
-    unreachable and names no active controller."""
+    """Every node up, an active controller and every partition led with its full ISR
+    is healthy; without the brokers' metadata the cluster is ready but not healthy
+    (partitions unknown); no answers at all is unreachable and names no active
+    controller."""
     plan = _plan(tmp_path, controllers=1, brokers=1, base_port=20000)
     c, b = plan.nodes
     answers: dict[tuple[str, str], tuple[int, object] | None] = {
         (c.address, "/health"): (200, {"role": "leader", "epoch": 1, "active_controller": True}),
         (b.address, "/health"): (200, {"fenced": False}),
     }
+    unknown = build_status(plan.nodes, answers)
+    assert unknown.ready and unknown.reachable and not unknown.healthy
+    assert unknown.problems() == ["partitions unknown (no broker answered)"]
+    assert "partitions: unknown" in render_status(unknown)
+    partition = {"partition": 0, "leader": 101, "replicas": [101], "isr": [101]}
+    answers[(b.address, "/v1/metadata")] = (
+        200,
+        {"metadata_offset": 3, "topics": [{"name": "t", "partitions": [partition]}]},
+    )
     status = build_status(plan.nodes, answers)
-    assert status.healthy and status.reachable
+    assert status.healthy and status.reachable and status.problems() == []
     assert render_status(status).startswith("cluster: healthy")
-    assert "partitions: unknown" in render_status(status)
     down = build_status(plan.nodes, {})
     assert not down.reachable and not down.healthy
     assert down.problems()[0] == "no active controller (controllers: 1 down)"

@@ -132,8 +132,7 @@ def plain_connection_error(text: str) -> str | None:
     lowered = detail.lower()
     reason = next((plain for key, plain in _REASONS if key in lowered), None)
     if reason is None:
-        # An OS error the table does not know: its own words, without "[Errno N]".
-        reason = re.sub(r"^\[?Errno -?\d+\]?\s*", "", detail).strip() or "failed"
+        reason = detail.strip() or "failed"  # an OS error the table does not know
     return f"NETWORK_EXCEPTION: cannot connect to {address}: {reason}"
 
 

@@ -126,11 +126,11 @@ def test_names_are_taken_as_options_or_positionals_and_never_empty() -> None:
     assert empty_topic.value.message == (
         "INVALID_TOPIC_EXCEPTION: topic name is illegal, it can't be empty"
     )
-    with pytest.raises(click.ClickException, match="^INVALID_GROUP_ID: "):
+    with pytest.raises(click.ClickException, match=r"^INVALID_GROUP_ID: "):
         one_name("group", ("",), None)
     assert many_names("topic", ("a", "b"), ("b", "c")) == ["a", "b", "c"]
     assert many_names("group", (), ()) == []
-    with pytest.raises(click.ClickException, match="^INVALID_TOPIC_EXCEPTION: "):
+    with pytest.raises(click.ClickException, match=r"^INVALID_TOPIC_EXCEPTION: "):
         many_names("topic", ("a",), ("",))
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "one_line_errors",
     "one_name",
     "plain_connection_error",
+    "topic_name_callback",
 ]
 
 #: ``raftka up``'s first broker (its controllers take 9093-9095, brokers 9096-9098):
@@ -163,6 +164,11 @@ def check_name(kind: NameKind, name: str) -> str:
     if not name:
         raise click.ClickException(error_line(_empty_name_error(kind)))
     return name
+
+
+def topic_name_callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A click callback for a plain ``--topic`` option: :func:`check_name`."""
+    return check_name("topic", value)
 
 
 def name_options(

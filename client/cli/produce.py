@@ -4,13 +4,19 @@ Each line (without its line break) is one record's value. With ``--key-separator
 each line is ``key SEP value``, split at the first SEP. Bytes go through unchanged: no
 decoding. The topic may also be given positionally (``raftka produce TOPIC``).
 
-A line the producer cannot send (longer than ``max_request_size``: Kafka's
-MESSAGE_TOO_LARGE; or, with ``--key-separator``, a line without it) ends the command
+A line the producer cannot send (Kafka's MESSAGE_TOO_LARGE: longer than
+``max_request_size``, or, uncompressed, a record whose batch alone exceeds the topic's
+``max.message.bytes``; or, with ``--key-separator``, a line without it) ends the command
 by default: the lines before it are delivered first, the command says how many, and
 exits 1 naming the line; nothing after it is sent. With ``--ignore-errors`` such a
 line is reported on stderr, skipped, and the lines after it are sent (exit 0 if they
 all arrive). A record the cluster refuses after sending always makes the exit status
 1, with a count and the first error.
+
+The topic's limit is checked here, before sending, because the broker refuses a
+whole batch that exceeds it, and the producer does not split a refused batch (Kafka's
+does): one oversized record would take the good records batched with it down too.
+For the same reason batches are capped at ``max.message.bytes`` (``batch_size``).
 
 The records go through the blocking :class:`raftka.client.Producer` (its own loop
 thread sends). Standard input is read on the main thread with ``select`` and
@@ -34,21 +40,25 @@ from typing import BinaryIO, Final
 
 import click
 
+from raftka.client.admin import Admin
 from raftka.client.cli._common import (
     api_timeout_option,
     bootstrap_option,
     ctrl_c_sets,
-    describe_topic,
     error_line,
     name_options,
     one_line_errors,
     one_name,
 )
+from raftka.client.producer.accumulator import RECORD_OVERHEAD_MAX
 from raftka.client.producer.producer import Producer
-from raftka.client.structs import RecordMetadata
+from raftka.client.structs import RecordMetadata, TopicDescription
 from raftka.common.errors import KafkaError, MessageTooLargeError, UnknownTopicOrPartitionError
+from raftka.common.record import Record
+from raftka.common.record.batch import encode_records
+from raftka.common.record.header import HEADER_SIZE
 
-__all__ = ["LineSplitter", "Oversized", "produce_command", "split_line"]
+__all__ = ["LineSplitter", "Oversized", "lone_batch_bytes", "produce_command", "split_line"]
 
 #: Bytes asked of stdin per read; a line may span many reads.
 READ_CHUNK_BYTES: Final = 64 * 1024
@@ -58,6 +68,9 @@ STDIN_WAIT_S: Final = 0.2
 CLOSE_TIMEOUT_MS: Final = 30_000
 #: Skipped lines reported one by one with --ignore-errors; the rest only counted.
 SKIP_REPORTS_MAX: Final = 10
+#: The producer's default batch_size (Kafka's), lowered to a topic's smaller limit.
+BATCH_BYTES_DEFAULT: Final = 16_384
+MAX_MESSAGE_BYTES: Final = "max.message.bytes"
 
 
 class BadLineError(ValueError):
@@ -72,6 +85,37 @@ def split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, byte
     if not sep:
         raise BadLineError(f"no key separator {separator!r} in line {line[:80]!r}")
     return key, value
+
+
+def lone_batch_bytes(key: bytes | None, value: bytes, limit: int) -> int | None:
+    """The size of an uncompressed batch holding only this record, if it is over
+    ``limit`` (what a broker compares with ``max.message.bytes``); None if it fits.
+    Exact (the record is encoded) only when a cheap upper bound is over the limit."""
+    bound = HEADER_SIZE + RECORD_OVERHEAD_MAX + len(key or b"") + len(value)
+    if bound <= limit:
+        return None
+    exact = HEADER_SIZE + len(encode_records([Record(value, key)], 0))
+    return exact if exact > limit else None
+
+
+def _describe(
+    bootstrap_servers: str, topic: str, api_timeout_ms: int
+) -> tuple[TopicDescription, int | None]:
+    """The topic's description (an unknown topic is one immediate
+    UNKNOWN_TOPIC_OR_PARTITION) and its max.message.bytes (None if not told)."""
+    with Admin(
+        bootstrap_servers=bootstrap_servers,
+        default_api_timeout_ms=api_timeout_ms,
+        request_timeout_ms=min(api_timeout_ms, 30_000),
+    ) as admin:
+        (description,) = admin.describe_topics([topic])
+        try:
+            configs = admin.describe_configs([topic], keys=[MAX_MESSAGE_BYTES])
+        except KafkaError:
+            return description, None  # the broker still enforces it, batch by batch
+    entry = configs.get(topic, {}).get(MAX_MESSAGE_BYTES)
+    value = None if entry is None else entry.value
+    return description, int(value) if value is not None and value.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +301,7 @@ def produce_command(
     skipped = 0
     stopped_at: str | None = None  # the line that ended the command, as one line
     with one_line_errors():
-        description = describe_topic(
-            bootstrap_servers=bootstrap_server, topic=topic, api_timeout_ms=api_timeout_ms
-        )
+        description, topic_bytes_max = _describe(bootstrap_server, topic, api_timeout_ms)
         if partition is not None and partition >= len(description.partitions):
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has {len(description.partitions)} partitions, "
@@ -273,8 +315,13 @@ def produce_command(
             max_block_ms=api_timeout_ms,
             # Idempotence (Kafka's default) needs acks=all, so only then is it on.
             enable_idempotence=acks in ("all", "-1"),
+            batch_size=BATCH_BYTES_DEFAULT
+            if topic_bytes_max is None
+            else max(1, min(BATCH_BYTES_DEFAULT, topic_bytes_max)),
         )
         request_bytes_max = producer.config.max_request_size
+        # Compressed, a batch may fit where its records do not: the broker decides.
+        check_bytes_max = topic_bytes_max if compression_type == "none" else None
         try:
             # A line longer than max_request_size can never be sent: it is not even held.
             lines = _StdinLines(_stdin(), request_bytes_max)
@@ -294,6 +341,16 @@ def produce_command(
                                 f"max_request_size={request_bytes_max}"
                             )
                         key, value = split_line(line, separator)
+                        over = (
+                            None
+                            if check_bytes_max is None
+                            else lone_batch_bytes(key, value, check_bytes_max)
+                        )
+                        if over is not None:
+                            raise MessageTooLargeError(
+                                f"the record is {over} bytes as a batch, larger than "
+                                f"{MAX_MESSAGE_BYTES}={check_bytes_max} of topic {topic}"
+                            )
                         producer.send(
                             topic, value, key, partition=partition, callback=outcome.callback
                         )

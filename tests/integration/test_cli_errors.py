@@ -55,6 +55,10 @@ class Env:
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` and wait until every broker knows its leaders."""
         self.admin.create_topics([NewTopic(topic, partitions, 3)], timeout_ms=API_TIMEOUT_MS)
+        self.wait_known(topic)
+
+    def wait_known(self, topic: str) -> None:
+        """Wait until every broker knows ``topic``'s leaders."""
 
         def known() -> bool:
             for b in self.brokers.ids:
@@ -209,6 +213,38 @@ def test_a_line_over_1_mib_is_fatal_or_skipped_with_ignore_errors(env: Env) -> N
     ]
     assert _consume_all(env, skipping, 3) == [b"before", b"after-1", b"after-2"]
     assert env.end_offset(skipping) == 3
+
+
+def test_a_record_over_the_topics_max_message_bytes_does_not_take_its_batch_down(
+    env: Env,
+) -> None:
+    """A topic with max.message.bytes=300 and a 1000-byte line between two short ones:
+    the command refuses that line itself (MESSAGE_TOO_LARGE naming the topic's limit),
+    so the short lines are not lost with it in one refused batch (the broker refuses
+    a whole batch, and the producer does not split it): by default exit 1 after the
+    first line; with --ignore-errors both short lines arrive. Fifty small lines fill
+    several batches that each stay under the limit."""
+    topic = "cli-small-messages"
+    env.admin.create_topics(
+        [NewTopic(topic, 1, 3, configs={"max.message.bytes": "300"})], timeout_ms=API_TIMEOUT_MS
+    )
+    env.wait_known(topic)
+    bootstrap = ["--bootstrap-server", env.bootstrap]
+    lines = b"first\n" + b"b" * 1000 + b"\nlast\n"
+    done = _raftka("produce", "--topic", topic, *bootstrap, stdin=lines)
+    assert done.returncode == 1
+    _one_line_error(
+        done.returncode, done.stderr, "MESSAGE_TOO_LARGE: line 2:", "max.message.bytes=300",
+        "1 record before it delivered",
+    )  # fmt: skip
+    done = _raftka("produce", "--topic", topic, "--ignore-errors", *bootstrap, stdin=lines)
+    assert done.returncode == 0, done.stderr.decode()
+    small = b"".join(b"small-%02d\n" % i for i in range(50))
+    done = _raftka("produce", "--topic", topic, *bootstrap, stdin=small)
+    assert done.returncode == 0, done.stderr.decode()
+    assert _consume_all(env, topic, 53) == [b"first", b"first", b"last"] + [
+        b"small-%02d" % i for i in range(50)
+    ]
 
 
 def test_empty_names_are_one_line_kafka_errors(env: Env) -> None:

@@ -21,7 +21,7 @@ from raftka.client.cli._common import (
     plain_connection_error,
 )
 from raftka.client.cli.consume import format_record
-from raftka.client.cli.produce import LineSplitter, Oversized, split_line
+from raftka.client.cli.produce import LineSplitter, Oversized, lone_batch_bytes, split_line
 from raftka.client.cli.topics import format_description, parse_configs
 from raftka.client.structs import ConsumerRecord, PartitionInfo, TopicDescription
 from raftka.common.errors import (
@@ -70,6 +70,17 @@ def test_line_splitter_keeps_lines_whole_across_chunks_and_bounds_long_ones() ->
     big = LineSplitter(3)
     assert big.feed(b"abcdefgh") == []
     assert big.end() == [Oversized(8)]
+
+
+def test_lone_batch_bytes_matches_the_brokers_max_message_bytes_check() -> None:
+    """A record alone in an uncompressed batch: 61 header bytes plus the record's own.
+    A 230-byte value makes exactly 300 (fits max.message.bytes=300, as a broker
+    accepted it); 231 makes 301 (refused, as the broker answered 'record batch of 301
+    bytes'). A key counts too."""
+    assert lone_batch_bytes(None, b"b" * 230, 300) is None
+    assert lone_batch_bytes(None, b"b" * 231, 300) == 301
+    assert lone_batch_bytes(b"k", b"b" * 230, 300) == 301
+    assert lone_batch_bytes(None, b"b" * 10_000, 1_048_588) is None
 
 
 _AIOHTTP_REFUSED = (

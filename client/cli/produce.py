@@ -299,7 +299,7 @@ def produce_command(
     outcome = _Outcome()
     sent = 0
     skipped = 0
-    stopped_at: str | None = None  # the line that ended the command, as one line
+    stopped_at: tuple[int, Exception] | None = None  # the line that ended the command
     with one_line_errors():
         description, topic_bytes_max = _describe(bootstrap_server, topic, api_timeout_ms)
         if partition is not None and partition >= len(description.partitions):
@@ -355,14 +355,13 @@ def produce_command(
                             topic, value, key, partition=partition, callback=outcome.callback
                         )
                     except (MessageTooLargeError, BadLineError) as e:
-                        reason = error_line(e) if isinstance(e, KafkaError) else str(e)
-                        report = f"line {line_number}: {reason}"
                         if not ignore_errors:
-                            stopped_at = report
+                            stopped_at = (line_number, e)
                             break
                         skipped += 1
                         if skipped <= SKIP_REPORTS_MAX:
-                            click.echo(f"Skipped {report}", err=True)
+                            reason = error_line(e) if isinstance(e, KafkaError) else str(e)
+                            click.echo(f"Skipped line {line_number}: {reason}", err=True)
                         continue
                     sent += 1
         finally:
@@ -370,33 +369,36 @@ def produce_command(
             producer.close(CLOSE_TIMEOUT_MS)
     if skipped > SKIP_REPORTS_MAX:
         click.echo(f"Skipped {skipped} lines in all.", err=True)
-    delivered = sent - outcome.failed
+    failures = _failures(outcome, sent)
     if stopped_at is not None:
-        raise click.ClickException(
-            f"{_strip_error_prefix(stopped_at)}; {_records(delivered)} before it "
-            f"delivered, nothing after it was sent (--ignore-errors skips such lines)"
-            + _failures(outcome, sent)
+        number, error = stopped_at
+        # Kafka's name first, as on every other error line.
+        where = (
+            f"{error.name}: line {number}: {error.message}"
+            if isinstance(error, KafkaError)
+            else f"line {number}: {error}"
         )
-    if outcome.first_error is not None:
-        raise click.ClickException(_failures(outcome, sent).lstrip("; "))
+        delivered = sent - outcome.failed
+        raise click.ClickException(
+            "; ".join(
+                [
+                    where,
+                    f"{_records(delivered)} before it delivered, nothing after it was sent "
+                    "(--ignore-errors skips such lines)",
+                    *failures,
+                ]
+            )
+        )
+    if failures:
+        raise click.ClickException(failures[0])
 
 
-def _strip_error_prefix(report: str) -> str:
-    """``line 3: MESSAGE_TOO_LARGE: ...`` as ``MESSAGE_TOO_LARGE: line 3: ...``, so the
-    line starts with Kafka's name as every other error line does."""
-    where, _, rest = report.partition(": ")
-    name, sep, message = rest.partition(": ")
-    if sep and name.isupper():
-        return f"{name}: {where}: {message}"
-    return report
-
-
-def _failures(outcome: _Outcome, sent: int) -> str:
+def _failures(outcome: _Outcome, sent: int) -> list[str]:
+    """The delivery failures in one phrase, or none."""
     if outcome.first_error is None:
-        return ""
-    return (
-        f"; {outcome.failed} of {_records(sent)} failed; first: {error_line(outcome.first_error)}"
-    )
+        return []
+    first = error_line(outcome.first_error)
+    return [f"{outcome.failed} of {_records(sent)} failed; first: {first}"]
 
 
 def _records(count: int) -> str:

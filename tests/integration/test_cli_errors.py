@@ -140,7 +140,8 @@ def test_a_rejected_record_with_stdin_still_open_never_aborts(env: Env) -> None:
     Each run: exit 1, one MESSAGE_TOO_LARGE line naming line 2 and the one record
     delivered before it, no traceback; every good line arrived. The rejection
     alternates between a line over max_request_size (never held by the command) and
-    one just under it that the producer refuses once the record overhead is added."""
+    one just under it, refused once the record overhead is added (its batch would
+    exceed the topic's max.message.bytes)."""
     topic = "cli-rejected"
     env.create_topic(topic)
     for run in range(REJECTION_RUNS):

@@ -59,6 +59,7 @@ __all__ = [
     "PartitionStatus",
     "brokers_from_metadata_records",
     "build_status",
+    "controllers_from_brokers",
     "discover_nodes",
     "is_raftka_process",
     "plan_cluster",
@@ -722,6 +723,21 @@ def discover_nodes(bootstrap: str, get: Callable[[str, str], Answer] = _probe) -
     raise ValueError(f"no controller answers at {', '.join(addresses) or '(none given)'}")
 
 
+def controllers_from_brokers(bootstrap: str, get: Callable[[str, str], Answer] = _probe) -> str:
+    """The controllers (``host:port,...``) that the first answering broker's
+    ``/v1/metadata`` names. ValueError when no broker answers or it names none."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    for address in addresses:
+        metadata = _ok_body(get(address, "/v1/metadata"))
+        if metadata is None:
+            continue
+        controllers = [c for c in metadata.get("controllers") or [] if isinstance(c, str)]
+        if controllers:
+            return ",".join(controllers)
+        raise ValueError(f"broker {address} names no controllers")
+    raise ValueError(f"no broker answers at {', '.join(addresses) or '(none given)'}")
+
+
 def is_raftka_process(pid: int) -> bool:
     """Whether ``pid`` is a live process running raftka (a reused pid is not)."""
     try:
@@ -1054,6 +1070,13 @@ def _with_file_pids(
     default=None,
     help="Ask this controller (host:port, comma-separated) instead of cluster.json.",
 )
+@click.option(
+    "--bootstrap-server",
+    "bootstrap_server",
+    default=None,
+    help="Ask this broker (host:port, comma-separated) for the controllers, then as "
+    "--bootstrap-controller.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
 @click.option(
     "--wait",
@@ -1064,18 +1087,22 @@ def _with_file_pids(
     help="Probe again until the cluster is healthy or SECONDS passed (exit 1 then).",
 )
 def status_command(
-    data_dir: Path | None, bootstrap: str | None, as_json: bool, wait_s: float
+    data_dir: Path | None,
+    bootstrap: str | None,
+    bootstrap_server: str | None,
+    as_json: bool,
+    wait_s: float,
 ) -> None:
     """Every node's state, the active controller, each partition's leader and ISR.
     Exit status 0 when healthy, 1 otherwise."""
-    if data_dir is not None and bootstrap is not None:
-        raise click.UsageError("give --data-dir or --bootstrap-controller, not both")
+    if sum(x is not None for x in (data_dir, bootstrap, bootstrap_server)) > 1:
+        raise click.UsageError("give one of --data-dir, --bootstrap-controller, --bootstrap-server")
     deadline_s = time.monotonic() + wait_s
     while True:
         # While waiting, a cluster still starting may have no cluster.json or no
         # answering controller yet: those count as "not yet" until the deadline.
         try:
-            nodes = _status_nodes(data_dir, bootstrap)
+            nodes = _status_nodes(data_dir, bootstrap, bootstrap_server)
             status = probe_status(nodes)
             if not status.reachable:
                 raise _Problem(
@@ -1098,8 +1125,16 @@ def status_command(
         raise _Problem(f"the cluster is not healthy{waited}")
 
 
-def _status_nodes(data_dir: Path | None, bootstrap: str | None) -> list[NodeEntry]:
-    """The nodes to probe: discovered from a controller, or cluster.json's."""
+def _status_nodes(
+    data_dir: Path | None, bootstrap: str | None, bootstrap_server: str | None
+) -> list[NodeEntry]:
+    """The nodes to probe: discovered from a controller (found through a broker with
+    --bootstrap-server), or cluster.json's."""
+    if bootstrap_server is not None:
+        try:
+            bootstrap = controllers_from_brokers(bootstrap_server)
+        except ValueError as e:
+            raise _Problem(str(e)) from None
     if bootstrap is not None:
         try:
             return discover_nodes(bootstrap)

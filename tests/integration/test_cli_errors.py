@@ -359,7 +359,8 @@ def _status(
 
 
 def test_status_exit_code_follows_health_and_wait_blocks_until_healthy(env: Env) -> None:
-    """Healthy: exit 0 and "cluster: healthy". A broker killed: exit 1, the screen
+    """Healthy: exit 0 and "cluster: healthy" (from a controller, and from a broker
+    with --bootstrap-server). A broker killed: exit 1, the screen
     says NOT healthy naming it, stderr one line; ``--wait 1`` still 1, after about
     a second. ``--wait`` started while it is down returns 0 only once the restarted
     broker is back and every partition has its full ISR (its JSON, printed at the end,
@@ -372,6 +373,10 @@ def test_status_exit_code_follows_health_and_wait_blocks_until_healthy(env: Env)
     healthy = _status(env)
     assert healthy.stdout.decode().startswith("cluster: healthy\n")
     assert healthy.stderr == b""
+    # The same view found through a broker, as Kafka's tools take --bootstrap-server.
+    through_broker = _raftka("status", "--bootstrap-server", env.bootstrap)
+    assert through_broker.returncode == 0, through_broker.stderr.decode()
+    assert through_broker.stdout.decode().startswith("cluster: healthy\n")
 
     broker = env.brokers[env.brokers.ids[-1]]
     broker.kill()

@@ -25,6 +25,7 @@ from raftka.local.up import (
     NodeEntry,
     brokers_from_metadata_records,
     build_status,
+    controllers_from_brokers,
     plan_cluster,
     read_cluster_file,
     render_status,
@@ -291,7 +292,7 @@ def test_combined_configs_split_the_listeners(tmp_path: Path) -> None:
 
 
 def test_command_argument_validation(tmp_path: Path) -> None:
-    """Bad counts and ports are usage errors; status with both sources is refused; a
+    """Bad counts and ports are usage errors; status with two sources is refused; a
     data dir without cluster.json says so in one line, exit 1."""
     runner = CliRunner()
     for args in (["--controllers", "0"], ["--brokers", "100"], ["--base-port", "70000"]):
@@ -299,7 +300,11 @@ def test_command_argument_validation(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
     both = ["--data-dir", str(tmp_path), "--bootstrap-controller", "127.0.0.1:1"]
     result = runner.invoke(status_command, both)
-    assert result.exit_code == 2 and "not both" in result.output
+    assert result.exit_code == 2 and "give one of" in result.output
+    result = runner.invoke(
+        status_command, ["--bootstrap-server", "127.0.0.1:1", "--bootstrap-controller", "x:1"]
+    )
+    assert result.exit_code == 2 and "give one of" in result.output
     result = runner.invoke(status_command, ["--data-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
@@ -310,3 +315,23 @@ def test_command_argument_validation(tmp_path: Path) -> None:
     write_cluster_file(tmp_path, resume_conflict)
     result = runner.invoke(up_command, ["--data-dir", str(tmp_path), "--controllers", "3"])
     assert result.exit_code == 1 and "--controllers 3 differs" in result.output
+
+
+def test_controllers_from_brokers_asks_the_first_broker_that_answers() -> None:
+    """``status --bootstrap-server``: the controllers come from the first broker whose
+    /v1/metadata answers; none answering, or one naming no controllers, is a
+    ValueError naming the addresses."""
+    answers: dict[tuple[str, str], tuple[int, object] | None] = {
+        ("b1:1", "/v1/metadata"): None,
+        ("b2:2", "/v1/metadata"): (200, {"controllers": ["c1:9093", "c2:9094"]}),
+    }
+
+    def get(address: str, path: str) -> tuple[int, object] | None:
+        return answers.get((address, path))
+
+    assert controllers_from_brokers("b1:1, b2:2", get) == "c1:9093,c2:9094"
+    with pytest.raises(ValueError, match="no broker answers at b1:1"):
+        controllers_from_brokers("b1:1", get)
+    answers[("b3:3", "/v1/metadata")] = (200, {"controllers": []})
+    with pytest.raises(ValueError, match="broker b3:3 names no controllers"):
+        controllers_from_brokers("b3:3", get)

@@ -20,9 +20,12 @@ process is refused, so two clusters never share files.
 ``raftka status`` probes a running cluster (from ``cluster.json``, or from one
 controller's ``/v1/quorum`` and its metadata log's broker registrations) and prints
 every node's state, the active controller, and each partition's leader and ISR (from
-a broker's ``GET /v1/metadata``); ``--json`` prints the same as one object. The
-probing is I/O; :func:`build_status` (answers in, view out) and :func:`render_status`
-are pure.
+a broker's ``GET /v1/metadata``); ``--json`` prints the same as one object. It exits 0
+only when the cluster is healthy: every node up (a controller active or following,
+every broker unfenced), an active controller, and every partition with a leader and
+its full replica set in the ISR; otherwise 1, after the same screen. ``--wait S``
+probes again until healthy or S seconds passed, for scripts. The probing is I/O;
+:func:`build_status` (answers in, view out) and :func:`render_status` are pure.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +59,7 @@ __all__ = [
     "PartitionStatus",
     "brokers_from_metadata_records",
     "build_status",
+    "controllers_from_brokers",
     "discover_nodes",
     "is_raftka_process",
     "plan_cluster",
@@ -83,6 +88,10 @@ PROBE_TIMEOUT_S: Final = 1.0
 # Bounds on what status reads: metadata-log pages (--bootstrap-controller), rows shown.
 METADATA_PAGES_MAX: Final = 1000
 PARTITION_ROWS_MAX: Final = 20
+# Partitions named one by one among the problems; the rest are counted.
+PROBLEM_PARTITIONS_MAX: Final = 5
+# How often ``raftka status --wait`` probes again.
+STATUS_WAIT_INTERVAL_S: Final = 0.5
 CLUSTER_FILE_BYTES_MAX: Final = 1024 * 1024
 # A dead broker is fenced within 3 s instead of Kafka's 9 s: a local cluster restarts
 # often, and a broker's new incarnation waits out its old session before registering.
@@ -400,31 +409,62 @@ class ClusterStatus:
         return ",".join(b.address for b in self.brokers)
 
     @property
-    def healthy(self) -> bool:
-        """A controller is active and every broker is unfenced."""
+    def ready(self) -> bool:
+        """A controller is active and every broker is unfenced: clients can work
+        (what ``raftka up`` waits for before it prints the bootstrap servers)."""
         return self.active_controller is not None and all(
             b.state == "unfenced" for b in self.brokers
         )
+
+    @property
+    def healthy(self) -> bool:
+        """Nothing is wrong: ready, every controller up, and every partition led with
+        its full replica set in sync (:meth:`problems` is empty)."""
+        return not self.problems()
 
     @property
     def reachable(self) -> bool:
         return any(n.state != "down" for n in self.controllers + self.brokers)
 
     def problems(self) -> list[str]:
-        """What keeps the cluster from being healthy, one phrase each."""
+        """What keeps the cluster from being healthy, one phrase each (partitions
+        named up to PROBLEM_PARTITIONS_MAX, the rest counted)."""
         out: list[str] = []
         if self.active_controller is None:
             states = ", ".join(f"{c.id} {c.state}" for c in self.controllers)
             out.append(f"no active controller (controllers: {states})")
+        else:
+            out.extend(
+                f"controller {c.id} {c.state}"
+                for c in self.controllers
+                if c.state not in ("active", "follower")
+            )
         for b in self.brokers:
             if b.state != "unfenced":
                 what = "not registered" if b.state in ("down", "starting") else b.state
                 out.append(f"broker {b.id} {what} ({b.state})")
+        if self.brokers and self.metadata_from is None:
+            out.append("partitions unknown (no broker answered)")
+        partition_problems: list[str] = []
+        for p in self.partitions:
+            if p.leader < 0:
+                partition_problems.append(f"{p.topic}-{p.partition} has no leader")
+            elif set(p.isr) != set(p.replicas):
+                isr = ",".join(map(str, p.isr)) or "none"
+                replicas = ",".join(map(str, p.replicas))
+                partition_problems.append(
+                    f"{p.topic}-{p.partition} under-replicated (ISR {isr} of {replicas})"
+                )
+        out.extend(partition_problems[:PROBLEM_PARTITIONS_MAX])
+        hidden = len(partition_problems) - PROBLEM_PARTITIONS_MAX
+        if hidden > 0:
+            out.append(f"{hidden} more partitions without a leader or a full ISR")
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "healthy": self.healthy,
+            "problems": self.problems(),
             "active_controller": self.active_controller,
             "leader_epoch": self.leader_epoch,
             "bootstrap_servers": self.bootstrap_servers,
@@ -683,6 +723,21 @@ def discover_nodes(bootstrap: str, get: Callable[[str, str], Answer] = _probe) -
     raise ValueError(f"no controller answers at {', '.join(addresses) or '(none given)'}")
 
 
+def controllers_from_brokers(bootstrap: str, get: Callable[[str, str], Answer] = _probe) -> str:
+    """The controllers (``host:port,...``) that the first answering broker's
+    ``/v1/metadata`` names. ValueError when no broker answers or it names none."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    for address in addresses:
+        metadata = _ok_body(get(address, "/v1/metadata"))
+        if metadata is None:
+            continue
+        controllers = [c for c in metadata.get("controllers") or [] if isinstance(c, str)]
+        if controllers:
+            return ",".join(controllers)
+        raise ValueError(f"broker {address} names no controllers")
+    raise ValueError(f"no broker answers at {', '.join(addresses) or '(none given)'}")
+
+
 def is_raftka_process(pid: int) -> bool:
     """Whether ``pid`` is a live process running raftka (a reused pid is not)."""
     try:
@@ -928,7 +983,7 @@ def _run(plan: ClusterFile, data_dir: Path, *, resumed: bool) -> int:
                 )
             status = probe_status(plan.nodes)
             last[0] = status
-            return status if status.healthy else None
+            return status if status.ready else None
 
         def not_ready() -> str:
             status = last[0]
@@ -1015,34 +1070,84 @@ def _with_file_pids(
     default=None,
     help="Ask this controller (host:port, comma-separated) instead of cluster.json.",
 )
+@click.option(
+    "--bootstrap-server",
+    "bootstrap_server",
+    default=None,
+    help="Ask this broker (host:port, comma-separated) for the controllers, then as "
+    "--bootstrap-controller.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
-def status_command(data_dir: Path | None, bootstrap: str | None, as_json: bool) -> None:
-    """Every node's state, the active controller, each partition's leader and ISR."""
-    if data_dir is not None and bootstrap is not None:
-        raise click.UsageError("give --data-dir or --bootstrap-controller, not both")
-    if bootstrap is not None:
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    metavar="SECONDS",
+    help="Probe again until the cluster is healthy or SECONDS passed (exit 1 then).",
+)
+def status_command(
+    data_dir: Path | None,
+    bootstrap: str | None,
+    bootstrap_server: str | None,
+    as_json: bool,
+    wait_s: float,
+) -> None:
+    """Every node's state, the active controller, each partition's leader and ISR.
+    Exit status 0 when healthy, 1 otherwise."""
+    if sum(x is not None for x in (data_dir, bootstrap, bootstrap_server)) > 1:
+        raise click.UsageError("give one of --data-dir, --bootstrap-controller, --bootstrap-server")
+    deadline_s = time.monotonic() + wait_s
+    while True:
+        # While waiting, a cluster still starting may have no cluster.json or no
+        # answering controller yet: those count as "not yet" until the deadline.
         try:
-            nodes = discover_nodes(bootstrap)
-        except ValueError as e:
-            raise _Problem(str(e)) from None
-    else:
-        where = (data_dir or Path(DEFAULT_DATA_DIR)).resolve()
-        try:
-            cluster_file = read_cluster_file(where)
-        except ClusterFileError as e:
-            raise _Problem(str(e)) from None
-        if cluster_file is None:
-            raise _Problem(
-                f"no {CLUSTER_FILE} in {where} (start a cluster with raftka up, or give "
-                "--bootstrap-controller)"
-            )
-        nodes = list(cluster_file.nodes)
-    status = probe_status(nodes)
-    if not status.reachable:
-        raise _Problem(
-            "nothing is reachable: no node answers at " + ", ".join(n.address for n in nodes)
-        )
+            nodes = _status_nodes(data_dir, bootstrap, bootstrap_server)
+            status = probe_status(nodes)
+            if not status.reachable:
+                raise _Problem(
+                    "nothing is reachable: no node answers at "
+                    + ", ".join(n.address for n in nodes)
+                )
+        except _Problem:
+            if time.monotonic() >= deadline_s:
+                raise
+        else:
+            if status.healthy or time.monotonic() >= deadline_s:
+                break
+        time.sleep(min(STATUS_WAIT_INTERVAL_S, max(0.0, deadline_s - time.monotonic())))
     if as_json:
         click.echo(orjson.dumps(status.to_json()).decode())
     else:
         click.echo(render_status(status))
+    if not status.healthy:
+        waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
+        raise _Problem(f"the cluster is not healthy{waited}")
+
+
+def _status_nodes(
+    data_dir: Path | None, bootstrap: str | None, bootstrap_server: str | None
+) -> list[NodeEntry]:
+    """The nodes to probe: discovered from a controller (found through a broker with
+    --bootstrap-server), or cluster.json's."""
+    if bootstrap_server is not None:
+        try:
+            bootstrap = controllers_from_brokers(bootstrap_server)
+        except ValueError as e:
+            raise _Problem(str(e)) from None
+    if bootstrap is not None:
+        try:
+            return discover_nodes(bootstrap)
+        except ValueError as e:
+            raise _Problem(str(e)) from None
+    where = (data_dir or Path(DEFAULT_DATA_DIR)).resolve()
+    try:
+        cluster_file = read_cluster_file(where)
+    except ClusterFileError as e:
+        raise _Problem(str(e)) from None
+    if cluster_file is None:
+        raise _Problem(
+            f"no {CLUSTER_FILE} in {where} (start a cluster with raftka up, or give "
+            "--bootstrap-controller)"
+        )
+    return list(cluster_file.nodes)

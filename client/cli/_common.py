@@ -2,13 +2,20 @@
 
 The default bootstrap server is ``$RAFTKA_BOOTSTRAP_SERVERS`` if set, else the
 ``bootstrap_servers`` that ``raftka up`` recorded in ``./raftka-data/cluster.json``, else
-``127.0.0.1:9092`` (Kafka's default listener). The cluster file is read as plain JSON:
-the client may not import :mod:`raftka.local`.
+``127.0.0.1:9096`` (the first broker of ``raftka up``'s default layout). The cluster
+file is read as plain JSON: the client may not import :mod:`raftka.local`.
 
 Errors: a command never shows a traceback. Kafka's errors, bad client configuration,
 OS errors and bad values end the command with one line on stderr
 (``Error: UNKNOWN_TOPIC_OR_PARTITION: topic 'x' does not exist``) and exit status 1,
-through :func:`one_line_errors`.
+through :func:`one_line_errors`. A connection that could not be made is said in plain
+words with the address (``NETWORK_EXCEPTION: cannot connect to 127.0.0.1:1: connection
+refused``), not as the HTTP library's exception text.
+
+Names: every command takes its topic and group the way Kafka's tools do
+(``--topic T``, ``--group G``) and also as a positional argument (``raftka produce T``,
+raftka's first grammar), through :func:`name_options` and :func:`one_name` /
+:func:`many_names`. An empty name is Kafka's INVALID_TOPIC_EXCEPTION / INVALID_GROUP_ID.
 """
 
 from __future__ import annotations
@@ -16,18 +23,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, TypeVar
 
 import click
 
 from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError
 from raftka.client.structs import TopicDescription
-from raftka.common.errors import KafkaError
+from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
 
 __all__ = [
     "API_TIMEOUT_MS_DEFAULT",
@@ -37,14 +45,22 @@ __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
     "api_timeout_option",
     "bootstrap_option",
+    "check_name",
     "ctrl_c_sets",
     "default_bootstrap_servers",
     "describe_topic",
     "error_line",
+    "many_names",
+    "name_options",
     "one_line_errors",
+    "one_name",
+    "plain_connection_error",
+    "topic_name_callback",
 ]
 
-DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9092"
+#: ``raftka up``'s first broker (its controllers take 9093-9095, brokers 9096-9098):
+#: the cluster a person most likely runs. Kafka's 9092 would only ever be refused.
+DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9096"
 BOOTSTRAP_ENV: Final = "RAFTKA_BOOTSTRAP_SERVERS"
 #: What ``raftka up`` writes (its default data directory).
 CLUSTER_FILE: Final = "raftka-data/cluster.json"
@@ -88,11 +104,109 @@ api_timeout_option = click.option(
 )
 
 
+# aiohttp's connection failure as the transport words it ("... ClientConnectorError:
+# Cannot connect to host 127.0.0.1:1 ssl:default [Connect call failed ('127.0.0.1', 1)]").
+# The transport passes only that text on (its errors are raised ``from None``), so the
+# command line reads it back here rather than in the transport, which another change owns.
+_CONNECT_FAILED = re.compile(r"Cannot connect to host (\S+?)(?: ssl:\S+)? \[([^\]]*)\]")
+# The OS reason inside the brackets, in plain words (first match wins).
+_REASONS: Final = (
+    ("connect call failed", "connection refused"),
+    ("connection refused", "connection refused"),
+    ("name or service not known", "unknown host"),
+    ("nodename nor servname", "unknown host"),
+    ("temporary failure in name resolution", "unknown host"),
+    ("no address associated", "unknown host"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network is unreachable"),
+    ("timed out", "connection timed out"),
+)
+
+
+def plain_connection_error(text: str) -> str | None:
+    """``NETWORK_EXCEPTION: cannot connect to HOST:PORT: <reason>`` when ``text`` (an
+    error's message, however wrapped) holds a failed connection; None otherwise."""
+    match = _CONNECT_FAILED.search(text)
+    if match is None:
+        return None
+    address, detail = match.group(1), match.group(2)
+    lowered = detail.lower()
+    reason = next((plain for key, plain in _REASONS if key in lowered), None)
+    if reason is None:
+        reason = detail.strip() or "failed"  # an OS error the table does not know
+    return f"NETWORK_EXCEPTION: cannot connect to {address}: {reason}"
+
+
 def error_line(error: BaseException) -> str:
-    """The one line a command prints for ``error``: Kafka's name and message for a
-    KafkaError (its ``str``), the type and message otherwise; newlines folded."""
+    """The one line a command prints for ``error``: a failed connection in plain words
+    (:func:`plain_connection_error`), else Kafka's name and message for a KafkaError
+    (its ``str``), the type and message otherwise; newlines folded."""
     text = str(error) if isinstance(error, KafkaError) else f"{type(error).__name__}: {error}"
+    text = plain_connection_error(text) or text
     return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------
+# Topic and group names: Kafka's options, raftka's positionals as aliases
+
+NameKind = Literal["topic", "group"]
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _empty_name_error(kind: NameKind) -> KafkaError:
+    if kind == "topic":
+        return InvalidTopicError("topic name is illegal, it can't be empty")
+    return InvalidGroupIdError("the group id is empty")
+
+
+def check_name(kind: NameKind, name: str) -> str:
+    """``name`` itself; one line with Kafka's error for an empty one."""
+    if not name:
+        raise click.ClickException(error_line(_empty_name_error(kind)))
+    return name
+
+
+def topic_name_callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A click callback for a plain ``--topic`` option: :func:`check_name`."""
+    return check_name("topic", value)
+
+
+def name_options(
+    kind: NameKind, *, multiple: bool = False, help_text: str = ""
+) -> Callable[[_F], _F]:
+    """A positional ``[TOPIC]...`` (raftka's first grammar, kept so scripts do not break)
+    plus Kafka's ``--topic`` option (``--group`` for groups), repeatable when
+    ``multiple``. The command reads them as ``<kind>_args`` and ``<kind>_opt`` and
+    resolves them with :func:`one_name` or :func:`many_names`."""
+
+    def decorate(f: _F) -> _F:
+        f = click.option(
+            f"--{kind}",
+            f"{kind}_opt",
+            multiple=multiple,
+            default=() if multiple else None,
+            help=help_text or f"The {kind}'s name (also accepted as the first argument).",
+        )(f)
+        return click.argument(
+            f"{kind}_args", nargs=-1, metavar=f"[{kind.upper()}]{'...' if multiple else ''}"
+        )(f)
+
+    return decorate
+
+
+def one_name(kind: NameKind, positional: tuple[str, ...], option: str | None) -> str:
+    """The one name given as ``--<kind> X`` or ``X`` (both: they must agree)."""
+    given = [*positional, *(() if option is None else (option,))]
+    if not given:
+        raise click.UsageError(f"give the {kind}: --{kind} NAME")
+    if len(set(given)) > 1:
+        raise click.UsageError(f"one {kind} only, got {', '.join(map(repr, given))}")
+    return check_name(kind, given[0])
+
+
+def many_names(kind: NameKind, positional: tuple[str, ...], option: tuple[str, ...]) -> list[str]:
+    """Every name given as ``--<kind> X`` (repeatable) or positionally, in order, once each."""
+    return [check_name(kind, n) for n in dict.fromkeys([*positional, *option])]
 
 
 @contextlib.contextmanager

@@ -1,4 +1,6 @@
-"""``raftka consume TOPIC``: print records to stdout (kafka-console-consumer).
+"""``raftka consume --topic TOPIC``: print records to stdout (kafka-console-consumer).
+
+The topic may also be given positionally (``raftka consume TOPIC``).
 
 Each record is one line: its value, preceded by ``CreateTime:<ms>`` with
 ``--print-timestamp`` and by its key with ``--print-key`` (``null`` for none), the parts
@@ -14,7 +16,10 @@ reads only P, and ``--offset`` (an offset, ``earliest`` or ``latest``; needs
 
 When to stop: after ``--max-messages`` records, after ``--timeout-ms`` without a
 record, or at Ctrl-C; the consumer is closed each way and "Processed a total of N
-messages" goes to stderr, as Kafka's tool prints.
+messages" goes to stderr, as Kafka's tool prints. ``--timeout-ms`` counts from the
+command's start and also bounds its first call (the topic's description), so a
+cluster that cannot be reached ends the command with one line within about that
+time, not after ``--api-timeout-ms``.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ import click
 from raftka.client.cli._common import (
     api_timeout_option,
     bootstrap_option,
+    check_name,
     ctrl_c_sets,
     describe_topic,
+    name_options,
     one_line_errors,
+    one_name,
 )
 from raftka.client.consumer.consumer import Consumer
 from raftka.client.structs import ConsumerRecord, TopicPartition
@@ -76,7 +84,7 @@ def _start_offset(value: str) -> int | Literal["earliest", "latest"]:
 
 
 @click.command("consume")
-@click.argument("topic")
+@name_options("topic", help_text="Topic to read (also accepted as the first argument).")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start, not the end.")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="Read only this one.")
 @click.option(
@@ -99,7 +107,8 @@ def _start_offset(value: str) -> int | Literal["earliest", "latest"]:
 @api_timeout_option
 def consume_command(
     *,
-    topic: str,
+    topic_args: tuple[str, ...],
+    topic_opt: str | None,
     from_beginning: bool,
     partition: int | None,
     offset: str | None,
@@ -112,7 +121,14 @@ def consume_command(
     bootstrap_server: str,
     api_timeout_ms: int,
 ) -> None:
-    """Print the records of TOPIC to standard output, one per line."""
+    """Print the records of --topic to standard output, one per line."""
+    started_s = time.monotonic()
+    topic = one_name("topic", topic_args, topic_opt)
+    if group is not None:
+        check_name("group", group)
+    # The topic's description is the first call: an unreachable cluster fails there,
+    # so bounding it by --timeout-ms bounds the command by about that.
+    describe_timeout_ms = api_timeout_ms if timeout_ms is None else min(api_timeout_ms, timeout_ms)
     start = None if offset is None else _start_offset(offset)
     if start is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
@@ -122,7 +138,7 @@ def consume_command(
     count = 0
     with one_line_errors():
         description = describe_topic(
-            bootstrap_servers=bootstrap_server, topic=topic, api_timeout_ms=api_timeout_ms
+            bootstrap_servers=bootstrap_server, topic=topic, api_timeout_ms=describe_timeout_ms
         )
         count_partitions = len(description.partitions)
         if partition is not None and partition >= count_partitions:
@@ -158,6 +174,7 @@ def consume_command(
                 print_key=print_key,
                 print_timestamp=print_timestamp,
                 separator=key_separator.encode(),
+                started_s=started_s,
             )
         finally:
             try:
@@ -176,14 +193,20 @@ def _run(
     print_key: bool,
     print_timestamp: bool,
     separator: bytes,
+    started_s: float,
 ) -> int:
-    """Poll and print until max_messages, the idle timeout or Ctrl-C; the count."""
+    """Poll and print until max_messages, the idle timeout (counted from ``started_s``
+    until the first record) or Ctrl-C; the count."""
     count = 0
-    last_record_s = time.monotonic()
+    last_record_s = started_s
     with ctrl_c_sets() as interrupted:
         while (max_messages is None or count < max_messages) and not interrupted.is_set():
             wanted = None if max_messages is None else max_messages - count
-            batches = consumer.poll(POLL_TIMEOUT_MS, max_records=wanted)
+            poll_ms = POLL_TIMEOUT_MS
+            if idle_timeout_ms is not None:
+                left_ms = idle_timeout_ms - (time.monotonic() - last_record_s) * 1000
+                poll_ms = max(0, min(poll_ms, int(left_ms)))
+            batches = consumer.poll(poll_ms, max_records=wanted)
             now_s = time.monotonic()
             for records in batches.values():
                 for record in records:

@@ -1,7 +1,9 @@
 """``raftka groups``: list, describe, reset offsets of and delete consumer groups
 (like kafka-consumer-groups).
 
-``describe GROUP`` prints the group's state, protocol and members, then one line per
+A group is named as kafka-consumer-groups names it (``--group G``, repeatable for
+delete) or positionally (``raftka groups describe G``); an empty name is Kafka's
+INVALID_GROUP_ID. ``describe`` prints the group's state, protocol and members, then one line per
 partition with a committed offset or an owner: committed offset, log end offset (the
 high watermark), lag and owner. ``reset-offsets`` prints the plan and applies it only
 with ``--execute`` (Kafka's dry run by default), and only while the group has no
@@ -18,7 +20,15 @@ from datetime import datetime
 import click
 
 from raftka.client._transport import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
+from raftka.client.cli._common import (
+    api_timeout_option,
+    bootstrap_option,
+    check_name,
+    many_names,
+    name_options,
+    one_line_errors,
+    one_name,
+)
 from raftka.client.group_admin import GroupAdmin
 from raftka.common.errors import NonEmptyGroupError
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
@@ -58,11 +68,18 @@ def list_command(bootstrap_server: str, api_timeout_ms: int) -> None:
 
 
 @groups_command.command("describe")
-@click.argument("group")
+@name_options("group")
 @bootstrap_option
 @api_timeout_option
-def describe_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> None:
-    """State, members and per-partition offsets and lag of GROUP."""
+def describe_command(
+    *,
+    group_args: tuple[str, ...],
+    group_opt: str | None,
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """State, members and per-partition offsets and lag of --group."""
+    group = one_name("group", group_args, group_opt)
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
         described = admin.describe_group(group)
         committed = admin.list_offsets(group)
@@ -92,7 +109,7 @@ def describe_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> 
 
 
 @groups_command.command("reset-offsets")
-@click.argument("group")
+@name_options("group")
 @click.option("--topic", required=True, help="The topic whose offsets to reset.")
 @click.option("--to-earliest", is_flag=True, help="To the log start.")
 @click.option("--to-latest", is_flag=True, help="To the log end.")
@@ -107,7 +124,8 @@ def describe_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> 
 @api_timeout_option
 def reset_offsets_command(
     *,
-    group: str,
+    group_args: tuple[str, ...],
+    group_opt: str | None,
     topic: str,
     to_earliest: bool,
     to_latest: bool,
@@ -117,7 +135,9 @@ def reset_offsets_command(
     bootstrap_server: str,
     api_timeout_ms: int,
 ) -> None:
-    """Reset GROUP's committed offsets of --topic (dry run unless --execute)."""
+    """Reset --group's committed offsets of --topic (dry run unless --execute)."""
+    group = one_name("group", group_args, group_opt)
+    check_name("topic", topic)
     chosen = [to_earliest, to_latest, to_datetime is not None, shift_by is not None]
     if sum(chosen) != 1:
         raise click.UsageError(
@@ -163,11 +183,21 @@ def reset_offsets_command(
 
 
 @groups_command.command("delete")
-@click.argument("group")
+@name_options("group", multiple=True, help_text="Repeatable (also accepted as arguments).")
 @bootstrap_option
 @api_timeout_option
-def delete_command(group: str, bootstrap_server: str, api_timeout_ms: int) -> None:
-    """Delete GROUP and its committed offsets (it must have no active members)."""
+def delete_command(
+    *,
+    group_args: tuple[str, ...],
+    group_opt: tuple[str, ...],
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """Delete groups and their committed offsets (they must have no active members)."""
+    groups = many_names("group", group_args, group_opt)
+    if not groups:
+        raise click.UsageError("give the group: --group NAME (repeatable)")
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
-        admin.delete_groups([group])
-    click.echo(f"Deleted group {group}.")
+        admin.delete_groups(groups)
+    for group in groups:
+        click.echo(f"Deleted group {group}.")

@@ -39,6 +39,7 @@ from raftka.client.cli._common import (
     DEFAULT_BOOTSTRAP_SERVERS,
     bootstrap_option,
     default_bootstrap_servers,
+    topic_name_callback,
 )
 from raftka.client.config import ClientConfigError
 from raftka.client.consumer.consumer import AsyncConsumer
@@ -231,7 +232,7 @@ def _payload(record_size: int, rng: random.Random) -> bytes:
 
 
 @click.command("produce")
-@click.option("--topic", required=True, help="Topic to produce to.")
+@click.option("--topic", required=True, callback=topic_name_callback, help="Topic to produce to.")
 @click.option(
     "--create-topic/--no-create-topic",
     default=True,
@@ -400,7 +401,12 @@ async def run_produce(
 
 
 @click.command("consume")
-@click.option("--topic", required=True, help="Topic to read (every partition).")
+@click.option(
+    "--topic",
+    required=True,
+    callback=topic_name_callback,
+    help="Topic to read (every partition).",
+)
 @click.option("--messages", type=click.IntRange(min=1), required=True, help="Records to read.")
 @click.option(
     "--from-beginning/--from-latest",

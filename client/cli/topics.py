@@ -10,7 +10,9 @@ Isr: 101,102,103``.
 also does what Kafka keeps in kafka-configs (``--add-config k=v``, ``--delete-config
 k``), next to ``--partitions N`` (add partitions up to N).
 
-Errors end the command with one line and exit status 1 (see :mod:`._common`).
+Topics are named as kafka-topics names them (``--topic T``, repeatable for describe and
+delete) or positionally (``raftka topics create T``). Errors end the command with one
+line and exit status 1 (see :mod:`._common`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from collections.abc import Sequence
 import click
 
 from raftka.client.admin import Admin, AlterConfigOp, ConfigEntry
-from raftka.client.cli._common import api_timeout_option, bootstrap_option, one_line_errors
+from raftka.client.cli._common import (
+    api_timeout_option,
+    bootstrap_option,
+    many_names,
+    name_options,
+    one_line_errors,
+    one_name,
+)
 from raftka.client.structs import BROKER_DEFAULT, NewPartitions, NewTopic, TopicDescription
 from raftka.common.errors import TopicAlreadyExistsError
 
@@ -77,7 +86,7 @@ def topics_command() -> None:
 
 
 @topics_command.command("create")
-@click.option("--topic", required=True, help="The topic's name.")
+@name_options("topic")
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
@@ -96,7 +105,8 @@ def topics_command() -> None:
 @api_timeout_option
 def create_command(
     *,
-    topic: str,
+    topic_args: tuple[str, ...],
+    topic_opt: str | None,
     partitions: int | None,
     replication_factor: int | None,
     configs: tuple[str, ...],
@@ -105,14 +115,15 @@ def create_command(
     api_timeout_ms: int,
 ) -> None:
     """Create a topic."""
+    topic = one_name("topic", topic_args, topic_opt)
     parsed = parse_configs(configs, "--config")
-    new = NewTopic(
-        topic,
-        BROKER_DEFAULT if partitions is None else partitions,
-        BROKER_DEFAULT if replication_factor is None else replication_factor,
-        configs=parsed,
-    )
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
+        new = NewTopic(
+            topic,
+            BROKER_DEFAULT if partitions is None else partitions,
+            BROKER_DEFAULT if replication_factor is None else replication_factor,
+            configs=parsed,
+        )
         try:
             admin.create_topics([new])
         except TopicAlreadyExistsError:
@@ -135,15 +146,20 @@ def list_command(*, exclude_internal: bool, bootstrap_server: str, api_timeout_m
 
 
 @topics_command.command("describe")
-@click.option("--topic", "topics", multiple=True, help="Repeatable; every topic when omitted.")
+@name_options("topic", multiple=True, help_text="Repeatable; every topic when none is named.")
 @bootstrap_option
 @api_timeout_option
 def describe_command(
-    *, topics: tuple[str, ...], bootstrap_server: str, api_timeout_ms: int
+    *,
+    topic_args: tuple[str, ...],
+    topic_opt: tuple[str, ...],
+    bootstrap_server: str,
+    api_timeout_ms: int,
 ) -> None:
     """Show partitions (leader, replicas, ISR) and non-default configs."""
+    topics = many_names("topic", topic_args, topic_opt)
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
-        descriptions = admin.describe_topics(list(topics) if topics else None)
+        descriptions = admin.describe_topics(topics or None)
         configs = admin.describe_configs([d.name for d in descriptions])
     for d in descriptions:
         for line in format_description(d, configs.get(d.name)):
@@ -151,7 +167,7 @@ def describe_command(
 
 
 @topics_command.command("alter")
-@click.option("--topic", required=True)
+@name_options("topic")
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
@@ -164,7 +180,8 @@ def describe_command(
 @api_timeout_option
 def alter_command(
     *,
-    topic: str,
+    topic_args: tuple[str, ...],
+    topic_opt: str | None,
     partitions: int | None,
     add_configs: tuple[str, ...],
     delete_configs: tuple[str, ...],
@@ -172,6 +189,7 @@ def alter_command(
     api_timeout_ms: int,
 ) -> None:
     """Add partitions and set or remove configs."""
+    topic = one_name("topic", topic_args, topic_opt)
     to_set = parse_configs(add_configs, "--add-config")
     if partitions is None and not to_set and not delete_configs:
         raise click.UsageError(
@@ -191,11 +209,20 @@ def alter_command(
 
 
 @topics_command.command("delete")
-@click.option("--topic", "topics", multiple=True, required=True, help="Repeatable.")
+@name_options("topic", multiple=True, help_text="Repeatable (also accepted as arguments).")
 @bootstrap_option
 @api_timeout_option
-def delete_command(*, topics: tuple[str, ...], bootstrap_server: str, api_timeout_ms: int) -> None:
+def delete_command(
+    *,
+    topic_args: tuple[str, ...],
+    topic_opt: tuple[str, ...],
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
     """Delete topics."""
+    topics = many_names("topic", topic_args, topic_opt)
+    if not topics:
+        raise click.UsageError("give the topic: --topic NAME (repeatable)")
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
         admin.delete_topics(list(topics))
     for name in topics:

@@ -1,6 +1,8 @@
 """Unit tests of the client command line's pure parts (config parsing, line splitting,
-record and describe formatting, the one-line error text) and of DeleteRecords' pure
-core (target offset, low watermark) on a hand-driven PartitionState. No sockets."""
+stdin's line splitter, record and describe formatting, the one-line error text, a
+failed connection in plain words, topic and group names given either way) and of
+DeleteRecords' pure core (target offset, low watermark) on a hand-driven
+PartitionState. No sockets."""
 
 from __future__ import annotations
 
@@ -12,12 +14,19 @@ import pytest
 from raftka.broker.delete_records import low_watermark, target_offset
 from raftka.broker.replication import PartitionState, ReplicationConfig
 from raftka.client.admin import ConfigEntry
-from raftka.client.cli._common import error_line
+from raftka.client.cli._common import (
+    error_line,
+    many_names,
+    one_name,
+    plain_connection_error,
+)
 from raftka.client.cli.consume import format_record
-from raftka.client.cli.produce import split_line
+from raftka.client.cli.produce import LineSplitter, Oversized, lone_batch_bytes, split_line
 from raftka.client.cli.topics import format_description, parse_configs
 from raftka.client.structs import ConsumerRecord, PartitionInfo, TopicDescription
 from raftka.common.errors import (
+    KafkaTimeoutError,
+    NetworkError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -43,6 +52,97 @@ def test_split_line_with_and_without_a_key_separator() -> None:
     assert split_line(b"::", b"::") == (b"", b"")
     with pytest.raises(ValueError, match="no key separator"):
         split_line(b"abc", b":")
+
+
+def test_line_splitter_keeps_lines_whole_across_chunks_and_bounds_long_ones() -> None:
+    """Lines split at '\n' (a '\r' before it dropped) however the bytes are chunked; a
+    line longer than the bound comes out as Oversized(length) in its place, never
+    held, and the lines after it still come; a last line without a break comes at
+    the end."""
+    splitter = LineSplitter(5)
+    assert splitter.feed(b"ab") == []
+    assert splitter.feed(b"c\r\nde\n\n") == [b"abc", b"de", b""]
+    assert splitter.feed(b"123456") == []  # over the bound: dropped as it comes
+    assert splitter.feed(b"789\r\nok\n") == [Oversized(10), b"ok"]
+    assert splitter.feed(b"12345\ntail") == [b"12345"]  # exactly the bound is fine
+    assert splitter.end() == [b"tail"]
+    assert splitter.end() == []
+    big = LineSplitter(3)
+    assert big.feed(b"abcdefgh") == []
+    assert big.end() == [Oversized(8)]
+
+
+def test_lone_batch_bytes_matches_the_brokers_max_message_bytes_check() -> None:
+    """A record alone in an uncompressed batch: 61 header bytes plus the record's own.
+    A 230-byte value makes exactly 300 (fits max.message.bytes=300, as a broker
+    accepted it); 231 makes 301 (refused, as the broker answered 'record batch of 301
+    bytes'). A key counts too."""
+    assert lone_batch_bytes(None, b"b" * 230, 300) is None
+    assert lone_batch_bytes(None, b"b" * 231, 300) == 301
+    assert lone_batch_bytes(b"k", b"b" * 230, 300) == 301
+    assert lone_batch_bytes(None, b"b" * 10_000, 1_048_588) is None
+
+
+_AIOHTTP_REFUSED = (
+    "KAFKA_TIMEOUT: the call did not complete in time; last error: NETWORK_EXCEPTION: "
+    "GET 127.0.0.1:1/v1/metadata: ClientConnectorError: Cannot connect to host "
+    "127.0.0.1:1 ssl:default [Connect call failed ('127.0.0.1', 1)]"
+)
+
+
+def test_a_failed_connection_is_said_in_plain_words_with_the_address() -> None:
+    """aiohttp's connector text, however deep in an error's message, becomes
+    'NETWORK_EXCEPTION: cannot connect to ADDRESS: connection refused' (unknown host,
+    no route to host likewise); other errors keep their own line."""
+    expected = "NETWORK_EXCEPTION: cannot connect to 127.0.0.1:1: connection refused"
+    assert plain_connection_error(_AIOHTTP_REFUSED) == expected
+    assert error_line(KafkaTimeoutError(_AIOHTTP_REFUSED.split(": ", 1)[1])) == expected
+    assert error_line(
+        NetworkError("POST h:9/v1/x: ClientConnectorError: Cannot connect to host h:9 "
+                     "ssl:default [Connection refused]")
+    ) == "NETWORK_EXCEPTION: cannot connect to h:9: connection refused"  # fmt: skip
+    assert (
+        plain_connection_error(
+            "Cannot connect to host nohost:9096 ssl:default [Name or service not known]"
+        )
+        == "NETWORK_EXCEPTION: cannot connect to nohost:9096: unknown host"
+    )
+    assert (
+        plain_connection_error(
+            "Cannot connect to host 10.0.0.9:9096 ssl:default [No route to host]"
+        )
+        == "NETWORK_EXCEPTION: cannot connect to 10.0.0.9:9096: no route to host"
+    )
+    assert (
+        plain_connection_error("Cannot connect to host 10.0.0.9:9096 ssl:default [Something else]")
+        == "NETWORK_EXCEPTION: cannot connect to 10.0.0.9:9096: Something else"
+    )
+    assert plain_connection_error("UNKNOWN_TOPIC_OR_PARTITION: topic 'x'") is None
+
+
+def test_names_are_taken_as_options_or_positionals_and_never_empty() -> None:
+    """--topic X and X are the same; both given must agree; none is a usage error; an
+    empty topic is INVALID_TOPIC_EXCEPTION and an empty group INVALID_GROUP_ID, each
+    one line; repeatable names keep their order once each."""
+    assert one_name("topic", ("t",), None) == "t"
+    assert one_name("topic", (), "t") == "t"
+    assert one_name("topic", ("t",), "t") == "t"
+    with pytest.raises(click.UsageError, match="one topic only"):
+        one_name("topic", ("a",), "b")
+    with pytest.raises(click.UsageError, match="--topic NAME"):
+        one_name("topic", (), None)
+    with pytest.raises(click.ClickException) as empty_topic:
+        one_name("topic", (), "")
+    assert not isinstance(empty_topic.value, click.UsageError)
+    assert empty_topic.value.message == (
+        "INVALID_TOPIC_EXCEPTION: topic name is illegal, it can't be empty"
+    )
+    with pytest.raises(click.ClickException, match=r"^INVALID_GROUP_ID: "):
+        one_name("group", ("",), None)
+    assert many_names("topic", ("a", "b"), ("b", "c")) == ["a", "b", "c"]
+    assert many_names("group", (), ()) == []
+    with pytest.raises(click.ClickException, match=r"^INVALID_TOPIC_EXCEPTION: "):
+        many_names("topic", ("a",), ("",))
 
 
 def _record(key: bytes | None, value: bytes | None) -> ConsumerRecord:

@@ -25,6 +25,7 @@ from raftka.local.up import (
     NodeEntry,
     brokers_from_metadata_records,
     build_status,
+    controllers_from_brokers,
     plan_cluster,
     read_cluster_file,
     render_status,
@@ -165,8 +166,9 @@ def _canned(plan: ClusterFile) -> dict[tuple[str, str], tuple[int, object] | Non
 
 def test_build_status_from_canned_answers(tmp_path: Path) -> None:
     """States: active / follower / down controllers; unfenced / fenced / starting
-    brokers; partitions sorted from the broker that answered; not healthy, with the
-    reasons named."""
+    brokers; partitions sorted from the broker that answered; not ready and not
+    healthy, with every reason named (a node not up, a partition without a leader,
+    one whose ISR is short of its replicas)."""
     plan = _plan(tmp_path, base_port=20000)
     status = build_status(plan.nodes, _canned(plan))
     assert [(c.id, c.state) for c in status.controllers] == [
@@ -185,13 +187,17 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
         (1, 101, (101,)),
     ]
     assert status.metadata_from == 101
-    assert not status.healthy
+    assert not status.healthy and not status.ready
     assert status.problems() == [
+        "controller 3 down",
         "broker 102 fenced (fenced)",
         "broker 103 not registered (starting)",
+        "orders-0 has no leader",
+        "orders-1 under-replicated (ISR 101 of 101,102)",
     ]
     as_json = status.to_json()
     assert as_json["healthy"] is False
+    assert as_json["problems"] == status.problems()
     assert as_json["controllers"][1] == {
         "id": 2,
         "role": "controller",
@@ -201,7 +207,7 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
         "quorum_role": "leader",
     }
     text = render_status(status)
-    assert "cluster: NOT healthy: broker 102 fenced" in text
+    assert "cluster: NOT healthy: controller 3 down; broker 102 fenced" in text
     assert "quorum: active controller 2, epoch 7" in text
     assert "controller      3  127.0.0.1:20002              -  down" in text
     assert "orders                           1     101  101,102         101" in text
@@ -209,18 +215,28 @@ def test_build_status_from_canned_answers(tmp_path: Path) -> None:
 
 
 def test_status_healthy_and_unreachable(tmp_path: Path) -> None:
-    """Every broker unfenced plus an active controller is healthy; no answers at all is
-    unreachable and names no active controller."""
+    """Every node up, an active controller and every partition led with its full ISR
+    is healthy; without the brokers' metadata the cluster is ready but not healthy
+    (partitions unknown); no answers at all is unreachable and names no active
+    controller."""
     plan = _plan(tmp_path, controllers=1, brokers=1, base_port=20000)
     c, b = plan.nodes
     answers: dict[tuple[str, str], tuple[int, object] | None] = {
         (c.address, "/health"): (200, {"role": "leader", "epoch": 1, "active_controller": True}),
         (b.address, "/health"): (200, {"fenced": False}),
     }
+    unknown = build_status(plan.nodes, answers)
+    assert unknown.ready and unknown.reachable and not unknown.healthy
+    assert unknown.problems() == ["partitions unknown (no broker answered)"]
+    assert "partitions: unknown" in render_status(unknown)
+    partition = {"partition": 0, "leader": 101, "replicas": [101], "isr": [101]}
+    answers[(b.address, "/v1/metadata")] = (
+        200,
+        {"metadata_offset": 3, "topics": [{"name": "t", "partitions": [partition]}]},
+    )
     status = build_status(plan.nodes, answers)
-    assert status.healthy and status.reachable
+    assert status.healthy and status.reachable and status.problems() == []
     assert render_status(status).startswith("cluster: healthy")
-    assert "partitions: unknown" in render_status(status)
     down = build_status(plan.nodes, {})
     assert not down.reachable and not down.healthy
     assert down.problems()[0] == "no active controller (controllers: 1 down)"
@@ -276,7 +292,7 @@ def test_combined_configs_split_the_listeners(tmp_path: Path) -> None:
 
 
 def test_command_argument_validation(tmp_path: Path) -> None:
-    """Bad counts and ports are usage errors; status with both sources is refused; a
+    """Bad counts and ports are usage errors; status with two sources is refused; a
     data dir without cluster.json says so in one line, exit 1."""
     runner = CliRunner()
     for args in (["--controllers", "0"], ["--brokers", "100"], ["--base-port", "70000"]):
@@ -284,7 +300,11 @@ def test_command_argument_validation(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
     both = ["--data-dir", str(tmp_path), "--bootstrap-controller", "127.0.0.1:1"]
     result = runner.invoke(status_command, both)
-    assert result.exit_code == 2 and "not both" in result.output
+    assert result.exit_code == 2 and "give one of" in result.output
+    result = runner.invoke(
+        status_command, ["--bootstrap-server", "127.0.0.1:1", "--bootstrap-controller", "x:1"]
+    )
+    assert result.exit_code == 2 and "give one of" in result.output
     result = runner.invoke(status_command, ["--data-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
@@ -295,3 +315,23 @@ def test_command_argument_validation(tmp_path: Path) -> None:
     write_cluster_file(tmp_path, resume_conflict)
     result = runner.invoke(up_command, ["--data-dir", str(tmp_path), "--controllers", "3"])
     assert result.exit_code == 1 and "--controllers 3 differs" in result.output
+
+
+def test_controllers_from_brokers_asks_the_first_broker_that_answers() -> None:
+    """``status --bootstrap-server``: the controllers come from the first broker whose
+    /v1/metadata answers; none answering, or one naming no controllers, is a
+    ValueError naming the addresses."""
+    answers: dict[tuple[str, str], tuple[int, object] | None] = {
+        ("b1:1", "/v1/metadata"): None,
+        ("b2:2", "/v1/metadata"): (200, {"controllers": ["c1:9093", "c2:9094"]}),
+    }
+
+    def get(address: str, path: str) -> tuple[int, object] | None:
+        return answers.get((address, path))
+
+    assert controllers_from_brokers("b1:1, b2:2", get) == "c1:9093,c2:9094"
+    with pytest.raises(ValueError, match="no broker answers at b1:1"):
+        controllers_from_brokers("b1:1", get)
+    answers[("b3:3", "/v1/metadata")] = (200, {"controllers": []})
+    with pytest.raises(ValueError, match="broker b3:3 names no controllers"):
+        controllers_from_brokers("b3:3", get)

@@ -314,7 +314,8 @@ class MetadataBroker(Message, frozen=True, kw_only=True):
 
 class MetadataPartition(Message, frozen=True, kw_only=True):
     partition: int
-    leader: int = -1
+    #: -1 (or null) while no leader is elected.
+    leader: int | None = -1
     leader_epoch: int = -1
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Annotated, Final, Protocol, TypeVar
+from typing import Annotated, ClassVar, Final, Protocol, TypeVar
 
 import msgspec
 
@@ -120,7 +120,9 @@ class FrameEntry(Protocol):
 
 
 class FramedMessage(Protocol):
-    """A frame header: its entries, in payload order."""
+    """A frame header: its entries, in payload order, under the field ``ENTRIES``."""
+
+    ENTRIES: ClassVar[str]
 
     def frame_entries(self) -> Sequence[FrameEntry]: ...
 
@@ -156,7 +158,8 @@ def decode_frame(body: bytes, header_type: type[F]) -> tuple[F, list[memoryview]
     for i, entry in enumerate(header.frame_entries()):
         size = entry.records_bytes
         if pos + size > len(view):
-            raise InvalidRequestError(f"records_bytes {size} does not fit - at entry {i}")
+            where = f"$.{header.ENTRIES}[{i}].records_bytes"
+            raise InvalidRequestError(f"records_bytes {size} overruns the body - at `{where}`")
         payloads.append(view[pos : pos + size])
         pos += size
     if pos != len(view):
@@ -181,6 +184,8 @@ class ProduceRequest(Message, frozen=True, kw_only=True):
     timeout_ms: NonNegInt32 = 30_000
     partitions: Annotated[tuple[ProducePartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
 
+    ENTRIES: ClassVar[str] = "partitions"
+
     def frame_entries(self) -> Sequence[ProducePartition]:
         return self.partitions
 
@@ -197,6 +202,8 @@ class ProducePartitionResponse(Message, frozen=True, kw_only=True):
 
 class ProduceResponse(Message, frozen=True, kw_only=True):
     responses: tuple[ProducePartitionResponse, ...] = ()
+
+    ENTRIES: ClassVar[str] = "responses"
 
     def frame_entries(self) -> Sequence[FrameEntry]:
         return ()  # a JSON answer: no payloads
@@ -262,6 +269,8 @@ class FetchPartitionResponse(Message, frozen=True, kw_only=True):
 
 class FetchResponse(Message, frozen=True, kw_only=True):
     responses: tuple[FetchPartitionResponse, ...] = ()
+
+    ENTRIES: ClassVar[str] = "responses"
 
     def frame_entries(self) -> Sequence[FetchPartitionResponse]:
         return self.responses

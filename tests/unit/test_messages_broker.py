@@ -175,7 +175,7 @@ def _raw_frame(header: dict[str, Any], tail: bytes = b"") -> bytes:
         (encode_dict_frame({"partitions": [{"topic": "t", "partition": 0}]}, "partitions", [b"x"])
          + b"!", "after the last payload"),
         (_raw_frame({"partitions": [{"topic": "t", "partition": 0, "records_bytes": 9}]}),
-         "records_bytes 9 does not fit"),
+         "overruns the body - at `$.partitions[0].records_bytes`"),
         (_raw_frame({"partitions": [{"topic": "t", "partition": 0, "records_bytes": -1}]}),
          "$.partitions[0].records_bytes"),
     ],

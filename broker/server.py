@@ -4,8 +4,9 @@
 directories, HW checkpoints), the :class:`ReplicaManager` (replica states, produce,
 fetch, purgatory), the replica fetchers, the :class:`MetadataFollower` (committed
 metadata in log order -> ``apply_metadata``) and the :class:`BrokerLifecycle`
-(registration, heartbeats, controlled shutdown). The routes are a thin layer: parse,
-call the manager, encode. The API is in docs/broker-api.md.
+(registration, heartbeats, controlled shutdown). The routes are a thin layer: decode
+the request's message (:mod:`raftka.common.messages.broker`), call the manager, encode
+the answer's message. The API is in docs/broker-api.md.
 
 Start-up: open the HTTP listener, register (the broker epoch is needed by followers'
 fetches and AlterPartition), then follow the metadata log and heartbeat. Shutdown
@@ -35,19 +36,16 @@ from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.metadata_follower import MetadataFollower
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
-from raftka.broker.replication.manager import (
-    FetchPartition,
-    FetchResult,
-    ProduceResult,
-    ReplicaManager,
-)
+from raftka.broker.replication.manager import FetchPartition, FetchResult, ReplicaManager
 from raftka.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
     KafkaError,
     RequestTimedOutError,
 )
-from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
+from raftka.common.messages import Message, decode, decode_value, encode
+from raftka.common.messages import broker as api
+from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
@@ -325,43 +323,6 @@ def _error_response(error: KafkaError) -> web.Response:
     return _json(error.to_wire(), _STATUS.get(error.name, 400))
 
 
-def _error_json(error: KafkaError | None) -> dict[str, object] | None:
-    return None if error is None else error.to_wire()
-
-
-def _int(obj: dict[str, Any], name: str, default: int | None = None, *, where: str = "") -> int:
-    value = obj.get(name, default)
-    if type(value) is not int:
-        raise InvalidRequestError(f"{where}{name}: expected an integer, got {value!r}")
-    return value
-
-
-def _opt_int(obj: dict[str, Any], name: str, *, where: str = "") -> int | None:
-    value = obj.get(name)
-    if value is None:
-        return None
-    if type(value) is not int:
-        raise InvalidRequestError(f"{where}{name}: expected an integer or null, got {value!r}")
-    return value
-
-
-def _str(obj: dict[str, Any], name: str, *, where: str = "") -> str:
-    value = obj.get(name)
-    if type(value) is not str:
-        raise InvalidRequestError(f"{where}{name}: expected a string, got {value!r}")
-    return value
-
-
-async def _json_body(request: web.Request, what: str) -> dict[str, Any]:
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequestError(f"{what}: the body is not JSON: {e}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("partitions"), list):
-        raise InvalidRequestError(f"{what} needs a JSON object with a list 'partitions'")
-    return body
-
-
 async def _health(request: web.Request) -> web.Response:
     server = _server(request)
     if server.lifecycle is None or server.lifecycle.broker_epoch is None:
@@ -369,207 +330,210 @@ async def _health(request: web.Request) -> web.Response:
     return _json(server.health_json())
 
 
-def _produce_json(r: ProduceResult) -> dict[str, Any]:
-    return {
-        "topic": r.topic,
-        "partition": r.partition,
-        "error": _error_json(r.error),
-        "base_offset": r.base_offset,
-        "log_append_time_ms": r.log_append_time_ms,
-        "log_start_offset": r.log_start_offset,
-        "current_leader": r.current_leader,
-    }
+def _message(message: Message, status: int = 200) -> web.Response:
+    return web.Response(body=encode(message), status=status, content_type="application/json")
+
+
+def _current_leader(leader: dict[str, Any] | None) -> api.CurrentLeader | None:
+    # The replica manager describes the leader as a dict; the wire has a message. (A
+    # missing key is our bug: UNKNOWN_SERVER_ERROR, never INVALID_REQUEST.)
+    if leader is None:
+        return None
+    return api.CurrentLeader(
+        leader_id=leader["leader_id"],
+        leader_epoch=leader["leader_epoch"],
+        address=leader["address"],
+    )
 
 
 async def _produce(request: web.Request) -> web.StreamResponse:
-    raw = await request.read()
-    header, payloads = decode_frame(raw, "partitions")
-    acks = _int(header, "acks", 1)
-    timeout_ms = _int(header, "timeout_ms", 30_000)
-    entries: list[tuple[str, int, bytes]] = []
-    for i, (entry, payload) in enumerate(zip(header["partitions"], payloads, strict=True)):
-        where = f"partitions[{i}]."
-        entries.append(
-            (
-                _str(entry, "topic", where=where),
-                _int(entry, "partition", where=where),
-                bytes(payload),
+    header, payloads = api.decode_frame(await request.read(), api.ProduceRequest)
+    entries = [
+        (entry.topic, entry.partition, bytes(payload))
+        for entry, payload in zip(header.partitions, payloads, strict=True)
+    ]
+    results = await _server(request).manager.produce(
+        acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
+    )
+    if header.acks == 0:
+        return web.Response(status=204)
+    return _message(
+        api.ProduceResponse(
+            responses=tuple(
+                api.ProducePartitionResponse(
+                    topic=r.topic,
+                    partition=r.partition,
+                    error=api.error_object(r.error),
+                    base_offset=r.base_offset,
+                    log_append_time_ms=r.log_append_time_ms,
+                    log_start_offset=r.log_start_offset,
+                    current_leader=_current_leader(r.current_leader),
+                )
+                for r in results
             )
         )
-    results = await _server(request).manager.produce(
-        acks=acks, timeout_ms=timeout_ms, entries=entries
     )
-    if acks == 0:
-        return web.Response(status=204)
-    return _json({"responses": [_produce_json(r) for r in results]})
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
     """InitProducerId for an idempotent producer (no transactional id yet)."""
-    try:
-        body = orjson.loads(await request.read() or b"{}")
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequestError(f"init-producer-id: the body is not JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("init-producer-id needs a JSON object")
-    if body.get("transactional_id") is not None:
+    # An empty body is every field's default.
+    body = decode(await request.read() or b"{}", api.InitProducerIdRequest)
+    if body.transactional_id is not None:
         raise InvalidRequestError(
             "transactions are not supported yet: transactional_id must be null"
         )
-    timeout_ms = _int(body, "timeout_ms", 30_000)
     server = _server(request)
     if server.producer_ids is None:
         raise BrokerNotAvailableError("the broker is starting")
     try:
-        producer_id = await server.producer_ids.next_producer_id(timeout_ms=timeout_ms)
+        producer_id = await server.producer_ids.next_producer_id(timeout_ms=body.timeout_ms)
     except TimeoutError:
         raise RequestTimedOutError(
-            f"no producer id block from the controller within {timeout_ms} ms"
+            f"no producer id block from the controller within {body.timeout_ms} ms"
         ) from None
-    return _json({"error": None, "producer_id": producer_id, "producer_epoch": 0})
+    return _message(api.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0))
 
 
-def _fetch_json(r: FetchResult) -> dict[str, Any]:
-    return {
-        "topic": r.topic,
-        "partition": r.partition,
-        "error": _error_json(r.error),
-        "high_watermark": r.high_watermark,
-        "last_stable_offset": r.high_watermark,
-        "log_start_offset": r.log_start_offset,
-        "diverging_epoch": None
-        if r.diverging_epoch is None
-        else {"epoch": r.diverging_epoch.epoch, "end_offset": r.diverging_epoch.end_offset},
-        "current_leader": r.current_leader,
-    }
+def fetch_partitions(fetch: api.FetchRequest) -> list[FetchPartition]:
+    """The request's partitions as the replica manager takes them."""
+    return [
+        FetchPartition(
+            topic=p.topic,
+            partition=p.partition,
+            fetch_offset=p.fetch_offset,
+            partition_max_bytes=p.partition_max_bytes,
+            current_leader_epoch=p.current_leader_epoch,
+            last_fetched_epoch=p.last_fetched_epoch,
+            log_start_offset=p.log_start_offset,
+        )
+        for p in fetch.partitions
+    ]
+
+
+def _fetch_response(r: FetchResult) -> api.FetchPartitionResponse:
+    diverging = r.diverging_epoch
+    return api.FetchPartitionResponse(
+        topic=r.topic,
+        partition=r.partition,
+        error=api.error_object(r.error),
+        high_watermark=r.high_watermark,
+        # No transactions yet: the last stable offset is the high watermark.
+        last_stable_offset=r.high_watermark,
+        log_start_offset=r.log_start_offset,
+        diverging_epoch=None
+        if diverging is None
+        else api.DivergingEpoch(epoch=diverging.epoch, end_offset=diverging.end_offset),
+        current_leader=_current_leader(r.current_leader),
+        records_bytes=len(r.records),
+    )
 
 
 async def _fetch(request: web.Request) -> web.Response:
-    body = await _json_body(request, "fetch")
-    partitions: list[FetchPartition] = []
-    for i, item in enumerate(body["partitions"]):
-        where = f"partitions[{i}]."
-        if not isinstance(item, dict):
-            raise InvalidRequestError(f"partitions[{i}]: expected an object")
-        partitions.append(
-            FetchPartition(
-                topic=_str(item, "topic", where=where),
-                partition=_int(item, "partition", where=where),
-                fetch_offset=_int(item, "fetch_offset", where=where),
-                partition_max_bytes=_int(item, "partition_max_bytes", 1024 * 1024, where=where),
-                current_leader_epoch=_opt_int(item, "current_leader_epoch", where=where),
-                last_fetched_epoch=_opt_int(item, "last_fetched_epoch", where=where),
-                log_start_offset=_int(item, "log_start_offset", -1, where=where),
-            )
-        )
+    fetch = decode(await request.read(), api.FetchRequest)
     results = await _server(request).manager.fetch(
-        replica_id=_int(body, "replica_id", -1),
-        broker_epoch=_int(body, "broker_epoch", -1),
-        max_wait_ms=_int(body, "max_wait_ms", 0),
-        min_bytes=_int(body, "min_bytes", 1),
-        max_bytes=_int(body, "max_bytes", 50 * 1024 * 1024),
-        partitions=partitions,
+        replica_id=fetch.replica_id,
+        broker_epoch=fetch.broker_epoch,
+        max_wait_ms=fetch.max_wait_ms,
+        min_bytes=fetch.min_bytes,
+        max_bytes=fetch.max_bytes,
+        partitions=fetch_partitions(fetch),
     )
-    frame = encode_frame(
-        {"responses": [_fetch_json(r) for r in results]}, "responses", [r.records for r in results]
+    frame = api.encode_frame(
+        api.FetchResponse(responses=tuple(_fetch_response(r) for r in results)),
+        [r.records for r in results],
     )
     return web.Response(body=frame, content_type=FRAME_CONTENT_TYPE)
 
 
 async def _list_offsets(request: web.Request) -> web.Response:
-    body = await _json_body(request, "list-offsets")
-    entries = []
-    for i, item in enumerate(body["partitions"]):
-        where = f"partitions[{i}]."
-        if not isinstance(item, dict):
-            raise InvalidRequestError(f"partitions[{i}]: expected an object")
-        entries.append(
-            (
-                _str(item, "topic", where=where),
-                _int(item, "partition", where=where),
-                _int(item, "timestamp", where=where),
+    body = decode(await request.read(), api.ListOffsetsRequest)
+    results = _server(request).manager.list_offsets(
+        [(p.topic, p.partition, p.timestamp) for p in body.partitions]
+    )
+    return _message(
+        api.ListOffsetsResponse(
+            responses=tuple(
+                api.ListOffsetsPartitionResponse(
+                    topic=r.topic,
+                    partition=r.partition,
+                    error=api.error_object(r.error),
+                    offset=r.offset,
+                    timestamp=r.timestamp,
+                    leader_epoch=r.leader_epoch,
+                )
+                for r in results
             )
         )
-    results = _server(request).manager.list_offsets(entries)
-    return _json(
-        {
-            "responses": [
-                {
-                    "topic": r.topic,
-                    "partition": r.partition,
-                    "error": _error_json(r.error),
-                    "offset": r.offset,
-                    "timestamp": r.timestamp,
-                    "leader_epoch": r.leader_epoch,
-                }
-                for r in results
-            ]
-        }
     )
+
+
+_LEADER_NOT_AVAILABLE: Final = api.ErrorObject(
+    error="LEADER_NOT_AVAILABLE", error_code=5, message="no leader"
+)
+
+
+def _metadata_request(request: web.Request) -> api.MetadataRequest:
+    wanted = request.query.get("topics")
+    topics = None if wanted is None else tuple(n for n in wanted.split(",") if n)
+    return decode_value({"topics": topics}, api.MetadataRequest)
 
 
 async def _metadata(request: web.Request) -> web.Response:
     server = _server(request)
     image = server.manager.image
-    wanted = request.query.get("topics")
-    names = None if wanted is None else {n for n in wanted.split(",") if n}
+    wanted = _metadata_request(request).topics
+    names = None if wanted is None else set(wanted)
     brokers = []
     for b in image.cluster.live_brokers():
         endpoint = b.endpoint(LISTENER_NAME) or (b.endpoints[0] if b.endpoints else None)
         brokers.append(
-            {
-                "id": b.broker_id,
-                "host": None if endpoint is None else endpoint.host,
-                "port": None if endpoint is None else endpoint.port,
-                "rack": b.rack,
-            }
+            api.MetadataBroker(
+                id=b.broker_id,
+                host=None if endpoint is None else endpoint.host,
+                port=None if endpoint is None else endpoint.port,
+                rack=b.rack,
+            )
         )
-    topics: list[dict[str, Any]] = []
+    topics: list[api.MetadataTopic] = []
     for name in sorted(image.topics.by_name):
         if names is not None and name not in names:
             continue
         topic = image.topics.by_name[name]
         topics.append(
-            {
-                "name": name,
-                "topic_id": topic.topic_id,
-                "error": None,
-                "partitions": [
-                    {
-                        "partition": index,
-                        "leader": reg.leader,
-                        "leader_epoch": reg.leader_epoch,
-                        "replicas": list(reg.replicas),
-                        "isr": list(reg.isr),
-                        "error": None
-                        if reg.leader != NO_LEADER
-                        else {
-                            "error": "LEADER_NOT_AVAILABLE",
-                            "error_code": 5,
-                            "message": "no leader",
-                        },
-                    }
+            api.MetadataTopic(
+                name=name,
+                topic_id=topic.topic_id,
+                partitions=tuple(
+                    api.MetadataPartition(
+                        partition=index,
+                        leader=reg.leader,
+                        leader_epoch=reg.leader_epoch,
+                        replicas=tuple(reg.replicas),
+                        isr=tuple(reg.isr),
+                        error=None if reg.leader != NO_LEADER else _LEADER_NOT_AVAILABLE,
+                    )
                     for index, reg in sorted(topic.partitions.items())
-                ],
-            }
+                ),
+            )
         )
     for name in sorted((names or set()) - set(image.topics.by_name)):
         topics.append(
-            {
-                "name": name,
-                "topic_id": None,
-                "error": {"error": "UNKNOWN_TOPIC_OR_PARTITION", "error_code": 3, "message": name},
-                "partitions": [],
-            }
+            api.MetadataTopic(
+                name=name,
+                error=api.ErrorObject(
+                    error="UNKNOWN_TOPIC_OR_PARTITION", error_code=3, message=name
+                ),
+            )
         )
-    return _json(
-        {
-            "controller_id": server.active_controller_id(),
-            "controllers": list(server.config.controllers),
-            "brokers": brokers,
-            "topics": topics,
-            "metadata_offset": image.offset,
-        }
+    return _message(
+        api.MetadataResponse(
+            controller_id=server.active_controller_id(),
+            controllers=tuple(server.config.controllers),
+            brokers=tuple(brokers),
+            topics=tuple(topics),
+            metadata_offset=image.offset,
+        )
     )
 
 

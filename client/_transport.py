@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -35,8 +35,11 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
     error_for_name,
 )
+from raftka.common.messages import Message, decode, encode
+from raftka.common.messages import broker as api
+from raftka.common.messages.broker import FramedMessage, decode_frame
 from raftka.common.time import monotonic_ms
-from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.common.wire import FRAME_CONTENT_TYPE
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -71,6 +74,24 @@ async def _read_body(response: aiohttp.ClientResponse, where: str) -> bytes:
             raise NetworkError(f"{where}: answer above {RESPONSE_BYTES_MAX} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+M = TypeVar("M")
+F = TypeVar("F", bound=FramedMessage)
+
+
+def error_from_message(error: api.ErrorObject) -> KafkaError:
+    """An answer's error object as the exception of that name."""
+    return error_for_name(error.error, error.message)
+
+
+def decode_answer(what: str, body: bytes | memoryview, answer_type: type[M]) -> M:
+    """An answer's JSON as ``answer_type``; a malformed answer is the server's fault
+    (UNKNOWN_SERVER_ERROR here), not the request's."""
+    try:
+        return decode(body, answer_type)
+    except KafkaError as e:
+        raise UnknownServerError(f"{what}: malformed answer: {e.message}") from None
 
 
 def error_from_wire(obj: object, default: str = "") -> KafkaError:
@@ -125,12 +146,14 @@ class Transport:
         path: str,
         *,
         json_body: object = None,
+        message: Message | None = None,
         frame_body: bytes | None = None,
         timeout_ms: int | None = None,
         params: Mapping[str, str | Sequence[str]] | None = None,
     ) -> tuple[int, bytes, str]:
-        """One request; (status, body, content type). NetworkError or
-        RequestTimedOutError when no answer arrives."""
+        """One request with a JSON body (``message``, or ``json_body`` for APIs without
+        message classes yet) or a frame; (status, body, content type). NetworkError
+        or RequestTimedOutError when no answer arrives."""
         session = self._get_session()
         total_ms = timeout_ms if timeout_ms is not None else self._request_timeout_ms
         headers: dict[str, str] = {}
@@ -138,6 +161,9 @@ class Transport:
         if frame_body is not None:
             data = frame_body
             headers["Content-Type"] = FRAME_CONTENT_TYPE
+        elif message is not None:
+            data = encode(message)
+            headers["Content-Type"] = "application/json"
         elif json_body is not None:
             data = orjson.dumps(json_body)
             headers["Content-Type"] = "application/json"
@@ -179,34 +205,59 @@ class Transport:
         )
         return parse_json_answer(f"{method} {address}{path}", status, body)
 
+    async def request_message(
+        self,
+        address: str,
+        method: str,
+        path: str,
+        answer_type: type[M],
+        *,
+        message: Message | None = None,
+        timeout_ms: int | None = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> M:
+        """A request with a message body (or none) whose answer is ``answer_type``; an
+        error answer raises it typed, as :meth:`request_json`."""
+        what = f"{method} {address}{path}"
+        status, body, _ = await self.request(
+            address, method, path, message=message, timeout_ms=timeout_ms, params=params
+        )
+        if status != 200:
+            parse_json_answer(what, status, body)  # raises the answer's error
+        return decode_answer(what, body, answer_type)
+
     async def request_frame(
         self,
         address: str,
         path: str,
+        answer_type: type[F],
         *,
-        json_body: object = None,
+        message: Message | None = None,
         frame_body: bytes | None = None,
-        entries_key: str,
         timeout_ms: int | None = None,
-    ) -> tuple[dict[str, Any], list[memoryview]] | None:
-        """A request whose answer is a frame (fetch) or JSON (produce); JSON answers
-        come back as (header, []). None for a 204 (acks=0)."""
+    ) -> tuple[F, list[memoryview]] | None:
+        """A request whose answer is a frame (fetch) or JSON (produce), both decoded as
+        ``answer_type``; JSON answers come back with no payloads. None for a 204
+        (acks=0)."""
+        what = f"POST {address}{path}"
         status, body, content_type = await self.request(
             address,
             "POST",
             path,
-            json_body=json_body,
+            message=message,
             frame_body=frame_body,
             timeout_ms=timeout_ms,
         )
         if status == 204:
             return None
         if status == 200 and content_type == FRAME_CONTENT_TYPE:
-            return decode_frame(body, entries_key)
-        answer = parse_json_answer(f"POST {address}{path}", status, body)
-        if not isinstance(answer, dict) or not isinstance(answer.get(entries_key), list):
-            raise UnknownServerError(f"POST {address}{path}: answer without {entries_key!r}")
-        return answer, []
+            try:
+                return decode_frame(body, answer_type)
+            except KafkaError as e:
+                raise UnknownServerError(f"{what}: malformed answer: {e.message}") from None
+        if status != 200:
+            parse_json_answer(what, status, body)  # raises the answer's error
+        return decode_answer(what, body, answer_type), []
 
 
 def parse_json_answer(what: str, status: int, body: bytes) -> Any:
@@ -328,35 +379,33 @@ def keep_newer_leaders(old: ClusterView, new: ClusterView) -> ClusterView:
     )
 
 
-def parse_cluster_view(answer: Any, now_ms: int) -> ClusterView:
+def parse_cluster_view(answer: api.MetadataResponse, now_ms: int) -> ClusterView:
     brokers = {
-        int(b["id"]): Node(int(b["id"]), str(b["host"]), int(b["port"]), b.get("rack"))
-        for b in answer.get("brokers", [])
-        if b.get("host") is not None and b.get("port") is not None
+        b.id: Node(b.id, b.host, b.port, b.rack)
+        for b in answer.brokers
+        if b.host is not None and b.port is not None
     }
     topics: dict[str, TopicView] = {}
-    for t in answer.get("topics", []):
-        parts = []
-        for p in sorted(t.get("partitions", []), key=lambda p: int(p["partition"])):
-            leader = p.get("leader")
-            parts.append(
-                PartitionInfo(
-                    topic=t["name"],
-                    partition=int(p["partition"]),
-                    leader=None if leader is None or leader < 0 else int(leader),
-                    leader_epoch=int(p.get("leader_epoch", -1)),
-                    replicas=tuple(p.get("replicas", ())),
-                    isr=tuple(p.get("isr", ())),
-                    offline_replicas=tuple(r for r in p.get("replicas", ()) if r not in brokers),
-                )
+    for t in answer.topics:
+        parts = [
+            PartitionInfo(
+                topic=t.name,
+                partition=p.partition,
+                leader=None if p.leader is None or p.leader < 0 else p.leader,
+                leader_epoch=p.leader_epoch,
+                replicas=p.replicas,
+                isr=p.isr,
+                offline_replicas=tuple(r for r in p.replicas if r not in brokers),
             )
-        error = None if t.get("error") is None else error_from_wire(t["error"])
-        topics[t["name"]] = TopicView(t["name"], t.get("topic_id"), error, tuple(parts))
+            for p in sorted(t.partitions, key=lambda p: p.partition)
+        ]
+        error = None if t.error is None else error_from_message(t.error)
+        topics[t.name] = TopicView(t.name, t.topic_id, error, tuple(parts))
     return ClusterView(
         brokers=brokers,
         topics=topics,
-        controller_id=answer.get("controller_id"),
-        controllers=tuple(answer.get("controllers", ())),
+        controller_id=answer.controller_id,
+        controllers=answer.controllers,
         fetched_ms=now_ms,
     )
 
@@ -444,8 +493,8 @@ class MetadataCache:
         last: KafkaError = NetworkError("no broker to ask for metadata")
         for address in self._addresses():
             try:
-                answer = await self._transport.request_json(
-                    address, "GET", "/v1/metadata", params=params
+                answer = await self._transport.request_message(
+                    address, "GET", "/v1/metadata", api.MetadataResponse, params=params
                 )
             except KafkaError as e:
                 last = e
@@ -560,16 +609,23 @@ async def list_offsets(
                 continue
             by_leader.setdefault(leader[1], []).append(tp)
         for address, tps in by_leader.items():
-            body = {
-                "partitions": [
-                    {"topic": tp.topic, "partition": tp.partition, "timestamp": remaining[tp]}
+            request = api.ListOffsetsRequest(
+                partitions=tuple(
+                    api.ListOffsetsPartition(
+                        topic=tp.topic, partition=tp.partition, timestamp=remaining[tp]
+                    )
                     for tp in tps
-                ]
-            }
+                )
+            )
             timeout = max(1, min(transport.request_timeout_ms, deadline_ms - monotonic_ms()))
             try:
-                answer = await transport.request_json(
-                    address, "POST", "/v1/list-offsets", json_body=body, timeout_ms=timeout
+                answer = await transport.request_message(
+                    address,
+                    "POST",
+                    "/v1/list-offsets",
+                    api.ListOffsetsResponse,
+                    message=request,
+                    timeout_ms=timeout,
                 )
             except KafkaError as e:
                 if not e.retriable:
@@ -577,20 +633,18 @@ async def list_offsets(
                 last = e
                 metadata.invalidate()
                 continue
-            for r in answer.get("responses", []):
-                tp = TopicPartition(r["topic"], int(r["partition"]))
+            for r in answer.responses:
+                tp = TopicPartition(r.topic, r.partition)
                 if tp not in remaining:
                     continue
-                if r.get("error") is not None:
-                    error = error_from_wire(r["error"])
+                if r.error is not None:
+                    error = error_from_message(r.error)
                     if not error.retriable:
                         raise error
                     last = error
                     metadata.invalidate()
                     continue
-                results[tp] = ListedOffset(
-                    int(r["offset"]), int(r.get("timestamp", -1)), r.get("leader_epoch")
-                )
+                results[tp] = ListedOffset(r.offset, r.timestamp, r.leader_epoch)
                 del remaining[tp]
         if not remaining:
             break

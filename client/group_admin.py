@@ -16,27 +16,30 @@ implementation; :class:`GroupAdmin` runs it on a loop thread.
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from raftka.client._admin_base import AdminClientBase
 from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
-    error_from_wire,
+    error_from_message,
     list_offsets,
     monotonic_ms,
 )
 from raftka.client.config import AdminConfig
 from raftka.client.consumer.assignors import decode_assignment
+from raftka.client.consumer.coordinator_client import offset_commit_topics
 from raftka.common.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
     KafkaTimeoutError,
 )
+from raftka.common.messages import Message
+from raftka.common.messages import coordinator as api
+from raftka.common.messages.broker import ErrorObject
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -76,13 +79,16 @@ class ConsumerGroupDescription:
     coordinator_id: int
 
 
-def _assignment(raw: object) -> tuple[TopicPartition, ...]:
-    if not isinstance(raw, str) or not raw:
+def _assignment(raw: bytes) -> tuple[TopicPartition, ...]:
+    if not raw:
         return ()
     try:
-        return decode_assignment(orjson.loads(base64.b64decode(raw))).partitions
+        return decode_assignment(orjson.loads(raw)).partitions
     except (ValueError, orjson.JSONDecodeError):
         return ()  # not a consumer-protocol assignment
+
+
+A = TypeVar("A")
 
 
 class AsyncGroupAdmin(AdminClientBase):
@@ -130,20 +136,28 @@ class AsyncGroupAdmin(AdminClientBase):
             await self._backoff(deadline_ms, last)
 
     async def _coordinator_call(
-        self, group_id: str, path: str, body: object, deadline_ms: int
-    ) -> tuple[int, Any]:
+        self, group_id: str, path: str, message: Message, answer_type: type[A], deadline_ms: int
+    ) -> tuple[int, A]:
         """(coordinator id, answer) of ``path`` at the group's coordinator; retries
-        coordinator errors (in the answer's top-level ``error``) until the deadline."""
+        coordinator errors (in the answer's top-level ``error``, where it has one)
+        until the deadline."""
         transport, _ = self._started()
         last: KafkaError | None = None
         while True:
             try:
                 node_id, address = await self._find_coordinator(group_id, deadline_ms)
-                answer = await transport.request_json(
-                    address, "POST", path, json_body=body, timeout_ms=self._remaining(deadline_ms)
+                answer = await transport.request_message(
+                    address,
+                    "POST",
+                    path,
+                    answer_type,
+                    message=message,
+                    timeout_ms=self._remaining(deadline_ms),
                 )
-                raw = answer.get("error") if isinstance(answer, dict) else None
-                error = None if raw is None else error_from_wire(raw)
+                # The coordinator's own errors are in a top-level ``error``; answers
+                # with errors per item only (OffsetCommit, DeleteGroups) have none.
+                raw: ErrorObject | None = getattr(answer, "error", None)
+                error = None if raw is None else error_from_message(raw)
                 if error is None or not error.retriable:
                     return node_id, answer
                 last = error
@@ -158,19 +172,20 @@ class AsyncGroupAdmin(AdminClientBase):
         last: KafkaError = CoordinatorNotAvailableError("no broker answered")
         for _, address in await self._brokers(deadline_ms):
             try:
-                answer = await transport.request_json(
+                answer = await transport.request_message(
                     address,
                     "POST",
                     "/v1/find-coordinator",
-                    json_body={"key": group_id, "key_type": 0},
+                    api.FindCoordinatorResponse,
+                    message=api.FindCoordinatorRequest(key=group_id),
                     timeout_ms=self._remaining(deadline_ms),
                 )
             except KafkaError as e:
                 last = e
                 continue
-            if answer.get("error") is None:
-                return int(answer["node_id"]), f"{answer['host']}:{answer['port']}"
-            last = error_from_wire(answer["error"])
+            if answer.error is None:
+                return answer.node_id, f"{answer.host}:{answer.port}"
+            last = error_from_message(answer.error)
         raise last
 
     # ------------------------------------------------------------------ calls
@@ -181,17 +196,16 @@ class AsyncGroupAdmin(AdminClientBase):
         deadline = self._deadline(timeout_ms)
         found: dict[str, ConsumerGroupListing] = {}
         for _, address in await self._brokers(deadline):
-            answer = await transport.request_json(
+            answer = await transport.request_message(
                 address,
                 "POST",
                 "/v1/list-groups",
-                json_body={},
+                api.ListGroupsResponse,
+                message=api.ListGroupsRequest(),
                 timeout_ms=self._remaining(deadline),
             )
-            for g in answer.get("groups", []):
-                found[g["group_id"]] = ConsumerGroupListing(
-                    g["group_id"], g["protocol_type"], g["state"]
-                )
+            for g in answer.groups:
+                found[g.group_id] = ConsumerGroupListing(g.group_id, g.protocol_type, g.state)
         return [found[g] for g in sorted(found)]
 
     async def describe_group(
@@ -201,23 +215,27 @@ class AsyncGroupAdmin(AdminClientBase):
         group is described as Dead with no members (Kafka's answer)."""
         deadline = self._deadline(timeout_ms)
         node_id, answer = await self._coordinator_call(
-            group_id, "/v1/describe-groups", {"groups": [group_id]}, deadline
+            group_id,
+            "/v1/describe-groups",
+            api.DescribeGroupsRequest(groups=(group_id,)),
+            api.DescribeGroupsResponse,
+            deadline,
         )
-        (g,) = answer["groups"]
-        if g.get("error") is not None:
-            raise error_from_wire(g["error"])
+        (g,) = answer.groups
+        if g.error is not None:
+            raise error_from_message(g.error)
         members = tuple(
             MemberDescription(
-                member_id=m["member_id"],
-                group_instance_id=m.get("group_instance_id"),
-                client_id=m["client_id"],
-                host=m["client_host"],
-                assignment=_assignment(m.get("member_assignment")),
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                host=m.client_host,
+                assignment=_assignment(m.member_assignment),
             )
-            for m in g["members"]
+            for m in g.members
         )
         return ConsumerGroupDescription(
-            group_id, g["state"], g["protocol_type"], g["protocol"], members, node_id
+            group_id, g.state, g.protocol_type, g.protocol, members, node_id
         )
 
     async def list_offsets(
@@ -226,16 +244,20 @@ class AsyncGroupAdmin(AdminClientBase):
         """Every committed offset of the group."""
         deadline = self._deadline(timeout_ms)
         _, answer = await self._coordinator_call(
-            group_id, "/v1/offset-fetch", {"group_id": group_id, "topics": None}, deadline
+            group_id,
+            "/v1/offset-fetch",
+            api.OffsetFetchRequest(group_id=group_id, topics=None),
+            api.OffsetFetchResponse,
+            deadline,
         )
-        if answer.get("error") is not None:
-            raise error_from_wire(answer["error"])
+        if answer.error is not None:
+            raise error_from_message(answer.error)
         out: dict[TopicPartition, OffsetAndMetadata] = {}
-        for t in answer.get("topics", []):
-            for p in t["partitions"]:
-                if int(p["offset"]) >= 0:
-                    out[TopicPartition(t["name"], int(p["partition"]))] = OffsetAndMetadata(
-                        int(p["offset"]), p.get("metadata") or "", p.get("leader_epoch")
+        for t in answer.topics:
+            for p in t.partitions:
+                if p.offset >= 0:
+                    out[TopicPartition(t.name, p.partition)] = OffsetAndMetadata(
+                        p.offset, p.metadata, p.leader_epoch
                     )
         return out
 
@@ -248,22 +270,22 @@ class AsyncGroupAdmin(AdminClientBase):
     ) -> None:
         """Set committed offsets; the group must have no active members."""
         deadline = self._deadline(timeout_ms)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, om in sorted(offsets.items()):
-            by_topic.setdefault(tp.topic, []).append(
-                {"partition": tp.partition, "offset": om.offset, "metadata": om.metadata or ""}
-            )
-        body = {
-            "group_id": group_id,
-            "generation_id": -1,
-            "member_id": "",
-            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-        }
-        _, answer = await self._coordinator_call(group_id, "/v1/offset-commit", body, deadline)
-        for t in answer.get("topics", []):
-            for p in t["partitions"]:
-                if p.get("error") is not None:
-                    raise error_from_wire(p["error"])
+        # No leader epoch: a reset from outside the group does not come from a fetch.
+        request = api.OffsetCommitRequest(
+            group_id=group_id,
+            generation_id=-1,
+            member_id="",
+            topics=offset_commit_topics(
+                {tp: OffsetAndMetadata(om.offset, om.metadata, None) for tp, om in offsets.items()}
+            ),
+        )
+        _, answer = await self._coordinator_call(
+            group_id, "/v1/offset-commit", request, api.OffsetCommitResponse, deadline
+        )
+        for t in answer.topics:
+            for p in t.partitions:
+                if p.error is not None:
+                    raise error_from_message(p.error)
 
     async def delete_groups(
         self, group_ids: Iterable[str], *, timeout_ms: int | None = None
@@ -271,12 +293,16 @@ class AsyncGroupAdmin(AdminClientBase):
         """Delete empty groups (NON_EMPTY_GROUP for an active one, GROUP_ID_NOT_FOUND)."""
         deadline = self._deadline(timeout_ms)
         for group_id in group_ids:
-            _, answer = await self._coordinator_call(
-                group_id, "/v1/delete-groups", {"groups": [group_id]}, deadline
+            _, deleted = await self._coordinator_call(
+                group_id,
+                "/v1/delete-groups",
+                api.DeleteGroupsRequest(groups=(group_id,)),
+                api.DeleteGroupsResponse,
+                deadline,
             )
-            for r in answer.get("results", []):
-                if r.get("error") is not None:
-                    raise error_from_wire(r["error"])
+            for r in deleted.results:
+                if r.error is not None:
+                    raise error_from_message(r.error)
 
     async def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None

@@ -1,3 +1,4 @@
+# Over 700 lines: the shell and its typed API (one method per route) are one class.
 """The group coordinator on a broker: the I/O shell around the pure :class:`GroupManager`.
 
 Theory of operation
@@ -43,6 +44,7 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.group import (
     AppendRecords,
     Decision,
+    ErrorType,
     GroupConfig,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -73,14 +75,17 @@ from raftka.broker.lifecycle import ControllerChannel
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import (
     CoordinatorNotAvailableError,
+    InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
 )
+from raftka.common.messages import coordinator as api
+from raftka.common.messages.broker import ErrorObject, error_object
 from raftka.common.record import Record, build_batch, decode_batches
-from raftka.common.structs import TopicPartition
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.metadata.metadata_records import NO_LEADER
 
-__all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService"]
+__all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,19 @@ T = TypeVar("T")
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a request brings besides its body."""
+
+    #: Kafka's client host, ``/<address>``, as DescribeGroups shows it.
+    client_host: str = "/unknown"
+
+
+def _error(error: ErrorType) -> ErrorObject | None:
+    """The core names errors by class; the wire carries an instance's fields."""
+    return None if error is None else error_object(error())
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +190,7 @@ class GroupCoordinatorService:
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.num_partitions())
 
-    async def find_coordinator(self, group_id: str) -> CoordinatorLocation:
+    async def _find_coordinator(self, group_id: str) -> CoordinatorLocation:
         image = self._replicas.image
         topic = image.topics.topic_by_name(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
@@ -375,7 +393,7 @@ class GroupCoordinatorService:
         if self._closed:
             raise NotCoordinatorError("the broker is shutting down")
 
-    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+    async def _join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         self._check_open()
         decision = self.core.join_group(request, now_ms=self._clock_ms())
         if decision.response is not None:
@@ -391,7 +409,7 @@ class GroupCoordinatorService:
         self._dispatch(decision.outputs)
         return await future
 
-    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+    async def _sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         self._check_open()
         decision = self.core.sync_group(request, now_ms=self._clock_ms())
         return await self._settle(decision, self._syncs, (request.group_id, request.member_id))
@@ -409,13 +427,13 @@ class GroupCoordinatorService:
         self._dispatch(decision.outputs)
         return await future
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         self._check_open()
         response = self.core.heartbeat(request, now_ms=self._clock_ms())
         self._wake.set()
         return response
 
-    def leave_group(self, group_id: str, members: tuple[LeaveMember, ...]) -> LeaveGroupResponse:
+    def _leave_group(self, group_id: str, members: tuple[LeaveMember, ...]) -> LeaveGroupResponse:
         self._check_open()
         decision = self.core.leave_group(
             group_id=group_id, members=members, now_ms=self._clock_ms()
@@ -424,7 +442,7 @@ class GroupCoordinatorService:
         assert decision.response is not None
         return decision.response
 
-    async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    async def _offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         self._check_open()
         decision = self.core.offset_commit(request, now_ms=self._clock_ms())
         if decision.response is not None:
@@ -436,24 +454,239 @@ class GroupCoordinatorService:
         self._dispatch(decision.outputs)
         return await future
 
-    def offset_fetch(
+    def _offset_fetch(
         self, group_id: str, partitions: tuple[TopicPartition, ...] | None
     ) -> OffsetFetchResponse:
         self._check_open()
         return self.core.offset_fetch(group_id=group_id, partitions=partitions)
 
-    def list_groups(self, states: frozenset[str] | None) -> ListGroupsResponse:
+    def _list_groups(self, states: frozenset[str] | None) -> ListGroupsResponse:
         return self.core.list_groups(states=states)
 
-    def describe_groups(self, group_ids: tuple[str, ...]) -> tuple[DescribedGroup, ...]:
+    def _describe_groups(self, group_ids: tuple[str, ...]) -> tuple[DescribedGroup, ...]:
         return self.core.describe_groups(group_ids=group_ids)
 
-    def delete_groups(self, group_ids: tuple[str, ...]) -> DeleteGroupsResponse:
+    def _delete_groups(self, group_ids: tuple[str, ...]) -> DeleteGroupsResponse:
         self._check_open()
         decision = self.core.delete_groups(group_ids=group_ids, now_ms=self._clock_ms())
         self._dispatch(decision.outputs)
         assert decision.response is not None
         return decision.response
+
+    # ------------------------------------------------------------------ the API
+    # One method per route (broker/coordinator/routes.py): a typed request message in,
+    # a typed answer out. They translate between the wire's messages and the core's
+    # types; the work is in the private methods above.
+
+    async def find_coordinator(
+        self, request: api.FindCoordinatorRequest, context: RequestContext
+    ) -> api.FindCoordinatorResponse:
+        if request.key_type != 0:
+            raise InvalidRequestError("key_type: only 0 (group) is supported")
+        found = await self._find_coordinator(request.key)
+        return api.FindCoordinatorResponse(
+            error=error_object(found.error), node_id=found.node_id, host=found.host, port=found.port
+        )
+
+    async def join_group(
+        self, request: api.JoinGroupRequest, context: RequestContext
+    ) -> api.JoinGroupResponse:
+        rebalance_ms = request.rebalance_timeout_ms
+        response = await self._join_group(
+            JoinGroupRequest(
+                group_id=request.group_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.session_timeout_ms
+                if rebalance_ms is None
+                else rebalance_ms,
+                protocol_type=request.protocol_type,
+                protocols=tuple((p.name, p.metadata) for p in request.protocols),
+                client_id=request.client_id,
+                client_host=context.client_host,
+            )
+        )
+        return api.JoinGroupResponse(
+            error=_error(response.error),
+            generation_id=response.generation_id,
+            protocol_type=response.protocol_type,
+            protocol_name=response.protocol_name,
+            leader=response.leader_id,
+            member_id=response.member_id,
+            skip_assignment=response.skip_assignment,
+            members=tuple(
+                api.JoinGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    metadata=m.metadata,
+                )
+                for m in response.members
+            ),
+        )
+
+    async def sync_group(
+        self, request: api.SyncGroupRequest, context: RequestContext
+    ) -> api.SyncGroupResponse:
+        response = await self._sync_group(
+            SyncGroupRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                assignments={a.member_id: a.assignment for a in request.assignments},
+                protocol_type=request.protocol_type,
+                protocol_name=request.protocol_name,
+            )
+        )
+        return api.SyncGroupResponse(
+            error=_error(response.error),
+            protocol_type=response.protocol_type,
+            protocol_name=response.protocol_name,
+            assignment=response.assignment,
+        )
+
+    async def heartbeat(
+        self, request: api.HeartbeatRequest, context: RequestContext
+    ) -> api.HeartbeatResponse:
+        response = self._heartbeat(
+            HeartbeatRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+            )
+        )
+        return api.HeartbeatResponse(error=_error(response.error))
+
+    async def leave_group(
+        self, request: api.LeaveGroupRequest, context: RequestContext
+    ) -> api.LeaveGroupResponse:
+        response = self._leave_group(
+            request.group_id,
+            tuple(LeaveMember(m.member_id, m.group_instance_id) for m in request.members),
+        )
+        return api.LeaveGroupResponse(
+            error=_error(response.error),
+            members=tuple(
+                api.LeaveGroupMemberResponse(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    error=_error(m.error),
+                )
+                for m in response.members
+            ),
+        )
+
+    async def offset_commit(
+        self, request: api.OffsetCommitRequest, context: RequestContext
+    ) -> api.OffsetCommitResponse:
+        offsets = {
+            TopicPartition(t.name, p.partition): OffsetAndMetadata(
+                p.offset, p.metadata, p.leader_epoch
+            )
+            for t in request.topics
+            for p in t.partitions
+        }
+        response = await self._offset_commit(
+            OffsetCommitRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                offsets=offsets,
+                group_instance_id=request.group_instance_id,
+                retention_time_ms=request.retention_time_ms,
+            )
+        )
+        topics: dict[str, list[api.OffsetCommitPartitionResponse]] = {}
+        for tp, error in response.errors.items():
+            topics.setdefault(tp.topic, []).append(
+                api.OffsetCommitPartitionResponse(partition=tp.partition, error=_error(error))
+            )
+        return api.OffsetCommitResponse(
+            topics=tuple(
+                api.OffsetCommitTopicResponse(name=n, partitions=tuple(ps))
+                for n, ps in sorted(topics.items())
+            )
+        )
+
+    async def offset_fetch(
+        self, request: api.OffsetFetchRequest, context: RequestContext
+    ) -> api.OffsetFetchResponse:
+        wanted = None
+        if request.topics is not None:
+            wanted = tuple(
+                TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
+            )
+        response = self._offset_fetch(request.group_id, wanted)
+        topics: dict[str, list[api.OffsetFetchPartitionResponse]] = {}
+        for tp, committed in response.offsets.items():
+            topics.setdefault(tp.topic, []).append(
+                api.OffsetFetchPartitionResponse(
+                    partition=tp.partition,
+                    offset=committed.offset,
+                    leader_epoch=committed.leader_epoch,
+                    metadata=committed.metadata,
+                )
+            )
+        return api.OffsetFetchResponse(
+            error=_error(response.error),
+            topics=tuple(
+                api.OffsetFetchTopicResponse(name=n, partitions=tuple(ps))
+                for n, ps in sorted(topics.items())
+            ),
+        )
+
+    async def list_groups(
+        self, request: api.ListGroupsRequest, context: RequestContext
+    ) -> api.ListGroupsResponse:
+        states = request.states_filter
+        response = self._list_groups(frozenset(states) if states else None)
+        return api.ListGroupsResponse(
+            error=_error(response.error),
+            groups=tuple(
+                api.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state)
+                for g in response.groups
+            ),
+        )
+
+    async def describe_groups(
+        self, request: api.DescribeGroupsRequest, context: RequestContext
+    ) -> api.DescribeGroupsResponse:
+        return api.DescribeGroupsResponse(
+            groups=tuple(
+                api.DescribedGroup(
+                    error=_error(g.error),
+                    group_id=g.group_id,
+                    state=g.state,
+                    protocol_type=g.protocol_type,
+                    protocol=g.protocol,
+                    members=tuple(
+                        api.DescribedMember(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in g.members
+                    ),
+                )
+                for g in self._describe_groups(request.groups)
+            )
+        )
+
+    async def delete_groups(
+        self, request: api.DeleteGroupsRequest, context: RequestContext
+    ) -> api.DeleteGroupsResponse:
+        response = self._delete_groups(request.groups)
+        return api.DeleteGroupsResponse(
+            results=tuple(
+                api.DeleteGroupsResult(group_id=g, error=_error(e))
+                for g, e in response.results.items()
+            )
+        )
 
     # ------------------------------------------------------------------ time
 

@@ -29,16 +29,15 @@ join task is cancelled on close), with ``retry_backoff_ms`` between attempts.
 from __future__ import annotations
 
 import asyncio
-import base64
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
-from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ConsumerConfig
 from raftka.client.consumer.assignors import (
     Assignment,
@@ -72,6 +71,9 @@ from raftka.common.errors import (
     RebalanceInProgressError,
     RequestTimedOutError,
 )
+from raftka.common.messages import Message
+from raftka.common.messages import coordinator as api
+from raftka.common.messages.broker import ErrorObject
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.time import wait_event
 
@@ -96,31 +98,28 @@ class _Joined:
     partitions: tuple[TopicPartition, ...]
 
 
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
+M = TypeVar("M")
 
 
-def _unb64(text: object) -> bytes:
-    return base64.b64decode(text) if isinstance(text, str) else b""
+def _error_of(error: ErrorObject | None) -> KafkaError | None:
+    return None if error is None else error_from_message(error)
 
 
-def _error_of(answer: Any) -> KafkaError | None:
-    raw = answer.get("error") if isinstance(answer, dict) else None
-    return None if raw is None else error_from_wire(raw)
-
-
-def _offsets_body(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def offset_commit_topics(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+) -> tuple[api.OffsetCommitTopic, ...]:
+    """OffsetCommit's topics, each with its partitions, in order."""
+    by_topic: dict[str, list[api.OffsetCommitPartition]] = {}
     for tp, om in sorted(offsets.items()):
         by_topic.setdefault(tp.topic, []).append(
-            {
-                "partition": tp.partition,
-                "offset": om.offset,
-                "metadata": om.metadata or "",
-                "leader_epoch": om.leader_epoch,
-            }
+            api.OffsetCommitPartition(
+                partition=tp.partition,
+                offset=om.offset,
+                metadata=om.metadata or "",
+                leader_epoch=om.leader_epoch,
+            )
         )
-    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+    return tuple(api.OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
 async def _maybe_await(result: Awaitable[None] | None) -> None:
@@ -203,19 +202,20 @@ class ConsumerCoordinator:
             known = [f"{n.host}:{n.port}" for n in self._metadata.view.brokers.values()]
             for address in dict.fromkeys([*known, *self._config.bootstrap_servers]):
                 try:
-                    answer = await self._transport.request_json(
+                    answer = await self._transport.request_message(
                         address,
                         "POST",
                         "/v1/find-coordinator",
-                        json_body={"key": self.group_id, "key_type": 0},
+                        api.FindCoordinatorResponse,
+                        message=api.FindCoordinatorRequest(key=self.group_id),
                         timeout_ms=self._timeout(deadline_ms),
                     )
                 except KafkaError as e:
                     last = e
                     continue
-                error = _error_of(answer)
+                error = _error_of(answer.error)
                 if error is None:
-                    self._coordinator = f"{answer['host']}:{answer['port']}"
+                    self._coordinator = f"{answer.host}:{answer.port}"
                     return self._coordinator
                 last = error
                 if not error.retriable:
@@ -237,16 +237,23 @@ class ConsumerCoordinator:
         await asyncio.sleep(min(self._config.retry_backoff_ms, remaining) / 1000)
 
     async def _call(
-        self, path: str, body: dict[str, Any], deadline_ms: int, *, timeout_ms: int | None = None
-    ) -> Any:
+        self,
+        path: str,
+        message: Message,
+        answer_type: type[M],
+        deadline_ms: int,
+        *,
+        timeout_ms: int | None = None,
+    ) -> M:
         """One request to the coordinator; a network failure forgets the coordinator."""
         address = await self._find_coordinator(deadline_ms)
         try:
-            return await self._transport.request_json(
+            return await self._transport.request_message(
                 address,
                 "POST",
                 path,
-                json_body=body,
+                answer_type,
+                message=message,
                 timeout_ms=timeout_ms or self._timeout(deadline_ms),
             )
         except (NetworkError, RequestTimedOutError):
@@ -408,65 +415,69 @@ class ConsumerCoordinator:
                 await asyncio.sleep(self._config.retry_backoff_ms / 1000)
 
     async def _join_once(self, deadline_ms: int) -> _Joined | tuple[Reaction, KafkaError]:
-        protocols = [
-            {"name": name, "metadata": _b64(self._subscription_bytes())}
-            for name in self.options.partition_assignment_strategy
-        ]
-        body: dict[str, Any] = {
-            "group_id": self.group_id,
-            "member_id": self.state.member_id,
-            "session_timeout_ms": self.options.session_timeout_ms,
-            "rebalance_timeout_ms": self.options.rebalance_timeout_ms,
-            "protocol_type": PROTOCOL_TYPE,
-            "protocols": protocols,
-            "client_id": self._config.client_id,
-        }
-        if self.options.group_instance_id is not None:
-            body["group_instance_id"] = self.options.group_instance_id
+        metadata = self._subscription_bytes()
+        request = api.JoinGroupRequest(
+            group_id=self.group_id,
+            member_id=self.state.member_id,
+            group_instance_id=self.options.group_instance_id,
+            session_timeout_ms=self.options.session_timeout_ms,
+            rebalance_timeout_ms=self.options.rebalance_timeout_ms,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=tuple(
+                api.JoinGroupProtocol(name=name, metadata=metadata)
+                for name in self.options.partition_assignment_strategy
+            ),
+            client_id=self._config.client_id,
+        )
         timeout_ms = self._join_timeout_ms()
-        answer = await self._call("/v1/join-group", body, deadline_ms, timeout_ms=timeout_ms)
-        error = _error_of(answer)
+        answer = await self._call(
+            "/v1/join-group", request, api.JoinGroupResponse, deadline_ms, timeout_ms=timeout_ms
+        )
+        error = _error_of(answer.error)
         reaction = classify(error)
         if error is not None:
             if reaction is Reaction.RETRY_WITH_MEMBER_ID:
-                self.state.member_id = str(answer.get("member_id") or "")
+                self.state.member_id = answer.member_id
             return reaction, error
-        member_id = str(answer["member_id"])
-        generation = int(answer["generation_id"])
-        protocol_name = answer.get("protocol_name")
+        member_id = answer.member_id
+        generation = answer.generation_id
+        protocol_name = answer.protocol_name
         self.state.member_id = member_id
-        assignments: list[dict[str, Any]] = []
-        if answer.get("leader") == member_id and not answer.get("skip_assignment"):
-            assignments = await self._assign(str(protocol_name), answer.get("members") or [])
+        assignments: tuple[api.SyncGroupAssignment, ...] = ()
+        if answer.leader == member_id and not answer.skip_assignment:
+            assignments = await self._assign(str(protocol_name), answer.members)
         sync = await self._call(
             "/v1/sync-group",
-            {
-                "group_id": self.group_id,
-                "generation_id": generation,
-                "member_id": member_id,
-                "group_instance_id": self.options.group_instance_id,
-                "protocol_type": PROTOCOL_TYPE,
-                "protocol_name": protocol_name,
-                "assignments": assignments,
-            },
+            api.SyncGroupRequest(
+                group_id=self.group_id,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=self.options.group_instance_id,
+                protocol_type=PROTOCOL_TYPE,
+                protocol_name=protocol_name,
+                assignments=assignments,
+            ),
+            api.SyncGroupResponse,
             deadline_ms,
             timeout_ms=timeout_ms,
         )
-        sync_error = _error_of(sync)
+        sync_error = _error_of(sync.error)
         if sync_error is not None:
             return classify(sync_error), sync_error
-        raw = _unb64(sync.get("assignment"))
+        raw = sync.assignment
         assignment = decode_assignment(orjson.loads(raw)) if raw else Assignment()
         return _Joined(generation, member_id, protocol_name, assignment.partitions)
 
-    async def _assign(self, protocol_name: str, members: list[Any]) -> list[dict[str, Any]]:
+    async def _assign(
+        self, protocol_name: str, members: tuple[api.JoinGroupMember, ...]
+    ) -> tuple[api.SyncGroupAssignment, ...]:
         """The leader's job: run the chosen assignor over every member's subscription."""
         subscriptions: dict[str, MemberSubscription] = {}
         for m in members:
-            raw = _unb64(m.get("metadata"))
-            subscriptions[str(m["member_id"])] = decode_subscription(
+            raw = m.metadata
+            subscriptions[m.member_id] = decode_subscription(
                 orjson.loads(raw) if raw else {"topics": []},
-                group_instance_id=m.get("group_instance_id"),
+                group_instance_id=m.group_instance_id,
             )
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         self._metadata.add_topics(topics)
@@ -483,10 +494,10 @@ class ConsumerCoordinator:
         result = assignor_for(protocol_name).assign(
             members=subscriptions, partitions_per_topic=counts
         )
-        return [
-            {"member_id": member, "assignment": _b64(orjson.dumps(encode_assignment(a)))}
+        return tuple(
+            api.SyncGroupAssignment(member_id=member, assignment=orjson.dumps(encode_assignment(a)))
             for member, a in result.items()
-        ]
+        )
 
     # ------------------------------------------------------------------ heartbeats
 
@@ -515,19 +526,19 @@ class ConsumerCoordinator:
 
     async def _heartbeat_once(self) -> None:
         deadline = monotonic_ms() + self.options.heartbeat_interval_ms
-        body = {
-            "group_id": self.group_id,
-            "generation_id": self.state.generation_id,
-            "member_id": self.state.member_id,
-            "group_instance_id": self.options.group_instance_id,
-        }
+        request = api.HeartbeatRequest(
+            group_id=self.group_id,
+            generation_id=self.state.generation_id,
+            member_id=self.state.member_id,
+            group_instance_id=self.options.group_instance_id,
+        )
         try:
-            answer = await self._call("/v1/heartbeat", body, deadline)
+            answer = await self._call("/v1/heartbeat", request, api.HeartbeatResponse, deadline)
         except KafkaError as e:
             log.debug("heartbeat of %s failed: %s", self.group_id, e)
             self.coordinator_unknown()
             return
-        error = _error_of(answer)
+        error = _error_of(answer.error)
         reaction = classify(error)
         if reaction is Reaction.OK:
             return
@@ -559,7 +570,10 @@ class ConsumerCoordinator:
             deadline = monotonic_ms() + self._config.request_timeout_ms
             await self._call(
                 "/v1/leave-group",
-                {"group_id": self.group_id, "members": [{"member_id": member_id}]},
+                api.LeaveGroupRequest(
+                    group_id=self.group_id, members=(api.LeaveGroupMember(member_id=member_id),)
+                ),
+                api.LeaveGroupResponse,
                 deadline,
             )
             log.info("left group %s (%s)", self.group_id, why)
@@ -643,24 +657,26 @@ class ConsumerCoordinator:
             generation, member_id = self.state.generation_id, self.state.member_id
         else:
             generation, member_id = -1, ""
-        body = {
-            "group_id": self.group_id,
-            "generation_id": generation,
-            "member_id": member_id,
-            "group_instance_id": self.options.group_instance_id,
-            "topics": _offsets_body(chosen),
-        }
+        request = api.OffsetCommitRequest(
+            group_id=self.group_id,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=self.options.group_instance_id,
+            topics=offset_commit_topics(chosen),
+        )
         while True:
             try:
-                answer = await self._call("/v1/offset-commit", body, deadline_ms)
+                answer = await self._call(
+                    "/v1/offset-commit", request, api.OffsetCommitResponse, deadline_ms
+                )
             except (NetworkError, RequestTimedOutError) as e:
                 await self._backoff(deadline_ms, e)
                 continue
             errors = [
-                error_from_wire(p["error"])
-                for t in answer.get("topics", [])
-                for p in t.get("partitions", [])
-                if p.get("error") is not None
+                error_from_message(p.error)
+                for t in answer.topics
+                for p in t.partitions
+                if p.error is not None
             ]
             if not errors:
                 if self.on_committed is not None:
@@ -736,20 +752,26 @@ class ConsumerCoordinator:
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
-        by_topic: dict[str, list[dict[str, int]]] = {}
+        by_topic: dict[str, list[api.OffsetFetchPartition]] = {}
         for tp in wanted:
-            by_topic.setdefault(tp.topic, []).append({"partition": tp.partition})
-        body = {
-            "group_id": self.group_id,
-            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-        }
+            by_topic.setdefault(tp.topic, []).append(
+                api.OffsetFetchPartition(partition=tp.partition)
+            )
+        request = api.OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=tuple(
+                api.OffsetFetchTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+            ),
+        )
         while True:
             try:
-                answer = await self._call("/v1/offset-fetch", body, deadline_ms)
+                answer = await self._call(
+                    "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
+                )
             except (NetworkError, RequestTimedOutError) as e:
                 await self._backoff(deadline_ms, e)
                 continue
-            error = _error_of(answer)
+            error = _error_of(answer.error)
             if error is None:
                 break
             if classify(error) is not Reaction.FIND_COORDINATOR:
@@ -758,11 +780,9 @@ class ConsumerCoordinator:
                 self.coordinator_unknown()
             await self._backoff(deadline_ms, error)
         found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
-        for t in answer.get("topics", []):
-            for p in t.get("partitions", []):
-                tp = TopicPartition(t["name"], int(p["partition"]))
-                if tp in found and int(p["offset"]) >= 0:
-                    found[tp] = OffsetAndMetadata(
-                        int(p["offset"]), p.get("metadata") or "", p.get("leader_epoch")
-                    )
+        for t in answer.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition)
+                if tp in found and p.offset >= 0:
+                    found[tp] = OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
         return found

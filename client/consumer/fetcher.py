@@ -27,9 +27,9 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ConsumerConfig
 from raftka.client.structs import ConsumerRecord, TopicPartition
 from raftka.common.errors import (
@@ -42,6 +42,7 @@ from raftka.common.errors import (
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
+from raftka.common.messages import broker as api
 from raftka.common.record import DecodedBatch, decode_batches
 from raftka.common.time import wait_event
 
@@ -178,31 +179,31 @@ class Fetcher:
         self, broker_id: int, address: str, offsets: dict[TopicPartition, int]
     ) -> None:
         config = self._config
-        body = {
-            "replica_id": -1,
-            "broker_epoch": -1,
-            "max_wait_ms": config.fetch_max_wait_ms,
-            "min_bytes": config.fetch_min_bytes,
-            "max_bytes": config.fetch_max_bytes,
-            "partitions": [
-                {
-                    "topic": tp.topic,
-                    "partition": tp.partition,
-                    "fetch_offset": offset,
-                    "partition_max_bytes": config.max_partition_fetch_bytes,
+        request = api.FetchRequest(
+            replica_id=-1,
+            broker_epoch=-1,
+            max_wait_ms=config.fetch_max_wait_ms,
+            min_bytes=config.fetch_min_bytes,
+            max_bytes=config.fetch_max_bytes,
+            partitions=tuple(
+                api.FetchPartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    fetch_offset=offset,
+                    partition_max_bytes=config.max_partition_fetch_bytes,
                     # KIP-320 fencing: a broker at another epoch answers
                     # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of data.
-                    "current_leader_epoch": self._leader_epoch(tp),
-                }
+                    current_leader_epoch=self._leader_epoch(tp),
+                )
                 for tp, offset in offsets.items()
-            ],
-        }
+            ),
+        )
         try:
             answer = await self._transport.request_frame(
                 address,
                 "/v1/fetch",
-                json_body=body,
-                entries_key="responses",
+                api.FetchResponse,
+                message=request,
                 timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
             )
             assert answer is not None
@@ -219,15 +220,18 @@ class Fetcher:
             self._arrived.set()
 
     def _handle(
-        self, header: dict[str, Any], payloads: list[memoryview], offsets: dict[TopicPartition, int]
+        self,
+        header: api.FetchResponse,
+        payloads: list[memoryview],
+        offsets: dict[TopicPartition, int],
     ) -> None:
-        for entry, payload in zip(header["responses"], payloads, strict=True):
-            tp = TopicPartition(entry["topic"], int(entry["partition"]))
+        for entry, payload in zip(header.responses, payloads, strict=True):
+            tp = TopicPartition(entry.topic, entry.partition)
             if tp not in offsets:
                 continue
-            hw = int(entry.get("high_watermark", -1))
-            if entry.get("error") is not None:
-                error = error_from_wire(entry["error"])
+            hw = entry.high_watermark
+            if entry.error is not None:
+                error = error_from_message(entry.error)
                 if (
                     isinstance(
                         error,

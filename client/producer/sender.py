@@ -37,9 +37,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from raftka.client._transport import MetadataCache, Transport, error_from_wire, monotonic_ms
+from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ProducerConfig
 from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from raftka.client.producer.idempotence import IdempotenceState
@@ -54,9 +54,9 @@ from raftka.common.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from raftka.common.messages import broker as api
 from raftka.common.record import build_batch
 from raftka.common.time import wait_event
-from raftka.common.wire import encode_frame
 
 __all__ = ["DeliveryCallback", "PendingRecord", "Sender"]
 
@@ -271,17 +271,21 @@ class Sender:
         while not self._aborted:
             for address in self._metadata.broker_addresses():
                 try:
-                    answer = await self._transport.request_json(
+                    answer = await self._transport.request_message(
                         address,
                         "POST",
                         "/v1/init-producer-id",
-                        json_body={"transactional_id": None, "timeout_ms": timeout_ms},
+                        api.InitProducerIdResponse,
+                        message=api.InitProducerIdRequest(timeout_ms=timeout_ms),
                         timeout_ms=timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
                     )
                 except KafkaError as e:
                     log.debug("InitProducerId at %s failed: %s", address, e)
                     continue
-                idem.set_identity(int(answer["producer_id"]), int(answer["producer_epoch"]))
+                if answer.error is not None:
+                    log.debug("InitProducerId at %s failed: %s", address, answer.error)
+                    continue
+                idem.set_identity(answer.producer_id, answer.producer_epoch)
                 log.debug("idempotent producer id %d", idem.producer_id)
                 self._wake.set()
                 return
@@ -343,20 +347,23 @@ class Sender:
             )
             for group in groups
         ]
-        header: dict[str, Any] = {
-            "acks": config.acks,
-            "timeout_ms": config.request_timeout_ms,
-            "partitions": [
-                {"topic": g[0].tp.topic, "partition": g[0].tp.partition} for g in groups
-            ],
-        }
-        frame = encode_frame(header, "partitions", payloads)
+        header = api.ProduceRequest(
+            acks=int(config.acks),  # normalised to -1, 0 or 1 by the config
+            timeout_ms=config.request_timeout_ms,
+            partitions=tuple(
+                api.ProducePartition(
+                    topic=g[0].tp.topic, partition=g[0].tp.partition, records_bytes=len(payload)
+                )
+                for g, payload in zip(groups, payloads, strict=True)
+            ),
+        )
+        frame = api.encode_frame(header, payloads)
         try:
             answer = await self._transport.request_frame(
                 address,
                 "/v1/produce",
+                api.ProduceResponse,
                 frame_body=frame,
-                entries_key="responses",
                 timeout_ms=config.request_timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
             )
         except KafkaError as e:
@@ -369,31 +376,27 @@ class Sender:
                 for batch in group:
                     self._complete(batch, -1, -1)
             return
-        responses = {(r.get("topic"), r.get("partition")): r for r in answer[0]["responses"]}
+        responses = {(r.topic, r.partition): r for r in answer[0].responses}
         for group in groups:
             tp = group[0].tp
             r = responses.get((tp.topic, tp.partition))
             if r is None:
                 self._retry_or_fail_group(group, UnknownServerError(f"no answer for {tp}"))
-            elif r.get("error") is None:
+            elif r.error is None:
                 # The group was appended as one run of offsets, in order.
-                base_offset = int(r["base_offset"])
-                append_time = int(r.get("log_append_time_ms", -1))
+                base_offset = r.base_offset
+                append_time = r.log_append_time_ms
                 for batch in group:
                     self._complete(batch, base_offset, append_time)
                     if base_offset >= 0:
                         base_offset += len(batch.records)
             else:
-                error = error_from_wire(r["error"])
+                error = error_from_message(r.error)
                 if isinstance(error, NotLeaderOrFollowerError | UnknownTopicOrPartitionError):
                     self._metadata.invalidate()
-                    hint = r.get("current_leader")
-                    if (
-                        isinstance(hint, dict)
-                        and hint.get("address")
-                        and hint.get("leader_id") is not None
-                    ):
-                        self._leader_hints[tp] = (int(hint["leader_id"]), str(hint["address"]))
+                    hint = r.current_leader
+                    if hint is not None and hint.address:
+                        self._leader_hints[tp] = (hint.leader_id, hint.address)
                     else:
                         self._leader_hints.pop(tp, None)
                 self._retry_or_fail_group(group, error)

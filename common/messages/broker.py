@@ -1,0 +1,346 @@
+"""The broker API's messages (docs/protocol.md, "Broker API"): produce, fetch, list
+offsets, metadata, InitProducerId, and the frame that carries record bytes.
+
+Produce requests and fetch answers are *frames* (:mod:`raftka.common.wire`): a JSON
+header, then each partition's RecordBatch bytes. The header is a message here
+(:class:`ProduceRequest`, :class:`FetchResponse`) whose entries name their
+``records_bytes``; :func:`encode_frame` and :func:`decode_frame` put a header message
+and the payloads together and take them apart, decoding the header bytes straight into
+the message (no dict in between). Record bytes stay bytes.
+
+Both the client and the broker use these classes, and so does a follower's replica
+fetcher (a :class:`FetchRequest` with its ``replica_id`` and ``broker_epoch``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Annotated, ClassVar, Final, Protocol, TypeVar
+
+import msgspec
+
+from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.common.messages import (
+    Int32,
+    Message,
+    NonNegInt32,
+    NonNegInt64,
+    PartitionId,
+    TopicName,
+    decode,
+    encode,
+)
+from raftka.common.wire import FRAME_HEADER_BYTES_MAX
+
+__all__ = [
+    "PARTITIONS_MAX",
+    "CurrentLeader",
+    "DivergingEpoch",
+    "ErrorObject",
+    "FetchPartition",
+    "FetchPartitionResponse",
+    "FetchRequest",
+    "FetchResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
+    "Int64",
+    "ListOffsetsPartition",
+    "ListOffsetsPartitionResponse",
+    "ListOffsetsRequest",
+    "ListOffsetsResponse",
+    "MetadataBroker",
+    "MetadataPartition",
+    "MetadataRequest",
+    "MetadataResponse",
+    "MetadataTopic",
+    "ProducePartition",
+    "ProducePartitionResponse",
+    "ProduceRequest",
+    "ProduceResponse",
+    "decode_frame",
+    "encode_frame",
+    "error_object",
+]
+
+#: Partitions in one produce, fetch or list-offsets request (the replica manager's
+#: REQUEST_PARTITIONS_MAX: a request above it is refused before any work).
+PARTITIONS_MAX: Final = 10_000
+#: Brokers and topics in one metadata answer; a guard against a runaway peer.
+METADATA_ITEMS_MAX: Final = 1_000_000
+
+Int16 = Annotated[int, msgspec.Meta(ge=-(2**15), le=2**15 - 1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+#: Kafka's STRING: an int16 length.
+KafkaString = Annotated[str, msgspec.Meta(max_length=2**15 - 1)]
+
+
+# ---------------------------------------------------------------------------------------
+# Shared parts
+
+
+class ErrorObject(Message, frozen=True, kw_only=True):
+    """An error as every raftka answer carries it: Kafka's name and code, a message."""
+
+    error: KafkaString
+    error_code: Int16 = -1
+    message: str = ""
+
+
+def error_object(error: KafkaError | None) -> ErrorObject | None:
+    """The wire form of ``error`` (None stays None)."""
+    if error is None:
+        return None
+    return ErrorObject(error=error.name, error_code=error.code, message=error.message)
+
+
+class CurrentLeader(Message, frozen=True, kw_only=True):
+    """Who leads a partition as the answering broker's metadata says (with
+    NOT_LEADER_OR_FOLLOWER), so a client can go there without a metadata round trip."""
+
+    leader_id: Int32
+    leader_epoch: Int32 = -1
+    address: str | None = None
+
+
+class DivergingEpoch(Message, frozen=True, kw_only=True):
+    """A follower's log diverges from the leader's: truncate to ``end_offset``."""
+
+    epoch: Int32
+    end_offset: Int64
+
+
+# ---------------------------------------------------------------------------------------
+# The frame
+
+
+class FrameEntry(Protocol):
+    @property
+    def records_bytes(self) -> int: ...
+
+
+class FramedMessage(Protocol):
+    """A frame header: its entries, in payload order, under the field ``ENTRIES``."""
+
+    ENTRIES: ClassVar[str]
+
+    def frame_entries(self) -> Sequence[FrameEntry]: ...
+
+
+F = TypeVar("F", bound=FramedMessage)
+
+_LEN: Final = struct.Struct(">I")
+
+
+def encode_frame(header: FramedMessage, payloads: Sequence[bytes | memoryview]) -> bytes:
+    """``header`` (whose entries already name their ``records_bytes``) and the payloads,
+    one per entry, as one frame body."""
+    entries = header.frame_entries()
+    assert len(entries) == len(payloads), (len(entries), len(payloads))
+    for entry, payload in zip(entries, payloads, strict=True):
+        assert entry.records_bytes == len(payload), (entry.records_bytes, len(payload))
+    head = encode(header)
+    return b"".join([_LEN.pack(len(head)), head, *payloads])
+
+
+def decode_frame(body: bytes, header_type: type[F]) -> tuple[F, list[memoryview]]:
+    """The header message and one payload view per entry; INVALID_REQUEST (naming the
+    field) when the header breaks its bounds or the lengths do not fit the body."""
+    view = memoryview(body)
+    if len(view) < _LEN.size:
+        raise InvalidRequestError("frame shorter than its length prefix")
+    (head_len,) = _LEN.unpack_from(view, 0)
+    if head_len > FRAME_HEADER_BYTES_MAX or _LEN.size + head_len > len(view):
+        raise InvalidRequestError(f"frame header of {head_len} bytes does not fit the body")
+    header = decode(view[_LEN.size : _LEN.size + head_len], header_type)
+    pos = _LEN.size + head_len
+    payloads: list[memoryview] = []
+    for i, entry in enumerate(header.frame_entries()):
+        size = entry.records_bytes
+        if pos + size > len(view):
+            where = f"$.{header.ENTRIES}[{i}].records_bytes"
+            raise InvalidRequestError(f"records_bytes {size} overruns the body - at `{where}`")
+        payloads.append(view[pos : pos + size])
+        pos += size
+    if pos != len(view):
+        raise InvalidRequestError(f"{len(view) - pos} bytes after the last payload")
+    return header, payloads
+
+
+# ---------------------------------------------------------------------------------------
+# Produce (POST /v1/produce: a frame; the answer is JSON, or 204 for acks=0)
+
+
+class ProducePartition(Message, frozen=True, kw_only=True):
+    topic: TopicName
+    partition: PartitionId
+    records_bytes: NonNegInt32 = 0
+
+
+class ProduceRequest(Message, frozen=True, kw_only=True):
+    #: 0, 1 or -1; other values answer INVALID_REQUIRED_ACKS per partition (Kafka's
+    #: int16 bound is the only one checked here).
+    acks: Int16 = 1
+    timeout_ms: NonNegInt32 = 30_000
+    partitions: Annotated[tuple[ProducePartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
+
+    ENTRIES: ClassVar[str] = "partitions"
+
+    def frame_entries(self) -> Sequence[ProducePartition]:
+        return self.partitions
+
+
+class ProducePartitionResponse(Message, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error: ErrorObject | None = None
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    current_leader: CurrentLeader | None = None
+
+
+class ProduceResponse(Message, frozen=True, kw_only=True):
+    responses: tuple[ProducePartitionResponse, ...] = ()
+
+    ENTRIES: ClassVar[str] = "responses"
+
+    def frame_entries(self) -> Sequence[FrameEntry]:
+        return ()  # a JSON answer: no payloads
+
+
+# ---------------------------------------------------------------------------------------
+# InitProducerId (POST /v1/init-producer-id)
+
+
+class InitProducerIdRequest(Message, frozen=True, kw_only=True):
+    #: Must be null until transactions exist (INVALID_REQUEST otherwise).
+    transactional_id: KafkaString | None = None
+    timeout_ms: NonNegInt32 = 30_000
+
+
+class InitProducerIdResponse(Message, frozen=True, kw_only=True):
+    error: ErrorObject | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+# ---------------------------------------------------------------------------------------
+# Fetch (POST /v1/fetch: JSON; the answer is a frame)
+
+
+class FetchPartition(Message, frozen=True, kw_only=True):
+    topic: TopicName
+    partition: PartitionId
+    #: Signed as Kafka's: a negative offset answers OFFSET_OUT_OF_RANGE per partition.
+    fetch_offset: Int64
+    partition_max_bytes: NonNegInt32 = 1024 * 1024
+    #: KIP-320 fencing; null skips the check.
+    current_leader_epoch: Int32 | None = None
+    #: Followers: the epoch of their last record (divergence check).
+    last_fetched_epoch: Int32 | None = None
+    #: Followers: their log start offset.
+    log_start_offset: Int64 = -1
+
+
+class FetchRequest(Message, frozen=True, kw_only=True):
+    """A consumer's (``replica_id`` -1) or a follower's fetch (its broker id and
+    broker epoch, for KIP-380-style fencing of a restarted follower)."""
+
+    replica_id: Int32 = -1
+    broker_epoch: Int64 = -1
+    max_wait_ms: NonNegInt32 = 0
+    min_bytes: Int32 = 1
+    max_bytes: NonNegInt32 = 50 * 1024 * 1024
+    partitions: Annotated[tuple[FetchPartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
+
+
+class FetchPartitionResponse(Message, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error: ErrorObject | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    diverging_epoch: DivergingEpoch | None = None
+    current_leader: CurrentLeader | None = None
+    records_bytes: NonNegInt64 = 0
+
+
+class FetchResponse(Message, frozen=True, kw_only=True):
+    responses: tuple[FetchPartitionResponse, ...] = ()
+
+    ENTRIES: ClassVar[str] = "responses"
+
+    def frame_entries(self) -> Sequence[FetchPartitionResponse]:
+        return self.responses
+
+
+# ---------------------------------------------------------------------------------------
+# ListOffsets (POST /v1/list-offsets)
+
+
+class ListOffsetsPartition(Message, frozen=True, kw_only=True):
+    topic: TopicName
+    partition: PartitionId
+    #: -2 earliest, -1 latest, else a timestamp in ms.
+    timestamp: Int64
+
+
+class ListOffsetsRequest(Message, frozen=True, kw_only=True):
+    partitions: Annotated[tuple[ListOffsetsPartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
+
+
+class ListOffsetsPartitionResponse(Message, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error: ErrorObject | None = None
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int | None = None
+
+
+class ListOffsetsResponse(Message, frozen=True, kw_only=True):
+    responses: tuple[ListOffsetsPartitionResponse, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------
+# Metadata (GET /v1/metadata?topics=a,b)
+
+
+class MetadataRequest(Message, frozen=True, kw_only=True):
+    """The query string's ``topics`` (comma-separated); None asks for every topic."""
+
+    topics: Annotated[tuple[TopicName, ...], msgspec.Meta(max_length=PARTITIONS_MAX)] | None = None
+
+
+class MetadataBroker(Message, frozen=True, kw_only=True):
+    id: int
+    host: str | None = None
+    port: int | None = None
+    rack: str | None = None
+
+
+class MetadataPartition(Message, frozen=True, kw_only=True):
+    partition: int
+    #: -1 (or null) while no leader is elected.
+    leader: int | None = -1
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    error: ErrorObject | None = None
+
+
+class MetadataTopic(Message, frozen=True, kw_only=True):
+    name: str
+    topic_id: str | None = None
+    error: ErrorObject | None = None
+    partitions: tuple[MetadataPartition, ...] = ()
+
+
+class MetadataResponse(Message, frozen=True, kw_only=True):
+    controller_id: int | None = None
+    controllers: tuple[str, ...] = ()
+    brokers: Annotated[tuple[MetadataBroker, ...], msgspec.Meta(max_length=METADATA_ITEMS_MAX)] = ()
+    topics: Annotated[tuple[MetadataTopic, ...], msgspec.Meta(max_length=METADATA_ITEMS_MAX)] = ()
+    metadata_offset: int = -1

@@ -87,6 +87,7 @@ from raftka.common.record.header import (
     parse_header,
 )
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
+from raftka.storage.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_clean
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
 from raftka.storage.segment import (
@@ -102,8 +103,6 @@ from raftka.storage.segment import (
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
-CLEANED_SUFFIX: Final = ".cleaned"
-SWAP_SUFFIX: Final = ".swap"
 _STRAY_SUFFIXES: Final = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
 _ATTR = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
@@ -275,6 +274,9 @@ class Log:
         self.path.mkdir(parents=True, exist_ok=True)
         marker = self.path / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        # Log cleaner: finish a swap a crash interrupted, drop unfinished .cleaned files.
+        if complete_interrupted_clean(self.path):
+            clean = False  # a completed swap's indexes are rebuilt by recovery
         bases: list[int] = []
         index_bases: list[tuple[int, Path]] = []
         for p in self.path.iterdir():
@@ -359,8 +361,10 @@ class Log:
         keep = len(self._segments)
         for i in range(first, len(self._segments)):
             seg = self._segments[i]
-            if i > 0 and seg.base_offset != self._segments[i - 1].next_offset:
-                keep = i  # a gap or overlap: the previous segment was cut short
+            # An overlap means the previous segment was cut short. A gap is what the log
+            # cleaner leaves when it removed a segment's last records.
+            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
+                keep = i
                 break
             cut = seg.recover(on_batch)
             seg.flush()
@@ -915,7 +919,8 @@ class Log:
         self._check_open()
         now = self._clock_ms()
         deleted = 0
-        retention_ms = self.config.retention_ms
+        # cleanup.policy=compact alone deletes nothing by time or size (Kafka's rule).
+        retention_ms = self.config.retention_ms if self.config.delete else -1
         if retention_ms >= 0:
 
             def too_old(seg: LogSegment, _next: LogSegment | None) -> bool:
@@ -923,7 +928,7 @@ class Log:
                 return now - (seg.created_ms if ts == NO_TIMESTAMP else ts) > retention_ms
 
             deleted += self._delete_old_segments(too_old)
-        retention_bytes = self.config.retention_bytes
+        retention_bytes = self.config.retention_bytes if self.config.delete else -1
         if retention_bytes >= 0:
             excess = self.size_bytes - retention_bytes
 
@@ -1018,6 +1023,28 @@ class Log:
             write_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT, 0, [[self._log_start_offset]])
         except OSError as e:
             raise KafkaStorageError(f"checkpoint write in {self.path} failed: {e}") from e
+
+    # ------------------------------------------ log cleaner hooks (storage/cleaner.py)
+    # The cleaner reads segments below the active one and, once a cleaned segment's
+    # files are in place on disk, swaps it into the segment list here. Nothing else.
+
+    def segments_for_cleaner(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list; the last one is active)."""
+        self._check_open()
+        return list(self._segments)
+
+    def replace_cleaned_segments(self, first: int, count: int, cleaned: LogSegment) -> None:
+        """Put ``cleaned`` in place of segments ``[first, first + count)``, whose files the
+        cleaner has already replaced on disk. Offsets, log start and log end are unchanged
+        (the cleaner never touches the active segment)."""
+        self._check_open()
+        assert first >= 0 and first + count < len(self._segments), "active segment untouched"
+        assert cleaned.base_offset == self._segments[first].base_offset, "same base offset"
+        self._segments[first : first + count] = [cleaned]
+        self._bases[first : first + count] = [cleaned.base_offset]
+        self._rebuild_ts_prefix()
+
+    # ---------------------------------------- end of log cleaner hooks
 
     # --------------------------------------------------------------------- closing
 

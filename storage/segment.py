@@ -99,14 +99,19 @@ class LogSegment:
         index_bytes_max: int,
         index_interval_bytes: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        # ``suffix`` (e.g. ``.cleaned``) follows every file name: the log cleaner writes a
+        # segment under temporary names and renames it into place (storage/cleaner.py).
         self.base_offset = base_offset
-        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX + suffix)
         self.offset_index = OffsetIndex(
-            directory / file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes_max
+            directory / file_name(base_offset, INDEX_SUFFIX + suffix), base_offset, index_bytes_max
         )
         self.time_index = TimeIndex(
-            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes_max
+            directory / file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset,
+            index_bytes_max,
         )
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -367,8 +372,9 @@ class LogSegment:
         """Rewalk the file with CRC checks and rebuild both indexes.
 
         Cuts the file at the first batch that is torn, fails its CRC, or does not follow
-        on from the previous one (offsets contiguous from ``expected_base``, which
-        defaults to the segment's base offset; leader epochs never decreasing).
+        on from the previous one (offsets growing from ``expected_base``, which defaults
+        to the segment's base offset, with gaps where the cleaner removed records; leader
+        epochs never decreasing).
         ``on_batch(epoch, base_offset)`` sees every batch kept. Returns the bytes cut.
         Never raises on bad data.
         """
@@ -397,7 +403,10 @@ class LogSegment:
                     break
                 if len(batch) != size or not crc_valid(batch):
                     break
-                if header.base_offset != self.next_offset:
+                # Offsets must grow; gaps are allowed because the log cleaner removes
+                # records and whole batches without renumbering (Kafka's recovery does
+                # not require contiguity either). An overlap still cuts.
+                if header.base_offset < self.next_offset:
                     break
                 if header.last_offset - self.base_offset > INT32_MAX:
                     break

@@ -168,6 +168,7 @@ __all__ = [
     "complete_interrupted_clean",
     "partition_of",
     "read_cleaner_checkpoint",
+    "was_cleaned",
 ]
 
 CLEANED_SUFFIX: Final = ".cleaned"
@@ -261,6 +262,12 @@ def read_cleaner_checkpoint(data_dir: Path) -> dict[tuple[str, int], int]:
         except ValueError:
             return {}
     return out
+
+
+def was_cleaned(log_dir: Path) -> bool:
+    """True if the cleaner has a checkpoint for this log: its segments may have offset
+    gaps (recovery then allows them, even if cleanup.policy changed to delete since)."""
+    return partition_of(log_dir) in read_cleaner_checkpoint(log_dir.parent)
 
 
 def _update_cleaner_checkpoint(data_dir: Path, key: tuple[str, int], offset: int | None) -> None:

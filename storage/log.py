@@ -87,7 +87,12 @@ from raftka.common.record.header import (
     parse_header,
 )
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
-from raftka.storage.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_clean
+from raftka.storage.cleaner import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    complete_interrupted_clean,
+    was_cleaned,
+)
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
 from raftka.storage.segment import (
@@ -359,14 +364,16 @@ class Log:
             cache.assign(epoch, base_offset, persist=False)
 
         keep = len(self._segments)
+        # A compacted log (by policy now, or cleaned once) has offset gaps (cleaner.py).
+        gaps = self.config.compact or was_cleaned(self.path)
         for i in range(first, len(self._segments)):
             seg = self._segments[i]
-            # An overlap means the previous segment was cut short. A gap is what the log
-            # cleaner leaves when it removed a segment's last records.
-            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
-                keep = i
+            prev_next = self._segments[i - 1].next_offset if i > 0 else seg.base_offset
+            if seg.base_offset != prev_next and not (gaps and seg.base_offset > prev_next):
+                keep = i  # a gap or overlap: the previous segment was cut short
                 break
-            cut = seg.recover(on_batch)
+            limit = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else None
+            cut = seg.recover(on_batch, offsets_may_gap=gaps, offset_limit=limit)
             seg.flush()
             if cut > 0:
                 keep = i + 1

@@ -367,14 +367,20 @@ class LogSegment:
         return True
 
     def recover(
-        self, on_batch: Callable[[int, int], None], *, expected_base: int | None = None
+        self,
+        on_batch: Callable[[int, int], None],
+        *,
+        expected_base: int | None = None,
+        offsets_may_gap: bool = False,
+        offset_limit: int | None = None,
     ) -> int:
         """Rewalk the file with CRC checks and rebuild both indexes.
 
         Cuts the file at the first batch that is torn, fails its CRC, or does not follow
-        on from the previous one (offsets growing from ``expected_base``, which defaults
-        to the segment's base offset, with gaps where the cleaner removed records; leader
-        epochs never decreasing).
+        on from the previous one (offsets contiguous from ``expected_base``, which
+        defaults to the segment's base offset, or only growing and below
+        ``offset_limit`` if ``offsets_may_gap``, for a compacted log; leader epochs never
+        decreasing).
         ``on_batch(epoch, base_offset)`` sees every batch kept. Returns the bytes cut.
         Never raises on bad data.
         """
@@ -403,10 +409,16 @@ class LogSegment:
                     break
                 if len(batch) != size or not crc_valid(batch):
                     break
-                # Offsets must grow; gaps are allowed because the log cleaner removes
-                # records and whole batches without renumbering (Kafka's recovery does
-                # not require contiguity either). An overlap still cuts.
-                if header.base_offset < self.next_offset:
+                # Offsets are contiguous, except in a log the cleaner has compacted: it
+                # removes records and batches without renumbering (Kafka's recovery does
+                # not require contiguity at all). The base offset lies outside the CRC,
+                # so contiguity is what catches a corrupt one; with gaps allowed, a batch
+                # must at least stay below the next segment (``offset_limit``).
+                if header.base_offset != self.next_offset and not (
+                    offsets_may_gap and header.base_offset > self.next_offset
+                ):
+                    break
+                if offset_limit is not None and header.last_offset >= offset_limit:
                     break
                 if header.last_offset - self.base_offset > INT32_MAX:
                     break

@@ -234,6 +234,7 @@ class Log:
         self.config = config
         # Read on every append; the config is frozen, and a property call costs ~60 ns.
         self._log_append_time = config.log_append_time
+        self._segment_ms_max = config.max_segment_ms  # segment.ms, or the max compaction lag
         self._clock_ms = clock_ms
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -582,7 +583,9 @@ class Log:
 
     def append_as_follower(self, batches: bytes | bytearray) -> LogAppendInfo:
         """Append batches that already carry their offsets (replication, Raft fetch).
-        They must start at the log end and be contiguous; epochs never decrease."""
+        They must start at the log end and be contiguous; epochs never decrease. On a
+        compacted log (cleanup.policy has compact) offsets need only grow from the log
+        end: the leader's cleaner leaves gaps (Kafka's follower accepts them too)."""
         if self._closed:
             self._check_open()
         data = memoryview(batches)
@@ -596,8 +599,9 @@ class Log:
         epochs: list[tuple[int, int]] = []
         records = 0
         max_ts, offset_of_max_ts = NO_TIMESTAMP, expected - 1
+        gaps = self.config.compact
         for pos, size, base, epoch, _, delta, batch_max_ts, count in headers:
-            if base != expected:
+            if base != expected and not (gaps and base > expected):
                 if not spans:
                     raise UnexpectedAppendOffsetError(
                         f"follower append starts at offset {base} but the log end "
@@ -623,6 +627,7 @@ class Log:
                 max_ts, offset_of_max_ts = batch_max_ts, last
             records += count
             expected = last + 1
+        first_offset = headers[0][2]  # above the old log end only across a cleaner's gap
         info = self._append(
             data,
             spans,
@@ -708,7 +713,7 @@ class Log:
             # Roll if the append would pass segment.bytes, fill an index or overflow
             # the int32 offset relative to the segment's base.
             if (
-                waited_ms > config.segment_ms
+                waited_ms > self._segment_ms_max
                 or seg.size + size > config.segment_bytes
                 or seg.offset_index.is_full
                 or seg.time_index.is_full

@@ -119,6 +119,15 @@ class LogConfig:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
     @property
+    def max_segment_ms(self) -> int:
+        """The roll interval: segment.ms, or max.compaction.lag.ms if smaller on a
+        compacted log, so the active segment (never cleaned) rolls in time for the
+        cleaner to honour the maximum lag (Kafka's LogConfig.maxSegmentMs)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
     def compact(self) -> bool:
         """cleanup.policy includes ``compact``: the log cleaner may compact this log."""
         return COMPACT in self.cleanup_policy.split(",")

@@ -441,6 +441,42 @@ def test_offset_map_bound_moves_the_end_down(log_dir: Path, opened: list[Log]) -
     assert latest_by_key(read_all(log)[0]) == latest_by_key(before)
 
 
+def test_follower_copies_a_cleaned_log_with_its_gaps(log_dir: Path, opened: list[Log]) -> None:
+    """A follower fetching a cleaned leader's log appends batches across the gaps on a
+    compacted log and ends with the same records at the same offsets; a log without
+    compact still refuses a gap."""
+    leader = open_log(log_dir, opened, config())
+    fill(leader, keys=3, rounds=6)
+    assert LogCleaner().clean_once(leader, T0).cleaned
+    follower = open_log(log_dir.with_name("follower-0"), opened, config())
+    offset = 0
+    while offset < leader.log_end_offset:  # bounded: the follower's end grows each round
+        data = leader.read(offset, 1 << 20, whole_batches=True)
+        follower.append_as_follower(data)
+        offset = follower.log_end_offset
+    assert read_all(follower)[0] == read_all(leader)[0]
+    strict = open_log(log_dir.with_name("strict-0"), opened, config(cleanup_policy="delete"))
+    with pytest.raises(Exception, match="log end"):
+        strict.append_as_follower(leader.read(5, 1 << 20, whole_batches=True))
+
+
+def test_compacted_log_rolls_by_max_compaction_lag(log_dir: Path, opened: list[Log]) -> None:
+    """On a compacted log the active segment rolls after min(segment.ms,
+    max.compaction.lag.ms), so the cleaner can honour the maximum lag (Kafka's
+    maxSegmentMs); segment.ms alone otherwise."""
+    cfg = config(segment_bytes=1 << 20, max_compaction_lag_ms=1000)
+    assert cfg.max_segment_ms == 1000
+    assert config(cleanup_policy="delete", max_compaction_lag_ms=1000).max_segment_ms == (
+        LogConfig().segment_ms
+    )
+    log = open_log(log_dir, opened, cfg)
+    produce(log, [(b"k", b"1")], ts=T0)
+    produce(log, [(b"k", b"2")], ts=T0 + 999)
+    assert log.segment_count == 1
+    produce(log, [(b"k", b"3")], ts=T0 + 1001)
+    assert log.segment_count == 2
+
+
 # ---------------------------------------------------------------------------- crashes
 
 
@@ -481,6 +517,61 @@ def test_crash_at_a_named_step_recovers_on_open(
     assert all(original[row[0]] == row for row in after)
     assert latest_by_key(after) == latest_by_key(before)
     assert not [p for p in os.listdir(log_dir) if p.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+_KILL_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from raftka.storage import Log, LogConfig
+from raftka.storage import cleaner
+steps = 0
+def kill_at(name):
+    global steps
+    steps += 1
+    if steps == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)
+cleaner._crash_point = kill_at
+cfg = LogConfig(segment_bytes=700, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+                index_interval_bytes=100)
+log = Log.open(Path(sys.argv[1]), cfg)
+log.update_high_watermark(log.log_end_offset)
+cleaner.LogCleaner().clean_once(log, %d)
+print("finished", steps)
+"""
+
+
+def test_real_kill_9_of_a_cleaning_process_recovers(log_dir: Path, opened: list[Log]) -> None:
+    """The same check as the property test with a real SIGKILL: a child process opens
+    the log and cleans it, killing itself at step N of the pass (early, around the
+    commit point, late); the parent reopens the directory and finds every key's latest
+    value at its original offset, the log end unchanged and no temporary file left."""
+    import subprocess
+    import sys
+
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=4, rounds=5)
+    leo = log.log_end_offset
+    log.close()
+    opened.remove(log)
+    original = {row[0]: row for row in before}
+    for step in (2, 12, 20, 10_000):
+        child = subprocess.run(
+            [sys.executable, "-c", _KILL_CHILD % T0, str(log_dir), str(step)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert child.returncode == (0 if step == 10_000 else -9), child.stderr
+        log = open_log(log_dir, opened, config())
+        after = read_all(log)[0]
+        assert log.log_end_offset == leo
+        assert all(original[row[0]] == row for row in after)
+        assert latest_by_key(after) == latest_by_key(before)
+        assert not [p for p in os.listdir(log_dir) if p.endswith((".cleaned", ".swap"))]
+        log.close()
+        opened.remove(log)
+    assert child.returncode == 0 and "finished" in child.stdout  # the last pass completes
 
 
 # ---------------------------------------------------------------------------- dump-log

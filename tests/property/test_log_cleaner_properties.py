@@ -16,7 +16,9 @@ closing it, reopens the directory (recovery runs) and checks:
 - every key's latest record is the original latest, except a tombstone that the
   cleaner may drop once delete.retention.ms has passed (then the key is gone whole);
 - records without a key and everything in the active segment are all still there;
-- no .cleaned, .swap or .deleted file is left;
+- each idempotent producer's last batch (offsets, last sequence) is still there, as a
+  whole batch or an emptied header, so producer state rebuilt from the log survives;
+- no .cleaned or .swap file is left;
 - a full pass afterwards still ends in the compacted state (each key once below the
   cleaned end, its latest value).
 """
@@ -31,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftka.common.record.batch import Record, build_batch, decode_batches
+from raftka.common.record.header import BatchHeader
 from raftka.storage import Log, LogConfig
 from raftka.storage import cleaner as cleaner_module
 from raftka.storage.cleaner import LogCleaner
@@ -45,21 +48,53 @@ class SimulatedKillError(BaseException):
     code under test can swallow it (kill -9 cannot be caught either)."""
 
 
+# (key, value, idempotent producer id or None). One record per batch.
+Spec = tuple[bytes | None, bytes | None, int | None]
 records_st = st.lists(
     st.tuples(
         st.one_of(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]), st.none()),
         st.one_of(st.binary(min_size=1, max_size=40), st.none()),
+        st.one_of(st.none(), st.sampled_from([1, 2])),
     ).filter(lambda kv: kv[0] is not None or kv[1] is not None),
     min_size=5,
     max_size=60,
 )
 
 
-def _append(log: Log, rows: list[tuple[bytes | None, bytes | None]], ts: int) -> None:
-    for i, (key, value) in enumerate(rows):
-        batch = build_batch([Record(value=value, key=key, timestamp_ms=ts + i)])
+def _append(log: Log, rows: list[Spec], ts: int, sequences: dict[int, int]) -> None:
+    for i, (key, value, producer_id) in enumerate(rows):
+        fields: dict[str, int] = {}
+        if producer_id is not None:
+            sequence = sequences.get(producer_id, 0)
+            sequences[producer_id] = sequence + 1
+            fields = {"producer_id": producer_id, "producer_epoch": 0, "base_sequence": sequence}
+        batch = build_batch([Record(value=value, key=key, timestamp_ms=ts + i)], **fields)
         log.append_as_leader(batch, 0)
     log.update_high_watermark(log.log_end_offset)
+
+
+def _last_producer_batches(log: Log) -> dict[int, tuple[int, int, int]]:
+    """Producer id -> (base offset, last offset, last sequence) of its last batch: what
+    producer state rebuilt from the log needs."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for h in _headers(log):
+        if h.producer_id >= 0:
+            out[h.producer_id] = (h.base_offset, h.last_offset, h.last_sequence)
+    return out
+
+
+def _headers(log: Log) -> list[BatchHeader]:
+    headers: list[BatchHeader] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:  # bounded: offset grows every round
+        data = log.read(offset, 1 << 20, whole_batches=True)
+        if not data:
+            break
+        for b in decode_batches(data):
+            if b.header.last_offset >= offset:
+                headers.append(b.header)
+                offset = b.header.last_offset + 1
+    return headers
 
 
 def _read_all(log: Log) -> list[Row]:
@@ -121,8 +156,8 @@ def _check(log: Log, original: list[Row], leo: int, active_base: int) -> list[Ro
 )
 def test_kill_at_any_step_of_a_pass_recovers_to_pre_or_post_clean(
     *,
-    first: list[tuple[bytes | None, bytes | None]],
-    second: list[tuple[bytes | None, bytes | None]],
+    first: list[Spec],
+    second: list[Spec],
     clean_first: bool,
     segment_bytes: int,
     expire_tombstones: bool,
@@ -139,12 +174,14 @@ def test_kill_at_any_step_of_a_pass_recovers_to_pre_or_post_clean(
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "topic-0"
         log = Log.open(path, cfg, clock_ms=lambda: T0)
-        _append(log, first, T0)
+        sequences: dict[int, int] = {}
+        _append(log, first, T0, sequences)
         cleaner = LogCleaner()
         if clean_first:
             cleaner.clean_once(log, now_ms)  # no crash: the next pass has a clean section
-        _append(log, second, T0 + 100)
+        _append(log, second, T0 + 100, sequences)
         original = _read_all(log)
+        producers = _last_producer_batches(log)
         leo, active_base = log.log_end_offset, log.active_segment_base_offset
 
         steps = 0
@@ -168,11 +205,13 @@ def test_kill_at_any_step_of_a_pass_recovers_to_pre_or_post_clean(
         log = Log.open(path, cfg, clock_ms=lambda: T0)
         try:
             _check(log, original, leo, active_base)
+            assert _last_producer_batches(log) == producers
             leftovers = [n for n in os.listdir(path) if n.endswith((".cleaned", ".swap"))]
             assert not leftovers, leftovers
             # A pass after recovery still compacts: each key once below its end.
             stats = cleaner.clean_once(log, now_ms)
             rows = _check(log, original, leo, active_base)
+            assert _last_producer_batches(log) == producers
             if stats.cleaned:
                 below = [r[1] for r in rows if r[0] < stats.end_offset and r[1] is not None]
                 assert len(below) == len(set(below)), "a superseded record survived"

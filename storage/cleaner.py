@@ -102,8 +102,10 @@ every key and every offset are unchanged, and the next pass removes them again.
 
 Bounds: the offset map (``dedupe_buffer_bytes``), the kept bytes buffered before a write
 (``io_buffer_bytes``, Kafka's ``log.cleaner.io.buffer.size``), a group's size
-(``segment.bytes``), a batch's decompressed size (the codec's bound), the passes that
-move the end below open transactions (at most one per segment).
+(``segment.bytes``), a batch's decompressed size (the codec's bound). Transactions
+pending in the map pass (their keys and batch offsets, kept until a marker decides them)
+count against the dedupe buffer too, so one bound covers the map pass's memory. Every
+loop walks a finite list: segments, the batches of a segment, the records of a batch.
 
 Not thread-safe, like :class:`Log`: the caller holds the partition's lock for the whole
 of :meth:`LogCleaner.clean_once` (see its docstring for how the broker schedules it).
@@ -713,7 +715,10 @@ class LogCleaner:
                 elif h.is_transactional:
                     pending_batches.setdefault(pid, []).append(h.base_offset)
                     keyed = [(r.key, r.offset) for r in batch.records if r.key is not None]
-                    cost = sum(len(key) for key, _ in keyed) + 16 * (len(keyed) + 1)
+                    # Each pending key and the batch itself cost an entry until the
+                    # marker comes (an aborted batch's offset is kept for the rewrite).
+                    cost = sum(len(key) for key, _ in keyed)
+                    cost += MAP_ENTRY_OVERHEAD_BYTES * (len(keyed) + 1)
                     if not offset_map.reserve(cost):
                         full = True
                     pending_keys.setdefault(pid, []).extend(keyed)

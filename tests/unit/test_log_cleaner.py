@@ -477,6 +477,41 @@ def test_compacted_log_rolls_by_max_compaction_lag(log_dir: Path, opened: list[L
     assert log.segment_count == 2
 
 
+def test_cleaner_checkpoint_file_is_kafkas_format_shared_by_a_directory(
+    tmp_path: Path, opened: list[Log]
+) -> None:
+    """One cleaner-offset-checkpoint per log directory, Kafka's text format (version,
+    count, ``topic partition offset`` lines, sorted); truncation lowers an entry above
+    the new end, forget drops it; a torn or malformed file reads as empty (every log is
+    then cleaned from its start)."""
+    data = tmp_path / "data"
+    cleaner = LogCleaner()
+    logs = []
+    for name in ("orders-1", "orders-0", "users-12"):
+        log = open_log(data / name, opened, config())
+        fill(log, keys=3, rounds=5)
+        assert cleaner.clean_once(log, T0).cleaned
+        logs.append(log)
+    text = (data / CLEANER_OFFSET_CHECKPOINT).read_text()
+    lines = text.splitlines()
+    assert lines[:2] == ["0", "3"]
+    assert [line.rsplit(" ", 1)[0] for line in lines[2:]] == [
+        "orders 0",
+        "orders 1",
+        "users 12",
+    ]
+    end = read_cleaner_checkpoint(data)[("orders", 1)]
+    cleaner.truncate_checkpoint(logs[0], end - 1)
+    assert read_cleaner_checkpoint(data)[("orders", 1)] == end - 1
+    cleaner.truncate_checkpoint(logs[0], end + 5)  # above: unchanged
+    assert read_cleaner_checkpoint(data)[("orders", 1)] == end - 1
+    cleaner.forget(data / "users-12")
+    assert set(read_cleaner_checkpoint(data)) == {("orders", 0), ("orders", 1)}
+    (data / CLEANER_OFFSET_CHECKPOINT).write_text(text[:-3])
+    assert read_cleaner_checkpoint(data) == {}
+    assert cleaner.first_dirty_offset(logs[1]) == logs[1].log_start_offset
+
+
 # ---------------------------------------------------------------------------- crashes
 
 

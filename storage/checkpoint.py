@@ -57,6 +57,19 @@ def write_checkpoint(path: Path, version: int, entries: Sequence[Sequence[int | 
 
 def read_checkpoint(path: Path, version: int, fields: int) -> list[list[int]] | None:
     """Entries of integer fields, or None if the file is absent or not well formed."""
+    lines = read_checkpoint_lines(path, version, fields)
+    if lines is None:
+        return None
+    try:
+        return [[int(x) for x in line] for line in lines]
+    except ValueError:
+        return None
+
+
+def read_checkpoint_lines(path: Path, version: int, fields: int) -> list[list[str]] | None:
+    """Entries as their space-separated text fields (for files whose entries name a
+    topic, such as ``cleaner-offset-checkpoint``), or None if the file is absent or
+    not well formed."""
     try:
         text = path.read_text("ascii")
     except (FileNotFoundError, UnicodeDecodeError):
@@ -68,12 +81,12 @@ def read_checkpoint(path: Path, version: int, fields: int) -> list[list[int]] | 
         if int(lines[0]) != version:
             return None
         count = int(lines[1])
-        body = lines[2:-1]
-        if count != len(body):
-            return None
-        entries = [[int(x) for x in line.split(" ")] for line in body]
     except ValueError:
         return None
-    if any(len(e) != fields for e in entries):
+    body = lines[2:-1]
+    if count != len(body):
+        return None
+    entries = [line.split(" ") for line in body]
+    if any(len(e) != fields or "" in e for e in entries):
         return None
     return entries

@@ -5,6 +5,13 @@ trusts nothing else, so it reads segments written by any Kafka-compatible produc
 library and shows damage instead of stopping at it: a batch whose CRC fails is printed
 with ``isvalid: false``; bytes at the end that cannot be a whole batch are reported
 with their position.
+
+For a compacted log it also shows what the cleaner left: the partition's entry in the
+``cleaner-offset-checkpoint`` of the log directory above the segment (the first dirty
+offset), and every gap in the offsets, between batches and (with ``--print-data``)
+inside them, where the cleaner removed records. Offsets never change, so a gap is the
+only trace of a removed record; a batch whose records were all removed but whose
+producer state matters shows as ``count: 0``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from raftka.common.record.header import (
     parse_header,
     peek_batch_size,
 )
+from raftka.storage.cleaner import partition_of, read_cleaner_checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +170,16 @@ def _open_bytes(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def cleaner_checkpoint_for(segment: Path) -> int | None:
+    """The first dirty offset the cleaner checkpointed for the segment's partition."""
+    log_dir = segment.resolve().parent
+    return read_cleaner_checkpoint(log_dir.parent).get(partition_of(log_dir))
+
+
+def _gap_line(first: int, last: int, where: str) -> str:
+    return f"{where}Gap: offsets {first} to {last} absent (removed by the log cleaner)"
+
+
 @click.command("dump-log")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--print-data", is_flag=True, help="Also print every record's key, value, headers.")
@@ -176,12 +194,30 @@ def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -
             click.echo(f"error: cannot read {path}: {exc.strerror or exc}", err=True)
             failed = True
             continue
-        if not as_json:
+        checkpoint = cleaner_checkpoint_for(path)
+        base = path.name.partition(".")[0]
+        expected = int(base) if base.isdigit() else None  # the next offset if no gap
+        if as_json:
+            if checkpoint is not None:
+                click.echo(
+                    orjson.dumps({"file": str(path), "cleaner_checkpoint": checkpoint}).decode()
+                )
+        else:
             click.echo(f"Dumping {path}")
-            base = path.stem
-            if base.isdigit():
-                click.echo(f"Log starting offset: {int(base)}")
+            if expected is not None:
+                click.echo(f"Log starting offset: {expected}")
+            if checkpoint is not None:
+                click.echo(f"Cleaner checkpoint (first dirty offset): {checkpoint}")
         for item in walk_segment(data, decode=print_data):
+            if isinstance(item, DumpedBatch):
+                if expected is not None and item.header.base_offset > expected:
+                    gap = (expected, item.header.base_offset - 1)
+                    if as_json:
+                        gap_item = {"first_offset": gap[0], "last_offset": gap[1]}
+                        click.echo(orjson.dumps({"file": str(path), "gap": gap_item}).decode())
+                    else:
+                        click.echo(_gap_line(*gap, ""))
+                expected = item.header.last_offset + 1
             if as_json:
                 click.echo(orjson.dumps({"file": str(path), **_json_item(item)}).decode())
             elif isinstance(item, TrailingBytes):
@@ -193,7 +229,13 @@ def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -
                 click.echo(_batch_line(item))
                 if item.error is not None:
                     click.echo(f"| error: {item.error}")
+                next_record = item.header.base_offset
                 for record in item.records or ():
+                    if record.offset > next_record:
+                        click.echo(_gap_line(next_record, record.offset - 1, "| "))
                     click.echo(_record_line(record, item.header))
+                    next_record = record.offset + 1
+                if item.records is not None and next_record <= item.header.last_offset:
+                    click.echo(_gap_line(next_record, item.header.last_offset, "| "))
     if failed:
         raise SystemExit(1)

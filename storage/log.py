@@ -87,6 +87,12 @@ from raftka.common.record.header import (
     parse_header,
 )
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
+from raftka.storage.cleaner import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    complete_interrupted_clean,
+    was_cleaned,
+)
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
 from raftka.storage.segment import (
@@ -102,8 +108,6 @@ from raftka.storage.segment import (
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
-CLEANED_SUFFIX: Final = ".cleaned"
-SWAP_SUFFIX: Final = ".swap"
 _STRAY_SUFFIXES: Final = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
 _ATTR = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
@@ -230,6 +234,7 @@ class Log:
         self.config = config
         # Read on every append; the config is frozen, and a property call costs ~60 ns.
         self._log_append_time = config.log_append_time
+        self._segment_ms_max = config.max_segment_ms  # segment.ms, or the max compaction lag
         self._clock_ms = clock_ms
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -275,6 +280,9 @@ class Log:
         self.path.mkdir(parents=True, exist_ok=True)
         marker = self.path / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        # Log cleaner: finish a swap a crash interrupted, drop unfinished .cleaned files.
+        if complete_interrupted_clean(self.path):
+            clean = False  # a completed swap's indexes are rebuilt by recovery
         bases: list[int] = []
         index_bases: list[tuple[int, Path]] = []
         for p in self.path.iterdir():
@@ -357,12 +365,16 @@ class Log:
             cache.assign(epoch, base_offset, persist=False)
 
         keep = len(self._segments)
+        # A compacted log (by policy now, or cleaned once) has offset gaps (cleaner.py).
+        gaps = self.config.compact or was_cleaned(self.path)
         for i in range(first, len(self._segments)):
             seg = self._segments[i]
-            if i > 0 and seg.base_offset != self._segments[i - 1].next_offset:
+            prev_next = self._segments[i - 1].next_offset if i > 0 else seg.base_offset
+            if seg.base_offset != prev_next and not (gaps and seg.base_offset > prev_next):
                 keep = i  # a gap or overlap: the previous segment was cut short
                 break
-            cut = seg.recover(on_batch)
+            limit = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else None
+            cut = seg.recover(on_batch, offsets_may_gap=gaps, offset_limit=limit)
             seg.flush()
             if cut > 0:
                 keep = i + 1
@@ -571,7 +583,9 @@ class Log:
 
     def append_as_follower(self, batches: bytes | bytearray) -> LogAppendInfo:
         """Append batches that already carry their offsets (replication, Raft fetch).
-        They must start at the log end and be contiguous; epochs never decrease."""
+        They must start at the log end and be contiguous; epochs never decrease. On a
+        compacted log (cleanup.policy has compact) offsets need only grow from the log
+        end: the leader's cleaner leaves gaps (Kafka's follower accepts them too)."""
         if self._closed:
             self._check_open()
         data = memoryview(batches)
@@ -585,8 +599,9 @@ class Log:
         epochs: list[tuple[int, int]] = []
         records = 0
         max_ts, offset_of_max_ts = NO_TIMESTAMP, expected - 1
+        gaps = self.config.compact
         for pos, size, base, epoch, _, delta, batch_max_ts, count in headers:
-            if base != expected:
+            if base != expected and not (gaps and base > expected):
                 if not spans:
                     raise UnexpectedAppendOffsetError(
                         f"follower append starts at offset {base} but the log end "
@@ -612,6 +627,7 @@ class Log:
                 max_ts, offset_of_max_ts = batch_max_ts, last
             records += count
             expected = last + 1
+        first_offset = headers[0][2]  # above the old log end only across a cleaner's gap
         info = self._append(
             data,
             spans,
@@ -697,7 +713,7 @@ class Log:
             # Roll if the append would pass segment.bytes, fill an index or overflow
             # the int32 offset relative to the segment's base.
             if (
-                waited_ms > config.segment_ms
+                waited_ms > self._segment_ms_max
                 or seg.size + size > config.segment_bytes
                 or seg.offset_index.is_full
                 or seg.time_index.is_full
@@ -915,7 +931,8 @@ class Log:
         self._check_open()
         now = self._clock_ms()
         deleted = 0
-        retention_ms = self.config.retention_ms
+        # cleanup.policy=compact alone deletes nothing by time or size (Kafka's rule).
+        retention_ms = self.config.retention_ms if self.config.delete else -1
         if retention_ms >= 0:
 
             def too_old(seg: LogSegment, _next: LogSegment | None) -> bool:
@@ -923,7 +940,7 @@ class Log:
                 return now - (seg.created_ms if ts == NO_TIMESTAMP else ts) > retention_ms
 
             deleted += self._delete_old_segments(too_old)
-        retention_bytes = self.config.retention_bytes
+        retention_bytes = self.config.retention_bytes if self.config.delete else -1
         if retention_bytes >= 0:
             excess = self.size_bytes - retention_bytes
 
@@ -1018,6 +1035,28 @@ class Log:
             write_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT, 0, [[self._log_start_offset]])
         except OSError as e:
             raise KafkaStorageError(f"checkpoint write in {self.path} failed: {e}") from e
+
+    # ------------------------------------------ log cleaner hooks (storage/cleaner.py)
+    # The cleaner reads segments below the active one and, once a cleaned segment's
+    # files are in place on disk, swaps it into the segment list here. Nothing else.
+
+    def segments_for_cleaner(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list; the last one is active)."""
+        self._check_open()
+        return list(self._segments)
+
+    def replace_cleaned_segments(self, first: int, count: int, cleaned: LogSegment) -> None:
+        """Put ``cleaned`` in place of segments ``[first, first + count)``, whose files the
+        cleaner has already replaced on disk. Offsets, log start and log end are unchanged
+        (the cleaner never touches the active segment)."""
+        self._check_open()
+        assert first >= 0 and first + count < len(self._segments), "active segment untouched"
+        assert cleaned.base_offset == self._segments[first].base_offset, "same base offset"
+        self._segments[first : first + count] = [cleaned]
+        self._bases[first : first + count] = [cleaned.base_offset]
+        self._rebuild_ts_prefix()
+
+    # ---------------------------------------- end of log cleaner hooks
 
     # --------------------------------------------------------------------- closing
 

@@ -7,7 +7,9 @@ the key for a bad value or an unknown key.
 
 Deviations from Kafka, on purpose:
 
-- ``cleanup.policy`` accepts only ``delete``: raftka has no log cleaner (compaction).
+- ``cleanup.policy`` is ``delete``, ``compact`` or both (``compact,delete``, in either
+  order, stored sorted). The log cleaner (:mod:`raftka.storage.cleaner`) compacts; with
+  ``compact`` alone, retention.ms and retention.bytes delete nothing (Kafka's rule).
 - ``segment.jitter.ms`` is not supported (rolls happen exactly at ``segment.ms``).
 - ``file.delete.delay.ms`` is accepted and kept, but a deleted segment's files are
   unlinked at once: readers use already-open descriptors, which POSIX keeps valid.
@@ -23,6 +25,10 @@ from raftka.common.errors import InvalidConfigError
 
 LONG_MAX: Final = 2**63 - 1
 INT_MAX: Final = 2**31 - 1
+
+COMPACT: Final = "compact"
+DELETE: Final = "delete"
+CLEANUP_POLICIES: Final = frozenset({COMPACT, DELETE})
 
 CREATE_TIME: Final = "CreateTime"
 LOG_APPEND_TIME: Final = "LogAppendTime"
@@ -45,10 +51,6 @@ OTHER_TOPIC_KEYS: Final = frozenset(
         "leader.replication.throttled.replicas",
         "follower.replication.throttled.replicas",
         "preallocate",
-        "min.compaction.lag.ms",
-        "max.compaction.lag.ms",
-        "min.cleanable.dirty.ratio",
-        "delete.retention.ms",
         "local.retention.ms",
         "local.retention.bytes",
         "remote.storage.enable",
@@ -71,7 +73,11 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (1048588)
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
-    cleanup_policy: str = "delete"  # cleanup.policy
+    cleanup_policy: str = "delete"  # cleanup.policy: delete, compact or compact,delete
+    delete_retention_ms: int = 24 * 60 * 60 * 1000  # delete.retention.ms (tombstones)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,20 +94,53 @@ class LogConfig:
                 f"message.timestamp.type must be {CREATE_TIME} or {LOG_APPEND_TIME}, "
                 f"got {self.message_timestamp_type!r}"
             )
-        if self.cleanup_policy != "delete":
+        policies = [p.strip() for p in str(self.cleanup_policy).split(",")]
+        if not policies or not set(policies) <= CLEANUP_POLICIES or "" in policies:
             raise InvalidConfigError(
-                f"cleanup.policy {self.cleanup_policy!r} is not supported: raftka has no "
-                "log cleaner, only 'delete'"
+                f"cleanup.policy must be {COMPACT!r}, {DELETE!r} or '{COMPACT},{DELETE}', "
+                f"got {self.cleanup_policy!r}"
+            )
+        # One spelling per policy set, so equal configs compare equal and round-trip.
+        object.__setattr__(self, "cleanup_policy", ",".join(sorted(set(policies))))
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise InvalidConfigError(
+                f"min.cleanable.dirty.ratio must be a number in [0, 1], got {ratio!r}"
+            )
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            # Kafka's LogConfig.validate rejects the same combination.
+            raise InvalidConfigError(
+                f"min.compaction.lag.ms {self.min_compaction_lag_ms} must not be greater "
+                f"than max.compaction.lag.ms {self.max_compaction_lag_ms}"
             )
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
+    @property
+    def max_segment_ms(self) -> int:
+        """The roll interval: segment.ms, or max.compaction.lag.ms if smaller on a
+        compacted log, so the active segment (never cleaned) rolls in time for the
+        cleaner to honour the maximum lag (Kafka's LogConfig.maxSegmentMs)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes ``compact``: the log cleaner may compact this log."""
+        return COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes ``delete``: retention.ms and retention.bytes apply."""
+        return DELETE in self.cleanup_policy.split(",")
+
     @classmethod
     def from_properties(cls, props: Mapping[str, str | int]) -> LogConfig:
         """Build from Kafka's dotted names; missing keys keep Kafka's defaults."""
-        kwargs: dict[str, str | int] = {}
+        kwargs: dict[str, str | int | float] = {}
         known = {f.name.replace("_", "."): f.name for f in fields(cls)}
         for key, raw in props.items():
             if key in OTHER_TOPIC_KEYS:
@@ -111,6 +150,8 @@ class LogConfig:
                 raise InvalidConfigError(f"unknown log config {key!r}")
             if name in _INT_RULES:
                 kwargs[name] = _parse_int(key, raw)
+            elif name == "min_cleanable_dirty_ratio":
+                kwargs[name] = _parse_float(key, raw)
             else:
                 kwargs[name] = str(raw).strip()
         return cls(**kwargs)  # type: ignore[arg-type]
@@ -132,6 +173,9 @@ _INT_RULES: Final[dict[str, tuple[int, int]]] = {
     "flush_ms": (0, LONG_MAX),
     "max_message_bytes": (0, INT_MAX),
     "file_delete_delay_ms": (0, LONG_MAX),
+    "delete_retention_ms": (0, LONG_MAX),
+    "min_compaction_lag_ms": (0, LONG_MAX),
+    "max_compaction_lag_ms": (1, LONG_MAX),
 }
 
 
@@ -144,3 +188,12 @@ def _parse_int(key: str, raw: str | int) -> int:
         return int(str(raw).strip())
     except ValueError:
         raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
+
+
+def _parse_float(key: str, raw: str | int) -> float:
+    if isinstance(raw, bool):
+        raise InvalidConfigError(f"{key} must be a number, got {raw!r}")
+    try:
+        return float(str(raw).strip()) if not isinstance(raw, int) else float(raw)
+    except ValueError:
+        raise InvalidConfigError(f"{key} must be a number, got {raw!r}") from None

@@ -99,14 +99,19 @@ class LogSegment:
         index_bytes_max: int,
         index_interval_bytes: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        # ``suffix`` (e.g. ``.cleaned``) follows every file name: the log cleaner writes a
+        # segment under temporary names and renames it into place (storage/cleaner.py).
         self.base_offset = base_offset
-        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX + suffix)
         self.offset_index = OffsetIndex(
-            directory / file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes_max
+            directory / file_name(base_offset, INDEX_SUFFIX + suffix), base_offset, index_bytes_max
         )
         self.time_index = TimeIndex(
-            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes_max
+            directory / file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset,
+            index_bytes_max,
         )
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -362,13 +367,20 @@ class LogSegment:
         return True
 
     def recover(
-        self, on_batch: Callable[[int, int], None], *, expected_base: int | None = None
+        self,
+        on_batch: Callable[[int, int], None],
+        *,
+        expected_base: int | None = None,
+        offsets_may_gap: bool = False,
+        offset_limit: int | None = None,
     ) -> int:
         """Rewalk the file with CRC checks and rebuild both indexes.
 
         Cuts the file at the first batch that is torn, fails its CRC, or does not follow
         on from the previous one (offsets contiguous from ``expected_base``, which
-        defaults to the segment's base offset; leader epochs never decreasing).
+        defaults to the segment's base offset, or only growing and below
+        ``offset_limit`` if ``offsets_may_gap``, for a compacted log; leader epochs never
+        decreasing).
         ``on_batch(epoch, base_offset)`` sees every batch kept. Returns the bytes cut.
         Never raises on bad data.
         """
@@ -397,7 +409,16 @@ class LogSegment:
                     break
                 if len(batch) != size or not crc_valid(batch):
                     break
-                if header.base_offset != self.next_offset:
+                # Offsets are contiguous, except in a log the cleaner has compacted: it
+                # removes records and batches without renumbering (Kafka's recovery does
+                # not require contiguity at all). The base offset lies outside the CRC,
+                # so contiguity is what catches a corrupt one; with gaps allowed, a batch
+                # must at least stay below the next segment (``offset_limit``).
+                if header.base_offset != self.next_offset and not (
+                    offsets_may_gap and header.base_offset > self.next_offset
+                ):
+                    break
+                if offset_limit is not None and header.last_offset >= offset_limit:
                     break
                 if header.last_offset - self.base_offset > INT32_MAX:
                     break

@@ -119,7 +119,7 @@ def test_config_from_properties_parses_and_rejects() -> None:
         {"retention.ms": -2},
         {"flush.messages": 0},
         {"message.timestamp.type": "Whenever"},
-        {"cleanup.policy": "compact"},
+        {"cleanup.policy": "shred"},
         {"segment.bites": 1},
     ):
         key = next(iter(props))

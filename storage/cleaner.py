@@ -1,0 +1,944 @@
+"""The log cleaner: Kafka's log compaction (its LogCleaner, Cleaner and the cleanable-range
+rules of LogCleanerManager) for one :class:`~raftka.storage.log.Log` at a time.
+
+Theory of operation
+===================
+
+A compacted log is cut at three offsets (each one a segment base offset)::
+
+    log start ....... first dirty ........... end ............ active base ..... LEO
+    |  clean section  |  dirty section         |  not cleanable  |  active segment |
+
+- **first dirty offset**: where the previous pass stopped, read from the log directory's
+  ``cleaner-offset-checkpoint``; the log start for a log never cleaned, or when the
+  checkpoint lies outside the log (after a truncation or delete-records).
+- **end** (Kafka's first uncleanable offset, rounded down to a segment base): never past
+  the active segment's base, nor the high watermark (data above it may still be
+  truncated), nor the first segment holding a record younger than
+  ``min.compaction.lag.ms`` (its largest timestamp), nor the first offset of a
+  transaction with no COMMIT/ABORT marker yet (Kafka's last stable offset).
+
+One pass, :meth:`LogCleaner.clean_once`:
+
+1. **Decide.** The dirty ratio, dirty bytes / (clean + dirty) bytes, must exceed
+   ``min.cleanable.dirty.ratio``, unless the first dirty segment's first batch is older
+   than ``max.compaction.lag.ms``: then the pass is forced whatever the ratio.
+2. **Map.** Over the dirty section build key -> offset of the key's latest record, held
+   to ``dedupe_buffer_bytes`` (Kafka's ``log.cleaner.dedupe.buffer.size``). If the map
+   fills, the end moves down to the segment where it filled (the next pass goes on
+   from there): every offset in the map is then still a real record at or above the new
+   end or inside the range, so removing what it supersedes stays correct. Records of a
+   transaction enter the map only when its COMMIT marker is read; an ABORT marker marks
+   the transaction's batches for removal; a transaction without a marker caps the end.
+3. **Rewrite** every segment from the log start to the end (the clean section too: a
+   newer key in the dirty section supersedes records there), in groups of consecutive
+   segments whose sizes sum to at most ``segment.bytes`` (and whose indexes and int32
+   relative offsets fit one segment, Kafka's groupSegmentsBySize). Each group becomes
+   one segment with the first one's base offset.
+4. **Swap** each group in (the on-disk protocol below), then write the checkpoint: the
+   new first dirty offset is the end.
+
+What a record and a batch become (Kafka's ``MemoryRecords.filterTo`` rules):
+
+- A record is kept unless a later offset of its key is in the map, or it is a
+  tombstone (a key with a null value) whose segment is older than
+  ``delete.retention.ms``, or it belongs to an aborted transaction.
+- Records without a key are kept. Kafka refuses them on compacted topics at produce
+  time (and its cleaner drops any that slipped in); raftka's produce path does not
+  refuse them yet, so the cleaner keeps them rather than lose data without a trace.
+- A batch that keeps every record is copied byte for byte. A batch that keeps some is
+  rebuilt with those records at their original offsets, with the same base offset and
+  last offset (the last offset delta carries the producer's last sequence), producer
+  id, epoch, base sequence, leader epoch and attributes, compressed with its own codec.
+  **No offset ever changes**; the log has gaps instead.
+- A batch that keeps no record keeps its 61-byte header (records count 0, base and
+  last offset unchanged) when it has a producer id and is that producer's last batch,
+  so producer state rebuilt from the log keeps the producer's epoch and last sequence
+  (Kafka's RETAIN_EMPTY). The broker names the last batch of each active producer in
+  ``active_producers``; without it every producer's emptied batches keep their header
+  (more bytes, never a lost producer). Any other emptied batch is removed.
+- Control batches (transaction markers) are kept as they are. Kafka removes a marker
+  once its transaction has no data left and delete.retention.ms has passed; raftka keeps
+  markers for now (a marker is 70 bytes; correctness does not depend on removing it).
+
+Tombstone age: Kafka before KIP-534 compared a segment file's last-modified time with a
+delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass.
+raftka measures a tombstone's age as ``now_ms`` minus its segment's largest record
+timestamp (the segment's creation time when it has no timestamps): the reference the
+log's time retention uses, which survives copies and restores (file mtimes do not) and
+which tests drive with a clock. A tombstone thus lives at least delete.retention.ms
+after the newest record of its segment.
+
+On-disk protocol (Kafka's): for a group of old segments S1..Sk with base offset B,
+
+1. write ``B.log.cleaned``, ``B.index.cleaned``, ``B.timeindex.cleaned``; fsync them and
+   the directory;
+2. rename the two index files ``.cleaned`` -> ``.swap``, then ``B.log.cleaned`` ->
+   ``B.log.swap``; fsync the directory. **This last rename is the commit point.**
+3. delete S1..Sk (each file renamed to ``.deleted``, then unlinked); fsync the directory;
+4. rename the three ``.swap`` files to their final names; fsync the directory; put the
+   new segment in the in-memory list (:meth:`Log.replace_cleaned_segments`).
+
+After every group: ``cleaner-offset-checkpoint`` (Kafka's name and format, one file per
+log directory, ``topic partition offset`` lines) is rewritten atomically with the end.
+
+Recovery (:func:`complete_interrupted_clean`, which :meth:`Log.open` runs before it lists
+segments) finishes or rolls back what a kill -9 left, Kafka's rule:
+
+- ``*.cleaned`` files are deleted: the crash came before the commit point, the old
+  segments are whole.
+- ``B.log.swap`` means the commit point was passed: every segment whose base offset is
+  in ``[B, next offset of the swap file)`` is one of the old segments it replaces and is
+  deleted, with B's index files (final and ``.swap``: recovery rebuilds them with a CRC
+  scan); then ``B.log.swap`` becomes ``B.log``. Each step is idempotent, so a crash
+  during recovery is finished by the next open.
+- an index ``.swap`` without its ``.log.swap`` is deleted (Log.open does this).
+
+One residue, as in Kafka: if the crash falls in step 3 and the cleaner had removed every
+record of an old segment past the swap file's last batch, that segment is not known to
+belong to the group and survives. It holds only records the cleaner had removed
+(superseded values, expired tombstones) at their original offsets; the latest value of
+every key and every offset are unchanged, and the next pass removes them again.
+
+Bounds: the offset map (``dedupe_buffer_bytes``), the kept bytes buffered before a write
+(``io_buffer_bytes``, Kafka's ``log.cleaner.io.buffer.size``), a group's size
+(``segment.bytes``), a batch's decompressed size (the codec's bound). Transactions
+pending in the map pass (their keys and batch offsets, kept until a marker decides them)
+count against the dedupe buffer too, so one bound covers the map pass's memory. Every
+loop walks a finite list: segments, the batches of a segment, the records of a batch.
+
+Not thread-safe, like :class:`Log`: the caller holds the partition's lock for the whole
+of :meth:`LogCleaner.clean_once` (see its docstring for how the broker schedules it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import re
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from raftka.common.errors import CorruptMessageError, KafkaStorageError
+from raftka.common.record.batch import DecodedRecord, decode_batch
+from raftka.common.record.compression import compress
+from raftka.common.record.control import ControlRecordType, end_transaction_marker
+from raftka.common.record.header import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    Compression,
+    compute_crc,
+    parse_header,
+)
+from raftka.common.record.varint import write_bytes, write_varint, write_varlong
+from raftka.storage.checkpoint import fsync_dir, read_checkpoint_lines, write_checkpoint
+from raftka.storage.index import OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES
+from raftka.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    BatchSpan,
+    LogSegment,
+    file_name,
+)
+
+if TYPE_CHECKING:
+    from raftka.storage.log import Log
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "CLEANER_OFFSET_CHECKPOINT",
+    "SWAP_SUFFIX",
+    "CleanerConfig",
+    "CleanerStats",
+    "LogCleaner",
+    "complete_interrupted_clean",
+    "partition_of",
+    "read_cleaner_checkpoint",
+    "was_cleaned",
+]
+
+CLEANED_SUFFIX: Final = ".cleaned"
+SWAP_SUFFIX: Final = ".swap"
+CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
+_CHECKPOINT_VERSION: Final = 0
+
+# Kafka's broker defaults (log.cleaner.*). Kafka splits the dedupe buffer across
+# log.cleaner.threads; raftka runs one cleaner, so it gets the whole buffer.
+DEDUPE_BUFFER_BYTES_DEFAULT: Final = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+IO_BUFFER_BYTES_DEFAULT: Final = 512 * 1024  # log.cleaner.io.buffer.size
+# What one offset-map entry costs beyond its key bytes: Kafka's SkimpyOffsetMap holds a
+# 16-byte MD5 and an 8-byte offset per entry; a Python dict entry with an int costs
+# about this much more than its key. The bound is on these accounted bytes.
+MAP_ENTRY_OVERHEAD_BYTES: Final = 64
+
+_PREFIX = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
+_CRC = struct.Struct(">I")
+_DIR_RE: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# Read-modify-write of a directory's checkpoint file, shared by every log in it.
+_CHECKPOINT_LOCK = threading.Lock()
+
+
+def _crash_point(step: str) -> None:
+    """Called before every durable step of a pass. Tests replace it to stop the pass at
+    step N as a kill -9 would (nothing after that step happens, nothing is undone)."""
+
+
+# ------------------------------------------------------------------------ config, stats
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker-level settings of the cleaner (Kafka's ``log.cleaner.*``)."""
+
+    dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES_DEFAULT
+    io_buffer_bytes: int = IO_BUFFER_BYTES_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.dedupe_buffer_bytes < MAP_ENTRY_OVERHEAD_BYTES:
+            raise ValueError(f"dedupe_buffer_bytes {self.dedupe_buffer_bytes} is too small")
+        if self.io_buffer_bytes < HEADER_SIZE:
+            raise ValueError(f"io_buffer_bytes {self.io_buffer_bytes} is too small")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """What one :meth:`LogCleaner.clean_once` call did (Kafka's CleanerStats, in part)."""
+
+    cleaned: bool  # False: nothing was rewritten (see reason)
+    reason: str  # why it cleaned or why not
+    first_dirty_offset: int
+    end_offset: int  # the new first dirty offset if cleaned
+    dirty_ratio: float
+    forced_by_max_lag: bool = False
+    map_keys: int = 0
+    segments_before: int = 0  # segments rewritten ...
+    segments_after: int = 0  # ... and how many they became
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    empty_batches_kept: int = 0  # headers kept for producer state
+    batches_removed: int = 0
+
+
+# ---------------------------------------------------------------------- checkpoint file
+
+
+def partition_of(log_dir: Path) -> tuple[str, int]:
+    """(topic, partition) from a ``<topic>-<partition>`` directory name (Kafka's layout).
+    A directory of another shape (a test's, the metadata log's) is its own topic, -1."""
+    m = _DIR_RE.match(log_dir.name)
+    if m is None:
+        return log_dir.name, -1
+    return m["topic"], int(m["partition"])
+
+
+def read_cleaner_checkpoint(data_dir: Path) -> dict[tuple[str, int], int]:
+    """``cleaner-offset-checkpoint`` of one log (data) directory: (topic, partition) ->
+    first dirty offset. Empty if the file is absent or malformed (every log is then
+    cleaned from its start: more work, never a wrong result)."""
+    lines = read_checkpoint_lines(data_dir / CLEANER_OFFSET_CHECKPOINT, _CHECKPOINT_VERSION, 3)
+    out: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in lines or ():
+        try:
+            out[topic, int(partition)] = int(offset)
+        except ValueError:
+            return {}
+    return out
+
+
+def was_cleaned(log_dir: Path) -> bool:
+    """True if the cleaner has a checkpoint for this log: its segments may have offset
+    gaps (recovery then allows them, even if cleanup.policy changed to delete since)."""
+    return partition_of(log_dir) in read_cleaner_checkpoint(log_dir.parent)
+
+
+def _update_cleaner_checkpoint(data_dir: Path, key: tuple[str, int], offset: int | None) -> None:
+    with _CHECKPOINT_LOCK:
+        entries = read_cleaner_checkpoint(data_dir)
+        if offset is None:
+            if key not in entries:
+                return
+            del entries[key]
+        else:
+            entries[key] = offset
+        _crash_point("write cleaner-offset-checkpoint")
+        write_checkpoint(
+            data_dir / CLEANER_OFFSET_CHECKPOINT,
+            _CHECKPOINT_VERSION,
+            [[t, p, o] for (t, p), o in sorted(entries.items())],
+        )
+
+
+# ----------------------------------------------------------------------------- recovery
+
+
+def _next_offset_of_file(path: Path, base_offset: int) -> int:
+    """One past the last offset of the whole batches in a segment file (``base_offset``
+    if it holds none). Reads headers only."""
+    next_offset = base_offset
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        position = 0
+        while position + HEADER_SIZE <= size:  # bounded by the file size
+            f.seek(position)
+            try:
+                h = parse_header(f.read(HEADER_SIZE))
+            except CorruptMessageError:
+                break
+            if position + h.size_bytes > size:
+                break
+            next_offset = h.last_offset + 1
+            position += h.size_bytes
+    return next_offset
+
+
+def complete_interrupted_clean(directory: Path) -> bool:
+    """Finish or roll back a cleaning pass a crash interrupted in ``directory`` (see the
+    module docstring). Returns True if a swap was completed: the caller must then
+    rebuild that segment's indexes (Log.open recovers from it on)."""
+    names = os.listdir(directory)
+    changed = completed = False
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX):
+            (directory / name).unlink(missing_ok=True)  # before the commit point
+            changed = True
+    swap_log = LOG_SUFFIX + SWAP_SUFFIX
+    swap_bases = sorted(
+        int(name[:20])
+        for name in names
+        if name.endswith(swap_log) and len(name) == 20 + len(swap_log) and name[:20].isdigit()
+    )
+    log_bases = sorted(
+        int(name[:20])
+        for name in names
+        if name.endswith(LOG_SUFFIX) and len(name) == 20 + len(LOG_SUFFIX) and name[:20].isdigit()
+    )
+    for base in swap_bases:
+        swap = directory / file_name(base, swap_log)
+        end = max(_next_offset_of_file(swap, base), base + 1)
+        lo, hi = bisect.bisect_left(log_bases, base), bisect.bisect_left(log_bases, end)
+        for old in log_bases[lo:hi]:  # the old segments this swap replaces
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+                (directory / file_name(old, suffix)).unlink(missing_ok=True)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / file_name(base, suffix)).unlink(missing_ok=True)
+            (directory / file_name(base, suffix + SWAP_SUFFIX)).unlink(missing_ok=True)
+        fsync_dir(directory)
+        os.replace(swap, directory / file_name(base, LOG_SUFFIX))
+        changed = completed = True
+    if changed:
+        fsync_dir(directory)
+    return completed
+
+
+# ---------------------------------------------------------------------------- the map
+
+
+class _OffsetMap:
+    """key -> offset of the key's latest record, held to ``bytes_max`` accounted bytes
+    (key length plus :data:`MAP_ENTRY_OVERHEAD_BYTES` per entry)."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.offsets: dict[bytes, int] = {}
+        self.bytes_used = 0
+        self.bytes_max = bytes_max
+
+    def reserve(self, entry_bytes: int) -> bool:
+        """Account ``entry_bytes`` more (pending transactional keys); False if full."""
+        if self.bytes_used + entry_bytes > self.bytes_max:
+            return False
+        self.bytes_used += entry_bytes
+        return True
+
+    def put(self, key: bytes, offset: int) -> bool:
+        """Record ``offset`` for ``key`` (offsets arrive in log order). False if full."""
+        if key not in self.offsets and not self.reserve(len(key) + MAP_ENTRY_OVERHEAD_BYTES):
+            return False
+        self.offsets[key] = offset
+        return True
+
+
+@dataclass(slots=True)
+class _MapResult:
+    stop: int  # segments [0, stop) may be rewritten
+    aborted_batches: set[int]  # base offsets of batches of aborted transactions
+    full: bool
+
+
+def _iter_raw_batches(seg: LogSegment, io_buffer_bytes: int) -> Iterator[bytes]:
+    """Each whole batch of ``seg``, read in chunks of at most ``io_buffer_bytes`` (one
+    larger batch is read alone)."""
+    position, size = 0, seg.size
+    while position + LOG_OVERHEAD <= size:  # bounded by the segment size
+        chunk = os.pread(seg.fd, min(io_buffer_bytes, size - position), position)
+        off = 0
+        while off + HEADER_SIZE <= len(chunk):
+            length = struct.unpack_from(">i", chunk, off + 8)[0] + LOG_OVERHEAD
+            if length < HEADER_SIZE:
+                raise CorruptMessageError(f"{seg.log_path}: bad batch length at {position + off}")
+            if off + length > len(chunk):
+                break
+            yield chunk[off : off + length]
+            off += length
+        if off == 0:
+            # One batch larger than the chunk: read it whole.
+            head = os.pread(seg.fd, LOG_OVERHEAD, position)
+            length = struct.unpack_from(">i", head, 8)[0] + LOG_OVERHEAD
+            if length < HEADER_SIZE or position + length > size:
+                raise CorruptMessageError(f"{seg.log_path}: torn batch at {position}")
+            yield os.pread(seg.fd, length, position)
+            off = length
+        position += off
+
+
+# ---------------------------------------------------------------------- batch building
+
+
+def _encode_records(records: list[DecodedRecord], base_offset: int, base_ts: int) -> bytes:
+    """The records section with each record at its own offset (offset deltas from
+    ``base_offset`` keep the gaps; the codec's encoder numbers records 0, 1, 2, ...)."""
+    out = bytearray()
+    for r in records:
+        body = bytearray(b"\x00")  # record attributes: unused
+        write_varlong(body, r.timestamp_ms - base_ts)
+        write_varint(body, r.offset - base_offset)
+        write_bytes(body, r.key)
+        write_bytes(body, r.value)
+        write_varint(body, len(r.headers))
+        for hkey, hvalue in r.headers:
+            write_bytes(body, hkey.encode("utf-8"))
+            write_bytes(body, hvalue)
+        write_varint(out, len(body))
+        out += body
+    return bytes(out)
+
+
+def _build(
+    h: BatchHeader, *, attributes: int, count: int, base_ts: int, max_ts: int, payload: bytes
+) -> bytes:
+    size = HEADER_SIZE + len(payload)
+    buf = bytearray(size)
+    _PREFIX.pack_into(
+        buf, 0, h.base_offset, size - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2
+    )
+    _AFTER_CRC.pack_into(
+        buf,
+        ATTRIBUTES_OFFSET,
+        attributes,
+        h.last_offset_delta,  # unchanged: the producer's last sequence depends on it
+        base_ts,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        count,
+    )
+    buf[HEADER_SIZE:] = payload
+    _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, size))
+    return bytes(buf)
+
+
+def rebuild_batch(h: BatchHeader, kept: list[DecodedRecord]) -> bytes:
+    """The batch ``h`` holding only ``kept`` (at least one record), at their offsets,
+    compressed with the batch's own codec."""
+    if h.attributes & TIMESTAMP_TYPE_BIT:
+        # LogAppendTime: readers take every record's time from maxTimestamp.
+        base_ts, max_ts = h.base_timestamp, h.max_timestamp
+        kept = [r._replace(timestamp_ms=base_ts) for r in kept]
+    else:
+        base_ts, max_ts = kept[0].timestamp_ms, max(r.timestamp_ms for r in kept)
+    codec = Compression(h.attributes & COMPRESSION_MASK)
+    payload = compress(codec, _encode_records(kept, h.base_offset, base_ts))
+    return _build(
+        h, attributes=h.attributes, count=len(kept), base_ts=base_ts, max_ts=max_ts, payload=payload
+    )
+
+
+def empty_batch(h: BatchHeader) -> bytes:
+    """The header of ``h`` with no records (Kafka's writeEmptyHeader): same offsets,
+    producer fields and flags, no compression, both timestamps the batch's max."""
+    return _build(
+        h,
+        attributes=h.attributes & ~COMPRESSION_MASK,
+        count=0,
+        base_ts=h.max_timestamp,
+        max_ts=h.max_timestamp,
+        payload=b"",
+    )
+
+
+# ----------------------------------------------------------------------------- cleaner
+
+
+def _segment_time_ms(seg: LogSegment) -> int:
+    """A segment's age reference: its largest record timestamp, else its creation time."""
+    ts = seg.largest_timestamp()
+    return seg.created_ms if ts == NO_TIMESTAMP else ts
+
+
+class LogCleaner:
+    """Compacts logs whose ``cleanup.policy`` includes ``compact``.
+
+    How the broker uses it (Kafka's LogCleaner thread, one per broker):
+
+    - One ``LogCleaner`` per broker, called from one worker thread (never the event
+      loop: a pass reads and rewrites whole segments).
+    - Every ``log.cleaner.backoff.ms`` (Kafka: 15000) while idle: for every log whose
+      ``config.compact`` is true, :meth:`dirty_ratio` says how dirty it is; take the log
+      with the highest ratio (or any log :meth:`needs_cleaning` reports forced by
+      ``max.compaction.lag.ms``) and call :meth:`clean_once` with the partition's lock
+      held for the whole call, ``now_ms`` from the wall clock, and ``active_producers``
+      from the partition's producer state (producer id -> last offset of its last batch,
+      for producers not yet expired). Loop without backoff while a pass cleaned.
+    - After a follower truncation: :meth:`truncate_checkpoint`; after deleting a
+      partition: :meth:`forget`.
+    - Time and size retention are not the cleaner's: the broker keeps calling
+      ``log.delete_retention_segments()`` (it deletes nothing by time or size under
+      ``cleanup.policy=compact`` alone).
+    - If :meth:`clean_once` raises KafkaStorageError, the log's files may be mid-swap:
+      close the log (or drop the object) and reopen it; ``Log.open`` finishes the swap.
+    """
+
+    def __init__(self, config: CleanerConfig | None = None) -> None:
+        self.config = config or CleanerConfig()
+
+    # ---------------------------------------------------------------- the range
+
+    def first_dirty_offset(self, log: Log) -> int:
+        """Where the next pass starts: the checkpoint, clamped to the log."""
+        checkpointed = read_cleaner_checkpoint(log.path.parent).get(partition_of(log.path))
+        if checkpointed is None or not (log.log_start_offset <= checkpointed <= log.log_end_offset):
+            return log.log_start_offset
+        return checkpointed
+
+    def _dirty_range(
+        self, log: Log, segments: list[LogSegment], now_ms: int
+    ) -> tuple[int, int, int]:
+        """(first dirty offset, index of its segment, index of the first segment not to
+        clean): the end is at most the active segment, the high watermark and the
+        first segment younger than min.compaction.lag.ms."""
+        first_dirty = self.first_dirty_offset(log)
+        bases = [s.base_offset for s in segments]
+        d = max(0, bisect.bisect_right(bases, first_dirty) - 1)
+        limit = min(bases[-1], log.high_watermark)
+        lag_ms = log.config.min_compaction_lag_ms
+        k = d
+        while k < len(segments) - 1 and segments[k + 1].base_offset <= limit:
+            if lag_ms > 0 and _segment_time_ms(segments[k]) > now_ms - lag_ms:
+                break  # Kafka uses the segment's largest timestamp for the lag too
+            k += 1
+        return first_dirty, d, k
+
+    def dirty_ratio(self, log: Log, now_ms: int) -> float:
+        """Dirty bytes / (clean + dirty) bytes of the cleanable part of ``log``."""
+        segments = log.segments_for_cleaner()
+        _, d, k = self._dirty_range(log, segments, now_ms)
+        clean = sum(s.size for s in segments[:d])
+        dirty = sum(s.size for s in segments[d:k])
+        return dirty / (clean + dirty) if dirty else 0.0
+
+    def needs_cleaning(self, log: Log, now_ms: int) -> bool:
+        """True if a pass over ``log`` now would clean (policy, ratio or max lag)."""
+        if not log.config.compact:
+            return False
+        segments = log.segments_for_cleaner()
+        _, d, k = self._dirty_range(log, segments, now_ms)
+        if k <= d:
+            return False
+        return self._forced(log, segments[d], now_ms) or (
+            self.dirty_ratio(log, now_ms) > log.config.min_cleanable_dirty_ratio
+        )
+
+    @staticmethod
+    def _forced(log: Log, first_dirty_segment: LogSegment, now_ms: int) -> bool:
+        """max.compaction.lag.ms: the first dirty segment's first batch is too old."""
+        lag_ms = log.config.max_compaction_lag_ms
+        first_ts = first_dirty_segment.first_batch_timestamp
+        ts = first_ts if first_ts is not None and first_ts >= 0 else first_dirty_segment.created_ms
+        return now_ms - ts > lag_ms
+
+    # ------------------------------------------------------------- checkpoint upkeep
+
+    def truncate_checkpoint(self, log: Log, offset: int) -> None:
+        """After ``log.truncate_to(offset)``: a first dirty offset above the new end
+        would skip the data appended next (Kafka's maybeTruncateCheckpoint)."""
+        key = partition_of(log.path)
+        current = read_cleaner_checkpoint(log.path.parent).get(key)
+        if current is not None and current > offset:
+            _update_cleaner_checkpoint(log.path.parent, key, offset)
+
+    def forget(self, log_dir: Path) -> None:
+        """Drop a deleted partition's checkpoint entry."""
+        _update_cleaner_checkpoint(log_dir.parent, partition_of(log_dir), None)
+
+    # ------------------------------------------------------------------- a pass
+
+    def clean_once(
+        self,
+        log: Log,
+        now_ms: int,
+        *,
+        active_producers: Mapping[int, int] | None = None,
+    ) -> CleanerStats:
+        """Clean ``log`` once if it needs it (see the module docstring). Returns what
+        was done. ``active_producers``: producer id -> last offset of that producer's
+        last batch (the broker's producer state); None keeps every emptied producer
+        batch's header. Raises KafkaStorageError on an I/O error or corrupt data (then
+        reopen the log)."""
+        segments = log.segments_for_cleaner()
+        first_dirty, d, k = self._dirty_range(log, segments, now_ms)
+        clean_bytes = sum(s.size for s in segments[:d])
+        dirty_bytes = sum(s.size for s in segments[d:k])
+        ratio = dirty_bytes / (clean_bytes + dirty_bytes) if dirty_bytes else 0.0
+        end = segments[k].base_offset
+
+        def skipped(reason: str) -> CleanerStats:
+            return CleanerStats(False, reason, first_dirty, first_dirty, ratio)
+
+        if not log.config.compact:
+            return skipped(f"cleanup.policy is {log.config.cleanup_policy}")
+        if k <= d:
+            return skipped("no dirty segment below the active segment, high watermark and lag")
+        forced = self._forced(log, segments[d], now_ms)
+        if not forced and ratio <= log.config.min_cleanable_dirty_ratio:
+            return skipped(
+                f"dirty ratio {ratio:.3f} <= min.cleanable.dirty.ratio "
+                f"{log.config.min_cleanable_dirty_ratio}"
+            )
+        offset_map = _OffsetMap(self.config.dedupe_buffer_bytes)
+        try:
+            built = self._build_offset_map(segments, d, k, first_dirty, offset_map)
+        except (OSError, CorruptMessageError) as e:
+            raise KafkaStorageError(f"cleaning {log.path}: reading the dirty section: {e}") from e
+        if built.stop <= d:
+            reason = "an open transaction starts in the first dirty segment"
+            if built.full:
+                reason = "the offset map filled inside the first dirty segment"
+            return skipped(reason)
+        end = segments[built.stop].base_offset
+        stats = _Counters()
+        try:
+            groups = self._group_segments(log, segments[: built.stop])
+            for first, group in enumerate(groups):
+                cleaned = self._clean_group(
+                    log,
+                    group,
+                    latest=offset_map.offsets,
+                    aborted=built.aborted_batches,
+                    now_ms=now_ms,
+                    active_producers=active_producers,
+                    stats=stats,
+                )
+                # Each earlier group became one segment, so this one starts at index
+                # ``first`` of the log's list.
+                self._swap(log, first, group, cleaned)
+            # A crash before this line leaves the old checkpoint: the next pass cleans
+            # the same range again, which changes nothing already clean.
+            _update_cleaner_checkpoint(log.path.parent, partition_of(log.path), end)
+        except (OSError, CorruptMessageError) as e:
+            raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
+        return CleanerStats(
+            cleaned=True,
+            reason="forced by max.compaction.lag.ms" if forced else f"dirty ratio {ratio:.3f}",
+            first_dirty_offset=first_dirty,
+            end_offset=end,
+            dirty_ratio=ratio,
+            forced_by_max_lag=forced,
+            map_keys=len(offset_map.offsets),
+            segments_before=built.stop,
+            segments_after=len(groups),
+            bytes_read=stats.bytes_read,
+            bytes_written=stats.bytes_written,
+            records_read=stats.records_read,
+            records_kept=stats.records_kept,
+            tombstones_removed=stats.tombstones_removed,
+            aborted_records_removed=stats.aborted_records_removed,
+            empty_batches_kept=stats.empty_batches_kept,
+            batches_removed=stats.batches_removed,
+        )
+
+    def _build_offset_map(
+        self,
+        segments: list[LogSegment],
+        d: int,
+        k: int,
+        first_dirty: int,
+        offset_map: _OffsetMap,
+    ) -> _MapResult:
+        """Fill ``offset_map`` from segments [d, k) (records at or above first_dirty)."""
+        # Per producer id, the open transaction: its keyed records and its batches.
+        pending_keys: dict[int, list[tuple[bytes, int]]] = {}
+        pending_batches: dict[int, list[int]] = {}
+        aborted: set[int] = set()
+        stop, full = k, False
+        for i in range(d, k):  # bounded by the segment count
+            seg = segments[i]
+            for raw in _iter_raw_batches(seg, self.config.io_buffer_bytes):
+                h = parse_header(raw)
+                if h.last_offset < first_dirty or h.records_count == 0:
+                    continue
+                batch = decode_batch(raw)
+                pid = h.producer_id
+                if h.is_control:
+                    marker = end_transaction_marker(batch)
+                    if marker is None:
+                        continue
+                    keys = pending_keys.pop(pid, [])
+                    batches = pending_batches.pop(pid, [])
+                    if marker.control_type is ControlRecordType.COMMIT:
+                        for key, offset in keys:
+                            if not offset_map.put(key, offset):
+                                full = True
+                                break
+                    else:
+                        aborted.update(batches)
+                elif h.is_transactional:
+                    pending_batches.setdefault(pid, []).append(h.base_offset)
+                    keyed = [(r.key, r.offset) for r in batch.records if r.key is not None]
+                    # Each pending key and the batch itself cost an entry until the
+                    # marker comes (an aborted batch's offset is kept for the rewrite).
+                    cost = sum(len(key) for key, _ in keyed)
+                    cost += MAP_ENTRY_OVERHEAD_BYTES * (len(keyed) + 1)
+                    if not offset_map.reserve(cost):
+                        full = True
+                    pending_keys.setdefault(pid, []).extend(keyed)
+                else:
+                    for r in batch.records:
+                        if (
+                            r.key is not None
+                            and r.offset >= first_dirty
+                            and not offset_map.put(r.key, r.offset)
+                        ):
+                            full = True
+                            break
+                if full:
+                    break
+            if full:
+                # Segments below i are wholly mapped; i only partly (harmless: every
+                # mapped offset is a real record that stays).
+                stop = i
+                break
+        if pending_batches:
+            # Kafka's last stable offset: nothing from an open transaction's first
+            # batch on may be cleaned (its fate is unknown).
+            lso = min(batches[0] for batches in pending_batches.values())
+            bases = [s.base_offset for s in segments]
+            stop = min(stop, max(0, bisect.bisect_right(bases, lso) - 1))
+        return _MapResult(stop, aborted, full)
+
+    def _group_segments(self, log: Log, segments: list[LogSegment]) -> list[list[LogSegment]]:
+        """Consecutive segments whose cleaned output surely fits one segment (their
+        total size, index entries and int32 relative offsets; Kafka's
+        groupSegmentsBySize). The log's next segment bounds each one's last offset."""
+        config = log.config
+        all_bases = [s.base_offset for s in log.segments_for_cleaner()]
+        groups: list[list[LogSegment]] = []
+        i = 0
+        while i < len(segments):  # bounded by the segment count
+            group = [segments[i]]
+            size = segments[i].size
+            index_bytes = len(segments[i].offset_index) * OFFSET_ENTRY_BYTES
+            time_bytes = len(segments[i].time_index) * TIME_ENTRY_BYTES
+            i += 1
+            while i < len(segments):
+                nxt = segments[i]
+                j = bisect.bisect_right(all_bases, nxt.base_offset)
+                next_base = all_bases[j] if j < len(all_bases) else nxt.next_offset
+                if (
+                    size + nxt.size > config.segment_bytes
+                    or index_bytes + len(nxt.offset_index) * OFFSET_ENTRY_BYTES
+                    > config.segment_index_bytes
+                    or time_bytes + (len(nxt.time_index) + 1) * TIME_ENTRY_BYTES
+                    > config.segment_index_bytes
+                    or next_base - 1 - group[0].base_offset > INT32_MAX
+                ):
+                    break
+                group.append(nxt)
+                size += nxt.size
+                index_bytes += len(nxt.offset_index) * OFFSET_ENTRY_BYTES
+                time_bytes += len(nxt.time_index) * TIME_ENTRY_BYTES
+                i += 1
+            groups.append(group)
+        return groups
+
+    def _clean_group(
+        self,
+        log: Log,
+        group: list[LogSegment],
+        *,
+        latest: dict[bytes, int],
+        aborted: set[int],
+        now_ms: int,
+        active_producers: Mapping[int, int] | None,
+        stats: _Counters,
+    ) -> LogSegment:
+        """Write the cleaned copy of ``group`` as ``<base>.*.cleaned``, fsynced."""
+        base = group[0].base_offset
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (log.path / file_name(base, suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        cleaned = LogSegment(
+            log.path,
+            base,
+            index_bytes_max=log.config.segment_index_bytes,
+            index_interval_bytes=log.config.index_interval_bytes,
+            created_ms=group[0].created_ms,
+            suffix=CLEANED_SUFFIX,
+        )
+        try:
+            buf = bytearray()
+            spans: list[BatchSpan] = []
+            retention_ms = log.config.delete_retention_ms
+            for seg in group:
+                drop_tombstones = now_ms - _segment_time_ms(seg) > retention_ms
+                for raw in _iter_raw_batches(seg, self.config.io_buffer_bytes):
+                    out = self._clean_batch(
+                        raw,
+                        latest=latest,
+                        aborted=aborted,
+                        drop_tombstones=drop_tombstones,
+                        active_producers=active_producers,
+                        stats=stats,
+                    )
+                    if out is None:
+                        continue
+                    h = parse_header(out)
+                    spans.append((len(buf), len(out), h.last_offset, h.max_timestamp))
+                    buf += out
+                    if len(buf) >= self.config.io_buffer_bytes:
+                        _crash_point("append to .cleaned")
+                        cleaned.append(buf, spans)
+                        stats.bytes_written += len(buf)
+                        buf, spans = bytearray(), []
+            if spans:
+                _crash_point("append to .cleaned")
+                cleaned.append(buf, spans)
+                stats.bytes_written += len(buf)
+            cleaned.on_become_inactive()
+            _crash_point("fsync .cleaned")
+            cleaned.flush()
+            fsync_dir(log.path)
+        except BaseException:
+            cleaned.close()  # the .cleaned files stay: the next pass or open removes them
+            raise
+        return cleaned
+
+    @staticmethod
+    def _clean_batch(
+        raw: bytes,
+        *,
+        latest: dict[bytes, int],
+        aborted: set[int],
+        drop_tombstones: bool,
+        active_producers: Mapping[int, int] | None,
+        stats: _Counters,
+    ) -> bytes | None:
+        """What batch ``raw`` becomes: itself, a rebuilt batch, an empty header, or
+        None (removed)."""
+        h = parse_header(raw)
+        stats.bytes_read += len(raw)
+        stats.records_read += h.records_count
+        if h.is_control or h.records_count == 0:
+            return raw  # markers, and headers an earlier pass kept, stay as they are
+        records = decode_batch(raw).records
+        if h.is_transactional and h.base_offset in aborted:
+            stats.aborted_records_removed += len(records)
+            kept: list[DecodedRecord] = []
+        else:
+            kept = []
+            for r in records:
+                if r.key is None:
+                    kept.append(r)  # see the module docstring: kept, unlike Kafka
+                elif latest.get(r.key, r.offset) > r.offset:
+                    continue  # superseded by a later record of the key
+                elif r.value is None and drop_tombstones:
+                    stats.tombstones_removed += 1
+                else:
+                    kept.append(r)
+        stats.records_kept += len(kept)
+        if len(kept) == len(records):
+            return raw
+        if kept:
+            return rebuild_batch(h, kept)
+        if h.producer_id != NO_PRODUCER_ID and (
+            active_producers is None or active_producers.get(h.producer_id) == h.last_offset
+        ):
+            stats.empty_batches_kept += 1
+            return empty_batch(h)
+        stats.batches_removed += 1
+        return None
+
+    @staticmethod
+    def _swap(log: Log, first: int, group: list[LogSegment], cleaned: LogSegment) -> None:
+        """Steps 2-4 of the on-disk protocol, then the in-memory swap at ``first``."""
+        directory = log.path
+        try:
+            # 2. .cleaned -> .swap, the log file last: its rename is the commit point.
+            _rename_suffix(cleaned, CLEANED_SUFFIX, SWAP_SUFFIX)
+            _crash_point("fsync dir after .swap")
+            fsync_dir(directory)
+            # 3. delete the old segments.
+            for old in group:
+                old.close()
+                paths = (old.log_path, old.offset_index.path, old.time_index.path)
+                for p in paths:
+                    _crash_point(f"rename {p.name} to .deleted")
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(p, p.with_name(p.name + DELETED_SUFFIX))
+                for p in paths:
+                    _crash_point(f"unlink {p.name}.deleted")
+                    p.with_name(p.name + DELETED_SUFFIX).unlink(missing_ok=True)
+            _crash_point("fsync dir after delete")
+            fsync_dir(directory)
+            # 4. .swap -> final names.
+            _rename_suffix(cleaned, SWAP_SUFFIX, "")
+            _crash_point("fsync dir after final rename")
+            fsync_dir(directory)
+        except BaseException:
+            cleaned.close()
+            raise
+        log.replace_cleaned_segments(first, len(group), cleaned)
+
+
+def _rename_suffix(seg: LogSegment, old: str, new: str) -> None:
+    """Rename a segment's three files from suffix ``old`` to ``new``, indexes first so
+    that the log file's rename, last, commits the step (Kafka's changeFileSuffixes)."""
+    for index in (seg.offset_index, seg.time_index):
+        target = index.path.with_name(index.path.name.removesuffix(old) + new)
+        _crash_point(f"rename {index.path.name}")
+        index.rename(target)
+    target = seg.log_path.with_name(seg.log_path.name.removesuffix(old) + new)
+    _crash_point(f"rename {seg.log_path.name}")
+    os.replace(seg.log_path, target)
+    seg.log_path = target
+
+
+@dataclass(slots=True)
+class _Counters:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    empty_batches_kept: int = 0
+    batches_removed: int = 0

@@ -1,5 +1,8 @@
 """The ReplicaManager: every partition replica of this broker, and the data plane.
 
+(Over 700 lines: it is the shell of every data-plane request; the decisions are in
+partition.py, the shapes in data_plane.py.)
+
 Theory of operation
 -------------------
 A :class:`Partition` is the partition core (:class:`Replica`, :mod:`.partition`: replica
@@ -42,17 +45,24 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.producer_state import ProducerStateConfig, ProducerStateManager
+from raftka.broker.producer_state import ProducerStateConfig
+from raftka.broker.replication.data_plane import (
+    AlterPartitionSender,
+    FetchPartition,
+    FetchResult,
+    FetchTargets,
+    ListOffsetsResult,
+    Partition,
+    ProduceResult,
+)
 from raftka.broker.replication.partition import Ready, Replica
 from raftka.broker.replication.partition_log import SegmentPartitionLog
 from raftka.broker.replication.partition_state import (
     VALID_ACKS,
     IsrProposal,
-    PartitionState,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
 from raftka.common.errors import (
@@ -69,7 +79,6 @@ from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.metadata_records import NO_LEADER
-from raftka.storage import Log
 from raftka.storage.log_manager import LogManager, TopicPartition
 
 __all__ = [
@@ -96,108 +105,6 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
-
-
-class _Signal:
-    """Wakes every task waiting on "this partition changed" (an append, a HW move)."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def waiter(self) -> asyncio.Event:
-        """Take it before reading, so a change in between is not missed."""
-        return self._event
-
-    def fire(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
-
-
-@dataclass(slots=True)
-class Partition:
-    """The shell's handle on one partition: its core and what only the shell needs."""
-
-    topic_id: str
-    topic: str
-    index: int
-    replica: Replica
-    # The segment log under the core's SegmentPartitionLog. Read-only for the shell's
-    # readers that predate the core (the group coordinator loads its partitions from
-    # it); replication never changes it except through the core.
-    log: Log
-    signal: _Signal = field(default_factory=_Signal)
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.index)
-
-    @property
-    def state(self) -> PartitionState:
-        return self.replica.state
-
-    @property
-    def producers(self) -> ProducerStateManager:
-        """The idempotent producers' de-duplication table, kept on every replica (leader
-        appends, follower appends, recovery) so a new leader de-duplicates at once."""
-        return self.replica.producers
-
-
-class FetchTargets(Protocol):
-    """Where followers fetch from (the replica fetcher manager)."""
-
-    def set_leader(self, tp: TopicPartition, leader_id: int) -> None: ...
-
-    def remove(self, tp: TopicPartition) -> None: ...
-
-
-class AlterPartitionSender(Protocol):
-    async def __call__(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    current_leader: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPartition:
-    topic: str
-    partition: int
-    fetch_offset: int
-    partition_max_bytes: int = 1024 * 1024
-    current_leader_epoch: int | None = None
-    last_fetched_epoch: int | None = None  # followers: the epoch of their last record
-    log_start_offset: int = -1  # followers: their log start
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    diverging_epoch: EpochEndOffset | None = None
-    records: bytes = b""
-    current_leader: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ListOffsetsResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    offset: int = -1
-    timestamp: int = -1
-    leader_epoch: int = -1
 
 
 class ReplicaManager:

@@ -1,5 +1,8 @@
 """The replica state of one partition on one broker (Kafka's Partition/Replica), pure.
 
+(Over 700 lines: one state machine whose transitions share its invariants in _check;
+split, they would be checked apart.)
+
 Theory of operation. A broker holds a ``PartitionState`` for each partition replica it
 stores. Committed cluster metadata (from the controller's log) makes the replica a
 leader or a follower; everything else is driven by the replication traffic:

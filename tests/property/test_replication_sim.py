@@ -19,6 +19,8 @@ HW checkpoint intact; the leader deletes records (DeleteRecords) now and then, s
 slow follower may find itself below the leader's log start and restart its log there.
 
 Checked after every step: hw <= leo and the log was told the HW on every live replica;
+leader epochs only grow on each broker, across restarts (the epoch cache asserts its
+own order on every assign);
 every record acknowledged with acks=all, and every record a consumer read (never
 above the HW), sits at the same offset with the same epoch and id in the log of every
 later leader (unless DeleteRecords removed it); after each successful fetch the
@@ -116,6 +118,8 @@ class Node:
     purgatory: ProducePurgatory[str] = field(default_factory=ProducePurgatory)
     # request id -> (producer index or -1, first offset, record ids) waiting here.
     waiting: dict[int, tuple[int, int, range]] = field(default_factory=dict)
+    # The largest leader epoch this broker has acted on, across restarts.
+    epoch_seen: int = -1
 
 
 @dataclass
@@ -502,6 +506,9 @@ class Sim:
             if not node.alive:
                 continue
             state = self._r(b).state
+            if state.leader_epoch >= 0:  # -1: restarted, no metadata yet
+                assert state.leader_epoch >= node.epoch_seen, "leader epochs only grow"
+                node.epoch_seen = state.leader_epoch
             assert node.log.log_start_offset == state.log_start_offset
             assert state.high_watermark == node.log.high_watermark, "the log was told the HW"
             assert state.high_watermark <= state.log_end_offset == node.log.log_end_offset

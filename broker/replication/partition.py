@@ -254,13 +254,13 @@ class Replica:
     def _persist_hw(self) -> None:
         self.log.persist_high_watermark(self.state.high_watermark)
 
-    def _after_state_change(self, change: StateChange | AlterPartitionOutcome) -> Ready:
+    def _after_state_change(self, change: StateChange) -> Ready:
         if change.high_watermark_moved:
             self._persist_hw()
         return Ready(
             high_watermark_moved=change.high_watermark_moved,
             isr_changed=change.isr_changed,
-            leadership_lost=isinstance(change, StateChange) and change.leadership_lost,
+            leadership_lost=change.leadership_lost,
             wake_fetches=True,
         )
 

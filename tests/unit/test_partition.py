@@ -219,11 +219,19 @@ def test_delete_records_moves_the_start_and_followers_follow() -> None:
     assert late.state.log_end_offset == 4
 
 
-def test_a_follower_restarted_inside_a_batch_starts_at_its_base() -> None:
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_follower_restarted_inside_a_batch_starts_at_its_base(
+    on_disk: bool, tmp_path: Path
+) -> None:
     """The leader's log start inside a batch (DeleteRecords): a follower restarted
     there gets the whole batch from its base and restarts its log at that base instead
-    of failing the append forever (Kafka's Partition does the same)."""
-    leader, late = core(1), core(3)
+    of failing the append forever (Kafka's Partition does the same), on either log."""
+    follower_log: PartitionLog = (
+        SegmentPartitionLog(Log.open(tmp_path / "t-0", LogConfig(), clock_ms=lambda: 0))
+        if on_disk
+        else MemoryPartitionLog()
+    )
+    leader, late = core(1), core(3, follower_log)
     lead(leader, isr=(1,))
     leader.append_as_leader(batch(b"a", b"b", b"c"), acks=1)
     leader.delete_records(1)

@@ -501,7 +501,7 @@ class ReplicaManager:
         p = found
         read = p.replica.read_for_consumer(
             fetch_offset=req.fetch_offset,
-            max_bytes=min(req.partition_max_bytes, budget),
+            max_bytes=_room(req, budget),
             min_one_batch=first,
             current_leader_epoch=req.current_leader_epoch,
         )
@@ -529,7 +529,7 @@ class ReplicaManager:
             last_fetched_epoch=req.last_fetched_epoch,
             broker_epoch=broker_epoch,
             now_ms=now,
-            max_bytes=min(req.partition_max_bytes, budget),
+            max_bytes=_room(req, budget),
             current_leader_epoch=req.current_leader_epoch,
             follower_log_start_offset=req.log_start_offset,
         )
@@ -760,6 +760,12 @@ async def _wait_any(events: Sequence[asyncio.Event], timeout_ms: int) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def _room(req: FetchPartition, budget: int) -> int | None:
+    """What one partition may add to a fetch response; None once the response's budget
+    is spent (a partition limit of 0 still reads: the log may return one batch)."""
+    return min(req.partition_max_bytes, budget) if budget > 0 else None
 
 
 def _name(tp: TopicPartition) -> str:

@@ -419,12 +419,13 @@ class Replica:
         last_fetched_epoch: int | None,
         broker_epoch: int,
         now_ms: int,
-        max_bytes: int,
+        max_bytes: int | None,
         current_leader_epoch: int | None = None,
         follower_log_start_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerRead:
         """A follower fetches from ``fetch_offset`` (its LEO); answer with up to
-        ``max_bytes`` of whole batches, or where its log diverges."""
+        ``max_bytes`` of whole batches (None: the response has no room left, send
+        none), or where its log diverges."""
         r = self.state.on_follower_fetch(
             replica_id=replica_id,
             fetch_offset=fetch_offset,
@@ -456,7 +457,7 @@ class Replica:
                 ready=ready,
             )
         records = b""
-        if max_bytes > 0 and fetch_offset < r.read_up_to:
+        if max_bytes is not None and fetch_offset < r.read_up_to:
             records = self.log.read(
                 fetch_offset, max_bytes, max_offset=r.read_up_to, whole_batches=True
             )
@@ -471,11 +472,12 @@ class Replica:
         self,
         *,
         fetch_offset: int,
-        max_bytes: int,
+        max_bytes: int | None,
         min_one_batch: bool,
         current_leader_epoch: int | None = None,
     ) -> ConsumerRead:
-        """A consumer reads from ``fetch_offset`` up to the HW."""
+        """A consumer reads from ``fetch_offset`` up to the HW (``max_bytes`` as for
+        :meth:`on_follower_fetch`)."""
         state = self.state
         bounds = state.check_consumer_fetch(
             fetch_offset=fetch_offset, current_leader_epoch=current_leader_epoch
@@ -487,7 +489,7 @@ class Replica:
                 log_start_offset=state.log_start_offset,
             )
         records = b""
-        if max_bytes > 0 and fetch_offset < bounds.read_up_to:
+        if max_bytes is not None and fetch_offset < bounds.read_up_to:
             try:
                 records = self.log.read(
                     fetch_offset,

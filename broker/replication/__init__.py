@@ -1,7 +1,23 @@
-"""Partition replication on a broker: the replica state of each partition (leader or
-follower, LEO, HW, ISR, epochs) and the purgatory of acks=all produces, as pure cores
-that the broker's shell drives with ``now_ms`` and fetch/metadata events."""
+"""Partition replication on a broker: the partition core (:class:`Replica`: replica
+state, producer state and a :class:`PartitionLog`), the replica state of each partition
+(leader or follower, HW, ISR, epochs) and the purgatory of acks=all produces, as pure
+cores that the broker's shell drives with ``now_ms`` and fetch/metadata events."""
 
+from raftka.broker.replication.partition import (
+    ConsumerRead,
+    FetchAnswer,
+    FetchPosition,
+    FollowerRead,
+    MetadataOutcome,
+    ProduceOutcome,
+    Ready,
+    Replica,
+)
+from raftka.broker.replication.partition_log import (
+    MemoryPartitionLog,
+    PartitionLog,
+    SegmentPartitionLog,
+)
 from raftka.broker.replication.partition_state import (
     MIN_INSYNC_REPLICAS_DEFAULT,
     REPLICA_LAG_TIME_MAX_MS_DEFAULT,
@@ -35,19 +51,30 @@ __all__ = [
     "AlterPartitionOutcome",
     "AppendResult",
     "Completion",
+    "ConsumerRead",
     "EpochEndOffset",
     "EpochEndOffsets",
+    "FetchAnswer",
     "FetchBounds",
+    "FetchPosition",
     "FollowerFetchOutcome",
     "FollowerFetchResult",
     "FollowerProgress",
+    "FollowerRead",
     "IsrChangeKind",
     "IsrProposal",
+    "MemoryPartitionLog",
+    "MetadataOutcome",
+    "PartitionLog",
     "PartitionState",
+    "ProduceOutcome",
     "ProducePurgatory",
     "PurgatoryFullError",
+    "Ready",
+    "Replica",
     "ReplicaRole",
     "ReplicationConfig",
     "ReplicationStatus",
+    "SegmentPartitionLog",
     "StateChange",
 ]

@@ -10,9 +10,9 @@ its log end offset, with the epoch of its last record, ``last_fetched_epoch``, a
 leader epoch it believes current), waits up to ``replica.fetch.wait.max.ms`` on the
 leader, and hands each partition's answer to the :class:`ReplicaManager`:
 
-- records: ``append_as_follower`` then ``on_fetch_response`` (follower HW =
-  min(leader HW, LEO));
-- a diverging epoch: truncation of the log and the epoch cache;
+- records: the partition core appends them and moves its HW (follower HW =
+  min(leader HW, LEO)) (``Replica.on_fetch_answer``);
+- a diverging epoch: the core truncates its log and epoch cache;
 - an error: the partition backs off for ``replica.fetch.backoff.ms`` (the leader may
   not have learned its leadership yet, or metadata is moving); other partitions of the
   same fetcher go on.
@@ -35,9 +35,6 @@ import aiohttp
 import orjson
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
-from raftka.broker.replication.partition_state import (
-    ReplicaRole,
-)
 from raftka.common.errors import KafkaError, OffsetOutOfRangeError
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
@@ -151,24 +148,20 @@ class ReplicaFetcher:
         entries: list[dict[str, Any]] = []
         for tp in due:
             p = self._manager.partitions.get(tp)
-            if (
-                p is None
-                or p.state.role is not ReplicaRole.FOLLOWER
-                or p.state.leader_id != self.leader_id
-            ):
+            if p is None or not p.replica.follows(self.leader_id):
                 self.discard(tp)
                 continue
-            last_epoch = p.log.latest_epoch
-            sent.append(_Sent(p, p.state.leader_epoch, p.log.log_end_offset))
+            position = p.replica.fetch_position()
+            sent.append(_Sent(p, position.leader_epoch, position.fetch_offset))
             entries.append(
                 {
                     "topic": tp[0],
                     "partition": tp[1],
-                    "fetch_offset": p.log.log_end_offset,
+                    "fetch_offset": position.fetch_offset,
                     "partition_max_bytes": config.replica_fetch_max_bytes,
-                    "current_leader_epoch": p.state.leader_epoch,
-                    "last_fetched_epoch": last_epoch,
-                    "log_start_offset": p.log.log_start_offset,
+                    "current_leader_epoch": position.leader_epoch,
+                    "last_fetched_epoch": position.last_fetched_epoch,
+                    "log_start_offset": position.log_start_offset,
                 }
             )
         if not entries:
@@ -208,10 +201,8 @@ class ReplicaFetcher:
         if (
             tp not in self.partitions
             or self._manager.partitions.get(tp) is not p
-            or p.state.role is not ReplicaRole.FOLLOWER
-            or p.state.leader_id != self.leader_id
-            or p.state.leader_epoch != s.leader_epoch
-            or p.log.log_end_offset != s.fetch_offset
+            or not p.replica.follows(self.leader_id)
+            or _position(p) != (s.leader_epoch, s.fetch_offset)
         ):
             return True  # metadata moved on while the fetch was in flight: ignore it
         error = item.get("error")
@@ -239,6 +230,11 @@ class ReplicaFetcher:
             p, records=records, leader_high_watermark=hw, leader_log_start_offset=max(log_start, 0)
         )
         return True
+
+
+def _position(p: Partition) -> tuple[int, int]:
+    position = p.replica.fetch_position()
+    return (position.leader_epoch, position.fetch_offset)
 
 
 class ReplicaFetcherManager:

@@ -1,35 +1,41 @@
 """The ReplicaManager: every partition replica of this broker, and the data plane.
 
+(Over 700 lines: it is the shell of every data-plane request; the decisions are in
+partition.py, the shapes in data_plane.py.)
+
 Theory of operation
 -------------------
-A :class:`Partition` is the pure replica state (:class:`PartitionState`: role, LEO, HW,
-ISR, epochs) plus its segment log and a wake-up signal. The manager is the shell the
-pure cores' docstrings describe; everything runs on one asyncio loop and every method
-that touches a partition is synchronous, so a partition's state, its log and the
-purgatory change together between two awaits (no locks needed).
+A :class:`Partition` is the partition core (:class:`Replica`, :mod:`.partition`: replica
+state, producer state, and the segment log behind :class:`SegmentPartitionLog`) plus
+the shell's own per-partition things: the topic id and a wake-up signal for parked
+fetches. The manager is a thin shell: it turns requests into core calls and carries
+out the :class:`Ready` each returns (purgatory completions, fetch wake-ups,
+AlterPartition proposals, fetcher changes, producer snapshots). Everything runs on one
+asyncio loop and every method that touches a partition is synchronous, so a core and
+the purgatory change together between two awaits (no locks needed).
 
 - **Metadata** (:meth:`apply_metadata`): committed local changes, in log order. Deletes
   first (a topic deleted and recreated under the same name reuses the directory name),
-  then leaders (``make_leader``; the epoch start it returns goes into the log's epoch
-  cache), then followers (``make_follower``; the fetchers are told where to fetch).
-- **Produce** (:meth:`produce`): ``check_produce`` (acks, leadership,
-  min.insync.replicas against the committed ISR), ``append_as_leader``,
-  ``on_leader_append``; acks=all parks a future in the :class:`ProducePurgatory`,
-  completed when the HW passes the batch (``on_hw_advanced``), failed when leadership
-  is lost, or REQUEST_TIMED_OUT from a timer armed at the purgatory's next deadline.
-  No polling anywhere.
-- **Fetch** (:meth:`fetch`): consumers read up to the HW (``check_consumer_fetch``);
-  followers (``replica_id`` >= 0) up to the LEO, and their fetch offset is their LEO
-  for the leader (``on_follower_fetch``: follower progress, HW, ISR expansion,
-  diverging epoch). A fetch with fewer than ``min_bytes`` parks on the partitions'
-  signals (fired on every append and HW move) until ``max_wait_ms``.
+  then leaders, then followers (``Replica.on_metadata_change``; the fetchers are told
+  where to fetch).
+- **Produce** (:meth:`produce`): ``Replica.append_as_leader`` (acks, leadership,
+  min.insync.replicas, de-duplication, append); acks=all parks a future in the
+  :class:`ProducePurgatory`, completed when the HW passes the batch
+  (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
+  timer armed at the purgatory's next deadline. No polling anywhere.
+- **Fetch** (:meth:`fetch`): consumers read up to the HW (``read_for_consumer``);
+  followers (``replica_id`` >= 0) up to the LEO (``on_follower_fetch``: follower
+  progress, HW, ISR expansion, diverging epoch). A fetch with fewer than ``min_bytes``
+  parks on the partitions' signals (fired on every append and HW move) until
+  ``max_wait_ms``.
 - **ISR changes** go to the controller as AlterPartition (one in flight per partition,
-  as the core allows); a timer calls ``maybe_shrink_isr``.
+  as the core allows); a timer calls ``Replica.tick``.
 - **Follower side**: the replica fetchers (:mod:`.fetcher`) call
-  :meth:`on_follower_records` / :meth:`on_follower_diverging` with the leader's answer.
+  :meth:`on_follower_records` / :meth:`on_follower_diverging` /
+  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
-A high watermark move is always applied to the log too (``update_high_watermark``),
-so the HW checkpoint and retention see the value the state holds.
+LEO and log start live in the log only; the HW in the core, which tells the log (see
+:mod:`.partition`).
 """
 
 from __future__ import annotations
@@ -39,51 +45,40 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.producer_state import (
-    Append,
-    Duplicate,
-    ProducerBatch,
-    ProducerStateConfig,
-    ProducerStateManager,
-    Rejected,
-    in_sequence,
+from raftka.broker.producer_state import ProducerStateConfig
+from raftka.broker.replication.data_plane import (
+    AlterPartitionSender,
+    FetchPartition,
+    FetchResult,
+    FetchTargets,
+    ListOffsetsResult,
+    Partition,
+    ProduceResult,
 )
-from raftka.broker.producer_state_store import (
-    load_producer_state,
-    prune_snapshots,
-    write_producer_snapshot,
-)
+from raftka.broker.replication.partition import Ready, Replica
+from raftka.broker.replication.partition_log import SegmentPartitionLog
 from raftka.broker.replication.partition_state import (
-    ACKS_ALL,
     VALID_ACKS,
     IsrProposal,
-    PartitionState,
-    ReplicaRole,
-    StateChange,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
 from raftka.common.errors import (
     CorruptMessageError,
-    DuplicateSequenceNumberError,
     InvalidRequiredAcksError,
     KafkaError,
     NotLeaderOrFollowerError,
-    OutOfOrderSequenceNumberError,
     RequestTimedOutError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from raftka.common.record.header import iter_batches
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.metadata_records import NO_LEADER
-from raftka.storage import Log
 from raftka.storage.log_manager import LogManager, TopicPartition
 
 __all__ = [
@@ -110,99 +105,6 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
-
-
-class _Signal:
-    """Wakes every task waiting on "this partition changed" (an append, a HW move)."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def waiter(self) -> asyncio.Event:
-        """Take it before reading, so a change in between is not missed."""
-        return self._event
-
-    def fire(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
-
-
-@dataclass(slots=True)
-class Partition:
-    topic_id: str
-    topic: str
-    index: int
-    state: PartitionState
-    log: Log
-    # The idempotent producers' de-duplication table, kept on every replica (leader
-    # appends, follower appends, recovery) so a new leader de-duplicates at once.
-    producers: ProducerStateManager = field(default_factory=ProducerStateManager)
-    signal: _Signal = field(default_factory=_Signal)
-    # The active segment when the producer state was last snapshotted: a roll since
-    # then writes the next snapshot (broker/producer_state_store.py).
-    snapshot_segment_base: int = -1
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.index)
-
-
-class FetchTargets(Protocol):
-    """Where followers fetch from (the replica fetcher manager)."""
-
-    def set_leader(self, tp: TopicPartition, leader_id: int) -> None: ...
-
-    def remove(self, tp: TopicPartition) -> None: ...
-
-
-class AlterPartitionSender(Protocol):
-    async def __call__(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    current_leader: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPartition:
-    topic: str
-    partition: int
-    fetch_offset: int
-    partition_max_bytes: int = 1024 * 1024
-    current_leader_epoch: int | None = None
-    last_fetched_epoch: int | None = None  # followers: the epoch of their last record
-    log_start_offset: int = -1  # followers: their log start
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    diverging_epoch: EpochEndOffset | None = None
-    records: bytes = b""
-    current_leader: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ListOffsetsResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
-    offset: int = -1
-    timestamp: int = -1
-    leader_epoch: int = -1
 
 
 class ReplicaManager:
@@ -268,48 +170,36 @@ class ReplicaManager:
             return existing
         topic_config = self.image.configs.topic_config(tip.topic)
         opened = self.logs.get_or_open(tp, self.config.log_config(topic_config))
-        state = PartitionState(
+        replica = Replica(
             topic=tip.topic,
             partition=tip.partition,
             local_broker_id=self.broker_id,
-            epochs=opened.leader_epoch_cache,
-            log_end_offset=opened.log_end_offset,
-            log_start_offset=opened.log_start_offset,
+            log=SegmentPartitionLog(opened),
             high_watermark=self.logs.checkpointed_high_watermark(tp),
             config=self.config.replication_config(topic_config),
+            producer_config=self._producer_config,
         )
-        opened.update_high_watermark(state.high_watermark)
-        producers = load_producer_state(opened, self._producer_config)
-        partition = Partition(tip.topic_id, tip.topic, tip.partition, state, opened, producers)
-        partition.snapshot_segment_base = opened.active_segment_base_offset
+        partition = Partition(tip.topic_id, tip.topic, tip.partition, replica, opened)
         self.partitions[tp] = partition
         return partition
 
     def _become_leader(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
         p = self._partition_for(tip)
-        try:
-            change = p.state.make_leader(
-                leader_epoch=reg.leader_epoch,
-                partition_epoch=reg.partition_epoch,
-                replicas=reg.replicas,
-                isr=reg.isr,
-                now_ms=now,
-            )
-        except ValueError as e:
-            log.error(
-                "cannot become leader",
-                extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
-            )
-            return
+        change = p.replica.on_metadata_change(
+            leader_id=self.broker_id,
+            leader_epoch=reg.leader_epoch,
+            partition_epoch=reg.partition_epoch,
+            replicas=reg.replicas,
+            isr=reg.isr,
+            now_ms=now,
+        )
         if not change.applied:
-            log.debug(
+            log.log(
+                logging.ERROR if change.reason.startswith("cannot") else logging.DEBUG,
                 "leader change not applied",
                 extra={"fields": {"partition": _name(p.tp), "reason": change.reason}},
             )
             return
-        if change.assign_epoch_start_offset is not None:
-            epoch, start = change.assign_epoch_start_offset
-            p.log.leader_epoch_cache.assign(epoch, start)
         if self.fetch_targets is not None:
             self.fetch_targets.remove(p.tp)
         log.info(
@@ -323,11 +213,11 @@ class ReplicaManager:
                 }
             },
         )
-        self._after_change(p, change)
+        self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
         p = self._partition_for(tip)
-        change = p.state.make_follower(
+        change = p.replica.on_metadata_change(
             leader_id=reg.leader,
             leader_epoch=reg.leader_epoch,
             partition_epoch=reg.partition_epoch,
@@ -347,19 +237,19 @@ class ReplicaManager:
                 }
             },
         )
-        self._after_change(p, change)
+        self.carry_out(p, change.ready)
         if self.fetch_targets is not None:
             if reg.leader == NO_LEADER:
                 self.fetch_targets.remove(p.tp)
-            elif change.fetch_from_leader is not None:
-                self.fetch_targets.set_leader(p.tp, change.fetch_from_leader)
+            elif change.ready.fetch_from_leader is not None:
+                self.fetch_targets.set_leader(p.tp, change.ready.fetch_from_leader)
 
     def stop_replica(
         self, tp: TopicPartition, *, delete: bool, topic_id: str | None = None
     ) -> None:
         p = self.partitions.get(tp)
         if p is not None and (topic_id is None or p.topic_id == topic_id):
-            self._after_change(p, p.state.make_offline())
+            self.carry_out(p, p.replica.go_offline())
             del self.partitions[tp]
             if self.fetch_targets is not None:
                 self.fetch_targets.remove(tp)
@@ -371,28 +261,27 @@ class ReplicaManager:
         else:
             self.logs.close(tp)
 
-    def _after_change(self, p: Partition, change: StateChange) -> None:
+    def carry_out(self, p: Partition, ready: Ready) -> None:
+        """Do what a core call asked (everything but fetcher changes, which depend on
+        the metadata the caller holds)."""
         done: list[Completion[TopicPartition]] = []
-        if change.leadership_lost:
+        if ready.leadership_lost:
             done += self.purgatory.on_leadership_lost(partition=p.tp)
-        if change.high_watermark_moved:
-            p.log.update_high_watermark(p.state.high_watermark)
+        if ready.high_watermark_moved:
             done += self.purgatory.on_hw_advanced(
                 partition=p.tp, status=p.state.replication_status()
             )
-        if change.isr_changed:
+        if ready.isr_changed:
             done += self.purgatory.on_isr_changed(
                 partition=p.tp, status=p.state.replication_status()
             )
         self._deliver(done)
-        p.signal.fire()
-
-    def _hw_moved(self, p: Partition) -> None:
-        p.log.update_high_watermark(p.state.high_watermark)
-        self._deliver(
-            self.purgatory.on_hw_advanced(partition=p.tp, status=p.state.replication_status())
-        )
-        p.signal.fire()
+        if ready.snapshot_due:
+            self._snapshot_producers(p)
+        if ready.isr_proposal is not None:
+            self._propose(p, ready.isr_proposal)
+        if ready.wake_fetches:
+            p.signal.fire()
 
     # ================================================================ errors
 
@@ -481,68 +370,22 @@ class ReplicaManager:
                 topic, index, found, current_leader=self.current_leader(topic, index)
             ), None
         p = found
-        error_type = p.state.check_produce(acks=acks)
-        if error_type is not None:
-            err = error_type(f"{topic}-{index} on broker {self.broker_id}")
+        outcome = p.replica.append_as_leader(data, acks=acks, local=f" on broker {self.broker_id}")
+        self.carry_out(p, outcome.ready)
+        if outcome.error is not None:
             return ProduceResult(
-                topic, index, err, current_leader=self._leader_info(p.tp, err)
+                topic, index, outcome.error, current_leader=self._leader_info(p.tp, outcome.error)
             ), None
-        if not data:
-            return ProduceResult(topic, index, CorruptMessageError("no record batch")), None
-        try:
-            batches = [ProducerBatch.from_header(h) for _, h in iter_batches(data, check_crc=False)]
-        except KafkaError as e:
-            return ProduceResult(topic, index, e), None
-        decision = _check_producers(p.producers, batches)
-        if isinstance(decision, Rejected):
-            return ProduceResult(topic, index, decision.error), None
-        if isinstance(decision, Duplicate):
-            # A retry of batches already in the log: the original offsets, and (acks=all)
-            # the same wait for them to be replicated.
-            ok = ProduceResult(
-                topic,
-                index,
-                None,
-                base_offset=decision.first_offset,
-                log_start_offset=p.state.log_start_offset,
-            )
-            wait_for_offset = decision.last_offset + 1 if acks == ACKS_ALL else None
-        else:
-            try:
-                info = p.log.append_as_leader(data, p.state.leader_epoch)
-            except KafkaError as e:
-                return ProduceResult(topic, index, e), None
-            if info.records_count == 0:
-                return ProduceResult(topic, index, CorruptMessageError("no record batch")), None
-            first = info.first_offset
-            for batch in batches:
-                last = first + batch.last_offset_delta
-                if batch.is_idempotent:
-                    p.producers.update(batch, first_offset=first, last_offset=last)
-                first = last + 1
-            self._maybe_snapshot_producers(p)
-            append = p.state.on_leader_append(last_offset=info.last_offset, acks=acks)
-            p.signal.fire()  # parked follower fetches
-            if append.high_watermark_moved:
-                self._hw_moved(p)
-            ok = ProduceResult(
-                topic,
-                index,
-                None,
-                base_offset=info.first_offset,
-                log_append_time_ms=info.log_append_time_ms,
-                log_start_offset=info.log_start_offset,
-            )
-            wait_for_offset = append.wait_for_offset
+        ok = ProduceResult(
+            topic,
+            index,
+            None,
+            base_offset=outcome.base_offset,
+            log_append_time_ms=outcome.log_append_time_ms,
+            log_start_offset=outcome.log_start_offset,
+        )
+        wait_for_offset = outcome.wait_for_offset
         if wait_for_offset is None:
-            return ok, None
-        done, error = p.state.replication_status().check(wait_for_offset)
-        if done:
-            if error is not None:
-                err = error(f"{topic}-{index}")
-                return ProduceResult(
-                    topic, index, err, current_leader=self._leader_info(p.tp, err)
-                ), None
             return ok, None
         try:
             self.purgatory.add(
@@ -656,31 +499,21 @@ class ReplicaManager:
         if isinstance(found, KafkaError):
             return self._fetch_error(req, found, None)
         p = found
-        bounds = p.state.check_consumer_fetch(
-            fetch_offset=req.fetch_offset, current_leader_epoch=req.current_leader_epoch
+        read = p.replica.read_for_consumer(
+            fetch_offset=req.fetch_offset,
+            max_bytes=_room(req, budget),
+            min_one_batch=first,
+            current_leader_epoch=req.current_leader_epoch,
         )
-        if bounds.error is not None:
-            return self._fetch_error(
-                req, bounds.error(f"{_name(p.tp)} offset {req.fetch_offset}"), p
-            )
-        records = b""
-        if budget > 0 and req.fetch_offset < bounds.read_up_to:
-            try:
-                records = p.log.read(
-                    req.fetch_offset,
-                    min(req.partition_max_bytes, budget),
-                    max_offset=bounds.read_up_to,
-                    min_one_batch=first,
-                )
-            except KafkaError as e:
-                return self._fetch_error(req, e, p)
+        if read.error is not None:
+            return self._fetch_error(req, read.error, p)
         return FetchResult(
             req.topic,
             req.partition,
             None,
-            high_watermark=p.state.high_watermark,
-            log_start_offset=p.state.log_start_offset,
-            records=records,
+            high_watermark=read.high_watermark,
+            log_start_offset=read.log_start_offset,
+            records=read.records,
         )
 
     def _read_for_follower(
@@ -690,45 +523,27 @@ class ReplicaManager:
         if isinstance(found, KafkaError):
             return self._fetch_error(req, found, None)
         p = found
-        r = p.state.on_follower_fetch(
+        r = p.replica.on_follower_fetch(
             replica_id=replica_id,
             fetch_offset=req.fetch_offset,
             last_fetched_epoch=req.last_fetched_epoch,
             broker_epoch=broker_epoch,
             now_ms=now,
+            max_bytes=_room(req, budget),
             current_leader_epoch=req.current_leader_epoch,
             follower_log_start_offset=req.log_start_offset,
         )
-        if r.high_watermark_moved:
-            self._hw_moved(p)
-        if r.isr_proposal is not None:
-            self._propose(p, r.isr_proposal)
+        self.carry_out(p, r.ready)
         if r.error is not None:
-            return self._fetch_error(req, r.error(f"{_name(p.tp)} follower {replica_id}"), p)
-        if r.diverging_epoch is not None:
-            return FetchResult(
-                req.topic,
-                req.partition,
-                None,
-                high_watermark=r.high_watermark,
-                log_start_offset=r.log_start_offset,
-                diverging_epoch=r.diverging_epoch,
-            )
-        records = b""
-        if budget > 0 and req.fetch_offset < r.read_up_to:
-            records = p.log.read(
-                req.fetch_offset,
-                min(req.partition_max_bytes, budget),
-                max_offset=r.read_up_to,
-                whole_batches=True,
-            )
+            return self._fetch_error(req, r.error, p)
         return FetchResult(
             req.topic,
             req.partition,
             None,
-            high_watermark=p.state.high_watermark,
-            log_start_offset=p.state.log_start_offset,
-            records=records,
+            high_watermark=r.high_watermark,
+            log_start_offset=r.log_start_offset,
+            diverging_epoch=r.diverging_epoch,
+            records=r.records,
         )
 
     # ================================================================ list offsets
@@ -755,7 +570,7 @@ class ReplicaManager:
             elif timestamp == LATEST_TIMESTAMP:
                 out.append(ListOffsetsResult(topic, index, None, hw, -1, epoch))
             else:
-                found_ts = p.log.offset_for_timestamp(timestamp)
+                found_ts = p.replica.log.offset_for_timestamp(timestamp)
                 if found_ts is None or found_ts.offset >= hw:
                     out.append(ListOffsetsResult(topic, index, None, -1, -1, epoch))
                 else:
@@ -772,16 +587,18 @@ class ReplicaManager:
         """The ISR-shrink timer's work: propose dropping followers that lag too long."""
         now = self._clock_ms()
         for p in list(self.partitions.values()):
-            if p.state.is_leader:
-                proposal = p.state.maybe_shrink_isr(now_ms=now)
-                if proposal is not None:
-                    log.info(
-                        "proposing an ISR shrink",
-                        extra={
-                            "fields": {"partition": _name(p.tp), "new_isr": list(proposal.new_isr)}
-                        },
-                    )
-                    self._propose(p, proposal)
+            ready = p.replica.tick(now)
+            if ready.isr_proposal is not None:
+                log.info(
+                    "proposing an ISR shrink",
+                    extra={
+                        "fields": {
+                            "partition": _name(p.tp),
+                            "new_isr": list(ready.isr_proposal.new_isr),
+                        }
+                    },
+                )
+            self.carry_out(p, ready)
 
     def _propose(self, p: Partition, proposal: IsrProposal) -> None:
         if self.alter_partition is None or self._stopping:
@@ -807,10 +624,12 @@ class ReplicaManager:
             try:
                 answer = await self.alter_partition(body, timeout_ms=self.config.request_timeout_ms)
             except KafkaError as e:
-                outcome = p.state.on_alter_partition_response(proposal=proposal, error=type(e))
+                outcome, ready = p.replica.on_alter_partition_response(
+                    proposal=proposal, error=type(e)
+                )
             else:
                 try:
-                    outcome = p.state.on_alter_partition_response(
+                    outcome, ready = p.replica.on_alter_partition_response(
                         proposal=proposal,
                         error=None,
                         leader_epoch=int(answer["leader_epoch"]),
@@ -819,7 +638,7 @@ class ReplicaManager:
                     )
                 except (KeyError, TypeError, ValueError) as e:
                     log.error("bad AlterPartition answer", extra={"fields": {"error": str(e)}})
-                    outcome = p.state.on_alter_partition_response(
+                    outcome, ready = p.replica.on_alter_partition_response(
                         proposal=proposal, error=UnknownServerError
                     )
             log.info(
@@ -832,14 +651,7 @@ class ReplicaManager:
                     }
                 },
             )
-            if outcome.high_watermark_moved:
-                self._hw_moved(p)
-            if outcome.isr_changed:
-                self._deliver(
-                    self.purgatory.on_isr_changed(
-                        partition=p.tp, status=p.state.replication_status()
-                    )
-                )
+            self.carry_out(p, ready)
             if outcome.retry is None:
                 return
             await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)  # retry backoff
@@ -855,25 +667,12 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        assert p.state.role is ReplicaRole.FOLLOWER
-        if records:
-            p.log.append_as_follower(records)
-            for _, header in iter_batches(records, check_crc=False):
-                p.producers.update_from_follower_batch(header)
-            self._maybe_snapshot_producers(p)
-        outcome = p.state.on_fetch_response(
+        answer = p.replica.on_fetch_answer(
+            records=records,
             leader_high_watermark=leader_high_watermark,
             leader_log_start_offset=leader_log_start_offset,
-            diverging_epoch=None,
-            appended_up_to=p.log.log_end_offset,
         )
-        p.log.update_high_watermark(p.state.high_watermark)
-        if p.state.log_start_offset > p.log.log_start_offset:
-            # The leader's log start moved (DeleteRecords): follow it on disk too.
-            p.log.maybe_increment_log_start_offset(p.state.log_start_offset)
-            p.log.delete_retention_segments()
-        if records or outcome.high_watermark_moved:
-            p.signal.fire()
+        self.carry_out(p, answer.ready)
 
     def on_follower_diverging(
         self,
@@ -884,89 +683,51 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        assert p.state.role is ReplicaRole.FOLLOWER
-        outcome = p.state.on_fetch_response(
+        answer = p.replica.on_fetch_answer(
+            records=b"",
             leader_high_watermark=leader_high_watermark,
             leader_log_start_offset=leader_log_start_offset,
             diverging_epoch=diverging,
-            appended_up_to=p.state.log_end_offset,
         )
-        if outcome.truncate_to is not None:
-            before = p.log.log_end_offset
-            p.log.truncate_to(outcome.truncate_to)
-            # The window may have lost batches below the cut: rebuild it from the log.
-            p.producers = load_producer_state(p.log, self._producer_config)
-            if p.log.log_end_offset != p.state.log_end_offset:
-                # The cut fell inside a batch, so the log kept less than the core
-                # assumed: the log is the truth (the next fetch starts from it).
-                self._resync_follower(p)
+        if answer.truncated is not None:
             log.warning(
                 "truncated a diverging log",
                 extra={
                     "fields": {
                         "partition": _name(p.tp),
-                        "from": before,
-                        "to": p.log.log_end_offset,
+                        "from": answer.truncated[0],
+                        "to": answer.truncated[1],
                         "leader_epoch": diverging.epoch,
                     }
                 },
             )
-        p.log.update_high_watermark(p.state.high_watermark)
-        p.signal.fire()
+        self.carry_out(p, answer.ready)
+
+    def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
+        """Our fetch offset is below the leader's log start: restart empty there."""
+        self.carry_out(
+            p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
+        )
 
     def enforce_retention(self) -> int:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention
         check), and the producer-state snapshots below the new log starts; returns the
         number of segments deleted."""
-        deleted = 0
-        for p in list(self.partitions.values()):
-            count = p.log.delete_retention_segments()
-            if count:
-                deleted += count
-                prune_snapshots(p.log)
-                if p.state.log_start_offset < p.log.log_start_offset:
-                    p.state.on_log_start_offset(log_start_offset=p.log.log_start_offset)
-        return deleted
+        return sum(p.replica.enforce_retention() for p in list(self.partitions.values()))
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
-        return sum(
-            len(p.producers.remove_expired_producers(now_ms=now_ms))
-            for p in self.partitions.values()
-        )
+        return sum(p.replica.expire_producers(now_ms) for p in self.partitions.values())
 
-    def _maybe_snapshot_producers(self, p: Partition) -> None:
-        """After an append: if the log rolled, snapshot the producer state at its end."""
-        base = p.log.active_segment_base_offset
-        if base == p.snapshot_segment_base:
-            return
-        p.snapshot_segment_base = base
+    def _snapshot_producers(self, p: Partition) -> None:
         try:
-            write_producer_snapshot(p.log, p.producers)
+            p.replica.snapshot_producers()
         except OSError as e:
             # Only recovery time suffers: it replays from an older snapshot or the start.
             log.error(
                 "producer-state snapshot failed",
                 extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
             )
-
-    def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
-        """Our fetch offset is below the leader's log start: restart empty there."""
-        if p.log.log_end_offset < leader_log_start_offset:
-            p.log.truncate_fully_and_start_at(leader_log_start_offset)
-            p.producers = ProducerStateManager(config=self._producer_config)
-            self._resync_follower(p)
-
-    def _resync_follower(self, p: Partition) -> None:
-        # Rebuild the replica state from the log, keeping the role and assignment.
-        state = p.state
-        state.log_end_offset = p.log.log_end_offset
-        state.log_start_offset = min(
-            max(state.log_start_offset, p.log.log_start_offset), state.log_end_offset
-        )
-        state.high_watermark = max(
-            state.log_start_offset, min(state.high_watermark, state.log_end_offset)
-        )
 
     # ================================================================ lifecycle
 
@@ -986,13 +747,7 @@ class ReplicaManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for p in self.partitions.values():
-            try:
-                write_producer_snapshot(p.log, p.producers)  # a clean shutdown's snapshot
-            except OSError as e:
-                log.error(
-                    "producer-state snapshot failed",
-                    extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
-                )
+            self._snapshot_producers(p)  # a clean shutdown's snapshot
         self.logs.close_all()
         self.partitions.clear()
 
@@ -1007,43 +762,10 @@ async def _wait_any(events: Sequence[asyncio.Event], timeout_ms: int) -> None:
             t.cancel()
 
 
-def _check_producers(
-    producers: ProducerStateManager, batches: Sequence[ProducerBatch]
-) -> Append | Duplicate | Rejected:
-    """The idempotence decision for one partition's batches of a produce. raftka's
-    producer sends up to 5 batches of a partition in a first attempt and a retried batch
-    alone, so a retry is a single Duplicate. With several batches, each producer's must
-    follow on each other, and a duplicate among them refuses the request
-    (DUPLICATE_SEQUENCE_NUMBER) rather than half-append it."""
-    if not batches:
-        return Rejected(producer_id=-1, error=CorruptMessageError("no record batch"))
-    seen: dict[int, ProducerBatch] = {}
-    for batch in batches:
-        if not batch.is_idempotent:
-            continue
-        previous = seen.get(batch.producer_id)
-        if previous is None:
-            decision = producers.validate_and_prepare(batch)
-            if isinstance(decision, Duplicate) and len(batches) > 1:
-                return Rejected(
-                    producer_id=batch.producer_id,
-                    error=DuplicateSequenceNumberError(
-                        f"producer {batch.producer_id}: a duplicate batch among several"
-                    ),
-                )
-            if not isinstance(decision, Append):
-                return decision
-        elif previous.producer_epoch != batch.producer_epoch or not in_sequence(
-            previous.last_sequence, batch.base_sequence
-        ):
-            return Rejected(
-                producer_id=batch.producer_id,
-                error=OutOfOrderSequenceNumberError(
-                    f"producer {batch.producer_id}: batches of one request out of sequence"
-                ),
-            )
-        seen[batch.producer_id] = batch
-    return Append(producer_id=-1)
+def _room(req: FetchPartition, budget: int) -> int | None:
+    """What one partition may add to a fetch response; None once the response's budget
+    is spent (a partition limit of 0 still reads: the log may return one batch)."""
+    return min(req.partition_max_bytes, budget) if budget > 0 else None
 
 
 def _name(tp: TopicPartition) -> str:

@@ -1,5 +1,8 @@
 """The replica state of one partition on one broker (Kafka's Partition/Replica), pure.
 
+(Over 700 lines: one state machine whose transitions share its invariants in _check;
+split, they would be checked apart.)
+
 Theory of operation. A broker holds a ``PartitionState`` for each partition replica it
 stores. Committed cluster metadata (from the controller's log) makes the replica a
 leader or a follower; everything else is driven by the replication traffic:
@@ -21,11 +24,15 @@ ISR, so a replica the controller may already count as in sync (and could elect) 
 the HW back; min.insync.replicas is checked against the committed ISR before an
 acks=all append, and against the maximal ISR when the append completes, as Kafka does.
 
-The log is seen only as numbers (LEO, log start offset, HW) and through
-``EpochEndOffsets`` (the leader-epoch cache's "where does epoch E end?"). No clock, no
-I/O: ``now_ms`` comes in, frozen decisions go out, and the shell performs them on the
-segment log, the fetchers, the purgatory and the controller channel. Not thread safe:
-drive one state from one task.
+The log is seen only through :class:`LogOffsets`: its log start and log end offsets
+and the leader-epoch cache's "where does epoch E end?". Those two offsets are *read*
+from the log, never copied: the partition core (:mod:`.partition`) changes the log
+first (append, truncate, move the start) and then tells this state, which checks that
+the log agrees and moves the HW. The HW is held here and only here (the log is told it
+for the checkpoint). Built from bare numbers instead (``log_end_offset=``, the unit
+tests of these rules), the state keeps them in a :class:`_NumbersOnly` stand-in and
+moves them itself. No clock, no I/O: ``now_ms`` comes in, frozen decisions go out.
+Not thread safe: drive one state from one task.
 """
 
 from __future__ import annotations
@@ -102,6 +109,31 @@ class EpochEndOffsets(Protocol):
     """
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]: ...
+
+
+class LogOffsets(EpochEndOffsets, Protocol):
+    """The log as the replication rules read it (``PartitionLog`` satisfies it)."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+
+class _NumbersOnly:
+    """A log reduced to its two offsets, for a state driven without a log (the unit
+    tests of the replication rules): the state moves these numbers itself."""
+
+    __slots__ = ("epochs", "log_end_offset", "log_start_offset")
+
+    def __init__(self, epochs: EpochEndOffsets, log_start_offset: int, log_end_offset: int):
+        self.epochs = epochs
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(requested_epoch, log_end_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +280,8 @@ class FollowerFetchOutcome:
     # Truncate the local log (and its epoch cache) to this offset, then fetch from it.
     truncate_to: int | None
     high_watermark_moved: bool
+    # The log start to move the log to (the leader's, within our log); -1: unchanged.
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,19 +298,26 @@ class PartitionState:
         topic: str,
         partition: int,
         local_broker_id: int,
-        epochs: EpochEndOffsets,
-        log_end_offset: int,
+        epochs: EpochEndOffsets | None = None,
+        log_end_offset: int | None = None,
         log_start_offset: int = 0,
         high_watermark: int = 0,
         config: ReplicationConfig | None = None,
+        log: LogOffsets | None = None,
     ) -> None:
-        if not 0 <= log_start_offset <= log_end_offset:
-            raise ValueError(f"log start {log_start_offset} must be in [0, {log_end_offset}]")
+        if log is None:
+            if epochs is None or log_end_offset is None:
+                raise ValueError("a state needs a log, or epochs and a log end offset")
+            if not 0 <= log_start_offset <= log_end_offset:
+                raise ValueError(f"log start {log_start_offset} must be in [0, {log_end_offset}]")
+            log = _NumbersOnly(epochs, log_start_offset, log_end_offset)
+        elif epochs is not None or log_end_offset is not None or log_start_offset != 0:
+            raise ValueError("with a log, its offsets and epochs come from the log")
+        self._log: LogOffsets = log
         self.topic = topic
         self.partition = partition
         self.local_broker_id = local_broker_id
         self.config = config or ReplicationConfig()
-        self._epochs = epochs
         self.role = ReplicaRole.NONE
         self.leader_id: int | None = None
         self.leader_epoch = UNDEFINED_EPOCH
@@ -284,10 +325,8 @@ class PartitionState:
         self.replicas: tuple[int, ...] = ()
         self.committed_isr: frozenset[int] = frozenset()
         self._pending: _PendingIsr | None = None
-        self.log_end_offset = log_end_offset
-        self.log_start_offset = log_start_offset
         # A checkpointed HW may lag the log but never exceeds it.
-        self.high_watermark = max(log_start_offset, min(high_watermark, log_end_offset))
+        self.high_watermark = max(self.log_start_offset, min(high_watermark, self.log_end_offset))
         self.leader_epoch_start_offset: int | None = None
         self._followers: dict[int, FollowerProgress] = {}
         # For the invariants: the largest leader epoch seen, and (epoch, HW) as last led.
@@ -296,6 +335,17 @@ class PartitionState:
         self._check()
 
     # ------------------------------------------------------------------ views
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    def _numbers(self) -> _NumbersOnly | None:
+        return self._log if isinstance(self._log, _NumbersOnly) else None
 
     @property
     def is_leader(self) -> bool:
@@ -533,7 +583,7 @@ class PartitionState:
         if error is not None or progress is None:
             return self._fetch_result(error=error or NotLeaderOrFollowerError)
         if last_fetched_epoch is not None and last_fetched_epoch != UNDEFINED_EPOCH:
-            epoch, end_offset = self._epochs.end_offset_for(last_fetched_epoch, self.log_end_offset)
+            epoch, end_offset = self._log.end_offset_for(last_fetched_epoch, self.log_end_offset)
             if end_offset < fetch_offset or epoch < last_fetched_epoch:
                 # The follower holds records we do not: tell it where our log of that
                 # epoch ends; no progress is recorded from a diverging fetch.
@@ -712,8 +762,11 @@ class PartitionState:
         """The shell appended a produce's records up to ``last_offset`` on the leader."""
         assert self.is_leader, "only a leader appends produced records"
         assert acks in VALID_ACKS, acks
-        assert last_offset >= self.log_end_offset, "appends extend the log"
-        self.log_end_offset = last_offset + 1
+        numbers = self._numbers()
+        if numbers is not None:
+            assert last_offset >= numbers.log_end_offset, "appends extend the log"
+            numbers.log_end_offset = last_offset + 1
+        assert self.log_end_offset == last_offset + 1, "the log holds the append"
         moved = self._maybe_increment_high_watermark()
         self._check()
         return AppendResult(
@@ -738,7 +791,19 @@ class PartitionState:
     def on_log_start_offset(self, *, log_start_offset: int) -> None:
         """Retention or DeleteRecords moved the log start (never past the HW)."""
         assert log_start_offset <= self.high_watermark, "only committed records are deleted"
-        self.log_start_offset = max(self.log_start_offset, log_start_offset)
+        numbers = self._numbers()
+        if numbers is not None:
+            numbers.log_start_offset = max(numbers.log_start_offset, log_start_offset)
+        assert self.log_start_offset >= log_start_offset, "the log start moved first"
+        self._check()
+
+    def on_log_truncated(self) -> None:
+        """The log was cut (a diverging follower) or restarted elsewhere (a follower
+        below its leader's log start): bring the HW within it."""
+        assert not self.is_leader, "a leader never truncates"
+        self.high_watermark = max(
+            self.log_start_offset, min(self.high_watermark, self.log_end_offset)
+        )
         self._check()
 
     # ----------------------------------------------------------- follower side
@@ -754,34 +819,43 @@ class PartitionState:
         """The leader answered our fetch; the shell has appended its records, so our LEO
         is now ``appended_up_to`` (unchanged when the answer was a diverging epoch)."""
         assert self.role is ReplicaRole.FOLLOWER, "only a follower handles fetch responses"
-        assert appended_up_to >= self.log_end_offset, "appends extend the log"
+        numbers = self._numbers()
         if diverging_epoch is not None:
             assert appended_up_to == self.log_end_offset, "a diverging answer has no records"
-            target = self._truncation_offset(diverging_epoch)
-            self._truncate(target)
-            self._check()
+            target = self.truncation_offset(diverging_epoch)
+            if numbers is not None:
+                numbers.log_end_offset = min(numbers.log_end_offset, target)
+                numbers.log_start_offset = min(numbers.log_start_offset, numbers.log_end_offset)
+                self.on_log_truncated()
+            # With a real log the core truncates it, then calls on_log_truncated.
             return FollowerFetchOutcome(truncate_to=target, high_watermark_moved=False)
-        self.log_end_offset = appended_up_to
+        if numbers is not None:
+            assert appended_up_to >= numbers.log_end_offset, "appends extend the log"
+            numbers.log_end_offset = appended_up_to
+        assert self.log_end_offset == appended_up_to, "the log holds the append"
         # The leader's log start only moves forward and we never start past our own end.
-        self.log_start_offset = max(
-            self.log_start_offset, min(leader_log_start_offset, self.log_end_offset)
-        )
+        new_start = max(self.log_start_offset, min(leader_log_start_offset, self.log_end_offset))
         new_hw = max(
-            self.high_watermark,
-            self.log_start_offset,
-            min(leader_high_watermark, self.log_end_offset),
+            self.high_watermark, new_start, min(leader_high_watermark, self.log_end_offset)
         )
         moved = new_hw != self.high_watermark
         self.high_watermark = new_hw
+        if numbers is not None:
+            numbers.log_start_offset = new_start
         self._check()
-        return FollowerFetchOutcome(truncate_to=None, high_watermark_moved=moved)
+        return FollowerFetchOutcome(
+            truncate_to=None,
+            high_watermark_moved=moved,
+            log_start_offset=new_start if new_start != self.log_start_offset else -1,
+        )
 
-    def _truncation_offset(self, diverging: EpochEndOffset) -> int:
+    def truncation_offset(self, diverging: EpochEndOffset) -> int:
+        """Where a follower cuts its log when its leader reports ``diverging``."""
         leo = self.log_end_offset
         if diverging.end_offset == UNDEFINED_EPOCH_OFFSET:
             # The leader knows no epoch at or below ours: keep only what is committed.
             return self.high_watermark
-        epoch, end_offset = self._epochs.end_offset_for(diverging.epoch, leo)
+        epoch, end_offset = self._log.end_offset_for(diverging.epoch, leo)
         if epoch == UNDEFINED_EPOCH:
             # We track no epoch that old: the leader's end offset is the best bound.
             return min(diverging.end_offset, leo)
@@ -790,13 +864,6 @@ class PartitionState:
             # below it; the next fetch names that epoch and converges further.
             return min(end_offset, leo)
         return min(end_offset, diverging.end_offset, leo)
-
-    def _truncate(self, offset: int) -> None:
-        assert not self.is_leader, "a leader never truncates"
-        assert offset >= 0
-        self.log_end_offset = min(self.log_end_offset, offset)
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     # -------------------------------------------------------------- invariants
 

@@ -8,20 +8,26 @@ for the followers' fetches and completes through the purgatory, times out with
 REQUEST_TIMED_OUT, is refused NOT_ENOUGH_REPLICAS under min.insync.replicas; consumers
 never read above the HW and a parked fetch is woken by the append; a follower appends,
 follows the leader's HW and truncates on a diverging epoch; ISR expansion and shrink go
-through the AlterPartition sender.
+through the AlterPartition sender; DeleteRecords moves the log start through the
+core and refuses a bad body as INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
 from raftka.broker.config import BrokerConfig
+from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.metadata_follower import MetadataApplier
-from raftka.broker.replication.manager import FetchPartition, ReplicaManager
+from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
@@ -33,6 +39,7 @@ from raftka.metadata.metadata_records import (
     RegisterBrokerRecord,
     TopicRecord,
 )
+from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.storage.log_manager import LogManager
 
 TOPIC_ID = str(uuid.uuid4())
@@ -453,5 +460,51 @@ def test_producer_state_survives_a_restart_through_its_snapshot(tmp_path: Path) 
         assert r.error is None and r.base_offset == 4
         assert again.manager.partitions[("t", 0)].log.log_end_offset == 5
         await again.manager.close()
+
+    _run(body)
+
+
+def test_delete_records_route_moves_the_log_start_and_refuses_bad_input(tmp_path: Path) -> None:
+    """POST /v1/delete-records on a single-replica leader: -1 deletes up to the HW (the
+    segment log's start moves, ListOffsets earliest follows), above the HW answers
+    OFFSET_OUT_OF_RANGE for that partition; a body that breaks the typed request answers
+    INVALID_REQUEST naming the field, before any partition is touched."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1,))
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"a", b"b"))])
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"c"))])
+        app = web.Application(
+            middlewares=[
+                error_middleware(lambda e: json_response(e.to_wire(), 400), logging.getLogger())
+            ]
+        )
+        app.add_routes(delete_records_routes(lambda _: h.manager))
+        async with TestClient(TestServer(app)) as client:
+            ok = await client.post(
+                "/v1/delete-records",
+                json={"partitions": [{"topic": "t", "partition": 0, "offset": -1}]},
+            )
+            assert ok.status == 200
+            (answer,) = (await ok.json())["responses"]
+            assert answer["error"] is None and answer["low_watermark"] == 3
+            assert h.manager.partitions[("t", 0)].log.log_start_offset == 3
+            (earliest,) = h.manager.list_offsets([("t", 0, EARLIEST_TIMESTAMP)])
+            assert earliest.offset == 3
+            above = await client.post(
+                "/v1/delete-records",
+                json={"partitions": [{"topic": "t", "partition": 0, "offset": 9}]},
+            )
+            (refused,) = (await above.json())["responses"]
+            assert refused["error"]["error"] == "OFFSET_OUT_OF_RANGE"
+            bad = await client.post(
+                "/v1/delete-records",
+                json={"partitions": [{"topic": "t", "partition": 0, "offset": "x"}]},
+            )
+            error = await bad.json()
+            assert bad.status == 400 and error["error"] == "INVALID_REQUEST"
+            assert "$.partitions[0].offset" in error["message"]
+        await h.manager.close()
 
     _run(body)

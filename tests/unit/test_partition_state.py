@@ -16,6 +16,7 @@ import pytest
 from raftka.broker.replication import (
     EpochEndOffset,
     IsrChangeKind,
+    MemoryPartitionLog,
     PartitionState,
     ProducePurgatory,
     ReplicaRole,
@@ -32,6 +33,7 @@ from raftka.common.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from raftka.common.record import Record, build_batch
 from raftka.storage.epoch_cache import LeaderEpochFileCache
 
 LAG_MS = 30_000
@@ -453,3 +455,23 @@ def test_invariants_are_asserted() -> None:
         state.on_leader_append(last_offset=2, acks=1)
     with pytest.raises(ValueError):
         state.make_leader(leader_epoch=9, partition_epoch=9, replicas=(1, 2), isr=(2,), now_ms=0)
+
+
+def test_a_state_over_a_log_reads_its_offsets_and_keeps_no_copy() -> None:
+    """Built over a log, the state's LEO and log start are the log's, whatever changed
+    the log; an append it is told about must already be in the log; offsets and
+    epochs cannot be given besides a log."""
+    log = MemoryPartitionLog()
+    state = PartitionState(topic="t", partition=0, local_broker_id=1, log=log)
+    state.make_leader(leader_epoch=1, partition_epoch=1, replicas=(1,), isr=(1,), now_ms=0)
+    log.assign_epoch(1, 0)
+    info = log.append_as_leader(build_batch([Record(value=b"a"), Record(value=b"b")]), 1)
+    assert state.log_end_offset == 2 and state.high_watermark == 0
+    state.on_leader_append(last_offset=info.last_offset, acks=1)
+    assert state.high_watermark == 2
+    with pytest.raises(AssertionError, match="the log holds the append"):
+        state.on_leader_append(last_offset=5, acks=1)
+    with pytest.raises(ValueError, match="come from the log"):
+        PartitionState(topic="t", partition=0, local_broker_id=1, log=log, log_end_offset=2)
+    with pytest.raises(ValueError, match="needs a log"):
+        PartitionState(topic="t", partition=0, local_broker_id=1)

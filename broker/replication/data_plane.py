@@ -1,0 +1,131 @@
+"""The data plane's shapes: the shell's handle on one partition (:class:`Partition`:
+its core, its segment log, a wake-up signal for parked fetches), the requests and
+results of produce, fetch and ListOffsets, and the protocols of the shell's
+collaborators (the fetcher manager, the AlterPartition channel)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftka.broker.producer_state import ProducerStateManager
+from raftka.broker.replication.partition import Replica
+from raftka.broker.replication.partition_state import PartitionState
+from raftka.common.errors import KafkaError
+from raftka.common.structs import EpochEndOffset
+from raftka.storage import Log
+from raftka.storage.log_manager import TopicPartition
+
+__all__ = [
+    "AlterPartitionSender",
+    "FetchPartition",
+    "FetchResult",
+    "FetchTargets",
+    "ListOffsetsResult",
+    "Partition",
+    "ProduceResult",
+    "Signal",
+]
+
+
+class Signal:
+    """Wakes every task waiting on "this partition changed" (an append, a HW move)."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def waiter(self) -> asyncio.Event:
+        """Take it before reading, so a change in between is not missed."""
+        return self._event
+
+    def fire(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+
+@dataclass(slots=True)
+class Partition:
+    """The shell's handle on one partition: its core and what only the shell needs."""
+
+    topic_id: str
+    topic: str
+    index: int
+    replica: Replica
+    # The segment log under the core's SegmentPartitionLog. Read-only for the shell's
+    # readers that predate the core (the group coordinator loads its partitions from
+    # it); replication never changes it except through the core.
+    log: Log
+    signal: Signal = field(default_factory=Signal)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.index)
+
+    @property
+    def state(self) -> PartitionState:
+        return self.replica.state
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        """The idempotent producers' de-duplication table, kept on every replica (leader
+        appends, follower appends, recovery) so a new leader de-duplicates at once."""
+        return self.replica.producers
+
+
+class FetchTargets(Protocol):
+    """Where followers fetch from (the replica fetcher manager)."""
+
+    def set_leader(self, tp: TopicPartition, leader_id: int) -> None: ...
+
+    def remove(self, tp: TopicPartition) -> None: ...
+
+
+class AlterPartitionSender(Protocol):
+    async def __call__(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    topic: str
+    partition: int
+    error: KafkaError | None = None
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    current_leader: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int = 1024 * 1024
+    current_leader_epoch: int | None = None
+    last_fetched_epoch: int | None = None  # followers: the epoch of their last record
+    log_start_offset: int = -1  # followers: their log start
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    topic: str
+    partition: int
+    error: KafkaError | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    diverging_epoch: EpochEndOffset | None = None
+    records: bytes = b""
+    current_leader: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    topic: str
+    partition: int
+    error: KafkaError | None = None
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1

@@ -29,16 +29,17 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
-import orjson
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.common.errors import KafkaError, OffsetOutOfRangeError
+from raftka.common.messages import broker as api
+from raftka.common.messages import encode
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
-from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame
+from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.storage.log_manager import TopicPartition
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
@@ -145,7 +146,7 @@ class ReplicaFetcher:
     async def _fetch_once(self, address: str, due: list[TopicPartition]) -> None:
         config = self._manager.config
         sent: list[_Sent] = []
-        entries: list[dict[str, Any]] = []
+        entries: list[api.FetchPartition] = []
         for tp in due:
             p = self._manager.partitions.get(tp)
             if p is None or not p.replica.follows(self.leader_id):
@@ -154,31 +155,31 @@ class ReplicaFetcher:
             position = p.replica.fetch_position()
             sent.append(_Sent(p, position.leader_epoch, position.fetch_offset))
             entries.append(
-                {
-                    "topic": tp[0],
-                    "partition": tp[1],
-                    "fetch_offset": position.fetch_offset,
-                    "partition_max_bytes": config.replica_fetch_max_bytes,
-                    "current_leader_epoch": position.leader_epoch,
-                    "last_fetched_epoch": position.last_fetched_epoch,
-                    "log_start_offset": position.log_start_offset,
-                }
+                api.FetchPartition(
+                    topic=tp[0],
+                    partition=tp[1],
+                    fetch_offset=position.fetch_offset,
+                    partition_max_bytes=config.replica_fetch_max_bytes,
+                    current_leader_epoch=position.leader_epoch,
+                    last_fetched_epoch=position.last_fetched_epoch,
+                    log_start_offset=position.log_start_offset,
+                )
             )
         if not entries:
             return
         wait_ms = config.replica_fetch_wait_max_ms
-        body = {
-            "replica_id": self._manager.broker_id,
-            "broker_epoch": self._broker_epoch(),
-            "max_wait_ms": wait_ms,
-            "min_bytes": 1,
-            "max_bytes": config.replica_fetch_response_max_bytes,
-            "partitions": entries,
-        }
+        request = api.FetchRequest(
+            replica_id=self._manager.broker_id,
+            broker_epoch=self._broker_epoch(),
+            max_wait_ms=wait_ms,
+            min_bytes=1,
+            max_bytes=config.replica_fetch_response_max_bytes,
+            partitions=tuple(entries),
+        )
         timeout = aiohttp.ClientTimeout(total=(wait_ms + FETCH_SLACK_MS) / 1000)
         async with self._session.post(
             f"http://{address}/v1/fetch",
-            data=orjson.dumps(body),
+            data=encode(request),
             headers={"Content-Type": "application/json"},
             timeout=timeout,
         ) as response:
@@ -186,15 +187,15 @@ class ReplicaFetcher:
             if response.status != 200 or response.content_type != FRAME_CONTENT_TYPE:
                 raise ValueError(f"fetch answered HTTP {response.status}: {raw[:200]!r}")
         self.fetches += 1
-        header, payloads = decode_frame(raw, "responses")
+        header, payloads = api.decode_frame(raw, api.FetchResponse)
         failed: list[TopicPartition] = []
-        for item, payload, s in zip(header["responses"], payloads, sent, strict=True):
+        for item, payload, s in zip(header.responses, payloads, sent, strict=True):
             if not self._apply(item, bytes(payload), s):
                 failed.append(s.partition.tp)
         if failed:
             self._back_off(failed, config.replica_fetch_backoff_ms)
 
-    def _apply(self, item: dict[str, Any], records: bytes, s: _Sent) -> bool:
+    def _apply(self, item: api.FetchPartitionResponse, records: bytes, s: _Sent) -> bool:
         """One partition's answer; False when it should back off."""
         p = s.partition
         tp = p.tp
@@ -205,11 +206,10 @@ class ReplicaFetcher:
             or _position(p) != (s.leader_epoch, s.fetch_offset)
         ):
             return True  # metadata moved on while the fetch was in flight: ignore it
-        error = item.get("error")
-        hw = int(item.get("high_watermark", -1))
-        log_start = int(item.get("log_start_offset", -1))
-        if error is not None:
-            name = error.get("error") if isinstance(error, dict) else None
+        hw = item.high_watermark
+        log_start = item.log_start_offset
+        if item.error is not None:
+            name = item.error.error
             if name == OffsetOutOfRangeError.name and log_start >= 0:
                 self._manager.on_follower_out_of_range(p, leader_log_start_offset=log_start)
             log.debug(
@@ -217,11 +217,11 @@ class ReplicaFetcher:
                 extra={"fields": {"partition": f"{tp[0]}-{tp[1]}", "error": name}},
             )
             return False
-        diverging = item.get("diverging_epoch")
+        diverging = item.diverging_epoch
         if diverging is not None:
             self._manager.on_follower_diverging(
                 p,
-                diverging=EpochEndOffset(int(diverging["epoch"]), int(diverging["end_offset"])),
+                diverging=EpochEndOffset(diverging.epoch, diverging.end_offset),
                 leader_high_watermark=hw,
                 leader_log_start_offset=max(log_start, 0),
             )

@@ -94,7 +94,7 @@ def controller_command(config_path: Path) -> None:
     if not config.is_controller:
         raise _ToolError(f"{config_path}: process.roles does not include controller")
     # Imported here: the read-only tools must not pay for the server's imports.
-    from raftka.metadata.server import run_controller  # noqa: PLC0415
+    from raftka.metadata.controller_process import run_controller  # noqa: PLC0415
 
     raise SystemExit(run_controller(config))
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import aiohttp
 
 from raftka.common.errors import KafkaError
-from raftka.common.messages import decode
+from raftka.common.messages import decode, encode
 from raftka.common.messages.controller import (
     FetchMetadataRequest,
     FetchMetadataResponse,
@@ -108,9 +108,14 @@ class MetadataApplier:
         self.next_offset = 0 if image.offset < 0 else image.offset + 1
         self.skipped_payloads = 0
 
-    def apply_answer(self, answer: FetchMetadataResponse) -> Iterator[MetadataUpdate]:
-        """Each update of one answer, in log order. Raises KafkaError on a snapshot
-        that does not decode (the caller tries another controller)."""
+    def apply_answer(
+        self, answer: FetchMetadataResponse | Mapping[str, Any]
+    ) -> Iterator[MetadataUpdate]:
+        """Each update of one answer, in log order. Raises KafkaError on an answer or a
+        snapshot that does not decode (the caller tries another controller). A plain
+        mapping (the answer's JSON form, as tests build it) is decoded first."""
+        if not isinstance(answer, FetchMetadataResponse):
+            answer = decode(encode(answer), FetchMetadataResponse)
         snapshot = answer.snapshot
         if snapshot is not None:
             new = image_from_snapshot(snapshot.end_offset, snapshot.epoch, bytes(snapshot.records))

@@ -100,9 +100,11 @@ def _value_ok(value: object, hint: Any) -> bool:
             and _value_ok(value.epoch, int)
             and isinstance(value.payload, bytes)
         )
-    if hint in (EpochEndOffset, SnapshotId):
-        return isinstance(value, hint) and all(
-            _value_ok(getattr(value, f.name), int) for f in fields(hint)
+    if hint is EpochEndOffset:  # a NamedTuple (common.structs), not a dataclass
+        return isinstance(value, EpochEndOffset) and all(_value_ok(v, int) for v in value)
+    if hint is SnapshotId:
+        return isinstance(value, SnapshotId) and all(
+            _value_ok(getattr(value, f.name), int) for f in fields(SnapshotId)
         )
     return False
 

@@ -545,8 +545,13 @@ def test_restart_as_leader_comes_back_resigned() -> None:
     ],
 )
 def test_messages_round_trip_through_json(message: Message) -> None:
-    """Every message survives to_dict -> orjson -> message_from_dict unchanged."""
+    """Every message survives to_dict -> orjson -> message_from_dict unchanged, and the
+    transport's receiving check (parse_message) accepts it: a diverging epoch (a
+    NamedTuple) used to be refused there with a TypeError, every time."""
+    from raftka.raft.quorum.transport import parse_message
+
     assert message_from_dict(orjson.loads(orjson.dumps(message.to_dict()))) == message
+    assert parse_message(orjson.dumps(message.to_dict())) == message
 
 
 def test_config_from_kafka_properties() -> None:

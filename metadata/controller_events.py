@@ -56,8 +56,8 @@ from raftka.metadata.controller import ControllerResult, QuorumController
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.loader import MetadataLoader
 from raftka.metadata.metadata_records import encode_records
+from raftka.metadata.node_config import NodeConfig
 from raftka.raft.quorum.engine import NotLeaderError, QuorumEngine
-from raftka.server_common.process_config import NodeConfig
 
 __all__ = [
     "APPEND_TIMEOUT_MS",

@@ -28,10 +28,10 @@ from aiohttp import web
 
 from raftka.common.time import monotonic_ms
 from raftka.metadata.controller_events import APPEND_TIMEOUT_MS, ControllerEventLoop
+from raftka.metadata.node_config import NodeConfig
 from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
-from raftka.server_common.process_config import NodeConfig
 
 __all__ = ["ControllerServer", "create_engine", "run_controller", "serve_until_signalled"]
 

@@ -34,12 +34,8 @@ from typing import Any, Final
 import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
-from raftka.server_common.process_config import (
-    ConfigError,
-    NodeConfig,
-    node_config_from_properties,
-    read_config_file,
-)
+from raftka.metadata.node_config import NodeConfig, node_config_from_properties
+from raftka.server_common.process_config import ConfigError, read_config_file
 
 __all__ = ["combined_configs", "server_command", "split_listeners"]
 

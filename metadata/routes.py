@@ -39,7 +39,14 @@ from raftka.metadata.metadata_records import Endpoint
 from raftka.raft.quorum.engine import QuorumInfo, VoterState
 from raftka.server_common.http_errors import error_middleware, json_response
 
-__all__ = ["REQUEST_BYTES_MAX", "STATUS", "build_controller_app", "error_response"]
+__all__ = [
+    "REQUEST_BYTES_MAX",
+    "STATUS",
+    "build_controller_app",
+    "decode_query",
+    "describe_quorum",
+    "error_response",
+]
 
 M = TypeVar("M")
 
@@ -101,7 +108,9 @@ async def _body(request: web.Request, message_type: type[M]) -> M:
     return decode(raw, message_type)
 
 
-def _query(request: web.Request, message_type: type[M], lists: frozenset[str] = frozenset()) -> M:
+def decode_query(
+    request: web.Request, message_type: type[M], lists: frozenset[str] = frozenset()
+) -> M:
     """Query parameters as ``message_type``: digits are integers; a name in ``lists``
     may repeat (a list), any other names one value (the last if repeated)."""
     fields: dict[str, object] = {}
@@ -335,7 +344,7 @@ async def _alter_configs(request: web.Request) -> web.Response:
 
 
 async def _describe_configs(request: web.Request) -> web.Response:
-    req = _query(request, msg.DescribeConfigsRequest, lists=frozenset({"key"}))
+    req = decode_query(request, msg.DescribeConfigsRequest, lists=frozenset({"key"}))
     result = describe_configs(_events(request).loader.image, req.topic, req.key or None)
     if result.error is not None:
         raise result.error
@@ -449,12 +458,12 @@ def describe_quorum(events: ControllerEventLoop) -> msg.DescribeQuorumResponse:
 
 
 async def _describe_quorum(request: web.Request) -> web.Response:
-    _query(request, msg.DescribeQuorumRequest)
+    decode_query(request, msg.DescribeQuorumRequest)
     return _answer(describe_quorum(_events(request)))
 
 
 async def _fetch_metadata(request: web.Request) -> web.Response:
-    req = _query(request, msg.FetchMetadataRequest)
+    req = decode_query(request, msg.FetchMetadataRequest)
     events = _events(request)
     if not events.started:
         raise events.not_controller()

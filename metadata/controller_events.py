@@ -52,7 +52,8 @@ from raftka.common.errors import (
     UnknownServerError,
 )
 from raftka.common.time import monotonic_ms, wait_event
-from raftka.metadata.controller import ControllerResult, QuorumController
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.loader import MetadataLoader
 from raftka.metadata.metadata_records import encode_records

@@ -30,12 +30,14 @@ from aiohttp import web
 from raftka.common.errors import InvalidRequestError, KafkaError, NotControllerError
 from raftka.common.messages import controller as msg
 from raftka.common.messages import decode, decode_value, encode
-from raftka.metadata import controller as qc
-from raftka.metadata.controller import ControllerResult, QuorumController, describe_configs
+from raftka.metadata import controller_api as qc
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.controller_events import ControllerEventLoop, NotControllerRedirectError
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_fetch import fetch_metadata
 from raftka.metadata.metadata_records import Endpoint
+from raftka.metadata.topic_control import describe_configs
 from raftka.raft.quorum.engine import QuorumInfo, VoterState
 from raftka.server_common.http_errors import error_middleware, json_response
 

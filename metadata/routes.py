@@ -114,14 +114,14 @@ def decode_query(
     request: web.Request, message_type: type[M], lists: frozenset[str] = frozenset()
 ) -> M:
     """Query parameters as ``message_type``: digits are integers; a name in ``lists``
-    may repeat (a list), any other names one value (the last if repeated)."""
+    may repeat (a list), any other names one value (the first if repeated)."""
     fields: dict[str, object] = {}
     for name in request.query:
         values = request.query.getall(name)
         if name in lists:
             fields[name] = values
         else:
-            value = values[-1]
+            value = values[0]
             fields[name] = int(value) if value.isdigit() else value
     try:
         return decode_value(fields, message_type)

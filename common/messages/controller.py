@@ -126,10 +126,11 @@ def error_data(error: KafkaError | None) -> ErrorData | None:
 
 
 def query_params(request: Message) -> dict[str, str | list[str]]:
-    """A GET request's fields as query parameters (None fields left out)."""
+    """A GET request's fields as query parameters (None fields and empty lists left
+    out; a list repeats its name)."""
     out: dict[str, str | list[str]] = {}
     for name, value in msgspec.structs.asdict(request).items():
-        if value is None:
+        if value is None or value == []:
             continue
         if isinstance(value, list):
             out[name] = [str(v) for v in value]

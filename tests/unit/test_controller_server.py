@@ -13,6 +13,7 @@ snapshot served below the log start. Time is a fake clock the tests move.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -549,5 +550,61 @@ def test_create_topics_type_errors(tmp_path: Path, body: dict[str, Any], field: 
         assert status == 400 and answer["error"] == "INVALID_REQUEST", answer
         assert field in answer["message"], answer
         assert server.loader.image.topics.by_name == {}
+
+    run(tmp_path, scenario)
+
+
+def test_the_brokers_senders_speak_the_routes_messages(tmp_path: Path) -> None:
+    """The broker's own senders against the controller's routes, over loopback: the
+    lifecycle registers and heartbeats until unfenced, the producer-id manager gets a
+    block, and the metadata follower replays the log to the controller's own image.
+    Both ends use the classes of common/messages/controller.py, so a field renamed on
+    one side only fails here."""
+    import aiohttp
+
+    from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
+    from raftka.broker.metadata_follower import MetadataFollower
+    from raftka.broker.producer_ids import ProducerIdManager
+
+    async def scenario(client: Any, server: ControllerServer) -> None:
+        address = f"{client.server.host}:{client.server.port}"
+        async with aiohttp.ClientSession() as session:
+            channel = ControllerChannel([address], session)
+            lifecycle = BrokerLifecycle(
+                broker_id=3,
+                channel=channel,
+                endpoint=("PLAINTEXT", "127.0.0.1", 9103),
+                rack="r1",
+                metadata_offset=lambda: server.loader.image.offset,
+                heartbeat_interval_ms=100,
+                request_timeout_ms=5_000,
+            )
+            epoch = await lifecycle.register()
+            answer = await lifecycle.heartbeat()
+            assert not answer.is_fenced and not lifecycle.is_fenced, answer
+            broker = server.loader.image.cluster.broker(3)
+            assert broker is not None and broker.epoch == epoch and broker.rack == "r1"
+
+            async def post(path: str, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
+                return await channel.post(path, body, timeout_ms=timeout_ms)
+
+            ids = ProducerIdManager(post=post, broker_id=3, broker_epoch=lambda: epoch)
+            assert await ids.next_producer_id(timeout_ms=5_000) >= 0
+            await ids.close()
+
+            applied: list[int] = []
+
+            async def listener(image: Any, changes: Any) -> None:
+                applied.append(image.offset)
+
+            follower = MetadataFollower(
+                broker_id=3, controllers=[address], session=session, listener=listener
+            )
+            task = asyncio.create_task(follower.run())
+            await asyncio.wait_for(follower.caught_up.wait(), 10)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert follower.image == server.loader.image and applied
 
     run(tmp_path, scenario)

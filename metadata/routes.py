@@ -22,6 +22,7 @@ the process stays up. ``docs/controller-api.md`` has every endpoint.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
@@ -68,7 +69,7 @@ STATUS: Final[Mapping[str, int]] = {
 _EVENTS_KEY: Final = web.AppKey("controller_events", ControllerEventLoop)
 
 
-def build_controller_app(events: ControllerEventLoop, log: Any) -> web.Application:
+def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> web.Application:
     """The aiohttp app of one controller: the engine's peer routes and the API."""
     app = web.Application(
         middlewares=[error_middleware(error_response, log)], client_max_size=REQUEST_BYTES_MAX

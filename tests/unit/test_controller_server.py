@@ -485,7 +485,7 @@ def test_snapshot_served_below_log_start(tmp_path: Path) -> None:
         records = [record_from_dict(r) for r in snapshot["records"]]
         rebuilt = image_from_records(records, snapshot["end_offset"] - 1, snapshot["epoch"])
         assert rebuilt == server.loader.image
-        # A second replayer started from the snapshot holds the same image.
+        # A second loader started from the snapshot holds the same image.
         status, body = await call(client, "GET", f"/v1/metadata?offset={body['next_offset']}")
         assert body["snapshot"] is None and body["batches"] == []
 

@@ -179,7 +179,7 @@ class AsyncAdmin(AdminClientBase):
         """The active controller's JSON answer to ``body`` (a message of
         ``raftka.common.messages.controller``), following NOT_CONTROLLER redirects."""
         transport, _ = self._started()
-        json_body = None if body is None else msgspec.to_builtins(body)
+        json_body = None if body is None else _json_value(body)
         deadline = self._deadline(timeout_ms)
         controllers = await self._controllers(deadline)
         if not controllers:
@@ -544,6 +544,12 @@ class AsyncAdmin(AdminClientBase):
 
 #: How much sooner than the HTTP timeout the broker is asked to answer DeleteRecords.
 DELETE_RECORDS_MARGIN_MS = 1_000
+
+
+def _json_value(message: Message) -> object:
+    """A message as the plain value the transport's JSON encoder (orjson) takes: integer
+    dict keys (CreateTopics' ``{partition: replicas}``) become strings, as in JSON."""
+    return msgspec.to_builtins(message, str_keys=True)
 
 
 def _item_error(error: msg.ErrorData | None) -> KafkaError | None:

@@ -26,6 +26,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
+import msgspec
+import msgspec.inspect
 from aiohttp import web
 
 from raftka.common.errors import InvalidRequestError, KafkaError, NotControllerError
@@ -114,8 +116,10 @@ async def _body(request: web.Request, message_type: type[M]) -> M:
 def decode_query(
     request: web.Request, message_type: type[M], lists: frozenset[str] = frozenset()
 ) -> M:
-    """Query parameters as ``message_type``: digits are integers; a name in ``lists``
-    may repeat (a list), any other names one value (the first if repeated)."""
+    """Query parameters as ``message_type``: a name in ``lists`` may repeat (a list),
+    any other names one value (the first if repeated); the value of an integer field
+    is an integer if it is all digits (else the type error names the field)."""
+    int_fields = _int_fields(message_type)
     fields: dict[str, object] = {}
     for name in request.query:
         values = request.query.getall(name)
@@ -123,11 +127,27 @@ def decode_query(
             fields[name] = values
         else:
             value = values[0]
-            fields[name] = int(value) if value.isdigit() else value
+            fields[name] = int(value) if name in int_fields and value.isdigit() else value
     try:
         return decode_value(fields, message_type)
     except InvalidRequestError as e:
         raise InvalidRequestError(f"query parameters: {e.message}") from None
+
+
+_INT_FIELDS: dict[object, frozenset[str]] = {}
+
+
+def _int_fields(message_type: object) -> frozenset[str]:
+    """The integer fields of a message class (computed once per class)."""
+    names = _INT_FIELDS.get(message_type)
+    if names is None:
+        info = msgspec.inspect.type_info(message_type)
+        assert isinstance(info, msgspec.inspect.StructType), message_type
+        names = frozenset(
+            f.name for f in info.fields if isinstance(f.type, msgspec.inspect.IntType)
+        )
+        _INT_FIELDS[message_type] = names
+    return names
 
 
 def _answer(message: object, status: int = 200) -> web.Response:
@@ -234,7 +254,7 @@ async def _create_topics(request: web.Request) -> web.Response:
             num_partitions=t.num_partitions,
             replication_factor=t.replication_factor,
             assignments=_assignments(t.assignments),
-            configs=dict(t.configs),
+            configs=dict(t.configs or {}),
         )
         for t in body.topics
     ]

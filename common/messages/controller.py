@@ -197,7 +197,7 @@ class CreatableTopic(ControllerRequest, frozen=True, kw_only=True):
         | Annotated[dict[PartitionId, ReplicaList], _ITEMS]
         | None
     ) = None
-    configs: Annotated[dict[str, str], _ITEMS] = msgspec.field(default_factory=dict)
+    configs: Annotated[dict[str, str], _ITEMS] | None = None
 
 
 class CreateTopicsRequest(ControllerRequest, frozen=True, kw_only=True):

@@ -139,6 +139,7 @@ def test_answers_ignore_unknown_fields() -> None:
         (msg.FetchMetadataRequest(offset=12, max_wait_ms=500, records_max=7), frozenset()),
         (msg.DescribeConfigsRequest(topic="t", key=["a", "b"]), frozenset({"key"})),
         (msg.DescribeConfigsRequest(topic="t"), frozenset({"key"})),
+        (msg.DescribeConfigsRequest(topic="123", key=["7"]), frozenset({"key"})),
     ],
 )
 def test_query_parameters_round_trip(request_message: Any, lists: frozenset[str]) -> None:
@@ -157,6 +158,7 @@ def test_bad_query_parameters_are_named() -> None:
         ("offset=abc", "offset"),
         ("records_max=0", "records_max"),
         ("bogus=1", "bogus"),
+        ("offset=1e3", "offset"),
     ]:
         with pytest.raises(InvalidRequestError) as caught:
             decode_query(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -41,6 +41,14 @@ from raftka.common.errors import (
     StaleBrokerEpochError,
     UnknownServerError,
     error_for_name,
+)
+from raftka.common.messages import Message, decode_value, encode
+from raftka.common.messages.controller import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    EndpointData,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
 )
 from raftka.common.time import monotonic_ms
 
@@ -81,11 +89,11 @@ class ControllerChannel:
         """The controller that last answered as the active one (None if unknown)."""
         return self._active
 
-    async def _post_once(self, address: str, path: str, body: object) -> tuple[int, Any]:
+    async def _post_once(self, address: str, path: str, body: bytes) -> tuple[int, Any]:
         timeout = aiohttp.ClientTimeout(total=self._attempt_timeout_ms / 1000)
         async with self._session.post(
             f"http://{address}{path}",
-            data=orjson.dumps(body),
+            data=body,
             headers={"Content-Type": "application/json"},
             timeout=timeout,
         ) as response:
@@ -95,13 +103,15 @@ class ControllerChannel:
     async def post(
         self,
         path: str,
-        body: object,
+        body: Message | Mapping[str, Any],
         *,
         timeout_ms: int,
         retry_names: frozenset[str] = _RETRY_NAMES,
     ) -> dict[str, Any]:
         """The answer of the active controller, or the KafkaError it sent (one not in
-        ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed."""
+        ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed. ``body``
+        is a message of ``raftka.common.messages.controller`` (or its plain form)."""
+        data = encode(body)
         deadline_ms = monotonic_ms() + timeout_ms
         backoff_ms = RETRY_BACKOFF_MIN_MS
         last = "no attempt"
@@ -110,7 +120,7 @@ class ControllerChannel:
             redirects = 0
             while True:
                 try:
-                    status, answer = await self._post_once(address, path, body)
+                    status, answer = await self._post_once(address, path, data)
                 except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
                     last = f"{address}: {type(e).__name__}: {e}"
                     self._active = None
@@ -176,12 +186,12 @@ class BrokerLifecycle:
     async def register(self) -> int:
         """Register until it succeeds; returns the broker epoch."""
         name, host, port = self._endpoint
-        body = {
-            "broker_id": self.broker_id,
-            "incarnation_id": self.incarnation_id,
-            "rack": self._rack,
-            "endpoints": [{"name": name, "host": host, "port": port}],
-        }
+        body = RegisterBrokerRequest(
+            broker_id=self.broker_id,
+            incarnation_id=self.incarnation_id,
+            rack=self._rack,
+            endpoints=[EndpointData(name=name, host=host, port=port)],
+        )
         while True:
             try:
                 # DUPLICATE_BROKER_REGISTRATION is retriable here: it clears once the
@@ -197,7 +207,7 @@ class BrokerLifecycle:
                     "registration not answered; retrying", extra={"fields": {"error": str(e)}}
                 )
                 continue
-            epoch = int(answer["broker_epoch"])
+            epoch = decode_value(answer, RegisterBrokerResponse).broker_epoch
             self.broker_epoch = epoch
             self.is_fenced = True
             self.unfenced.clear()
@@ -208,22 +218,23 @@ class BrokerLifecycle:
             )
             return epoch
 
-    async def heartbeat(self, *, want_shutdown: bool = False) -> dict[str, Any]:
+    async def heartbeat(self, *, want_shutdown: bool = False) -> BrokerHeartbeatResponse:
         assert self.broker_epoch is not None, "register first"
-        answer = await self._channel.post(
+        raw = await self._channel.post(
             "/v1/brokers/heartbeat",
-            {
-                "broker_id": self.broker_id,
-                "broker_epoch": self.broker_epoch,
-                "current_metadata_offset": max(self._metadata_offset(), -1),
-                "want_fence": False,
-                "want_shutdown": want_shutdown,
-            },
+            BrokerHeartbeatRequest(
+                broker_id=self.broker_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=max(self._metadata_offset(), -1),
+                want_fence=False,
+                want_shutdown=want_shutdown,
+            ),
             timeout_ms=min(self._request_timeout_ms, max(self._interval_ms * 2, 1_000)),
         )
+        answer = decode_value(raw, BrokerHeartbeatResponse)
         was_fenced = self.is_fenced
-        self.is_fenced = bool(answer.get("is_fenced", True))
-        self.in_controlled_shutdown = bool(answer.get("in_controlled_shutdown", False))
+        self.is_fenced = answer.is_fenced
+        self.in_controlled_shutdown = answer.in_controlled_shutdown
         if self.is_fenced:
             self.unfenced.clear()
         else:
@@ -261,7 +272,7 @@ class BrokerLifecycle:
         while monotonic_ms() < deadline_ms:
             try:
                 answer = await self.heartbeat(want_shutdown=True)
-                if answer.get("should_shutdown"):
+                if answer.should_shutdown:
                     log.info("controlled shutdown granted")
                     return True
             except KafkaError as e:

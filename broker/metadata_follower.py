@@ -5,7 +5,8 @@ Theory of operation
 The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on any controller
 (each serves its own committed state, so any of them will do; on an error it moves to
 the next one after a backoff). Each payload of the answer (one controller command's
-records) is replayed as the controllers replay it: a fresh :class:`MetadataDelta` per
+records) is replayed by the rule the controllers replay it with, one function for every
+node (:func:`raftka.metadata.loader.replay_payload`): a fresh :class:`MetadataDelta` per
 payload, and a payload that does not replay is skipped, exactly as the controllers
 skip it, so every node's image is the same. After each payload the new image and
 ``delta.local_changes(broker_id)`` go to the listener, in log order, before the next
@@ -14,6 +15,10 @@ payload is replayed (invariant 5: every broker applies metadata records in log o
 An answer that carries a snapshot (we were behind the controller's log start) replaces
 the image; the local changes are then the difference between the old and the new
 image (:func:`local_changes_between`), since no delta describes it.
+
+Requests and answers are the typed messages of ``raftka.common.messages.controller``
+(:class:`FetchMetadataRequest`, :class:`FetchMetadataResponse`); payloads stay raw JSON
+until the loader decodes them.
 
 The pure part, :class:`MetadataApplier`, takes decoded answers and yields
 ``(image, changes)``; :class:`MetadataFollower` adds the HTTP loop.
@@ -27,12 +32,17 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import aiohttp
-import orjson
 
 from raftka.common.errors import KafkaError
-from raftka.metadata.delta import LocalReplicaChanges, MetadataDelta, image_from_records
+from raftka.common.messages import decode, encode
+from raftka.common.messages.controller import (
+    FetchMetadataRequest,
+    FetchMetadataResponse,
+    query_params,
+)
+from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import FrozenMap, MetadataImage, PartitionRegistration, TopicIdPartition
-from raftka.metadata.metadata_records import MetadataRecord, record_from_dict
+from raftka.metadata.loader import image_from_snapshot, replay_payload
 
 __all__ = [
     "METADATA_WAIT_MS",
@@ -98,49 +108,38 @@ class MetadataApplier:
         self.next_offset = 0 if image.offset < 0 else image.offset + 1
         self.skipped_payloads = 0
 
-    def apply_answer(self, answer: Mapping[str, Any]) -> Iterator[MetadataUpdate]:
-        """Each update of one answer, in log order. Raises KafkaError/ValueError on a
-        malformed answer (the caller tries another controller)."""
-        snapshot = answer.get("snapshot")
+    def apply_answer(
+        self, answer: FetchMetadataResponse | Mapping[str, Any]
+    ) -> Iterator[MetadataUpdate]:
+        """Each update of one answer, in log order. Raises KafkaError on an answer or a
+        snapshot that does not decode (the caller tries another controller). A plain
+        mapping (the answer's JSON form, as tests build it) is decoded first."""
+        if not isinstance(answer, FetchMetadataResponse):
+            answer = decode(encode(answer), FetchMetadataResponse)
+        snapshot = answer.snapshot
         if snapshot is not None:
-            records = [record_from_dict(r) for r in snapshot["records"]]
-            end_offset = int(snapshot["end_offset"])
-            new = image_from_records(records, end_offset - 1, int(snapshot["epoch"]))
+            new = image_from_snapshot(snapshot.end_offset, snapshot.epoch, bytes(snapshot.records))
             changes = local_changes_between(self.image, new, self.broker_id)
             self.image = new
-            self.next_offset = end_offset
+            self.next_offset = snapshot.end_offset
             log.info(
-                "loaded a metadata snapshot",
-                extra={"fields": {"end_offset": end_offset, "records": len(records)}},
+                "loaded a metadata snapshot", extra={"fields": {"end_offset": snapshot.end_offset}}
             )
             yield new, changes
-        for batch in answer.get("batches", ()):
-            offset, epoch = int(batch["offset"]), int(batch["epoch"])
-            if offset < self.next_offset:
+        for batch in answer.batches:
+            if batch.offset < self.next_offset:
                 continue  # already applied (an overlapping answer after a failover)
-            yield self._apply_payload(offset, epoch, batch["records"])
-        self.next_offset = max(self.next_offset, int(answer.get("next_offset", self.next_offset)))
+            yield self._apply_payload(batch.offset, batch.epoch, bytes(batch.records))
+        self.next_offset = max(self.next_offset, answer.next_offset)
 
-    def _apply_payload(self, offset: int, epoch: int, raw: Sequence[object]) -> MetadataUpdate:
-        image = self.image
-        delta = MetadataDelta(image)
-        try:
-            records: list[MetadataRecord] = [record_from_dict(r) for r in raw]
-            delta.replay_all(records)
-        except KafkaError as e:
-            # The controllers skip a payload that does not replay; so do we.
+    def _apply_payload(self, offset: int, epoch: int, payload: bytes) -> MetadataUpdate:
+        # The controllers' rule itself, not a copy of it: skipped alike on every node.
+        replayed = replay_payload(self.image, offset, epoch, payload)
+        if replayed.skipped:
             self.skipped_payloads += 1
-            log.error(
-                "skipping a committed metadata payload that does not replay",
-                extra={"fields": {"offset": offset, "error": str(e)}},
-            )
-            delta = MetadataDelta(image)
-        delta.offset, delta.epoch = offset, max(epoch, image.epoch)
-        new = delta.apply()
-        changes = delta.local_changes(self.broker_id)
-        self.image = new
+        self.image = replayed.image
         self.next_offset = offset + 1
-        return new, changes
+        return replayed.image, replayed.delta.local_changes(self.broker_id)
 
 
 class MetadataFollower:
@@ -178,20 +177,23 @@ class MetadataFollower:
         while True:
             address = self._controllers[self._index % len(self._controllers)]
             wait_ms = self._wait_ms if self.caught_up.is_set() else 0
-            url = (
-                f"http://{address}/v1/metadata?offset={self.applier.next_offset}"
-                f"&max_wait_ms={wait_ms}&records_max={METADATA_RECORDS_PER_FETCH}"
+            request = FetchMetadataRequest(
+                offset=self.applier.next_offset,
+                max_wait_ms=wait_ms,
+                records_max=METADATA_RECORDS_PER_FETCH,
             )
             try:
                 timeout = aiohttp.ClientTimeout(total=(wait_ms + 5_000) / 1000)
-                async with self._session.get(url, timeout=timeout) as response:
+                async with self._session.get(
+                    f"http://{address}/v1/metadata", params=query_params(request), timeout=timeout
+                ) as response:
                     raw = await response.read()
                     if response.status != 200:
                         raise ValueError(f"HTTP {response.status}: {raw[:200]!r}")
-                answer = orjson.loads(raw)
+                answer = decode(raw, FetchMetadataResponse)
                 for image, changes in self.applier.apply_answer(answer):
                     await self._listener(image, changes)
-                if self.applier.next_offset >= int(answer.get("high_watermark", 0)):
+                if self.applier.next_offset >= answer.high_watermark:
                     self.caught_up.set()
             except asyncio.CancelledError:
                 raise

@@ -31,7 +31,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from raftka.common.errors import KafkaError, RequestTimedOutError
+from raftka.common.messages import decode_value
+from raftka.common.messages.controller import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+)
 
 __all__ = ["PREFETCH_FRACTION", "ProducerIdBlock", "ProducerIdManager"]
 
@@ -53,7 +60,8 @@ class ProducerIdBlock:
         return self.start + self.length
 
 
-# (path, body, timeout_ms) -> the active controller's JSON answer.
+# (path, body, timeout_ms) -> the active controller's JSON answer. The body is an
+# AllocateProducerIdsRequest in its plain (dict) form.
 PostToController = Callable[[str, dict[str, Any], int], Awaitable[dict[str, Any]]]
 
 
@@ -128,15 +136,19 @@ class ProducerIdManager:
             self._prefetched = block
 
     async def _fetch_block(self) -> ProducerIdBlock:
-        body = {"broker_id": self._broker_id, "broker_epoch": self._broker_epoch()}
+        request = AllocateProducerIdsRequest(
+            broker_id=self._broker_id, broker_epoch=self._broker_epoch()
+        )
         try:
-            answer = await self._post("/v1/producer-ids", body, self._request_timeout_ms)
+            raw = await self._post(
+                "/v1/producer-ids", msgspec.to_builtins(request), self._request_timeout_ms
+            )
         except KafkaError:
             raise
         except Exception as e:  # a transport failure: retriable, like a timeout
             raise RequestTimedOutError(f"producer id block: {type(e).__name__}: {e}") from e
-        start = int(answer["producer_id_start"])
-        length = int(answer["producer_id_len"])
+        answer = decode_value(raw, AllocateProducerIdsResponse)
+        start, length = answer.producer_id_start, answer.producer_id_len
         if start < 0 or not 0 < length <= BLOCK_LEN_MAX:
             raise KafkaError(f"the controller answered a bad producer id block {answer!r}")
         log.info(

@@ -49,8 +49,8 @@ from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
-from raftka.metadata.server import configure_logging
 from raftka.server_common.http_errors import error_middleware, json_response
+from raftka.server_common.logging_setup import configure_logging
 from raftka.storage.log_manager import LogManager
 
 __all__ = ["BrokerServer", "run_broker"]

@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
+
+import msgspec
 
 from raftka.client._admin_base import AdminClientBase
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -50,6 +52,8 @@ from raftka.common.errors import (
     NotControllerError,
     UnknownTopicOrPartitionError,
 )
+from raftka.common.messages import Message, decode_value
+from raftka.common.messages import controller as msg
 
 __all__ = [
     "Admin",
@@ -168,11 +172,14 @@ class AsyncAdmin(AdminClientBase):
         method: str,
         path: str,
         *,
-        body: object = None,
+        body: Message | None = None,
         params: Mapping[str, str | Sequence[str]] | None = None,
         timeout_ms: int | None,
     ) -> Any:
+        """The active controller's JSON answer to ``body`` (a message of
+        ``raftka.common.messages.controller``), following NOT_CONTROLLER redirects."""
         transport, _ = self._started()
+        json_body = None if body is None else _json_value(body)
         deadline = self._deadline(timeout_ms)
         controllers = await self._controllers(deadline)
         if not controllers:
@@ -188,7 +195,7 @@ class AsyncAdmin(AdminClientBase):
                     address,
                     method,
                     path,
-                    json_body=body,
+                    json_body=json_body,
                     params=params,
                     timeout_ms=max(1, min(self.config.request_timeout_ms, remaining)),
                 )
@@ -222,35 +229,48 @@ class AsyncAdmin(AdminClientBase):
         timeout_ms: int | None = None,
     ) -> None:
         """Create topics; raises the first per-topic error (see the module doc)."""
-        topics: list[dict[str, Any]] = []
+        topics: list[msg.CreatableTopic] = []
         for t in new_topics:
-            item: dict[str, Any] = {"name": t.name, "configs": dict(t.configs)}
+            # A None value travels as null and the controller refuses it naming the
+            # key, as before (messages are not validated when built).
+            configs = cast(dict[str, str], dict(t.configs))
             if t.replica_assignment is not None:
-                item["assignments"] = {
-                    str(p): list(r) for p, r in sorted(t.replica_assignment.items())
-                }
+                topics.append(
+                    msg.CreatableTopic(
+                        name=t.name,
+                        configs=configs,
+                        assignments={p: list(r) for p, r in sorted(t.replica_assignment.items())},
+                    )
+                )
             else:
-                item["num_partitions"] = t.num_partitions
-                item["replication_factor"] = t.replication_factor
-            topics.append(item)
+                topics.append(
+                    msg.CreatableTopic(
+                        name=t.name,
+                        configs=configs,
+                        num_partitions=t.num_partitions,
+                        replication_factor=t.replication_factor,
+                    )
+                )
         if not topics:
             return
         answer = await self._controller_call(
             "POST",
             "/v1/topics",
-            body={"topics": topics, "validate_only": validate_only},
+            body=msg.CreateTopicsRequest(topics=topics, validate_only=validate_only),
             timeout_ms=timeout_ms,
         )
-        _raise_first(_item_errors(answer["topics"], "name"))
+        results = decode_value(answer, msg.CreateTopicsResponse).topics
+        _raise_first({t.name: _item_error(t.error) for t in results})
 
     async def delete_topics(self, topics: Iterable[str], *, timeout_ms: int | None = None) -> None:
         names = list(topics)
         if not names:
             return
         answer = await self._controller_call(
-            "DELETE", "/v1/topics", body={"names": names}, timeout_ms=timeout_ms
+            "DELETE", "/v1/topics", body=msg.DeleteTopicsRequest(names=names), timeout_ms=timeout_ms
         )
-        _raise_first(_item_errors(answer["topics"], "name"))
+        results = decode_value(answer, msg.DeleteTopicsResponse).topics
+        _raise_first({str(t.name): _item_error(t.error) for t in results})
 
     async def create_partitions(
         self,
@@ -259,21 +279,28 @@ class AsyncAdmin(AdminClientBase):
         validate_only: bool = False,
         timeout_ms: int | None = None,
     ) -> None:
-        topics = []
-        for name, spec in new_partitions.items():
-            item: dict[str, Any] = {"name": name, "count": spec.total_count}
-            if spec.new_assignments is not None:
-                item["assignments"] = [list(r) for r in spec.new_assignments]
-            topics.append(item)
+        topics = [
+            msg.CreatablePartitions(
+                name=name,
+                count=spec.total_count,
+                assignments=(
+                    None
+                    if spec.new_assignments is None
+                    else [list(r) for r in spec.new_assignments]
+                ),
+            )
+            for name, spec in new_partitions.items()
+        ]
         if not topics:
             return
         answer = await self._controller_call(
             "POST",
             "/v1/partitions",
-            body={"topics": topics, "validate_only": validate_only},
+            body=msg.CreatePartitionsRequest(topics=topics, validate_only=validate_only),
             timeout_ms=timeout_ms,
         )
-        _raise_first(_item_errors(answer["topics"], "name"))
+        results = decode_value(answer, msg.CreatePartitionsResponse).topics
+        _raise_first({t.name: _item_error(t.error) for t in results})
 
     async def _broker_metadata(self, *, timeout_ms: int | None) -> Any:
         _, metadata = self._started()
@@ -332,23 +359,21 @@ class AsyncAdmin(AdminClientBase):
         out: dict[str, dict[str, ConfigEntry]] = {}
         key_list = [] if keys is None else list(keys)
         for topic in topics:
-            params: dict[str, str | Sequence[str]] = {"topic": topic}
-            if key_list:
-                params["key"] = key_list
+            request = msg.DescribeConfigsRequest(topic=topic, key=key_list)
             answer = await self._controller_call(
-                "GET", "/v1/configs", params=params, timeout_ms=timeout_ms
+                "GET", "/v1/configs", params=msg.query_params(request), timeout_ms=timeout_ms
             )
             out[topic] = {
-                e["name"]: ConfigEntry(
-                    name=e["name"],
-                    value=e.get("value"),
-                    source=e.get("source", ""),
-                    is_default=bool(e.get("is_default", False)),
-                    read_only=bool(e.get("read_only", False)),
-                    is_sensitive=bool(e.get("is_sensitive", False)),
-                    type=e.get("type"),
+                e.name: ConfigEntry(
+                    name=e.name,
+                    value=e.value,
+                    source=e.source,
+                    is_default=e.is_default,
+                    read_only=e.read_only,
+                    is_sensitive=e.is_sensitive,
+                    type=e.type,
                 )
-                for e in answer.get("entries", [])
+                for e in decode_value(answer, msg.DescribeConfigsResponse).entries
             }
         return out
 
@@ -360,24 +385,31 @@ class AsyncAdmin(AdminClientBase):
         timeout_ms: int | None = None,
     ) -> None:
         """Kafka's incrementalAlterConfigs for topics: ``{topic: [AlterConfigOp]}``."""
-        resources = []
-        for topic, ops in configs.items():
-            wire_ops = []
-            for op in ops:
-                item: dict[str, Any] = {"name": op.name, "op": op.op}
-                if op.op != "DELETE":
-                    item["value"] = op.value
-                wire_ops.append(item)
-            resources.append({"resource_type": "topic", "resource_name": topic, "ops": wire_ops})
+        resources = [
+            msg.AlterConfigsResource(
+                resource_type="topic",
+                resource_name=topic,
+                ops=[
+                    msg.AlterConfigOp(
+                        name=op.name, op=op.op, value=None if op.op == "DELETE" else op.value
+                    )
+                    for op in ops
+                ],
+            )
+            for topic, ops in configs.items()
+        ]
         if not resources:
             return
         answer = await self._controller_call(
             "POST",
             "/v1/configs",
-            body={"resources": resources, "validate_only": validate_only},
+            body=msg.IncrementalAlterConfigsRequest(
+                resources=resources, validate_only=validate_only
+            ),
             timeout_ms=timeout_ms,
         )
-        _raise_first(_item_errors(answer["resources"], "resource_name"))
+        results = decode_value(answer, msg.IncrementalAlterConfigsResponse).resources
+        _raise_first({r.resource_name: _item_error(r.error) for r in results})
 
     async def alter_configs(
         self,
@@ -514,11 +546,14 @@ class AsyncAdmin(AdminClientBase):
 DELETE_RECORDS_MARGIN_MS = 1_000
 
 
-def _item_errors(items: list[dict[str, Any]], key: str) -> dict[str, KafkaError | None]:
-    return {
-        str(item.get(key)): None if item.get("error") is None else error_from_wire(item["error"])
-        for item in items
-    }
+def _json_value(message: Message) -> object:
+    """A message as the plain value the transport's JSON encoder (orjson) takes: integer
+    dict keys (CreateTopics' ``{partition: replicas}``) become strings, as in JSON."""
+    return msgspec.to_builtins(message, str_keys=True)
+
+
+def _item_error(error: msg.ErrorData | None) -> KafkaError | None:
+    return None if error is None else error_from_wire(msgspec.to_builtins(error))
 
 
 class Admin(ClosingOnExit):

@@ -14,14 +14,27 @@ Errors print one line on stderr and exit with status 1; never a traceback.
 from __future__ import annotations
 
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import click
+import msgspec
 import orjson
 
-from raftka.server_common.process_config import ConfigError, load_node_config
+from raftka.common.errors import InvalidRequestError
+from raftka.common.messages import decode, encode
+from raftka.common.messages.controller import (
+    METADATA_RECORDS_MAX,
+    DescribeQuorumResponse,
+    FetchMetadataRequest,
+    FetchMetadataResponse,
+    query_params,
+)
+from raftka.metadata.node_config import load_node_config
+from raftka.server_common.process_config import ConfigError
 
 __all__ = ["controller_command", "metadata_group", "quorum_group"]
 
@@ -38,7 +51,15 @@ class _ToolError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
-def _get(address: str, path: str) -> dict[str, Any]:
+M = TypeVar("M")
+
+
+def _get(
+    address: str, path: str, answer_type: type[M], params: Mapping[str, Any] | None = None
+) -> M:
+    """The controller's answer to ``GET path?params`` as ``answer_type``."""
+    if params:
+        path = f"{path}?{urllib.parse.urlencode(params, doseq=True)}"
     url = f"http://{address}{path}"
     try:
         with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
@@ -54,20 +75,17 @@ def _get(address: str, path: str) -> dict[str, Any]:
         reason = getattr(e, "reason", e)
         raise _ToolError(f"cannot reach the controller at {address}: {reason}") from None
     try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise _ToolError(f"{address}{path}: the answer is not JSON") from None
-    if not isinstance(body, dict):
-        raise _ToolError(f"{address}{path}: unexpected answer")
-    return body
+        return decode(data, answer_type)
+    except InvalidRequestError as e:
+        raise _ToolError(f"{address}{path}: unexpected answer: {e.message}") from None
 
 
-def _first_reachable(addresses: str) -> tuple[str, dict[str, Any]]:
+def _first_reachable(addresses: str) -> tuple[str, DescribeQuorumResponse]:
     """The first controller of a comma-separated list that answers /v1/quorum."""
     errors: list[str] = []
     for address in [a.strip() for a in addresses.split(",") if a.strip()]:
         try:
-            return address, _get(address, "/v1/quorum")
+            return address, _get(address, "/v1/quorum", DescribeQuorumResponse)
         except _ToolError as e:
             errors.append(e.message)
     raise _ToolError("; ".join(errors) or "no controller address given")
@@ -94,7 +112,7 @@ def controller_command(config_path: Path) -> None:
     if not config.is_controller:
         raise _ToolError(f"{config_path}: process.roles does not include controller")
     # Imported here: the read-only tools must not pay for the server's imports.
-    from raftka.metadata.server import run_controller  # noqa: PLC0415
+    from raftka.metadata.controller_process import run_controller  # noqa: PLC0415
 
     raise SystemExit(run_controller(config))
 
@@ -122,25 +140,24 @@ def quorum_group() -> None:
 def quorum_status(bootstrap: str, as_json: bool) -> None:
     """Leader, epoch, high watermark, and each voter's and observer's log end and lag."""
     address, info = _first_reachable(bootstrap)
-    leader_address = info.get("leader_address")
-    if info.get("role") != "leader" and isinstance(leader_address, str):
+    leader_address = info.leader_address
+    if info.role != "leader" and leader_address is not None:
         # Only the leader knows every replica's log end offset.
         try:
-            info = _get(leader_address, "/v1/quorum")
+            info = _get(leader_address, "/v1/quorum", DescribeQuorumResponse)
         except _ToolError as e:
             click.echo(f"warning: {e.message}; showing {address}'s view", err=True)
     if as_json:
-        click.echo(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
+        click.echo(orjson.dumps(msgspec.to_builtins(info), option=orjson.OPT_INDENT_2).decode())
         return
-    voters = info.get("voters") or []
-    observers = info.get("observers") or []
+    voters, observers = info.voters, info.observers
     rows = [
-        ("LeaderId", info.get("leader_id")),
-        ("LeaderEpoch", info.get("epoch")),
-        ("HighWatermark", info.get("high_watermark")),
-        ("MaxFollowerLag", info.get("max_follower_lag")),
-        ("CurrentVoters", [v["node_id"] for v in voters]),
-        ("CurrentObservers", [o["node_id"] for o in observers]),
+        ("LeaderId", info.leader_id),
+        ("LeaderEpoch", info.epoch),
+        ("HighWatermark", info.high_watermark),
+        ("MaxFollowerLag", info.max_follower_lag),
+        ("CurrentVoters", [v.node_id for v in voters]),
+        ("CurrentObservers", [o.node_id for o in observers]),
     ]
     for name, value in rows:
         click.echo(f"{name + ':':<18}{'unknown' if value is None else value}")
@@ -149,12 +166,10 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     click.echo(header)
     for status, replicas in (("Voter", voters), ("Observer", observers)):
         for r in replicas:
-            shown = "Leader" if r["node_id"] == info.get("leader_id") else status
-            leo = "-" if r.get("log_end_offset") is None else r["log_end_offset"]
-            lag = "-" if r.get("lag") is None else r["lag"]
-            click.echo(
-                f"{r['node_id']:<8}{r.get('address') or '-':<24}{leo!s:>14}{lag!s:>8}  {shown}"
-            )
+            shown = "Leader" if r.node_id == info.leader_id else status
+            leo = "-" if r.log_end_offset is None else r.log_end_offset
+            lag = "-" if r.lag is None else r.lag
+            click.echo(f"{r.node_id:<8}{r.address or '-':<24}{leo!s:>14}{lag!s:>8}  {shown}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,27 +196,31 @@ def metadata_dump(bootstrap: str, from_offset: int, as_json: bool) -> None:
     address, _ = _first_reachable(bootstrap)
     offset = from_offset
     for _ in range(DUMP_PAGES_MAX):
-        page = _get(address, f"/v1/metadata?offset={offset}&max_wait_ms=0&records_max=1000")
-        snapshot = page.get("snapshot")
+        request = FetchMetadataRequest(
+            offset=offset, max_wait_ms=0, records_max=METADATA_RECORDS_MAX
+        )
+        page = _get(address, "/v1/metadata", FetchMetadataResponse, query_params(request))
+        snapshot = page.snapshot
         if snapshot is not None:
+            records = orjson.loads(bytes(snapshot.records))
             if as_json:
-                click.echo(orjson.dumps({"snapshot": snapshot}).decode())
+                click.echo(encode({"snapshot": snapshot}).decode())
             else:
                 click.echo(
-                    f"snapshot end_offset: {snapshot['end_offset']} epoch: {snapshot['epoch']} "
-                    f"records: {len(snapshot['records'])}"
+                    f"snapshot end_offset: {snapshot.end_offset} epoch: {snapshot.epoch} "
+                    f"records: {len(records)}"
                 )
-                for record in snapshot["records"]:
+                for record in records:
                     click.echo(f"  {_record_line(record)}")
-        for batch in page.get("batches") or []:
+        for batch in page.batches:
             if as_json:
-                click.echo(orjson.dumps(batch).decode())
+                click.echo(encode(batch).decode())
             else:
-                click.echo(f"offset: {batch['offset']} epoch: {batch['epoch']}")
-                for record in batch["records"]:
+                click.echo(f"offset: {batch.offset} epoch: {batch.epoch}")
+                for record in orjson.loads(bytes(batch.records)):
                     click.echo(f"  {_record_line(record)}")
-        next_offset = int(page["next_offset"])
-        if next_offset >= int(page["high_watermark"]) or next_offset == offset:
+        next_offset = page.next_offset
+        if next_offset >= page.high_watermark or next_offset == offset:
             return
         offset = next_offset
     raise _ToolError(f"stopped after {DUMP_PAGES_MAX} pages")

@@ -11,7 +11,7 @@ snapshot instead: its records and its end offset, flagged ``snapshot``, and must
 replace its image with it before fetching on from ``next_offset``.
 
 Every payload is one command's records as a JSON array (``encode_records``); they are
-passed through to the response as raw JSON (``orjson.Fragment``), never decoded and
+passed through to the response as raw JSON (``msgspec.Raw``), never decoded and
 re-encoded. Offsets skip the engine's control entries (each new leader's no-op), so an
 empty answer's ``next_offset`` may lie past ``offset``: the observer continues there.
 
@@ -25,11 +25,17 @@ import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
 
-import orjson
+import msgspec
 
 from raftka.common.errors import OffsetOutOfRangeError
+from raftka.common.messages.controller import (
+    METADATA_RECORDS_MAX,
+    METADATA_WAIT_MS_MAX,
+    FetchMetadataResponse,
+    MetadataBatch,
+    MetadataSnapshot,
+)
 from raftka.common.time import wait_event
 from raftka.raft.quorum.engine import CommittedRecord, QuorumEngine
 
@@ -40,10 +46,6 @@ __all__ = [
     "MetadataFetchResult",
     "fetch_metadata",
 ]
-
-# Bounds on one fetch: payloads per answer and how long one may park.
-METADATA_RECORDS_MAX: Final = 1000
-METADATA_WAIT_MS_MAX: Final = 30_000
 
 
 class CommitSignal:
@@ -94,24 +96,25 @@ class MetadataFetchResult:
     snapshot_epoch: int | None = None
     snapshot_data: bytes | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_message(self) -> FetchMetadataResponse:
+        """The answer; payloads pass through as raw JSON, never re-encoded."""
         snapshot = None
         if self.snapshot_end_offset is not None:
-            assert self.snapshot_data is not None
-            snapshot = {
-                "end_offset": self.snapshot_end_offset,
-                "epoch": self.snapshot_epoch,
-                "records": orjson.Fragment(self.snapshot_data),
-            }
-        return {
-            "snapshot": snapshot,
-            "batches": [
-                {"offset": b.offset, "epoch": b.epoch, "records": orjson.Fragment(b.payload)}
+            assert self.snapshot_data is not None and self.snapshot_epoch is not None
+            snapshot = MetadataSnapshot(
+                end_offset=self.snapshot_end_offset,
+                epoch=self.snapshot_epoch,
+                records=msgspec.Raw(self.snapshot_data),
+            )
+        return FetchMetadataResponse(
+            snapshot=snapshot,
+            batches=[
+                MetadataBatch(offset=b.offset, epoch=b.epoch, records=msgspec.Raw(b.payload))
                 for b in self.batches
             ],
-            "next_offset": self.next_offset,
-            "high_watermark": self.high_watermark,
-        }
+            next_offset=self.next_offset,
+            high_watermark=self.high_watermark,
+        )
 
 
 async def fetch_metadata(

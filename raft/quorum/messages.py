@@ -6,15 +6,20 @@ response it is the responder's current epoch, together with the leader it knows,
 the receiver can catch up. Errors travel as Kafka's error names
 (``FENCED_LEADER_EPOCH``), never as exceptions.
 
-``to_dict``/``message_from_dict`` give a JSON-ready shape (payload bytes as base64) so
-the transport can send them with orjson; the ``type`` key names the class.
+On the wire each message is its typed counterpart in ``raftka.common.messages.raft``
+(``VoteRequest`` <-> ``VoteRequestData``, same field names), JSON tagged by ``type``:
+:func:`encode_message` / :func:`decode_message` are the transport's two calls, and
+decoding validates every field (INVALID_REQUEST naming it). ``to_dict`` /
+:func:`message_from_dict` give the same shape as plain Python values (payload bytes as
+base64), for tools and tests.
 """
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any
+
+import msgspec
 
 from raftka.common.errors import (
     FencedLeaderEpochError,
@@ -22,6 +27,8 @@ from raftka.common.errors import (
     SnapshotNotFoundError,
     UnknownLeaderEpochError,
 )
+from raftka.common.messages import decode, decode_value, encode
+from raftka.common.messages import raft as wire
 from raftka.common.structs import EpochEndOffset
 
 FENCED_LEADER_EPOCH = FencedLeaderEpochError.name
@@ -43,20 +50,6 @@ class Entry:
     payload: bytes
     control: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "offset": self.offset,
-            "epoch": self.epoch,
-            "payload": base64.b64encode(self.payload).decode("ascii"),
-            "control": self.control,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Entry:
-        return cls(
-            int(d["offset"]), int(d["epoch"]), base64.b64decode(d["payload"]), bool(d["control"])
-        )
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class SnapshotId:
@@ -68,28 +61,16 @@ class SnapshotId:
 
 
 class Message:
-    """Base of every quorum message (for typing and the ``type`` registry)."""
+    """Base of every quorum message."""
 
     __slots__ = ()
     sender_id: int
     epoch: int
-    type_name: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": self.type_name}
-        for f in fields(self):  # type: ignore[arg-type]
-            name = f.name
-            value = getattr(self, name)
-            if name == "entries":
-                value = [e.to_dict() for e in value]
-            elif isinstance(value, EpochEndOffset | SnapshotId):
-                value = {"epoch": value.epoch, "end_offset": value.end_offset}
-            elif isinstance(value, bytes):
-                value = base64.b64encode(value).decode("ascii")
-            elif isinstance(value, tuple):
-                value = list(value)
-            d[name] = value
-        return d
+        """The wire form as plain values: ``{"type": ..., field: value, ...}``."""
+        result: dict[str, Any] = msgspec.to_builtins(to_wire(self))
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +81,6 @@ class VoteRequest(Message):
     run in (its current epoch + 1), and the receiver does not move to it.
     """
 
-    type_name: ClassVar[str] = "VoteRequest"
     sender_id: int
     epoch: int
     last_epoch: int
@@ -113,7 +93,6 @@ class VoteResponse(Message):
     """The answer to a VoteRequest. ``candidate_epoch`` echoes the request's epoch so a
     candidate counts only answers to its current round."""
 
-    type_name: ClassVar[str] = "VoteResponse"
     sender_id: int
     epoch: int
     leader_id: int | None
@@ -127,14 +106,12 @@ class VoteResponse(Message):
 class BeginQuorumEpochRequest(Message):
     """A new leader announces its epoch to the voters."""
 
-    type_name: ClassVar[str] = "BeginQuorumEpochRequest"
     sender_id: int
     epoch: int
 
 
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochResponse(Message):
-    type_name: ClassVar[str] = "BeginQuorumEpochResponse"
     sender_id: int
     epoch: int
     leader_id: int | None
@@ -146,7 +123,6 @@ class EndQuorumEpochRequest(Message):
     """A leader steps down; voters listed first in ``preferred_successors`` should run
     first (the leader lists them by how far their logs reach)."""
 
-    type_name: ClassVar[str] = "EndQuorumEpochRequest"
     sender_id: int
     epoch: int
     preferred_successors: tuple[int, ...]
@@ -154,7 +130,6 @@ class EndQuorumEpochRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochResponse(Message):
-    type_name: ClassVar[str] = "EndQuorumEpochResponse"
     sender_id: int
     epoch: int
     leader_id: int | None
@@ -169,7 +144,6 @@ class FetchRequest(Message):
     an empty log); the leader checks it against its own log to detect divergence.
     """
 
-    type_name: ClassVar[str] = "FetchRequest"
     sender_id: int
     epoch: int
     fetch_offset: int
@@ -184,7 +158,6 @@ class FetchResponse(Message):
     on an answer to the position it is still at (a late duplicate is ignored).
     """
 
-    type_name: ClassVar[str] = "FetchResponse"
     sender_id: int
     epoch: int
     leader_id: int | None
@@ -202,7 +175,6 @@ class FetchSnapshotRequest(Message):
     """A replica that fell below the leader's log start fetches its snapshot in chunks
     (KIP-630), from byte ``position``."""
 
-    type_name: ClassVar[str] = "FetchSnapshotRequest"
     sender_id: int
     epoch: int
     snapshot_id: SnapshotId
@@ -213,7 +185,6 @@ class FetchSnapshotRequest(Message):
 class FetchSnapshotResponse(Message):
     """One chunk of a snapshot: ``data`` starts at ``position``; ``size`` is the total."""
 
-    type_name: ClassVar[str] = "FetchSnapshotResponse"
     sender_id: int
     epoch: int
     leader_id: int | None
@@ -224,41 +195,79 @@ class FetchSnapshotResponse(Message):
     error: str | None = None
 
 
-_TYPES: dict[str, type[Message]] = {
-    cls.type_name: cls
-    for cls in (
-        VoteRequest,
-        VoteResponse,
-        BeginQuorumEpochRequest,
-        BeginQuorumEpochResponse,
-        EndQuorumEpochRequest,
-        EndQuorumEpochResponse,
-        FetchRequest,
-        FetchResponse,
-        FetchSnapshotRequest,
-        FetchSnapshotResponse,
-    )
+_WIRE_TYPES: dict[type[Message], type[wire.RaftRequest]] = {
+    VoteRequest: wire.VoteRequestData,
+    VoteResponse: wire.VoteResponseData,
+    BeginQuorumEpochRequest: wire.BeginQuorumEpochRequestData,
+    BeginQuorumEpochResponse: wire.BeginQuorumEpochResponseData,
+    EndQuorumEpochRequest: wire.EndQuorumEpochRequestData,
+    EndQuorumEpochResponse: wire.EndQuorumEpochResponseData,
+    FetchRequest: wire.FetchRequestData,
+    FetchResponse: wire.FetchResponseData,
+    FetchSnapshotRequest: wire.FetchSnapshotRequestData,
+    FetchSnapshotResponse: wire.FetchSnapshotResponseData,
 }
+_CORE_TYPES: dict[type[wire.RaftRequest], type[Message]] = {w: c for c, w in _WIRE_TYPES.items()}
+# The wire tag of each message is its core class's name.
+assert all(w.__struct_config__.tag == c.__name__ for c, w in _WIRE_TYPES.items())
+
+
+def _value_to_wire(value: object) -> object:
+    if isinstance(value, Entry):
+        return wire.EntryData(
+            offset=value.offset, epoch=value.epoch, payload=value.payload, control=value.control
+        )
+    if isinstance(value, EpochEndOffset):
+        return wire.EpochEndOffsetData(epoch=value.epoch, end_offset=value.end_offset)
+    if isinstance(value, SnapshotId):
+        return wire.SnapshotIdData(epoch=value.epoch, end_offset=value.end_offset)
+    if isinstance(value, tuple):
+        return tuple(_value_to_wire(v) for v in value)
+    return value
+
+
+def _value_from_wire(value: object) -> object:
+    if isinstance(value, wire.EntryData):
+        return Entry(value.offset, value.epoch, value.payload, value.control)
+    if isinstance(value, wire.EpochEndOffsetData):
+        return EpochEndOffset(value.epoch, value.end_offset)
+    if isinstance(value, wire.SnapshotIdData):
+        return SnapshotId(value.end_offset, value.epoch)
+    if isinstance(value, tuple):
+        return tuple(_value_from_wire(v) for v in value)
+    return value
+
+
+def to_wire(message: Message) -> wire.RaftRequest:
+    """The wire message of a core message (same fields, nested values converted)."""
+    kwargs: dict[str, Any] = {
+        f.name: _value_to_wire(getattr(message, f.name))
+        for f in fields(message)  # type: ignore[arg-type]
+    }
+    return _WIRE_TYPES[type(message)](**kwargs)
+
+
+def from_wire(data: wire.RaftRequest) -> Message:
+    """The core message of a decoded wire message."""
+    kwargs: dict[str, Any] = {
+        name: _value_from_wire(getattr(data, name)) for name in data.__struct_fields__
+    }
+    return _CORE_TYPES[type(data)](**kwargs)
+
+
+def encode_message(message: Message) -> bytes:
+    """A core message as the JSON body of ``POST /v1/raft/message``."""
+    return encode(to_wire(message))
+
+
+def decode_message(body: bytes) -> Message:
+    """The core message in a request body; INVALID_REQUEST naming the field if it is
+    not a valid one."""
+    data: wire.RaftRequest = decode(body, wire.RaftMessageData)  # type: ignore[arg-type]
+    return from_wire(data)
 
 
 def message_from_dict(d: dict[str, Any]) -> Message:
-    """Rebuild a message from ``Message.to_dict`` output (e.g. after orjson)."""
-    cls = _TYPES[d["type"]]
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        name = f.name
-        if name not in d:
-            continue
-        value = d[name]
-        if name == "entries":
-            value = tuple(Entry.from_dict(e) for e in value)
-        elif name == "diverging_epoch" and value is not None:
-            value = EpochEndOffset(int(value["epoch"]), int(value["end_offset"]))
-        elif name == "snapshot_id" and value is not None:
-            value = SnapshotId(int(value["end_offset"]), int(value["epoch"]))
-        elif name == "data":
-            value = base64.b64decode(value)
-        elif name == "preferred_successors":
-            value = tuple(value)
-        kwargs[name] = value
-    return cls(**kwargs)
+    """Rebuild a message from ``Message.to_dict`` output (validated as on the wire)."""
+    data: wire.RaftRequest = decode_value(d, wire.RaftMessageData)  # type: ignore[arg-type]
+    return from_wire(data)

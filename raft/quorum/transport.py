@@ -1,8 +1,9 @@
 """The quorum's peer protocol over aiohttp: one-way JSON messages.
 
-Every core message is one ``POST /v1/raft/message`` whose body is the orjson of
-``message.to_dict()``; the receiver answers ``202 Accepted`` at once, before the core
-looks at it, and any answer the core has travels back as another POST the other way.
+Every core message is one ``POST /v1/raft/message`` whose body is its typed wire
+message (``raftka.common.messages.raft``, :func:`encode_message`); the receiver answers
+``202 Accepted`` at once, before the core looks at it, and any answer the core has
+travels back as another POST the other way.
 Raft is built for a network that loses messages (the core retries on its own timers),
 so the transport never retries: a failed POST is logged at debug and forgotten.
 
@@ -12,10 +13,10 @@ message is dropped (``PEER_QUEUE_MAX``): newer messages describe newer state, an
 core resends what still matters. Each POST has a connect and a total timeout of
 ``controller.quorum.request.timeout.ms``.
 
-Receiving: a body that is not a valid message is refused with 400 INVALID_REQUEST; a
-sender that is neither a configured voter nor an observer with 400
-INCONSISTENT_VOTER_SET (Kafka's name for "not in my voter set"). Nothing a peer sends
-can raise out of the handler.
+Receiving: a body that is not a valid message is refused with 400 INVALID_REQUEST
+naming the field (:func:`decode_message` checks every type and bound); a sender that
+is neither a configured voter nor an observer with 400 INCONSISTENT_VOTER_SET (Kafka's
+name for "not in my voter set"). Nothing a peer sends can raise out of the handler.
 """
 
 from __future__ import annotations
@@ -23,25 +24,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import types
-import typing
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import fields
-from typing import Any, ClassVar, Final
+from typing import Final
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from raftka.common.errors import InconsistentVoterSetError, InvalidRequestError, KafkaError
-from raftka.common.structs import EpochEndOffset
-from raftka.raft.quorum import messages as _messages
-from raftka.raft.quorum.messages import (
-    Entry,
-    Message,
-    SnapshotId,
-    message_from_dict,
-)
+from raftka.raft.quorum.messages import Message, decode_message, encode_message
 
 MESSAGE_PATH: Final = "/v1/raft/message"
 # Messages waiting for one peer; beyond it the oldest are dropped.
@@ -62,65 +53,14 @@ def _error_response(error: KafkaError) -> web.Response:
 
 # ---------------------------------------------------------------- validation
 
-_ANNOTATIONS: dict[type[Message], dict[str, Any]] = {}
-
-
-def _hints(cls: type[Message]) -> dict[str, Any]:
-    hints = _ANNOTATIONS.get(cls)
-    if hints is None:
-        namespace = dict(vars(_messages))
-        hints = typing.get_type_hints(cls, globalns=namespace)
-        _ANNOTATIONS[cls] = hints
-    return hints
-
-
-def _value_ok(value: object, hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    if origin is ClassVar:
-        return True
-    if origin in (types.UnionType, typing.Union):
-        return any(_value_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if hint is bytes:
-        return isinstance(value, bytes)
-    if origin is tuple:
-        (item,) = typing.get_args(hint)[:1]
-        return isinstance(value, tuple) and all(_value_ok(v, item) for v in value)
-    if hint is Entry:
-        return (
-            isinstance(value, Entry)
-            and _value_ok(value.offset, int)
-            and _value_ok(value.epoch, int)
-            and isinstance(value.payload, bytes)
-        )
-    if hint in (EpochEndOffset, SnapshotId):
-        return isinstance(value, hint) and all(
-            _value_ok(getattr(value, f.name), int) for f in fields(hint)
-        )
-    return False
-
 
 def parse_message(body: bytes) -> Message:
-    """The message in a request body; InvalidRequestError if it is not a valid one."""
+    """The message in a request body; InvalidRequestError naming the field if it is not
+    a valid one (the typed wire messages of ``raftka.common.messages.raft``)."""
     try:
-        d = orjson.loads(body)
-        if not isinstance(d, dict):
-            raise TypeError("not a JSON object")
-        message = message_from_dict(d)
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise InvalidRequestError(f"not a quorum message: {type(e).__name__}: {e}") from None
-    hints = _hints(type(message))
-    for f in fields(message):  # type: ignore[arg-type]
-        if not _value_ok(getattr(message, f.name), hints[f.name]):
-            raise InvalidRequestError(f"{type(message).__name__}.{f.name} has a bad value")
-    return message
+        return decode_message(body)
+    except InvalidRequestError as e:
+        raise InvalidRequestError(f"not a quorum message: {e.message}") from None
 
 
 # ---------------------------------------------------------------- transport
@@ -206,7 +146,7 @@ class RaftTransport:
                 return
             self._busy.add(destination)
             try:
-                body = orjson.dumps(message.to_dict())
+                body = encode_message(message)
                 async with session.post(
                     url, data=body, headers={"Content-Type": "application/json"}
                 ) as response:

@@ -34,12 +34,8 @@ from typing import Any, Final
 import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
-from raftka.server_common.process_config import (
-    ConfigError,
-    NodeConfig,
-    node_config_from_properties,
-    read_config_file,
-)
+from raftka.metadata.node_config import NodeConfig, node_config_from_properties
+from raftka.server_common.process_config import ConfigError, read_config_file
 
 __all__ = ["combined_configs", "server_command", "split_listeners"]
 
@@ -132,7 +128,7 @@ def combined_configs(
 async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig | None) -> None:
     # Imported here: `raftka server --help` and config errors stay fast.
     from raftka.broker.server import BrokerServer  # noqa: PLC0415
-    from raftka.metadata.server import ControllerServer, create_engine  # noqa: PLC0415
+    from raftka.metadata.controller_process import ControllerServer, create_engine  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -183,7 +179,7 @@ def server_command(config_path: Path) -> None:
         )
     except ConfigError as e:
         raise _Problem(str(e)) from None
-    from raftka.metadata.server import configure_logging  # noqa: PLC0415
+    from raftka.server_common.logging_setup import configure_logging  # noqa: PLC0415
 
     level = (controller_config.log_level if controller_config else None) or (
         broker_cfg.log_level if broker_cfg else "INFO"

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
+
 from raftka.broker.metadata_follower import MetadataApplier, local_changes_between
+from raftka.common.messages import decode
+from raftka.common.messages.controller import FetchMetadataResponse
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import (
@@ -27,13 +31,15 @@ T1, T2, T3 = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
 
 def _answer(
     start: int, *payloads: list[MetadataRecord], snapshot: dict[str, object] | None = None
-) -> dict[str, object]:
+) -> FetchMetadataResponse:
+    """The answer a controller sends, decoded as the follower decodes it."""
     batches = [
         {"offset": start + i, "epoch": 1, "records": [r.to_dict() for r in records]}
         for i, records in enumerate(payloads)
     ]
     end = start + len(payloads)
-    return {"snapshot": snapshot, "batches": batches, "next_offset": end, "high_watermark": end}
+    answer = {"snapshot": snapshot, "batches": batches, "next_offset": end, "high_watermark": end}
+    return decode(orjson.dumps(answer), FetchMetadataResponse)
 
 
 def _topic(topic_id: str, name: str, leader: int) -> list[MetadataRecord]:

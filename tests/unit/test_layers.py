@@ -1,6 +1,5 @@
-"""The layers depend one way: common <- storage <- raft <- server_common <- metadata <-
-broker, and client <- common only. (server_common, what the server processes share,
-sits above raft because a process's configuration includes its quorum settings.)
+"""The layers depend one way: common <- server_common <- storage <- raft <- metadata <-
+broker, and client <- common only.
 
 How: every module of the installed package is parsed (ast) and each import of a
 ``raftka.*`` module, including imports inside functions and under TYPE_CHECKING, is
@@ -24,11 +23,11 @@ from pathlib import Path
 # chaos/) may import anything and are not listed.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "common": frozenset({"common"}),
-    "storage": frozenset({"common", "storage"}),
-    "raft": frozenset({"common", "storage", "raft"}),
-    "server_common": frozenset({"common", "storage", "raft", "server_common"}),
-    "metadata": frozenset({"common", "storage", "raft", "server_common", "metadata"}),
-    "broker": frozenset({"common", "storage", "raft", "server_common", "metadata", "broker"}),
+    "server_common": frozenset({"common", "server_common"}),
+    "storage": frozenset({"common", "server_common", "storage"}),
+    "raft": frozenset({"common", "server_common", "storage", "raft"}),
+    "metadata": frozenset({"common", "server_common", "storage", "raft", "metadata"}),
+    "broker": frozenset({"common", "server_common", "storage", "raft", "metadata", "broker"}),
     "client": frozenset({"common", "client"}),
 }
 

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from raftka.server_common.process_config import (
+from raftka.metadata.node_config import (
     SNAPSHOT_BYTES_DEFAULT,
-    ConfigError,
-    flatten_toml,
     load_node_config,
     node_config_from_properties,
+)
+from raftka.server_common.process_config import (
+    ConfigError,
+    flatten_toml,
     parse_properties,
     parse_voters,
 )

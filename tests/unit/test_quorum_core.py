@@ -545,8 +545,72 @@ def test_restart_as_leader_comes_back_resigned() -> None:
     ],
 )
 def test_messages_round_trip_through_json(message: Message) -> None:
-    """Every message survives to_dict -> orjson -> message_from_dict unchanged."""
+    """Every message survives to_dict -> orjson -> message_from_dict unchanged, and the
+    transport's encode -> parse_message (the typed wire messages): a diverging epoch (a
+    NamedTuple) was once refused on receipt with a TypeError, every time."""
+    from raftka.raft.quorum.messages import encode_message
+    from raftka.raft.quorum.transport import parse_message
+
     assert message_from_dict(orjson.loads(orjson.dumps(message.to_dict()))) == message
+    assert parse_message(encode_message(message)) == message
+    assert parse_message(orjson.dumps(message.to_dict())) == message
+
+
+def test_wire_format_is_the_one_to_dict_wrote() -> None:
+    """The typed wire messages keep the JSON the hand-written to_dict produced: the
+    ``type`` tag, base64 payloads, epoch/end-offset objects, entries as objects."""
+    from raftka.raft.quorum.messages import encode_message
+
+    message = FetchResponse(
+        1, 3, 1, 7, 2, 5, (Entry(7, 3, b"\x00\xff", False),), EpochEndOffset(1, 4)
+    )
+    assert orjson.loads(encode_message(message)) == {
+        "type": "FetchResponse",
+        "sender_id": 1,
+        "epoch": 3,
+        "leader_id": 1,
+        "fetch_offset": 7,
+        "last_fetched_epoch": 2,
+        "high_watermark": 5,
+        "entries": [{"offset": 7, "epoch": 3, "payload": "AP8=", "control": False}],
+        "diverging_epoch": {"epoch": 1, "end_offset": 4},
+        "error": None,
+        "snapshot_id": None,
+    }
+    snapshot = orjson.loads(encode_message(FetchSnapshotRequest(2, 3, SnapshotId(9, 2), 16)))
+    assert snapshot["snapshot_id"] == {"epoch": 2, "end_offset": 9}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"type": "VoteRequest", "sender_id": 1, "epoch": "5"}, "$.epoch"),
+        ({"type": "NoSuchMessage", "sender_id": 1, "epoch": 5}, "NoSuchMessage"),
+        ({"type": "FetchRequest", "sender_id": 1, "epoch": 5, "fetch_offset": 0}, "last_fetched"),
+        (
+            {
+                "type": "FetchResponse",
+                "sender_id": 1,
+                "epoch": 5,
+                "leader_id": 1,
+                "fetch_offset": 0,
+                "last_fetched_epoch": 0,
+                "high_watermark": 0,
+                "entries": [{"offset": -1, "epoch": 0, "payload": ""}],
+            },
+            "$.entries[0].offset",
+        ),
+        ({"type": "BeginQuorumEpochRequest", "sender_id": True, "epoch": 1}, "$.sender_id"),
+    ],
+)
+def test_bad_peer_messages_are_refused_naming_the_field(body: object, field: str) -> None:
+    """INVALID_REQUEST, naming what is wrong; nothing reaches the core."""
+    from raftka.common.errors import InvalidRequestError
+    from raftka.raft.quorum.transport import parse_message
+
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_message(orjson.dumps(body))
+    assert field in caught.value.message
 
 
 def test_config_from_kafka_properties() -> None:

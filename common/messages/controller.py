@@ -1,0 +1,440 @@
+"""The controller's API (``/v1/...`` on every controller): one message class per body.
+
+Theory of operation
+-------------------
+Each request and each answer of the controller API is one frozen :class:`Message`
+below; the controller's routes (``raftka.metadata.routes``) decode requests with them
+and encode answers from them, and the senders build the same classes: the broker's
+lifecycle (registration, heartbeat), its producer-id manager, its metadata follower
+(metadata-log fetch), the admin client and the ``raftka`` command line. The bounds
+live on the fields (``Annotated[int, Meta(ge=..., le=...)]``, list lengths), so a bad
+body is refused by :func:`raftka.common.messages.decode` with Kafka's
+``INVALID_REQUEST`` naming the field (``$.topics[0].num_partitions``), and nothing is
+applied.
+
+Requests are **strict** (:class:`ControllerRequest`: an unknown field is an
+``INVALID_REQUEST``), as the controller API has always been: the controllers and
+brokers of one cluster run one version, and a misspelt field in an admin call should
+fail loudly rather than be ignored. Answers follow the package's rule (unknown fields
+ignored), so a client can read a newer controller's answer.
+
+GET requests carry their fields as query parameters; :func:`query_params` writes a
+request as such and the controller reads them back with ``decode_value`` (digits are
+integers, ``key`` may repeat). The metadata log's payloads travel as raw JSON
+(``msgspec.Raw``): the controller passes the stored bytes through, and the follower
+hands them to the metadata loader undecoded.
+
+Errors are not messages here: every failed call answers the error contract of
+``raftka.server_common.http_errors`` (``{"error", "error_code", "message"}``, plus
+``leader_id`` / ``leader_address`` with NOT_CONTROLLER); per-item errors inside an
+answer are :class:`ErrorData`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+import msgspec
+from msgspec import Meta
+
+from raftka.common.errors import KafkaError
+from raftka.common.messages import INT32_MAX, INT64_MAX, Message, NonNegInt32, PartitionId
+
+__all__ = [
+    "METADATA_RECORDS_DEFAULT",
+    "METADATA_RECORDS_MAX",
+    "METADATA_WAIT_MS_MAX",
+    "REQUEST_ITEMS_MAX",
+    "AllocateProducerIdsRequest",
+    "AllocateProducerIdsResponse",
+    "AlterConfigOp",
+    "AlterConfigsResource",
+    "AlterConfigsResourceResult",
+    "AlterPartitionRequest",
+    "AlterPartitionResponse",
+    "BrokerHeartbeatRequest",
+    "BrokerHeartbeatResponse",
+    "ConfigEntryData",
+    "ControllerRequest",
+    "CreatablePartitions",
+    "CreatableTopic",
+    "CreatableTopicResult",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeleteTopicResult",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResponse",
+    "DescribeQuorumRequest",
+    "DescribeQuorumResponse",
+    "EndpointData",
+    "ErrorData",
+    "FetchMetadataRequest",
+    "FetchMetadataResponse",
+    "HealthResponse",
+    "HealthStartingResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
+    "MetadataBatch",
+    "MetadataSnapshot",
+    "QuorumReplica",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
+    "TopicErrorResult",
+    "error_data",
+    "query_params",
+]
+
+#: Bound on the items of one request (topics, resources, ops, endpoints, replicas).
+REQUEST_ITEMS_MAX: Final = 10_000
+#: Bounds on one metadata-log fetch: payloads per answer and how long one may park.
+METADATA_RECORDS_MAX: Final = 1000
+METADATA_RECORDS_DEFAULT: Final = 500
+METADATA_WAIT_MS_MAX: Final = 30_000
+
+_ITEMS: Final = Meta(max_length=REQUEST_ITEMS_MAX)
+
+BrokerId = NonNegInt32
+#: A broker epoch is the offset of its registration record: any int64 on the wire (the
+#: controller answers STALE_BROKER_EPOCH for a wrong one).
+BrokerEpoch = Annotated[int, Meta(ge=-(2**63), le=INT64_MAX)]
+ReplicaList = Annotated[list[BrokerId], _ITEMS]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class ControllerRequest(Message, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of the controller's requests: an unknown field is INVALID_REQUEST."""
+
+
+class ErrorData(Message, frozen=True, kw_only=True):
+    """A per-item error inside an answer: Kafka's error name and code, a message."""
+
+    error: str
+    error_code: int
+    message: str = ""
+
+
+def error_data(error: KafkaError | None) -> ErrorData | None:
+    return (
+        None
+        if error is None
+        else ErrorData(error=error.name, error_code=error.code, message=error.message)
+    )
+
+
+def query_params(request: Message) -> dict[str, str | list[str]]:
+    """A GET request's fields as query parameters (None fields and empty lists left
+    out; a list repeats its name)."""
+    out: dict[str, str | list[str]] = {}
+    for name, value in msgspec.structs.asdict(request).items():
+        if value is None or value == []:
+            continue
+        if isinstance(value, list):
+            out[name] = [str(v) for v in value]
+        else:
+            out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Brokers: registration and heartbeat (broker/lifecycle.py)
+
+
+class EndpointData(ControllerRequest, frozen=True, kw_only=True):
+    name: str
+    host: str
+    port: Port
+
+
+class RegisterBrokerRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/brokers/register``: Kafka's BrokerRegistration."""
+
+    broker_id: BrokerId
+    incarnation_id: str
+    endpoints: Annotated[list[EndpointData], _ITEMS]
+    rack: str | None = None
+
+
+class RegisterBrokerResponse(Message, frozen=True, kw_only=True):
+    broker_epoch: int
+
+
+class BrokerHeartbeatRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/brokers/heartbeat``: Kafka's BrokerHeartbeat."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    current_metadata_offset: Annotated[int, Meta(ge=-1, le=INT64_MAX)]
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+class BrokerHeartbeatResponse(Message, frozen=True, kw_only=True):
+    is_caught_up: bool
+    is_fenced: bool
+    in_controlled_shutdown: bool
+    should_shutdown: bool
+
+
+# ---------------------------------------------------------------------------------------
+# Topics and partitions (client/admin.py)
+
+
+class CreatableTopic(ControllerRequest, frozen=True, kw_only=True):
+    """One topic of CreateTopics: counts of -1 take the controller's defaults;
+    ``assignments`` (a list indexed by partition, or ``{"0": [1, 2], ...}``) replaces
+    them. The name's legal characters are checked per topic by the controller
+    (INVALID_TOPIC_EXCEPTION for that topic only)."""
+
+    name: str
+    num_partitions: Annotated[int, Meta(ge=-1, le=INT32_MAX)] = -1
+    replication_factor: Annotated[int, Meta(ge=-1, le=2**15 - 1)] = -1
+    assignments: (
+        Annotated[list[ReplicaList], _ITEMS]
+        | Annotated[dict[PartitionId, ReplicaList], _ITEMS]
+        | None
+    ) = None
+    configs: Annotated[dict[str, str], _ITEMS] | None = None
+
+
+class CreateTopicsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/topics``."""
+
+    topics: Annotated[list[CreatableTopic], _ITEMS]
+    validate_only: bool = False
+
+
+class CreatableTopicResult(Message, frozen=True, kw_only=True):
+    name: str
+    topic_id: str | None
+    num_partitions: int
+    replication_factor: int
+    error: ErrorData | None
+
+
+class CreateTopicsResponse(Message, frozen=True, kw_only=True):
+    topics: list[CreatableTopicResult]
+
+
+class DeleteTopicsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``DELETE /v1/topics``: by name, by id, or both."""
+
+    names: Annotated[list[str], _ITEMS] | None = None
+    topic_ids: Annotated[list[str], _ITEMS] | None = None
+
+
+class DeleteTopicResult(Message, frozen=True, kw_only=True):
+    name: str | None
+    topic_id: str | None
+    error: ErrorData | None
+
+
+class DeleteTopicsResponse(Message, frozen=True, kw_only=True):
+    topics: list[DeleteTopicResult]
+
+
+class CreatablePartitions(ControllerRequest, frozen=True, kw_only=True):
+    """One topic of CreatePartitions: its new total ``count``, and optionally the
+    replicas of each new partition."""
+
+    name: str
+    count: Annotated[int, Meta(ge=1, le=INT32_MAX)]
+    assignments: Annotated[list[ReplicaList], _ITEMS] | None = None
+
+
+class CreatePartitionsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/partitions``."""
+
+    topics: Annotated[list[CreatablePartitions], _ITEMS]
+    validate_only: bool = False
+
+
+class TopicErrorResult(Message, frozen=True, kw_only=True):
+    name: str
+    error: ErrorData | None
+
+
+class CreatePartitionsResponse(Message, frozen=True, kw_only=True):
+    topics: list[TopicErrorResult]
+
+
+# ---------------------------------------------------------------------------------------
+# Configs (client/admin.py)
+
+
+class AlterConfigOp(ControllerRequest, frozen=True, kw_only=True):
+    name: str
+    op: Literal["SET", "DELETE", "APPEND", "SUBTRACT"]
+    value: str | None = None
+
+
+class AlterConfigsResource(ControllerRequest, frozen=True, kw_only=True):
+    resource_type: Literal["topic", "broker"]
+    resource_name: str
+    ops: Annotated[list[AlterConfigOp], _ITEMS]
+
+
+class IncrementalAlterConfigsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/configs``: Kafka's IncrementalAlterConfigs."""
+
+    resources: Annotated[list[AlterConfigsResource], _ITEMS]
+    validate_only: bool = False
+
+
+class AlterConfigsResourceResult(Message, frozen=True, kw_only=True):
+    resource_type: str
+    resource_name: str
+    error: ErrorData | None
+
+
+class IncrementalAlterConfigsResponse(Message, frozen=True, kw_only=True):
+    resources: list[AlterConfigsResourceResult]
+
+
+class DescribeConfigsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``GET /v1/configs?topic=T&key=K&key=...``: every config of the topic, or only
+    the ``key`` ones."""
+
+    topic: Annotated[str, Meta(min_length=1)]
+    key: Annotated[list[str], _ITEMS] = msgspec.field(default_factory=list)
+
+
+class ConfigEntryData(Message, frozen=True, kw_only=True):
+    name: str
+    value: str | None
+    source: str
+    is_default: bool
+    type: str | None
+    read_only: bool = False
+    is_sensitive: bool = False
+
+
+class DescribeConfigsResponse(Message, frozen=True, kw_only=True):
+    resource_type: str
+    resource_name: str
+    entries: list[ConfigEntryData]
+
+
+# ---------------------------------------------------------------------------------------
+# Partition leaders' ISR changes and producer-id blocks (brokers)
+
+
+class AlterPartitionRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/alter-partition``: a partition leader's new ISR (Kafka's
+    AlterPartition)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    topic_id: str
+    partition: PartitionId
+    leader_epoch: NonNegInt32
+    partition_epoch: NonNegInt32
+    new_isr: ReplicaList
+
+
+class AlterPartitionResponse(Message, frozen=True, kw_only=True):
+    topic_id: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+
+
+class AllocateProducerIdsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/producer-ids``: Kafka's AllocateProducerIds (KIP-730)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+
+
+class AllocateProducerIdsResponse(Message, frozen=True, kw_only=True):
+    producer_id_start: int
+    producer_id_len: int
+
+
+# ---------------------------------------------------------------------------------------
+# Reads any controller serves: the quorum, the metadata log, health
+
+
+class DescribeQuorumRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``GET /v1/quorum`` (no parameters)."""
+
+
+class QuorumReplica(Message, frozen=True, kw_only=True):
+    node_id: int
+    address: str | None
+    log_end_offset: int | None
+    lag: int | None
+    last_fetch_ms: int | None
+    last_caught_up_ms: int | None
+
+
+class DescribeQuorumResponse(Message, frozen=True, kw_only=True):
+    node_id: int
+    role: str
+    leader_id: int | None
+    leader_address: str | None
+    epoch: int
+    high_watermark: int
+    log_end_offset: int
+    log_start_offset: int
+    max_follower_lag: int | None
+    voters: list[QuorumReplica]
+    observers: list[QuorumReplica]
+    metadata_offset: int
+
+
+class FetchMetadataRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``GET /v1/metadata?offset=N&max_wait_ms=M&records_max=R``: committed payloads
+    from ``offset``, parking up to ``max_wait_ms`` when there are none."""
+
+    offset: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
+    max_wait_ms: Annotated[int, Meta(ge=0, le=METADATA_WAIT_MS_MAX)] = 0
+    records_max: Annotated[int, Meta(ge=1, le=METADATA_RECORDS_MAX)] = METADATA_RECORDS_DEFAULT
+
+
+class MetadataBatch(Message, frozen=True, kw_only=True):
+    """One committed payload: one command's records, as the JSON array stored."""
+
+    offset: int
+    epoch: int
+    records: msgspec.Raw
+
+
+class MetadataSnapshot(Message, frozen=True, kw_only=True):
+    """A snapshot covering offsets ``< end_offset``: the records of the whole image."""
+
+    end_offset: int
+    epoch: int
+    records: msgspec.Raw
+
+
+class FetchMetadataResponse(Message, frozen=True, kw_only=True):
+    snapshot: MetadataSnapshot | None
+    batches: list[MetadataBatch]
+    next_offset: int
+    high_watermark: int
+
+
+class HealthStartingResponse(Message, frozen=True, kw_only=True):
+    """``GET /health`` before the engine started (HTTP 503)."""
+
+    status: Literal["starting"] = "starting"
+    node_id: int
+
+
+class HealthResponse(Message, frozen=True, kw_only=True):
+    """``GET /health`` once serving."""
+
+    status: Literal["ok"] = "ok"
+    node_id: int
+    role: str
+    leader_id: int | None
+    epoch: int
+    active_controller: bool
+    high_watermark: int
+    metadata_offset: int

@@ -1,0 +1,123 @@
+"""The controller process: the quorum engine, the event loop and its API behind a socket.
+
+Theory of operation
+-------------------
+``raftka controller`` (and the controller half of ``raftka server`` in combined mode)
+builds the configured quorum engine (:func:`create_engine`: the native KRaft engine,
+or pysyncobj, imported only when chosen so that it stays optional), wraps it in a
+:class:`ControllerServer` and runs until SIGTERM or SIGINT. A ``ControllerServer`` is
+the :class:`~raftka.metadata.controller_events.ControllerEventLoop` (the metadata
+loader, the single command queue, the timers) plus the aiohttp app of
+``raftka.metadata.routes``, which also carries the engine's peer routes. It starts
+serving before the engine starts (the engine's peers reach it through that app) and
+stops serving last, after the engine resigned. Logging is process-wide
+(``raftka.server_common.logging_setup``): JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import random
+import signal
+from collections.abc import Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from raftka.common.time import monotonic_ms
+from raftka.metadata.controller_events import APPEND_TIMEOUT_MS, ControllerEventLoop
+from raftka.metadata.node_config import NodeConfig
+from raftka.metadata.routes import build_controller_app
+from raftka.raft.quorum.engine import QuorumEngine
+from raftka.server_common.logging_setup import configure_logging
+
+__all__ = ["ControllerServer", "create_engine", "run_controller", "serve_until_signalled"]
+
+log = logging.getLogger("raftka.controller")
+
+
+class ControllerServer(ControllerEventLoop):
+    """One controller with its HTTP API. ``await start()`` serves on the configured
+    port unless ``listen=False`` (tests that drive ``app`` directly), then
+    ``await stop()``."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        engine: QuorumEngine,
+        *,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        rng: random.Random | None = None,
+        append_timeout_ms: int = APPEND_TIMEOUT_MS,
+    ) -> None:
+        super().__init__(
+            config, engine, clock_ms=clock_ms, rng=rng, append_timeout_ms=append_timeout_ms
+        )
+        self.app = build_controller_app(self, log)
+        self._runner: web.AppRunner | None = None
+        self._listen_socket = True
+
+    async def start(self, *, listen: bool = True) -> None:
+        self._listen_socket = listen
+        await super().start()
+
+    async def _listen(self) -> None:
+        if not self._listen_socket:
+            return
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self.config.listen_host, self.config.listen_port, reuse_address=True
+        )
+        await site.start()
+
+    async def _close_listener(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def create_engine(config: NodeConfig) -> QuorumEngine:
+    """The configured quorum engine (imported here only: pysyncobj stays optional)."""
+    voters = dict(config.voters)
+    if config.quorum_engine == "native":
+        module = importlib.import_module("raftka.raft.quorum.native")
+        engine = module.NativeQuorumEngine(
+            config.node_id, voters, config.metadata_log_dir, config.quorum
+        )
+    else:
+        module = importlib.import_module("raftka.raft.quorum.pysyncobj_engine")
+        kwargs: dict[str, Any] = {"port_offset": config.pysyncobj_port_offset}
+        if config.pysyncobj_password is not None:
+            kwargs["password"] = config.pysyncobj_password
+        engine = module.PysyncobjQuorumEngine(
+            config.node_id, voters, config.metadata_log_dir, **kwargs
+        )
+    return cast(QuorumEngine, engine)
+
+
+async def serve_until_signalled(server: ControllerServer) -> None:
+    """Run until SIGTERM or SIGINT, then stop cleanly (the leader resigns first)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("shutting down on a signal")
+    await server.stop()
+
+
+def run_controller(config: NodeConfig) -> int:
+    """The ``raftka controller`` process; returns its exit code."""
+    configure_logging(config.log_level)
+    config.metadata_log_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(config)
+    server = ControllerServer(config, engine)
+    try:
+        asyncio.run(serve_until_signalled(server))
+    except OSError as e:
+        log.error("controller failed", extra={"fields": {"error": str(e)}})
+        return 1
+    return 0

@@ -1,0 +1,234 @@
+"""The configuration of one raftka node (controller, broker or both), with Kafka's names.
+
+Theory of operation
+-------------------
+A node's file (``.properties`` or TOML, read by
+``raftka.server_common.process_config.read_config_file``) is flattened to Kafka's
+dotted keys and checked here into a :class:`NodeConfig`: ``node.id``,
+``process.roles``, ``controller.quorum.voters``, the listeners, the metadata log
+directory, the quorum engine, the snapshot interval, the log level, and the typed
+configs of the layers below: the Raft quorum's timeouts (:class:`QuorumConfig`,
+``controller.quorum.*``) and the controller's own (:class:`ControllerConfig`). Every
+key must be known: a typo is a clear error naming the key, never silently ignored.
+Layers that add keys (the broker) pass them as ``extra_keys`` and read them from
+``properties``.
+
+It lives in ``metadata`` because it holds the configs of ``raft`` and ``metadata``:
+``server_common`` (below them) keeps only the file formats and value parsers, so the
+layers keep importing downwards only.
+
+A controller serves its API and the Raft peer protocol on one port, the one its
+``controller.quorum.voters`` entry names; ``listeners`` may change the bind host (for
+example ``CONTROLLER://0.0.0.0:9093``) but not the port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from raftka.metadata.controller_config import ControllerConfig
+from raftka.raft.quorum.config import QuorumConfig
+from raftka.server_common.process_config import (
+    ConfigError,
+    parse_host_port,
+    parse_voters,
+    read_config_file,
+)
+
+__all__ = [
+    "NODE_KEYS",
+    "SNAPSHOT_BYTES_DEFAULT",
+    "NodeConfig",
+    "load_node_config",
+    "node_config_from_properties",
+]
+
+# Kafka's metadata.log.max.record.bytes.between.snapshots default (20 MiB).
+SNAPSHOT_BYTES_DEFAULT: Final = 20 * 1024 * 1024
+
+EngineName = Literal["native", "pysyncobj"]
+_ROLES: Final = frozenset({"controller", "broker"})
+
+# Every key this layer understands. controller.quorum.* timeouts come from QuorumConfig.
+NODE_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "node.id",
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.listener.names",
+        "listeners",
+        "advertised.listeners",
+        "metadata.log.dir",
+        "log.dirs",
+        "quorum.engine",
+        "quorum.pysyncobj.password",
+        "quorum.pysyncobj.port.offset",
+        "metadata.log.max.record.bytes.between.snapshots",
+        "log.level",
+        # ControllerConfig's keys.
+        "broker.session.timeout.ms",
+        "num.partitions",
+        "default.replication.factor",
+        "unclean.leader.election.enable",
+        "auto.leader.rebalance.enable",
+        "leader.imbalance.check.interval.seconds",
+    }
+    | {"controller.quorum." + name.replace("_", ".") for name in QuorumConfig.__dataclass_fields__}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """One process's configuration, parsed and checked.
+
+    ``voters`` maps each controller's node id to the (host, port) peers and clients use;
+    ``listen_host``/``listen_port`` is where this process binds (a controller's port is
+    its voter port); ``advertised_host``/``advertised_port`` is what others are told.
+    ``snapshot_bytes_between`` is Kafka's
+    ``metadata.log.max.record.bytes.between.snapshots``: a snapshot is written once this
+    many payload bytes were committed since the last one. ``properties`` keeps every
+    flattened key as given, for layers that read more.
+    """
+
+    node_id: int
+    process_roles: tuple[str, ...]
+    voters: Mapping[int, tuple[str, int]]
+    listen_host: str
+    listen_port: int
+    advertised_host: str
+    advertised_port: int
+    metadata_log_dir: Path
+    quorum_engine: EngineName = "native"
+    pysyncobj_password: str | None = None
+    pysyncobj_port_offset: int = 1000
+    snapshot_bytes_between: int = SNAPSHOT_BYTES_DEFAULT
+    log_level: str = "INFO"
+    quorum: QuorumConfig = field(default_factory=QuorumConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    def address_of(self, node_id: int) -> str | None:
+        """``host:port`` of a controller, or None if it is not a voter."""
+        voter = self.voters.get(node_id)
+        return None if voter is None else f"{voter[0]}:{voter[1]}"
+
+
+def _listener(text: str, key: str) -> tuple[str, int]:
+    """The first listener of ``NAME://host:port,...`` (or a bare ``host:port``)."""
+    first = text.split(",", maxsplit=1)[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    host, port = parse_host_port(first, key)
+    return host, port
+
+
+def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{key} must be at least {minimum}, got {value}")
+    return value
+
+
+def node_config_from_properties(
+    props: Mapping[str, str], *, source: str = "config", extra_keys: Collection[str] = ()
+) -> NodeConfig:
+    """Check and build a NodeConfig from flattened Kafka-style keys."""
+    unknown = sorted(k for k in props if k not in NODE_KEYS and k not in extra_keys)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown config key {unknown[0]!r}"
+            + (f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if unknown[1:] else "")
+        )
+    if "node.id" not in props:
+        raise ConfigError(f"{source}: node.id is required")
+    node_id = _int(props, "node.id", 0, 0)
+    roles = tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
+    if not roles or any(r not in _ROLES for r in roles) or len(set(roles)) != len(roles):
+        raise ConfigError(
+            f"{source}: process.roles must list controller and/or broker, "
+            f"got {props.get('process.roles')!r}"
+        )
+    if "controller.quorum.voters" not in props:
+        raise ConfigError(f"{source}: controller.quorum.voters is required")
+    voters = parse_voters(props["controller.quorum.voters"])
+    is_controller = "controller" in roles
+    if is_controller and node_id not in voters:
+        raise ConfigError(
+            f"{source}: node.id {node_id} is a controller but not in controller.quorum.voters "
+            f"({sorted(voters)})"
+        )
+    if "listeners" in props:
+        listen_host, listen_port = _listener(props["listeners"], "listeners")
+    elif is_controller:
+        listen_host, listen_port = voters[node_id]
+    else:
+        raise ConfigError(f"{source}: listeners is required for a broker-only process")
+    if is_controller and listen_port != voters[node_id][1]:
+        raise ConfigError(
+            f"{source}: listeners port {listen_port} differs from this node's voter port "
+            f"{voters[node_id][1]} (a controller serves its API and Raft on one port)"
+        )
+    if "advertised.listeners" in props:
+        adv_host, adv_port = _listener(props["advertised.listeners"], "advertised.listeners")
+    elif is_controller:
+        adv_host, adv_port = voters[node_id]
+    else:
+        adv_host, adv_port = listen_host, listen_port
+    log_dir = props.get("metadata.log.dir") or props.get("log.dirs", "").split(",")[0].strip()
+    if not log_dir:
+        raise ConfigError(f"{source}: metadata.log.dir (or log.dirs) is required")
+    engine = props.get("quorum.engine", "native").strip()
+    if engine not in ("native", "pysyncobj"):
+        raise ConfigError(f"{source}: quorum.engine must be native or pysyncobj, got {engine!r}")
+    level = props.get("log.level", "INFO").strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"{source}: log.level must be DEBUG, INFO, WARNING or ERROR")
+    try:
+        quorum = QuorumConfig.from_properties(
+            {k: v for k, v in props.items() if k != "controller.quorum.voters"}
+        )
+        controller = ControllerConfig.from_properties(props)
+    except (ValueError, AssertionError) as e:
+        detail = str(e) or "a value is out of range"
+        raise ConfigError(f"{source}: {detail}") from None
+    return NodeConfig(
+        node_id=node_id,
+        process_roles=roles,
+        voters=voters,
+        listen_host=listen_host,
+        listen_port=listen_port,
+        advertised_host=adv_host,
+        advertised_port=adv_port,
+        metadata_log_dir=Path(log_dir),
+        quorum_engine="native" if engine == "native" else "pysyncobj",
+        pysyncobj_password=props.get("quorum.pysyncobj.password"),
+        pysyncobj_port_offset=_int(props, "quorum.pysyncobj.port.offset", 1000, 1),
+        snapshot_bytes_between=_int(
+            props, "metadata.log.max.record.bytes.between.snapshots", SNAPSHOT_BYTES_DEFAULT, 1
+        ),
+        log_level=level,
+        quorum=quorum,
+        controller=controller,
+        properties=dict(props),
+    )
+
+
+def load_node_config(path: Path | str, *, extra_keys: Collection[str] = ()) -> NodeConfig:
+    """Read a .properties or .toml file (by suffix) and check it; ConfigError if wrong."""
+    path = Path(path)
+    return node_config_from_properties(
+        read_config_file(path), source=str(path), extra_keys=extra_keys
+    )

@@ -1,0 +1,501 @@
+"""The controller's HTTP API: typed messages in, controller commands, typed messages out.
+
+Theory of operation
+-------------------
+Every route is a thin shell in the manner of h11: the body (or, for a GET, the query
+parameters) is decoded into its message class from ``raftka.common.messages.controller``
+in one pass, which checks every field's type and bounds and refuses the request with
+Kafka's ``INVALID_REQUEST`` naming the field (``$.topics[0].num_partitions``) before
+anything runs; the decoded message becomes the controller's own request type; a write
+runs as one command on the event loop (:meth:`ControllerEventLoop.submit`, which
+answers once its records are committed and replayed); the answer is encoded from its
+message class.
+
+Writes (registration, heartbeat, topics, partitions, configs, AlterPartition,
+producer ids) need the active controller: elsewhere they answer 503 NOT_CONTROLLER
+with ``leader_id`` and ``leader_address``. Reads (``/v1/metadata``, ``/v1/configs``,
+``/v1/quorum``, ``/health``) are served by any controller from its own committed
+image. Every error follows ``raftka.server_common.http_errors``: Kafka's error name and
+code and a message, with an HTTP status from :data:`STATUS`; never a traceback, and
+the process stays up. ``docs/controller-api.md`` has every endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
+
+import msgspec
+import msgspec.inspect
+from aiohttp import web
+
+from raftka.common.errors import InvalidRequestError, KafkaError, NotControllerError
+from raftka.common.messages import controller as msg
+from raftka.common.messages import decode, decode_value, encode
+from raftka.metadata import controller_api as qc
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import ControllerResult
+from raftka.metadata.controller_events import ControllerEventLoop, NotControllerRedirectError
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.metadata_fetch import fetch_metadata
+from raftka.metadata.metadata_records import Endpoint
+from raftka.metadata.topic_control import describe_configs
+from raftka.raft.quorum.engine import QuorumInfo, VoterState
+from raftka.server_common.http_errors import error_middleware, json_response
+
+__all__ = [
+    "REQUEST_BYTES_MAX",
+    "STATUS",
+    "build_controller_app",
+    "decode_query",
+    "describe_quorum",
+    "error_response",
+]
+
+M = TypeVar("M")
+
+#: Bound on a request body.
+REQUEST_BYTES_MAX: Final = 1024 * 1024
+
+#: HTTP status per error name; every other KafkaError is a client error (400).
+STATUS: Final[Mapping[str, int]] = {
+    "NOT_CONTROLLER": 503,
+    "REQUEST_TIMED_OUT": 503,
+    "KAFKA_TIMEOUT": 503,
+    "LEADER_NOT_AVAILABLE": 503,
+    "UNKNOWN_SERVER_ERROR": 500,
+    "UNKNOWN_TOPIC_OR_PARTITION": 404,
+}
+
+_EVENTS_KEY: Final = web.AppKey("controller_events", ControllerEventLoop)
+
+
+def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> web.Application:
+    """The aiohttp app of one controller: the engine's peer routes and the API."""
+    app = web.Application(
+        middlewares=[error_middleware(error_response, log)], client_max_size=REQUEST_BYTES_MAX
+    )
+    app[_EVENTS_KEY] = events
+    app.add_routes(list(events.engine.routes()))
+    app.add_routes(
+        [
+            web.get("/health", _health),
+            web.post("/v1/brokers/register", _register_broker),
+            web.post("/v1/brokers/heartbeat", _heartbeat),
+            web.post("/v1/topics", _create_topics),
+            web.delete("/v1/topics", _delete_topics),
+            web.post("/v1/partitions", _create_partitions),
+            web.post("/v1/configs", _alter_configs),
+            web.get("/v1/configs", _describe_configs),
+            web.post("/v1/alter-partition", _alter_partition),
+            web.post("/v1/producer-ids", _allocate_producer_ids),
+            web.get("/v1/quorum", _describe_quorum),
+            web.get("/v1/metadata", _fetch_metadata),
+        ]
+    )
+    return app
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding and encoding
+
+
+def _events(request: web.Request) -> ControllerEventLoop:
+    return request.app[_EVENTS_KEY]
+
+
+async def _body(request: web.Request, message_type: type[M]) -> M:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise InvalidRequestError(f"request body larger than {REQUEST_BYTES_MAX} bytes") from None
+    return decode(raw, message_type)
+
+
+def decode_query(
+    request: web.Request, message_type: type[M], lists: frozenset[str] = frozenset()
+) -> M:
+    """Query parameters as ``message_type``: a name in ``lists`` may repeat (a list),
+    any other names one value (the first if repeated); the value of an integer field
+    is an integer if it is all digits (else the type error names the field)."""
+    int_fields = _int_fields(message_type)
+    fields: dict[str, object] = {}
+    for name in request.query:
+        values = request.query.getall(name)
+        if name in lists:
+            fields[name] = values
+        else:
+            value = values[0]
+            fields[name] = int(value) if name in int_fields and value.isdigit() else value
+    try:
+        return decode_value(fields, message_type)
+    except InvalidRequestError as e:
+        raise InvalidRequestError(f"query parameters: {e.message}") from None
+
+
+_INT_FIELDS: dict[object, frozenset[str]] = {}
+
+
+def _int_fields(message_type: object) -> frozenset[str]:
+    """The integer fields of a message class (computed once per class)."""
+    names = _INT_FIELDS.get(message_type)
+    if names is None:
+        info = msgspec.inspect.type_info(message_type)
+        assert isinstance(info, msgspec.inspect.StructType), message_type
+        names = frozenset(
+            f.name for f in info.fields if isinstance(f.type, msgspec.inspect.IntType)
+        )
+        _INT_FIELDS[message_type] = names
+    return names
+
+
+def _answer(message: object, status: int = 200) -> web.Response:
+    return web.Response(body=encode(message), status=status, content_type="application/json")
+
+
+def error_response(error: KafkaError) -> web.Response:
+    """The error contract, with NOT_CONTROLLER's ``leader_id`` and ``leader_address``."""
+    body: dict[str, Any] = dict(error.to_wire())
+    if isinstance(error, NotControllerRedirectError):
+        body["leader_id"] = error.leader_id
+        body["leader_address"] = error.leader_address
+    elif isinstance(error, NotControllerError):
+        body.setdefault("leader_id", None)
+        body.setdefault("leader_address", None)
+    return json_response(body, STATUS.get(error.name, 400))
+
+
+# ---------------------------------------------------------------------------------------
+# Brokers
+
+
+async def _health(request: web.Request) -> web.Response:
+    events = _events(request)
+    if not events.started:
+        return _answer(msg.HealthStartingResponse(node_id=events.config.node_id), 503)
+    info = events.engine.describe()
+    return _answer(
+        msg.HealthResponse(
+            node_id=events.config.node_id,
+            role=info.role,
+            leader_id=info.leader_id,
+            epoch=info.epoch,
+            active_controller=events.is_active,
+            high_watermark=info.high_watermark,
+            metadata_offset=events.loader.image.offset,
+        )
+    )
+
+
+async def _register_broker(request: web.Request) -> web.Response:
+    body = await _body(request, msg.RegisterBrokerRequest)
+    req = qc.RegisterBrokerRequest(
+        broker_id=body.broker_id,
+        incarnation_id=body.incarnation_id,
+        endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in body.endpoints),
+        rack=body.rack,
+    )
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.RegisterBrokerResponse]:
+        return c.register_broker(image, req, now_ms=now, next_offset=nxt)
+
+    response: qc.RegisterBrokerResponse = await _events(request).submit("register_broker", run)
+    return _answer(msg.RegisterBrokerResponse(broker_epoch=response.broker_epoch))
+
+
+async def _heartbeat(request: web.Request) -> web.Response:
+    body = await _body(request, msg.BrokerHeartbeatRequest)
+    req = qc.BrokerHeartbeatRequest(
+        broker_id=body.broker_id,
+        broker_epoch=body.broker_epoch,
+        current_metadata_offset=body.current_metadata_offset,
+        want_fence=body.want_fence,
+        want_shutdown=body.want_shutdown,
+    )
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.BrokerHeartbeatResponse]:
+        return c.heartbeat(image, req, now_ms=now, next_offset=nxt)
+
+    response: qc.BrokerHeartbeatResponse = await _events(request).submit("heartbeat", run)
+    return _answer(
+        msg.BrokerHeartbeatResponse(
+            is_caught_up=response.is_caught_up,
+            is_fenced=response.is_fenced,
+            in_controlled_shutdown=response.in_controlled_shutdown,
+            should_shutdown=response.should_shutdown,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Topics and partitions
+
+
+def _assignments(
+    value: list[list[int]] | dict[int, list[int]] | None,
+) -> dict[int, tuple[int, ...]] | None:
+    """A list indexed by partition, or ``{partition: replicas}``, as the latter."""
+    if value is None:
+        return None
+    items = enumerate(value) if isinstance(value, list) else value.items()
+    return {partition: tuple(replicas) for partition, replicas in items}
+
+
+async def _create_topics(request: web.Request) -> web.Response:
+    body = await _body(request, msg.CreateTopicsRequest)
+    topics = [
+        qc.CreatableTopic(
+            name=t.name,
+            num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor,
+            assignments=_assignments(t.assignments),
+            configs=dict(t.configs or {}),
+        )
+        for t in body.topics
+    ]
+    events = _events(request)
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.CreateTopicsResponse]:
+        return c.create_topics(image, topics, rng=events.rng, validate_only=body.validate_only)
+
+    response: qc.CreateTopicsResponse = await events.submit("create_topics", run)
+    return _answer(
+        msg.CreateTopicsResponse(
+            topics=[
+                msg.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    error=msg.error_data(t.error),
+                )
+                for t in response.topics
+            ]
+        )
+    )
+
+
+async def _delete_topics(request: web.Request) -> web.Response:
+    body = await _body(request, msg.DeleteTopicsRequest)
+    names, ids = body.names or [], body.topic_ids or []
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.DeleteTopicsResponse]:
+        return c.delete_topics(image, names=names, topic_ids=ids)
+
+    response: qc.DeleteTopicsResponse = await _events(request).submit("delete_topics", run)
+    return _answer(
+        msg.DeleteTopicsResponse(
+            topics=[
+                msg.DeleteTopicResult(
+                    name=t.name, topic_id=t.topic_id, error=msg.error_data(t.error)
+                )
+                for t in response.topics
+            ]
+        )
+    )
+
+
+async def _create_partitions(request: web.Request) -> web.Response:
+    body = await _body(request, msg.CreatePartitionsRequest)
+    topics = [
+        qc.CreatablePartitions(
+            name=t.name,
+            count=t.count,
+            assignments=None if t.assignments is None else [tuple(r) for r in t.assignments],
+        )
+        for t in body.topics
+    ]
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.CreatePartitionsResponse]:
+        return c.create_partitions(image, topics, validate_only=body.validate_only)
+
+    response: qc.CreatePartitionsResponse = await _events(request).submit("create_partitions", run)
+    return _answer(
+        msg.CreatePartitionsResponse(
+            topics=[
+                msg.TopicErrorResult(name=t.name, error=msg.error_data(t.error))
+                for t in response.topics
+            ]
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Configs
+
+
+async def _alter_configs(request: web.Request) -> web.Response:
+    body = await _body(request, msg.IncrementalAlterConfigsRequest)
+    resources = [
+        qc.AlterConfigsResource(
+            resource_type=r.resource_type,
+            resource_name=r.resource_name,
+            ops=tuple(qc.AlterConfigOp(name=o.name, op=o.op, value=o.value) for o in r.ops),
+        )
+        for r in body.resources
+    ]
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.AlterConfigsResponse]:
+        return c.incremental_alter_configs(image, resources, validate_only=body.validate_only)
+
+    response: qc.AlterConfigsResponse = await _events(request).submit("alter_configs", run)
+    return _answer(
+        msg.IncrementalAlterConfigsResponse(
+            resources=[
+                msg.AlterConfigsResourceResult(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    error=msg.error_data(r.error),
+                )
+                for r in response.resources
+            ]
+        )
+    )
+
+
+async def _describe_configs(request: web.Request) -> web.Response:
+    req = decode_query(request, msg.DescribeConfigsRequest, lists=frozenset({"key"}))
+    result = describe_configs(_events(request).loader.image, req.topic, req.key or None)
+    if result.error is not None:
+        raise result.error
+    return _answer(
+        msg.DescribeConfigsResponse(
+            resource_type=result.resource_type,
+            resource_name=result.resource_name,
+            entries=[
+                msg.ConfigEntryData(
+                    name=e.name,
+                    value=e.value,
+                    source=e.source,
+                    is_default=e.is_default,
+                    type=e.type,
+                    read_only=e.read_only,
+                    is_sensitive=e.is_sensitive,
+                )
+                for e in result.entries
+            ],
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# AlterPartition and producer ids
+
+
+async def _alter_partition(request: web.Request) -> web.Response:
+    body = await _body(request, msg.AlterPartitionRequest)
+    req = qc.AlterPartitionRequest(
+        broker_id=body.broker_id,
+        broker_epoch=body.broker_epoch,
+        topic_id=body.topic_id,
+        partition=body.partition,
+        leader_epoch=body.leader_epoch,
+        partition_epoch=body.partition_epoch,
+        new_isr=tuple(body.new_isr),
+    )
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.AlterPartitionResponse]:
+        return c.alter_partition(image, req)
+
+    response: qc.AlterPartitionResponse = await _events(request).submit("alter_partition", run)
+    return _answer(
+        msg.AlterPartitionResponse(
+            topic_id=response.topic_id,
+            partition=response.partition,
+            leader=response.leader,
+            leader_epoch=response.leader_epoch,
+            partition_epoch=response.partition_epoch,
+            isr=list(response.isr),
+        )
+    )
+
+
+async def _allocate_producer_ids(request: web.Request) -> web.Response:
+    body = await _body(request, msg.AllocateProducerIdsRequest)
+
+    def run(
+        c: QuorumController, image: MetadataImage, now: int, nxt: int
+    ) -> ControllerResult[qc.AllocateProducerIdsResponse]:
+        return c.allocate_producer_ids(image, body.broker_id, body.broker_epoch)
+
+    response: qc.AllocateProducerIdsResponse = await _events(request).submit("producer_ids", run)
+    return _answer(
+        msg.AllocateProducerIdsResponse(
+            producer_id_start=response.producer_id_start,
+            producer_id_len=response.producer_id_len,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Reads: the quorum and the metadata log
+
+
+def describe_quorum(events: ControllerEventLoop) -> msg.DescribeQuorumResponse:
+    """This node's view of the quorum, with every replica's address and lag."""
+    info: QuorumInfo = events.engine.describe()
+    address_of = events.config.address_of
+
+    def replica(state: VoterState) -> msg.QuorumReplica:
+        known = state.log_end_offset >= 0
+        return msg.QuorumReplica(
+            node_id=state.node_id,
+            address=address_of(state.node_id),
+            log_end_offset=state.log_end_offset if known else None,
+            lag=max(info.log_end_offset - state.log_end_offset, 0) if known else None,
+            last_fetch_ms=state.last_fetch_ms if state.last_fetch_ms >= 0 else None,
+            last_caught_up_ms=state.last_caught_up_ms if state.last_caught_up_ms >= 0 else None,
+        )
+
+    voters = [replica(v) for v in info.voters]
+    lags = [v.lag for v in voters if v.lag is not None]
+    return msg.DescribeQuorumResponse(
+        node_id=info.node_id,
+        role=info.role,
+        leader_id=info.leader_id,
+        leader_address=None if info.leader_id is None else address_of(info.leader_id),
+        epoch=info.epoch,
+        high_watermark=info.high_watermark,
+        log_end_offset=info.log_end_offset,
+        log_start_offset=info.log_start_offset,
+        max_follower_lag=max(lags) if lags else None,
+        voters=voters,
+        observers=[replica(o) for o in info.observers],
+        metadata_offset=events.loader.image.offset,
+    )
+
+
+async def _describe_quorum(request: web.Request) -> web.Response:
+    decode_query(request, msg.DescribeQuorumRequest)
+    return _answer(describe_quorum(_events(request)))
+
+
+async def _fetch_metadata(request: web.Request) -> web.Response:
+    req = decode_query(request, msg.FetchMetadataRequest)
+    events = _events(request)
+    if not events.started:
+        raise events.not_controller()
+    result = await fetch_metadata(
+        events.engine,
+        events.loader.signal,
+        offset=req.offset,
+        records_max=req.records_max,
+        max_wait_ms=req.max_wait_ms,
+        clock_ms=events.clock_ms,
+    )
+    return _answer(result.to_message())

@@ -44,6 +44,7 @@ controller without a bound of its own; a process manager's stop timeout bounds i
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +56,14 @@ from raftka.metadata.node_config import NodeConfig, load_node_config
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.process_config import ConfigError
 from raftka.storage.log_config import LogConfig
+from raftka.storage.log_validator import ValidationConfig
 
 __all__ = ["BROKER_KEYS", "LOG_KEY_PREFIX", "BrokerConfig", "broker_config", "load_broker_config"]
 
 # Broker-wide log defaults are Kafka's ``log.``-prefixed topic keys.
 LOG_KEY_PREFIX: Final = "log."
+log = logging.getLogger("raftka.broker.config")
+
 _LOG_KEYS: Final[Mapping[str, str]] = {
     # broker key -> topic (LogConfig) key
     "log.segment.bytes": "segment.bytes",
@@ -71,6 +75,13 @@ _LOG_KEYS: Final[Mapping[str, str]] = {
     "log.flush.interval.messages": "flush.messages",
     "log.flush.interval.ms": "flush.ms",
     "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "message.max.bytes": "max.message.bytes",
 }
@@ -174,18 +185,40 @@ class BrokerConfig:
 
     def log_config(self, topic_config: Mapping[str, str]) -> LogConfig:
         """The log settings of a topic: its own keys over the broker's ``log.*`` ones.
-        Keys the segment log does not read (replication's, the producer's) are skipped."""
+        Keys the segment log does not read (replication's, the producer's) are skipped.
+
+        The controller refuses values the log cannot take, so a bad one here means an
+        older controller or a hand-edited log: that key alone is dropped, with a
+        warning naming it, and every other override stays (never a silent fall back to
+        all defaults, which would e.g. delete a compacted topic by time)."""
         known = {f.replace("_", ".") for f in LogConfig.__dataclass_fields__}
-        merged = {**self.log_defaults, **topic_config}
-        props = {k: v for k, v in merged.items() if k in known}
+        merged = {k: v for k, v in {**self.log_defaults, **topic_config}.items() if k in known}
         try:
-            return LogConfig.from_properties(props)
+            return LogConfig.from_properties(merged)
         except InvalidConfigError:
-            # A topic value the log rejects: fall back to the broker's defaults rather
-            # than leave the partition unserved (the controller validated it already).
-            return LogConfig.from_properties(
-                {k: v for k, v in self.log_defaults.items() if k in known}
-            )
+            pass
+        kept: dict[str, str] = {}
+        for key, value in merged.items():
+            try:
+                LogConfig.from_properties({**kept, key: value})
+            except InvalidConfigError as error:
+                log.warning(
+                    "topic config ignored",
+                    extra={"fields": {"key": key, "value": value, "reason": error.message}},
+                )
+                continue
+            kept[key] = value
+        return LogConfig.from_properties(kept)
+
+    def validation_config(self, log_config: LogConfig) -> ValidationConfig:
+        """What the leader checks in a producer's batches for a topic with these log
+        settings (storage/log_validator.py)."""
+        return ValidationConfig(
+            log_append_time=log_config.log_append_time,
+            timestamp_before_max_ms=log_config.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=log_config.message_timestamp_after_max_ms,
+            compacted=log_config.compact,
+        )
 
 
 def _int(props: Mapping[str, str], key: str) -> int:

@@ -447,6 +447,13 @@ class Log:
     # then writes it with one pwrite. A request of one batch (the usual produce request)
     # takes a fast path that does all of that in one frame.
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take a topic's new settings on the open log (``topics alter``): the next
+        append, roll, flush and retention pass use them; nothing already stored moves."""
+        self.config = config
+        self._log_append_time = config.log_append_time
+        self._segment_ms_max = config.max_segment_ms
+
     def append_as_leader(self, batches: bytes | bytearray, leader_epoch: int) -> LogAppendInfo:
         """Validate, assign offsets from the log end, stamp ``leader_epoch``, append."""
         if self._closed:

@@ -46,8 +46,6 @@ OTHER_TOPIC_KEYS: Final = frozenset(
         "unclean.leader.election.enable",
         "message.downconversion.enable",
         "message.timestamp.difference.max.ms",
-        "message.timestamp.before.max.ms",
-        "message.timestamp.after.max.ms",
         "leader.replication.throttled.replicas",
         "follower.replication.throttled.replicas",
         "preallocate",
@@ -72,6 +70,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX  # flush.ms; default: leave it to the OS
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (1048588)
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
+    # KIP-937's window for CreateTime timestamps (storage/log_validator.py); after.max
+    # has Kafka 4.0's default (KIP-1030: an hour ahead), before.max accepts any age.
+    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
     cleanup_policy: str = "delete"  # cleanup.policy: delete, compact or compact,delete
     delete_retention_ms: int = 24 * 60 * 60 * 1000  # delete.retention.ms (tombstones)
@@ -172,6 +174,8 @@ _INT_RULES: Final[dict[str, tuple[int, int]]] = {
     "flush_messages": (1, LONG_MAX),
     "flush_ms": (0, LONG_MAX),
     "max_message_bytes": (0, INT_MAX),
+    "message_timestamp_before_max_ms": (0, LONG_MAX),
+    "message_timestamp_after_max_ms": (0, LONG_MAX),
     "file_delete_delay_ms": (0, LONG_MAX),
     "delete_retention_ms": (0, LONG_MAX),
     "min_compaction_lag_ms": (0, LONG_MAX),

@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from raftka.broker.config import BrokerConfig
@@ -146,9 +146,11 @@ class ReplicaManager:
         configs_changed = image.configs is not self.image.configs
         self.image = image
         if configs_changed:
-            # A topic's min.insync.replicas applies to produces from now on.
+            # A topic's configs apply to its open logs from now on (``topics alter``):
+            # min.insync.replicas to the next produce, the log's settings to the next
+            # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
-                p.state.config = self.config.replication_config(image.configs.topic_config(p.topic))
+                self._configure(p, image.configs.topic_config(p.topic))
         if changes.is_empty():
             return
         now = self._clock_ms()
@@ -158,6 +160,17 @@ class ReplicaManager:
             self._become_leader(tip, reg, now)
         for tip, reg in sorted(changes.followers.items()):
             self._become_follower(tip, reg, now)
+
+    def _configure(self, p: Partition, topic_config: Mapping[str, str]) -> None:
+        log_config = self.config.log_config(topic_config)
+        p.state.config = self.config.replication_config(topic_config)
+        p.replica.validation = self.config.validation_config(log_config)
+        if p.log.config != log_config:
+            p.log.reconfigure(log_config)
+            log.info(
+                "topic config applied",
+                extra={"fields": {"partition": _name(p.tp), "config": str(log_config)}},
+            )
 
     def _partition_for(self, tip: TopicIdPartition) -> Partition:
         tp = (tip.topic, tip.partition)
@@ -169,7 +182,8 @@ class ReplicaManager:
         if existing is not None:
             return existing
         topic_config = self.image.configs.topic_config(tip.topic)
-        opened = self.logs.get_or_open(tp, self.config.log_config(topic_config))
+        log_config = self.config.log_config(topic_config)
+        opened = self.logs.get_or_open(tp, log_config)
         replica = Replica(
             topic=tip.topic,
             partition=tip.partition,
@@ -178,6 +192,7 @@ class ReplicaManager:
             high_watermark=self.logs.checkpointed_high_watermark(tp),
             config=self.config.replication_config(topic_config),
             producer_config=self._producer_config,
+            validation=self.config.validation_config(log_config),
         )
         partition = Partition(tip.topic_id, tip.topic, tip.partition, replica, opened)
         self.partitions[tp] = partition

@@ -34,7 +34,8 @@ module and the shell. Not thread safe: one replica is driven from one task.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -68,6 +69,7 @@ from raftka.common.errors import (
 )
 from raftka.common.record.header import iter_batches
 from raftka.common.structs import EpochEndOffset
+from raftka.storage.log_validator import ValidationConfig, validate_client_batches
 
 __all__ = [
     "HIGH_WATERMARK",
@@ -213,6 +215,10 @@ def low_watermark(state: PartitionState) -> int:
     return min(starts)
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class Replica:
     """One partition replica. See the module docstring."""
 
@@ -226,8 +232,16 @@ class Replica:
         high_watermark: int = 0,
         config: ReplicationConfig | None = None,
         producer_config: ProducerStateConfig | None = None,
+        validation: ValidationConfig | None = None,
+        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
         self.log = log
+        # What a producer's batches are checked against before any is appended (Kafka's
+        # LogValidator); the shell replaces it when the topic's configs change.
+        self.validation = validation or ValidationConfig()
+        # Record timestamps are wall-clock times, so their window is checked against
+        # the wall clock, not the monotonic now_ms every other decision takes.
+        self._wall_clock_ms = wall_clock_ms
         self.producer_config = producer_config or ProducerStateConfig()
         self.state = PartitionState(
             topic=topic,
@@ -359,6 +373,10 @@ class Replica:
             return ProduceOutcome(error=error_type(f"{self.name}{local}"))
         if not data:
             return ProduceOutcome(error=CorruptMessageError("no record batch"))
+        try:
+            validate_client_batches(data, now_ms=self._wall_clock_ms(), config=self.validation)
+        except KafkaError as e:
+            return ProduceOutcome(error=e)
         try:
             batches = [ProducerBatch.from_header(h) for _, h in iter_batches(data, check_crc=False)]
         except KafkaError as e:

@@ -102,7 +102,13 @@ def bootstrap_with_ports(value: Any) -> str | list[str]:
     if isinstance(value, str):
         return ",".join(one(part) for part in value.split(",") if part.strip())
     if isinstance(value, Iterable):
-        return [one(part) for part in value]
+        # Each entry may itself be a comma-separated list.
+        return [
+            one(part)
+            for entry in value
+            for part in (entry.split(",") if isinstance(entry, str) else [entry])
+            if not isinstance(part, str) or part.strip()
+        ]
     return value  # type: ignore[no-any-return]
 
 

@@ -36,6 +36,7 @@ from raftka.client.config import ClientConfigError
 from raftka.common.errors import *  # noqa: F403
 from raftka.common.errors import (
     CorruptMessageError,
+    IllegalStateError,
     InvalidConfigError,
     InvalidFetchSizeError,
     InvalidReplicaAssignmentError,
@@ -45,6 +46,7 @@ from raftka.common.errors import (
     NetworkError,
     NotLeaderOrFollowerError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
     UnsupportedVersionError,
     error_for_code,
@@ -68,6 +70,19 @@ KafkaConfigurationError = ClientConfigError
 KafkaConnectionError = NetworkError
 NoBrokersAvailable = KafkaTimeoutError
 IllegalArgumentError = ValueError
+
+
+# aiokafka's names for misuse of a stopped or wrongly set-up client: raftka raises
+# IllegalStateError for each.
+ConsumerStoppedError = IllegalStateError
+IllegalOperation = IllegalStateError
+ProducerClosed = IllegalStateError
+
+
+class TopicMetadataTimeoutError(KafkaTimeoutError, UnknownTopicOrPartitionError):
+    """``send`` found no such topic before ``max_block_ms`` ran out. kafka-python
+    raises KafkaTimeoutError there and raftka UnknownTopicOrPartitionError; the
+    kafka-python adapter raises this, which is both, so either ``except`` catches it."""
 
 
 class AuthorizationError(KafkaError):

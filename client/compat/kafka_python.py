@@ -13,6 +13,7 @@ As in raftka (and unlike kafka-python), constructors do no I/O.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import enum
 import logging
 import math
@@ -34,6 +35,7 @@ from raftka.client.compat._options import (
     ms_from_s,
     sort_options,
 )
+from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
 from raftka.client.consumer.consumer import Consumer
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
@@ -109,6 +111,18 @@ def _client_id(opts: dict[str, Any]) -> None:
 
 def _bootstrap(opts: dict[str, Any]) -> None:
     opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
+
+
+def _config_dict(core: Any, opts: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python's ``client.config`` dict: the effective value of each option
+    raftka has (its frozen config's, then the adapter's translated keywords), and each
+    other keyword as given."""
+    config = {f.name: getattr(core, f.name) for f in dataclasses.fields(core)}
+    for key, value in opts.items():
+        config.setdefault(key, value)
+    for key, value in given.items():
+        config.setdefault(key, value)
+    return config
 
 
 class _Closable:
@@ -287,10 +301,10 @@ class KafkaProducer(_Closable):
     def __init__(self, **configs: Any) -> None:
         opts = producer_options(configs)
         self._producer = Producer(**opts)
-        self.config = self._producer.config
+        self.config = _config_dict(self._producer.config, opts, configs)
         self._admin = _LazyAdmin(
             bootstrap_servers=opts["bootstrap_servers"],
-            request_timeout_ms=self.config.request_timeout_ms,
+            request_timeout_ms=self._producer.config.request_timeout_ms,
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -323,9 +337,12 @@ class KafkaProducer(_Closable):
                 raise TypeError("All headers items must be (str, bytes) tuples")
             if headers:
                 header_size = sum(len(k.encode()) + len(v or b"") for k, v in headers)
-        inner = self._producer.send(
-            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
-        )
+        try:
+            inner = self._producer.send(
+                topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+            )
+        except UnknownTopicOrPartitionError as e:
+            raise TopicMetadataTimeoutError(e.message) from e
         with self._lock:
             self._sent += 1
         inner.add_done_callback(self._count)
@@ -593,12 +610,13 @@ class KafkaConsumer(_Closable):
         opts = consumer_options("KafkaConsumer", configs)
         self._consumer_timeout_ms: float = opts.pop("consumer_timeout_ms")
         self._consumer = Consumer(**opts)
-        self.config = self._consumer.config
+        self.config = _config_dict(self._consumer.config, opts, configs)
+        self.config["consumer_timeout_ms"] = self._consumer_timeout_ms
         self._group_id: str | None = opts.get("group_id")
         self._auto_commit: bool = bool(opts.get("enable_auto_commit", True))
         self._admin = _LazyAdmin(
             bootstrap_servers=opts["bootstrap_servers"],
-            request_timeout_ms=self.config.request_timeout_ms,
+            request_timeout_ms=self._consumer.config.request_timeout_ms,
         )
         # A subscription without a group: resolved to partitions at the first poll.
         self._groupless: tuple[frozenset[str], str | None] | None = None
@@ -683,6 +701,8 @@ class KafkaConsumer(_Closable):
         return self
 
     def __next__(self) -> ConsumerRecord:
+        if self._closed:
+            raise StopIteration("KafkaConsumer closed")
         timeout = self._consumer_timeout_ms
         deadline = None if math.isinf(timeout) else time.monotonic() + timeout / 1000
         while True:

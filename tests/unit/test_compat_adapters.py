@@ -329,3 +329,32 @@ def test_aiokafka_getone_getmany_and_async_for() -> None:
         assert seen == [1] and fake.sync.closed
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_iterating_a_closed_consumer_stops() -> None:
+    consumer = _consumer(FakeConsumer([_raftka_record(0)]))
+    consumer.assign([TP0])
+    consumer.close()
+    assert list(consumer) == []
+
+
+def test_send_to_a_topic_the_cluster_lacks_is_both_timeout_and_unknown_topic() -> None:
+    """kafka-python programs catch KafkaTimeoutError there, raftka programs
+    UnknownTopicOrPartitionError: the adapter's error is both."""
+    from raftka import KafkaProducer
+    from raftka.errors import UnknownTopicOrPartitionError
+
+    class NoSuchTopic:
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            raise UnknownTopicOrPartitionError("topic 'nope' not present in metadata")
+
+        def close(self, timeout_ms: int | None = None) -> None:
+            pass
+
+    producer = KafkaProducer(bootstrap_servers="127.0.0.1:1")
+    producer._producer = NoSuchTopic()  # type: ignore[assignment]
+    with pytest.raises(KafkaTimeoutError) as caught:
+        producer.send("nope", b"x")
+    assert isinstance(caught.value, UnknownTopicOrPartitionError)
+    assert "nope" in str(caught.value)
+    producer.close()

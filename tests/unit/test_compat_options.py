@@ -41,7 +41,7 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
     assert bootstrap_with_ports("a:1,b") == "a:1,b:9092"
     assert bootstrap_with_ports(["a", "b:2"]) == ["a:9092", "b:2"]
     assert bootstrap_with_ports("[::1]") == "[::1]:9092"
-    assert KafkaProducer().config.bootstrap_servers == ("localhost:9092",)
+    assert KafkaProducer().config["bootstrap_servers"] == ("localhost:9092",)
 
 
 @pytest.mark.parametrize(
@@ -112,8 +112,8 @@ def test_kafka_python_producer_defaults_and_conversions() -> None:
     assert opts["retries"] == 2**31 - 1
     assert opts["compression_type"] == "none"
     producer = KafkaProducer(bootstrap_servers=BOOT)
-    assert (producer.config.acks, producer.config.enable_idempotence) == (-1, True)
-    assert producer.config.linger_ms == 0
+    assert (producer.config["acks"], producer.config["enable_idempotence"]) == (-1, True)
+    assert producer.config["linger_ms"] == 0
     with pytest.raises(KafkaConfigurationError, match="linger_ms"):
         KafkaProducer(bootstrap_servers=BOOT, linger_ms=-1)
 
@@ -122,11 +122,11 @@ def test_idempotence_follows_kafka_pythons_rules() -> None:
     """acks=1 given without enable_idempotence: idempotence is switched off (as
     kafka-python does); given with enable_idempotence=True: refused."""
     producer = KafkaProducer(bootstrap_servers=BOOT, acks=1)
-    assert (producer.config.acks, producer.config.enable_idempotence) == (1, False)
+    assert (producer.config["acks"], producer.config["enable_idempotence"]) == (1, False)
     with pytest.raises(KafkaConfigurationError, match=r"enable_idempotence=True.*acks=1"):
         KafkaProducer(bootstrap_servers=BOOT, acks=1, enable_idempotence=True)
     relaxed = KafkaProducer(bootstrap_servers=BOOT, max_in_flight_requests_per_connection=10)
-    assert not relaxed.config.enable_idempotence
+    assert not relaxed.config["enable_idempotence"]
 
 
 def test_kafka_python_consumer_conversions() -> None:
@@ -134,6 +134,9 @@ def test_kafka_python_consumer_conversions() -> None:
     assert opts["auto_offset_reset"] == "earliest"
     assert opts["partition_assignment_strategy"] == ("range", "roundrobin")
     assert opts["consumer_timeout_ms"] == float("inf")
+    consumer = KafkaConsumer(bootstrap_servers=BOOT, group_id="g", consumer_timeout_ms=50)
+    assert (consumer.config["group_id"], consumer.config["consumer_timeout_ms"]) == ("g", 50)
+    assert consumer.config["partition_assignment_strategy"] == ("range", "roundrobin")
     with pytest.raises(KafkaConfigurationError, match="consumer_timeout_ms"):
         KafkaConsumer(bootstrap_servers=BOOT, consumer_timeout_ms=-5)
 

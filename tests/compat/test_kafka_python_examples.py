@@ -31,6 +31,7 @@ from raftka.errors import (
 from raftka.structs import OffsetAndMetadata
 
 # ----------------------------------------------------------------------------------
+from raftka.testing import RaftkaCluster  # the fixture's type, not the program's
 
 log = logging.getLogger(__name__)
 TopicFactory = Callable[..., str]
@@ -307,3 +308,46 @@ def test_no_broker_times_out_as_kafka_python_programs_expect() -> None:
         raise AssertionError("send to no broker did not fail")
     finally:
         producer.close()
+
+
+def test_pattern_subscription_and_earliest_without_commits(cluster: RaftkaCluster) -> None:
+    """README: ``consumer.subscribe(pattern='^awesome.*')`` in a group (every matching
+    topic, none other), and "consume earliest available messages, don't commit
+    offsets" (``enable_auto_commit=False``) for a groupless pattern consumer."""
+    prefix = cluster.unique_name("awesome")
+    names = [cluster.create_topic(f"{prefix}-{i}", partitions=2) for i in range(2)]
+    other = cluster.create_topic(cluster.unique_name("boring"))
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+    for name in [*names, other]:
+        for i in range(3):
+            producer.send(name, b"%s-%d" % (name.encode(), i), partition=0)
+    producer.flush(timeout=20)
+    producer.close()
+
+    def read(consumer: KafkaConsumer) -> list[str]:
+        topics = []
+        for message in consumer:
+            topics.append(message.topic)
+            if len(topics) == 6:
+                break
+        consumer.close()
+        return sorted(topics)
+
+    # Use multiple consumers in parallel... here one member of a group
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        group_id="pattern-group",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=IDLE_MS,
+    )
+    consumer.subscribe(pattern=f"^{prefix}.*")
+    assert read(consumer) == sorted(names * 3)
+    # consume earliest available messages, don't commit offsets
+    groupless = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=IDLE_MS,
+    )
+    groupless.subscribe(pattern=f"^{prefix}.*")
+    assert read(groupless) == sorted(names * 3)

@@ -358,3 +358,36 @@ def test_send_to_a_topic_the_cluster_lacks_is_both_timeout_and_unknown_topic() -
     assert isinstance(caught.value, UnknownTopicOrPartitionError)
     assert "nope" in str(caught.value)
     producer.close()
+
+
+def test_producer_flush_and_close_take_seconds() -> None:
+    """kafka-python's flush(timeout) / close(timeout) are seconds; raftka's are ms.
+    close is idempotent; send after close is IllegalStateError; kafka-python's own
+    argument checks (key or value, headers as a list of (str, bytes))."""
+    from raftka import KafkaProducer
+    from raftka.errors import IllegalStateError
+
+    calls: list[tuple[str, int | None]] = []
+
+    class Recorder:
+        def flush(self, timeout_ms: int | None = None) -> None:
+            calls.append(("flush", timeout_ms))
+
+        def close(self, timeout_ms: int | None = None) -> None:
+            calls.append(("close", timeout_ms))
+
+    producer = KafkaProducer(bootstrap_servers="127.0.0.1:1")
+    producer._producer = Recorder()  # type: ignore[assignment]
+    producer.flush(timeout=2.5)
+    producer.flush()
+    with pytest.raises(ValueError, match="Need at least one"):
+        producer.send("t")
+    with pytest.raises(TypeError, match="list"):
+        producer.send("t", b"v", headers=(("h", b"x"),))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tuples"):
+        producer.send("t", b"v", headers=[("h",)])  # type: ignore[list-item]
+    producer.close(timeout=1)
+    producer.close(timeout=1)
+    assert calls == [("flush", 2500), ("flush", None), ("close", 1000)]
+    with pytest.raises(IllegalStateError):
+        producer.send("t", b"v")

@@ -305,6 +305,8 @@ class KafkaProducer(_Closable):
         self._admin = _LazyAdmin(
             bootstrap_servers=opts["bootstrap_servers"],
             request_timeout_ms=self._producer.config.request_timeout_ms,
+            default_api_timeout_ms=self._producer.config.request_timeout_ms,
+            client_id=self._producer.config.client_id,
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -617,6 +619,8 @@ class KafkaConsumer(_Closable):
         self._admin = _LazyAdmin(
             bootstrap_servers=opts["bootstrap_servers"],
             request_timeout_ms=self._consumer.config.request_timeout_ms,
+            default_api_timeout_ms=self._consumer.config.request_timeout_ms,
+            client_id=self._consumer.config.client_id,
         )
         # A subscription without a group: resolved to partitions at the first poll.
         self._groupless: tuple[frozenset[str], str | None] | None = None

@@ -1,0 +1,513 @@
+"""aiokafka's ``AIOKafkaProducer`` and ``AIOKafkaConsumer`` over raftka's asyncio
+clients (``AsyncProducer`` / ``AsyncConsumer``).
+
+Thin adapters, as :mod:`.kafka_python` is for kafka-python: aiokafka's method names,
+argument orders and return shapes over raftka's semantics; constructor keywords
+sorted into mapped, tuning (accepted, no effect) and refused (``ClientConfigError``
+naming the keyword). Each belongs to the event loop it is first used on, like the
+raftka clients under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, NamedTuple, Self
+
+from raftka.client.admin import AsyncAdmin
+from raftka.client.compat._options import (
+    SECURITY,
+    Refusal,
+    bootstrap_with_ports,
+    equals,
+    is_none,
+    sort_options,
+)
+from raftka.client.compat.kafka_python import (
+    assignment_strategy,
+    listener_for,
+    offsets_to_commit,
+)
+from raftka.client.consumer.consumer import AsyncConsumer
+from raftka.client.producer.producer import AsyncProducer
+from raftka.client.structs import ConsumerRecord as RaftkaConsumerRecord
+from raftka.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from raftka.client.structs import RecordMetadata as RaftkaRecordMetadata
+from raftka.common.errors import IllegalStateError
+
+__all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "ConsumerRecord", "RecordMetadata"]
+
+#: getone / ``async for`` poll at most this long at a time.
+GETONE_POLL_TIMEOUT_MS: Final = 500
+
+REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
+    **SECURITY,
+    # aiokafka's default, unused unless security_protocol is SASL_*.
+    "sasl_mechanism": Refusal(equals("PLAIN"), "raftka has no SASL authentication"),
+    "loop": Refusal(is_none, "the client uses the running event loop (aiokafka >= 0.7 too)"),
+}
+TUNING_COMMON: Final = frozenset({"api_version"})
+
+
+class RecordMetadata(NamedTuple):
+    """aiokafka's ``RecordMetadata``. ``timestamp`` is the broker's LogAppendTime when
+    the topic uses it, else the record's CreateTime; raftka does not say which, so
+    ``timestamp_type`` is 0 (CreateTime) and ``log_start_offset`` -1 (unknown)."""
+
+    topic: str
+    partition: int
+    topic_partition: TopicPartition
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    log_start_offset: int
+
+
+class ConsumerRecord(NamedTuple):
+    """aiokafka's ``ConsumerRecord``, its fields in its order (``checksum`` None)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    checksum: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _metadata(md: RaftkaRecordMetadata) -> RecordMetadata:
+    return RecordMetadata(
+        md.topic,
+        md.partition,
+        TopicPartition(md.topic, md.partition),
+        md.offset,
+        md.timestamp,
+        0,
+        -1,
+    )
+
+
+def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
+    return ConsumerRecord(
+        r.topic,
+        r.partition,
+        r.offset,
+        r.timestamp,
+        int(r.timestamp_type),
+        r.key,
+        r.value,
+        None,
+        r.serialized_key_size,
+        r.serialized_value_size,
+        tuple(r.headers),
+    )
+
+
+class _AsyncClosable:
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+# ---------------------------------------------------------------------------- producer
+
+_PRODUCER_MAPPED: Final = {
+    "acks": "acks",
+    "bootstrap_servers": "bootstrap_servers",
+    "client_id": "client_id",
+    "compression_type": "compression_type",
+    "connections_max_idle_ms": "connections_max_idle_ms",
+    "enable_idempotence": "enable_idempotence",
+    "key_serializer": "key_serializer",
+    "linger_ms": "linger_ms",
+    "max_batch_size": "batch_size",
+    "max_request_size": "max_request_size",
+    "metadata_max_age_ms": "metadata_max_age_ms",
+    "partitioner": "partitioner",
+    "request_timeout_ms": "request_timeout_ms",
+    "retry_backoff_ms": "retry_backoff_ms",
+    "value_serializer": "value_serializer",
+}
+
+
+def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka's AIOKafkaProducer keywords as raftka AsyncProducer keywords, with
+    aiokafka's defaults: ``enable_idempotence=False``, ``acks=1`` (``"all"`` with
+    idempotence), ``request_timeout_ms=40000``, ``linger_ms=0``."""
+    given = sort_options(
+        "AIOKafkaProducer",
+        configs,
+        mapped=_PRODUCER_MAPPED,
+        tuning=TUNING_COMMON | {"send_backoff_ms", "transaction_timeout_ms"},
+        refused={
+            **REFUSED_COMMON,
+            "transactional_id": Refusal(is_none, "raftka has no transactions yet"),
+        },
+    )
+    opts = {_PRODUCER_MAPPED[k]: v for k, v in given.items()}
+    opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
+    if opts.get("client_id", "") is None:
+        del opts["client_id"]
+    idempotent = opts.setdefault("enable_idempotence", False)
+    opts.setdefault("acks", "all" if idempotent else 1)
+    opts.setdefault("request_timeout_ms", 40_000)
+    opts.setdefault("linger_ms", 0)
+    if opts.get("compression_type", "none") is None:
+        opts["compression_type"] = "none"
+    return opts
+
+
+class AIOKafkaProducer(_AsyncClosable):
+    """aiokafka's producer over raftka's :class:`AsyncProducer`.
+
+    ``await producer.send(...)`` queues a record and gives an ``asyncio.Future`` of its
+    :class:`RecordMetadata`; ``send_and_wait`` waits for it. ``start()`` / ``stop()``
+    or ``async with``."""
+
+    def __init__(self, **configs: Any) -> None:
+        self._producer = AsyncProducer(**producer_options(configs))
+        self.config = self._producer.config
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        """Deliver what is buffered, then stop."""
+        await self._producer.close()
+
+    async def flush(self) -> None:
+        await self._producer.flush()
+
+    async def send(  # noqa: PLR0917  (aiokafka's positional order)
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        inner = await self._producer.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        outer: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+
+        def copy(done: asyncio.Future[RaftkaRecordMetadata]) -> None:
+            if outer.done():
+                return  # the caller cancelled it
+            if done.cancelled():
+                outer.cancel()
+            elif (error := done.exception()) is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(_metadata(done.result()))
+
+        inner.add_done_callback(copy)
+        return outer
+
+    async def send_and_wait(  # noqa: PLR0917  (aiokafka's positional order)
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+    ) -> RecordMetadata:
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return await self._producer.partitions_for(topic)
+
+
+# ---------------------------------------------------------------------------- consumer
+
+_CONSUMER_MAPPED: Final = frozenset(
+    {
+        "auto_commit_interval_ms",
+        "auto_offset_reset",
+        "bootstrap_servers",
+        "check_crcs",
+        "client_id",
+        "connections_max_idle_ms",
+        "enable_auto_commit",
+        "fetch_max_bytes",
+        "fetch_max_wait_ms",
+        "fetch_min_bytes",
+        "group_id",
+        "group_instance_id",
+        "heartbeat_interval_ms",
+        "isolation_level",
+        "key_deserializer",
+        "max_partition_fetch_bytes",
+        "max_poll_interval_ms",
+        "max_poll_records",
+        "metadata_max_age_ms",
+        "partition_assignment_strategy",
+        "request_timeout_ms",
+        "retry_backoff_ms",
+        "session_timeout_ms",
+        "value_deserializer",
+    }
+)
+
+
+def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka's AIOKafkaConsumer keywords as raftka AsyncConsumer keywords, with
+    aiokafka's defaults (``request_timeout_ms=40000``, ``session_timeout_ms=10000``,
+    round-robin assignment); ``max_poll_records=None`` means raftka's default (500)."""
+    opts = sort_options(
+        "AIOKafkaConsumer",
+        configs,
+        mapped=_CONSUMER_MAPPED,
+        # aiokafka's consumer_timeout_ms bounds its background fetch wait: tuning.
+        tuning=TUNING_COMMON | {"consumer_timeout_ms"},
+        refused={
+            **REFUSED_COMMON,
+            "exclude_internal_topics": Refusal(
+                equals(True), "raftka never matches internal (__) topics to a pattern"
+            ),
+            "rebalance_timeout_ms": Refusal(
+                is_none, "raftka's rebalance timeout is max_poll_interval_ms, as in Kafka"
+            ),
+        },
+    )
+    opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
+    if opts.get("client_id", "") is None:
+        del opts["client_id"]
+    if opts.get("max_poll_records", 0) is None:
+        del opts["max_poll_records"]
+    opts.setdefault("request_timeout_ms", 40_000)
+    opts.setdefault("session_timeout_ms", 10_000)
+    opts["partition_assignment_strategy"] = assignment_strategy(
+        opts.get("partition_assignment_strategy", ("roundrobin",))
+    )
+    return opts
+
+
+class AIOKafkaConsumer(_AsyncClosable):
+    """aiokafka's consumer over raftka's :class:`AsyncConsumer`.
+
+    ``AIOKafkaConsumer(*topics, **configs)`` subscribes to ``topics``. Without a
+    ``group_id`` a subscription is served, as in aiokafka, by assigning every partition
+    of the topics (those they have at the first read), with no commits.
+    ``getone()`` and ``async for`` hand over one record per call (positions never
+    run ahead of what was handed over); ``getmany()`` returns batches."""
+
+    def __init__(self, *topics: str, **configs: Any) -> None:
+        opts = consumer_options(configs)
+        self._consumer = AsyncConsumer(**opts)
+        self.config = self._consumer.config
+        self._group_id: str | None = opts.get("group_id")
+        self._admin_options = {
+            "bootstrap_servers": opts["bootstrap_servers"],
+            "request_timeout_ms": opts["request_timeout_ms"],
+        }
+        self._admin: AsyncAdmin | None = None
+        self._groupless: frozenset[str] | None = None
+        self._closed = False
+        if topics:
+            self.subscribe(topics)
+
+    async def start(self) -> None:
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        """Commit (with ``enable_auto_commit``), leave the group, stop."""
+        self._closed = True
+        try:
+            await self._consumer.close()
+        finally:
+            if self._admin is not None:
+                await self._admin.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None
+    ) -> None:
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if self._group_id is None:
+            if pattern is not None or listener is not None:
+                raise IllegalStateError(
+                    "subscribe(pattern=...) and rebalance listeners need a group_id"
+                )
+            if not names:
+                raise ValueError("subscribe() needs topics")
+            self._consumer.assign([])
+            self._groupless = frozenset(names)
+            return
+        self._consumer.subscribe(names, pattern, listener_for(listener))
+
+    async def _ensure_groupless_assignment(self) -> None:
+        if self._groupless is None or self._consumer.assignment():
+            return
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(self._groupless)
+            for p in sorted(await self._consumer.partitions_for_topic(topic))
+        ]
+        self._consumer.assign(partitions)
+
+    def subscription(self) -> set[str]:
+        if self._groupless is not None:
+            return set(self._groupless)
+        return self._consumer.subscription()
+
+    def unsubscribe(self) -> None:
+        self._groupless = None
+        self._consumer.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._groupless = None
+        self._consumer.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    # ------------------------------------------------------------------ reading
+
+    async def _poll(
+        self, partitions: tuple[TopicPartition, ...], timeout_ms: int, max_records: int | None
+    ) -> dict[TopicPartition, list[RaftkaConsumerRecord]]:
+        await self._ensure_groupless_assignment()
+        if not partitions:
+            return await self._consumer.poll(timeout_ms, max_records)
+        # Only these partitions: pause the others for the call.
+        others = self._consumer.assignment() - set(partitions) - self._consumer.paused()
+        self._consumer.pause(*others)
+        try:
+            return await self._consumer.poll(timeout_ms, max_records)
+        finally:
+            self._consumer.resume(*others)
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition (of ``partitions`` only, when given), waiting at most
+        ``timeout_ms`` for some; ``{}`` when none arrive."""
+        batch = await self._poll(partitions, timeout_ms, max_records)
+        return {tp: [_record(r) for r in records] for tp, records in batch.items()}
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of ``partitions`` only, when given), waiting as long as it
+        takes."""
+        while True:
+            batch = await self._poll(partitions, GETONE_POLL_TIMEOUT_MS, 1)
+            for records in batch.values():
+                if records:
+                    return _record(records[0])
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """The next record; the iteration ends when the consumer is stopped."""
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            return await self.getone()
+        except IllegalStateError:
+            if self._closed:
+                raise StopAsyncIteration from None
+            raise
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._consumer.seek(partition, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._consumer.seek_to_beginning(*partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._consumer.seek_to_end(*partitions)
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
+        """Move each partition (default: all assigned) to its committed offset;
+        ``{tp: offset}`` for those that have one (the others keep their position)."""
+        tps = list(partitions) or sorted(self._consumer.assignment())
+        committed = await self._consumer.committed(tps)
+        moved: dict[TopicPartition, int] = {}
+        for tp, found in committed.items():
+            if found is not None:
+                self._consumer.seek(tp, found.offset)
+                moved[tp] = found.offset
+        return moved
+
+    async def position(self, partition: TopicPartition) -> int:
+        await self._ensure_groupless_assignment()
+        return await self._consumer.position(partition)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._consumer.highwater(partition)
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The high watermark: without transactions every record below it is stable."""
+        return self._consumer.highwater(partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._consumer.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._consumer.paused()
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await self._consumer.beginning_offsets(list(partitions))
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._consumer.end_offsets(list(partitions))
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return await self._consumer.offsets_for_times(dict(timestamps))
+
+    # ------------------------------------------------------------------ commits
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata | Any] | None = None
+    ) -> None:
+        """Commit ``offsets`` (``{tp: offset}``, ``{tp: (offset, metadata)}`` or
+        ``{tp: OffsetAndMetadata}``; default: every assigned partition's position)."""
+        if self._group_id is None:
+            raise IllegalStateError("commit() needs a group_id")
+        await self._consumer.commit(offsets_to_commit(offsets))
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of ``partition`` (None when there is none)."""
+        found = (await self._consumer.committed([partition])).get(partition)
+        return None if found is None else found.offset
+
+    # ------------------------------------------------------------------ cluster
+
+    async def topics(self) -> set[str]:
+        """Every topic of the cluster (internal ones excluded)."""
+        if self._admin is None:
+            self._admin = AsyncAdmin(**self._admin_options)
+        return await self._admin.list_topics()

@@ -1,0 +1,1134 @@
+"""kafka-python's ``KafkaProducer``, ``KafkaConsumer`` and ``KafkaAdminClient`` over
+raftka's blocking clients.
+
+Thin adapters: each holds a raftka ``Producer`` / ``Consumer`` / ``Admin`` and turns
+kafka-python's calling conventions into raftka's (timeouts in seconds where
+kafka-python uses seconds, its positional argument orders, its return shapes); every
+client semantic (batching, retries, idempotence, groups, commits) is the raftka
+client's own. Constructor keywords are sorted in :mod:`._options`: mapped, tuning
+(accepted, no effect) or refused with :class:`ClientConfigError` naming the keyword.
+As in raftka (and unlike kafka-python), constructors do no I/O.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, NamedTuple, Self
+
+from raftka.client.admin import Admin
+from raftka.client.compat._future import Future
+from raftka.client.compat._options import (
+    SECURITY,
+    Refusal,
+    bootstrap_with_ports,
+    equals,
+    is_none,
+    ms_from_s,
+    sort_options,
+)
+from raftka.client.compat.errors import TopicMetadataTimeoutError
+from raftka.client.config import ClientConfigError
+from raftka.client.consumer.consumer import Consumer
+from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.producer.producer import Producer
+from raftka.client.structs import ConsumerRecord as RaftkaConsumerRecord
+from raftka.client.structs import (
+    NewPartitions,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from raftka.client.structs import NewTopic as RaftkaNewTopic
+from raftka.client.structs import RecordMetadata as RaftkaRecordMetadata
+from raftka.common.errors import IllegalStateError, KafkaError, UnknownTopicOrPartitionError
+
+__all__ = [
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConsumerRecord",
+    "Future",
+    "FutureRecordMetadata",
+    "KafkaAdminClient",
+    "KafkaConsumer",
+    "KafkaProducer",
+    "NewTopic",
+    "RecordMetadata",
+]
+
+log = logging.getLogger(__name__)
+
+#: How long ``bootstrap_connected()`` waits for a broker to answer.
+BOOTSTRAP_CHECK_TIMEOUT_MS: Final = 2_000
+#: Iteration polls at most this long at a time (then checks consumer_timeout_ms).
+ITER_POLL_TIMEOUT_MS: Final = 500
+
+NO_TRANSACTIONS: Final = "raftka has no transactions yet"
+NO_AUTO_CREATE: Final = (
+    "raftka never creates a topic on first use (as a broker with "
+    "auto.create.topics.enable=false does); create it with KafkaAdminClient.create_topics"
+)
+
+#: kafka-python's tuning options, common to its three clients: accepted, no effect.
+TUNING_COMMON: Final = frozenset(
+    {
+        "api_version",
+        "api_version_auto_timeout_ms",
+        "bootstrap_timeout_ms",
+        "client_dns_lookup",
+        "max_in_flight_requests_per_connection",
+        "metrics_enabled",
+        "metrics_num_samples",
+        "metrics_sample_window_ms",
+        "receive_buffer_bytes",
+        "receive_message_max_bytes",
+        "reconnect_backoff_max_ms",
+        "reconnect_backoff_ms",
+        "selector",
+        "send_buffer_bytes",
+        "socket_options",
+    }
+)
+REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
+    **SECURITY,
+    "sasl_mechanism": Refusal(is_none, "raftka has no SASL authentication"),
+}
+
+
+def _client_id(opts: dict[str, Any]) -> None:
+    if "client_id" in opts and opts["client_id"] is None:
+        del opts["client_id"]
+
+
+def _bootstrap(opts: dict[str, Any]) -> None:
+    opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
+
+
+def _config_dict(core: Any, opts: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python's ``client.config`` dict: the effective value of each option
+    raftka has (its frozen config's, then the adapter's translated keywords), and each
+    other keyword as given."""
+    config = {f.name: getattr(core, f.name) for f in dataclasses.fields(core)}
+    for key, value in opts.items():
+        config.setdefault(key, value)
+    for key, value in given.items():
+        config.setdefault(key, value)
+    return config
+
+
+class _Closable:
+    """``with`` support: the block's end calls ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _LazyAdmin:
+    """An ``Admin`` made on first use (for ``topics()``, ``bootstrap_connected()``...),
+    closed with its owner."""
+
+    def __init__(self, **config: Any) -> None:
+        self._config = config
+        self._admin: Admin | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Admin:
+        with self._lock:
+            if self._admin is None:
+                self._admin = Admin(**self._config)
+            return self._admin
+
+    def bootstrap_connected(self) -> bool:
+        try:
+            self.get().describe_cluster(timeout_ms=BOOTSTRAP_CHECK_TIMEOUT_MS)
+        except KafkaError:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
+
+
+# ---------------------------------------------------------------------------- producer
+
+
+class RecordMetadata(NamedTuple):
+    """kafka-python's ``RecordMetadata``: where an acknowledged record landed.
+    ``checksum`` is None (RecordBatch v2 has no per-record checksum)."""
+
+    topic: str
+    partition: int
+    topic_partition: TopicPartition
+    offset: int
+    timestamp: int
+    checksum: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+class FutureRecordMetadata(Future[RecordMetadata]):
+    """What ``KafkaProducer.send`` returns: ``get(timeout)`` gives a
+    :class:`RecordMetadata`; ``add_callback`` / ``add_errback`` as in kafka-python."""
+
+    __slots__ = ()
+
+
+def _metadata_converter(header_size: int) -> Callable[[RaftkaRecordMetadata], RecordMetadata]:
+    def convert(md: RaftkaRecordMetadata) -> RecordMetadata:
+        return RecordMetadata(
+            md.topic,
+            md.partition,
+            TopicPartition(md.topic, md.partition),
+            md.offset,
+            md.timestamp,
+            None,
+            md.serialized_key_size,
+            md.serialized_value_size,
+            header_size,
+        )
+
+    return convert
+
+
+_PRODUCER_MAPPED: Final = frozenset(
+    {
+        "acks",
+        "batch_size",
+        "bootstrap_servers",
+        "buffer_memory",
+        "client_id",
+        "compression_type",
+        "connections_max_idle_ms",
+        "delivery_timeout_ms",
+        "enable_idempotence",
+        "key_serializer",
+        "linger_ms",
+        "max_block_ms",
+        "max_request_size",
+        "metadata_max_age_ms",
+        "partitioner",
+        "request_timeout_ms",
+        "retries",
+        "retry_backoff_ms",
+        "value_serializer",
+    }
+)
+_PRODUCER_TUNING: Final = TUNING_COMMON | {"transaction_timeout_ms"}
+_PRODUCER_REFUSED: Final[Mapping[str, Refusal]] = {
+    **REFUSED_COMMON,
+    "transactional_id": Refusal(is_none, NO_TRANSACTIONS),
+    "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
+}
+
+
+def _acks_all(acks: Any) -> bool:
+    return acks in ("all", -1, "-1")
+
+
+def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python's KafkaProducer keywords as raftka Producer keywords (kafka-python's
+    defaults where they differ from raftka's: ``linger_ms=0``; idempotence is switched
+    off, as kafka-python does, when it was not asked for and ``acks``, ``retries`` or
+    ``max_in_flight_requests_per_connection`` given by the user conflict with it)."""
+    opts = sort_options(
+        "KafkaProducer",
+        configs,
+        mapped=_PRODUCER_MAPPED,
+        tuning=_PRODUCER_TUNING,
+        refused=_PRODUCER_REFUSED,
+    )
+    _bootstrap(opts)
+    _client_id(opts)
+    opts.setdefault("linger_ms", 0)
+    if opts.get("compression_type", "none") is None:
+        opts["compression_type"] = "none"
+    retries = opts.get("retries")
+    if isinstance(retries, float) and math.isinf(retries):
+        opts["retries"] = 2**31 - 1
+    if opts.get("enable_idempotence", True):
+        conflicts = []
+        if "acks" in opts and not _acks_all(opts["acks"]):
+            conflicts.append(f"acks={opts['acks']!r}")
+        if opts.get("retries") == 0 and "retries" in configs:
+            conflicts.append("retries=0")
+        in_flight = configs.get("max_in_flight_requests_per_connection", 5)
+        if isinstance(in_flight, int) and in_flight > 5:
+            conflicts.append(f"max_in_flight_requests_per_connection={in_flight}")
+        if conflicts:
+            if "enable_idempotence" in configs:
+                raise ClientConfigError(
+                    "enable_idempotence=True: incompatible with " + ", ".join(conflicts)
+                )
+            log.warning("idempotence disabled: it conflicts with %s", ", ".join(conflicts))
+            opts["enable_idempotence"] = False
+    return opts
+
+
+class KafkaProducer(_Closable):
+    """kafka-python's ``KafkaProducer`` over raftka's :class:`Producer` (thread-safe).
+
+    ``send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)``
+    returns a :class:`FutureRecordMetadata`; ``flush(timeout=None)`` and
+    ``close(timeout=None)`` take seconds. Callbacks added to a future run on the
+    producer's I/O thread: keep them short and do not call the producer's blocking
+    methods from them.
+    """
+
+    def __init__(self, **configs: Any) -> None:
+        opts = producer_options(configs)
+        self._producer = Producer(**opts)
+        self.config = _config_dict(self._producer.config, opts, configs)
+        self._admin = _LazyAdmin(
+            bootstrap_servers=opts["bootstrap_servers"],
+            request_timeout_ms=self._producer.config.request_timeout_ms,
+            default_api_timeout_ms=self._producer.config.request_timeout_ms,
+            client_id=self._producer.config.client_id,
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sent = 0
+        self._acked = 0
+        self._failed = 0
+
+    def send(  # noqa: PLR0917  (kafka-python's positional order)
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue one record; the future of its :class:`RecordMetadata`. Blocks at most
+        ``max_block_ms`` for metadata and buffer room (then KafkaTimeoutError)."""
+        if self._closed:
+            raise IllegalStateError("KafkaProducer already closed!")
+        if value is None and key is None:
+            raise ValueError("Need at least one: key or value")
+        header_size = -1
+        if headers is not None:
+            if not isinstance(headers, list):
+                raise TypeError("headers must be list-type")
+            if not all(
+                isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str) for h in headers
+            ):
+                raise TypeError("All headers items must be (str, bytes) tuples")
+            if headers:
+                header_size = sum(len(k.encode()) + len(v or b"") for k, v in headers)
+        try:
+            inner = self._producer.send(
+                topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+            )
+        except UnknownTopicOrPartitionError as e:
+            raise TopicMetadataTimeoutError(e.message) from e
+        with self._lock:
+            self._sent += 1
+        inner.add_done_callback(self._count)
+        return FutureRecordMetadata(inner, _metadata_converter(header_size))
+
+    def _count(self, done: concurrent.futures.Future[Any]) -> None:
+        failed = done.cancelled() or done.exception() is not None
+        with self._lock:
+            if failed:
+                self._failed += 1
+            else:
+                self._acked += 1
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait (at most ``timeout`` seconds; then
+        KafkaTimeoutError) until every record sent before is acknowledged or failed."""
+        self._producer.flush(ms_from_s("flush", timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered (waiting at most ``timeout`` seconds), then stop.
+        Idempotent."""
+        timeout_ms = ms_from_s("close", timeout)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._producer.close(timeout_ms)
+        finally:
+            self._admin.close()
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition numbers (waits at most ``max_block_ms`` for metadata)."""
+        return self._producer.partitions_for(topic)
+
+    def bootstrap_connected(self) -> bool:
+        """Whether a broker answers now (asked with a bound of 2 s)."""
+        return not self._closed and self._admin.bootstrap_connected()
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """The producer's counters, kafka-python's shape ``{group: {name: value}}``:
+        ``record-send-total`` (records accepted by ``send``), ``record-ack-total``,
+        ``record-error-total``. (kafka-python's full metric set is not provided.)"""
+        if raw:
+            raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
+        with self._lock:
+            return {
+                "producer-metrics": {
+                    "record-send-total": float(self._sent),
+                    "record-ack-total": float(self._acked),
+                    "record-error-total": float(self._failed),
+                }
+            }
+
+
+# ---------------------------------------------------------------------------- consumer
+
+
+class ConsumerRecord(NamedTuple):
+    """kafka-python's ``ConsumerRecord``, its fields in its order. ``timestamp_type``
+    is 0 (CreateTime) or 1 (LogAppendTime); ``headers`` a list of ``(str, bytes)``;
+    ``checksum`` None; ``serialized_header_size`` -1 (not measured)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int | None
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes | None]]
+    checksum: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
+    return ConsumerRecord(
+        r.topic,
+        r.partition,
+        r.leader_epoch,
+        r.offset,
+        r.timestamp,
+        int(r.timestamp_type),
+        r.key,
+        r.value,
+        list(r.headers),
+        None,
+        r.serialized_key_size,
+        r.serialized_value_size,
+        -1,
+    )
+
+
+def assignment_strategy(value: Any) -> tuple[str, ...]:
+    """kafka-python's / aiokafka's ``partition_assignment_strategy`` (assignor classes
+    with a ``name``, or names) as raftka's assignor names."""
+    items = [value] if isinstance(value, str) or not isinstance(value, Iterable) else value
+    names = []
+    for item in items:
+        name = item if isinstance(item, str) else getattr(item, "name", None)
+        if name not in ("range", "roundrobin", "sticky", "cooperative-sticky"):
+            raise ClientConfigError(
+                f"partition_assignment_strategy={value!r}: raftka runs its own assignors "
+                "(range, roundrobin, sticky, cooperative-sticky), not custom ones; "
+                f"{item!r} is none of them"
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def offsets_to_commit(
+    offsets: Mapping[TopicPartition, Any] | None,
+) -> dict[TopicPartition, OffsetAndMetadata] | None:
+    """kafka-python's / aiokafka's commit offsets (``OffsetAndMetadata`` with
+    ``metadata=None`` or ``leader_epoch=-1``, a bare int, or an aiokafka
+    ``(offset, metadata)`` pair) as raftka's."""
+    if offsets is None:
+        return None
+    out = {}
+    for tp, given in offsets.items():
+        if isinstance(given, int) and not isinstance(given, bool):
+            offset, metadata, epoch = given, "", None
+        elif isinstance(given, tuple) and len(given) in (2, 3):
+            offset, metadata = given[0], given[1]
+            epoch = given[2] if len(given) == 3 else None
+        else:
+            raise TypeError(f"offset for {tp}: expected OffsetAndMetadata or int, not {given!r}")
+        if epoch is not None and epoch < 0:
+            epoch = None
+        out[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(
+            offset, "" if metadata is None else metadata, epoch
+        )
+    return out
+
+
+class _Listener(ConsumerRebalanceListener):
+    """A kafka-python / aiokafka listener as raftka's: ``on_partitions_lost`` falls back
+    to ``on_partitions_revoked`` when the listener has none."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> Any:
+        return self.inner.on_partitions_revoked(revoked)
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
+        return self.inner.on_partitions_assigned(assigned)
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> Any:
+        handler = getattr(self.inner, "on_partitions_lost", None)
+        if handler is None:
+            return self.inner.on_partitions_revoked(lost)
+        return handler(lost)
+
+
+def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
+    if listener is None or isinstance(listener, ConsumerRebalanceListener):
+        return listener
+    for method in ("on_partitions_revoked", "on_partitions_assigned"):
+        if not callable(getattr(listener, method, None)):
+            raise TypeError(f"listener {listener!r} has no {method}()")
+    return _Listener(listener)
+
+
+_CONSUMER_MAPPED: Final = frozenset(
+    {
+        "auto_commit_interval_ms",
+        "auto_offset_reset",
+        "bootstrap_servers",
+        "check_crcs",
+        "client_id",
+        "connections_max_idle_ms",
+        "consumer_timeout_ms",
+        "enable_auto_commit",
+        "fetch_max_bytes",
+        "fetch_max_wait_ms",
+        "fetch_min_bytes",
+        "group_id",
+        "group_instance_id",
+        "heartbeat_interval_ms",
+        "isolation_level",
+        "key_deserializer",
+        "max_partition_fetch_bytes",
+        "max_poll_interval_ms",
+        "max_poll_records",
+        "metadata_max_age_ms",
+        "partition_assignment_strategy",
+        "request_timeout_ms",
+        "retry_backoff_ms",
+        "session_timeout_ms",
+        "value_deserializer",
+    }
+)
+_CONSUMER_TUNING: Final = TUNING_COMMON | {
+    "enable_incremental_fetch_sessions",
+    "legacy_iterator",
+    "sock_chunk_bytes",
+    "sock_chunk_buffer_count",
+}
+_CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
+    **REFUSED_COMMON,
+    "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
+    "exclude_internal_topics": Refusal(
+        equals(True), "raftka never matches internal (__) topics to a pattern"
+    ),
+    "default_offset_commit_callback": Refusal(
+        is_none,
+        "raftka's auto-commit reports failures in its log only; commit with "
+        "commit_async(callback=...) to hear about each commit",
+    ),
+    "client_rack": Refusal(equals(""), "raftka consumers fetch from the leader only"),
+    "metric_group_prefix": Refusal(
+        equals("consumer"), "metrics() reports kafka-python's default group names only"
+    ),
+}
+_OFFSET_RESET_ALIASES: Final = {"smallest": "earliest", "largest": "latest"}
+
+
+def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python's KafkaConsumer keywords as raftka Consumer keywords (with
+    kafka-python's ``partition_assignment_strategy`` default: range, roundrobin);
+    ``consumer_timeout_ms`` stays in (the adapter's, not raftka's)."""
+    opts = sort_options(
+        face,
+        configs,
+        mapped=_CONSUMER_MAPPED,
+        tuning=_CONSUMER_TUNING,
+        refused=_CONSUMER_REFUSED,
+    )
+    _bootstrap(opts)
+    _client_id(opts)
+    reset = opts.get("auto_offset_reset")
+    if isinstance(reset, str):
+        opts["auto_offset_reset"] = _OFFSET_RESET_ALIASES.get(reset, reset)
+    opts["partition_assignment_strategy"] = assignment_strategy(
+        opts.get("partition_assignment_strategy", ("range", "roundrobin"))
+    )
+    timeout = opts.setdefault("consumer_timeout_ms", float("inf"))
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        raise ClientConfigError(
+            f"consumer_timeout_ms={timeout!r}: expected a number of milliseconds >= 0"
+        )
+    return opts
+
+
+class KafkaConsumer(_Closable):
+    """kafka-python's ``KafkaConsumer`` over raftka's :class:`Consumer`.
+
+    ``KafkaConsumer(*topics, **configs)`` subscribes to ``topics`` when any are given.
+    With a ``group_id`` the group's coordinator assigns the partitions; without one, as
+    in kafka-python, a subscription is served by assigning every partition of the
+    topics (those they have at the first ``poll``) with no commits.
+
+    Iterating (``for record in consumer``) hands records over one at a time (each a
+    ``poll`` for one record), so positions and commits never run ahead of what the loop
+    has received; with ``consumer_timeout_ms`` the iteration ends after that long
+    without a record (the default, infinity, waits forever). ``poll`` returns batches
+    for throughput.
+    """
+
+    def __init__(self, *topics: str, **configs: Any) -> None:
+        opts = consumer_options("KafkaConsumer", configs)
+        self._consumer_timeout_ms: float = opts.pop("consumer_timeout_ms")
+        self._consumer = Consumer(**opts)
+        self.config = _config_dict(self._consumer.config, opts, configs)
+        self.config["consumer_timeout_ms"] = self._consumer_timeout_ms
+        self._group_id: str | None = opts.get("group_id")
+        self._auto_commit: bool = bool(opts.get("enable_auto_commit", True))
+        self._admin = _LazyAdmin(
+            bootstrap_servers=opts["bootstrap_servers"],
+            request_timeout_ms=self._consumer.config.request_timeout_ms,
+            default_api_timeout_ms=self._consumer.config.request_timeout_ms,
+            client_id=self._consumer.config.client_id,
+        )
+        # A subscription without a group: resolved to partitions at the first poll.
+        self._groupless: tuple[frozenset[str], str | None] | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._consumed = 0
+        self._commits = 0
+        if topics:
+            self.subscribe(topics)
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None
+    ) -> None:
+        """Subscribe to ``topics`` or a regular expression ``pattern`` (matched against
+        whole topic names). ``listener``: a ConsumerRebalanceListener (group only)."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if self._group_id is None:
+            if listener is not None:
+                raise IllegalStateError("a rebalance listener needs a group_id")
+            if bool(names) == (pattern is not None):
+                raise ValueError("subscribe() takes topics or a pattern, not both or neither")
+            self._consumer.assign([])
+            self._groupless = (frozenset(names), pattern)
+            return
+        self._consumer.subscribe(names, pattern, listener_for(listener))
+
+    def _ensure_groupless_assignment(self) -> None:
+        if self._groupless is None or self._consumer.assignment():
+            return
+        names, pattern = self._groupless
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = frozenset(
+                t
+                for t in self._admin.get().list_topics()
+                if regex.fullmatch(t) and not t.startswith("__")
+            )
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(names)
+            for p in sorted(self._consumer.partitions_for_topic(topic))
+        ]
+        self._consumer.assign(partitions)
+
+    def subscription(self) -> set[str] | None:
+        """The topics subscribed to (None when not subscribed, as kafka-python)."""
+        if self._groupless is not None:
+            names, _ = self._groupless
+            return set(names) or {tp.topic for tp in self._consumer.assignment()}
+        return self._consumer.subscription() or None
+
+    def unsubscribe(self) -> None:
+        self._groupless = None
+        self._consumer.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._groupless = None
+        self._consumer.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    # ------------------------------------------------------------------ reading
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition, waiting at most ``timeout_ms`` for some."""
+        if not update_offsets:
+            raise ValueError("poll(update_offsets=False) is not supported by raftka")
+        self._ensure_groupless_assignment()
+        batch = self._consumer.poll(int(timeout_ms), max_records)
+        out = {tp: [_record(r) for r in records] for tp, records in batch.items()}
+        if out:
+            with self._lock:
+                self._consumed += sum(len(v) for v in out.values())
+        return out
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        if self._closed:
+            raise StopIteration("KafkaConsumer closed")
+        timeout = self._consumer_timeout_ms
+        deadline = None if math.isinf(timeout) else time.monotonic() + timeout / 1000
+        while True:
+            wait_ms = ITER_POLL_TIMEOUT_MS
+            if deadline is not None:
+                wait_ms = max(0, min(wait_ms, math.ceil((deadline - time.monotonic()) * 1000)))
+            for records in self.poll(wait_ms, max_records=1).values():
+                if records:
+                    return records[0]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StopIteration
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._consumer.seek(partition, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._consumer.seek_to_beginning(*partitions)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._consumer.seek_to_end(*partitions)
+
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        self._ensure_groupless_assignment()
+        return self._consumer.position(partition, timeout_ms)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._consumer.highwater(partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._consumer.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._consumer.paused()
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        return self._consumer.beginning_offsets(list(partitions), timeout_ms)
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        return self._consumer.end_offsets(list(partitions), timeout_ms)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return self._consumer.offsets_for_times(dict(timestamps), timeout_ms)
+
+    # ------------------------------------------------------------------ commits
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition) and
+        wait. IllegalStateError without a group_id."""
+        self._need_group()
+        self._consumer.commit(offsets_to_commit(offsets), timeout_ms)
+        with self._lock:
+            self._commits += 1
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+        callback: Callable[[Any, Any], Any] | None = None,
+    ) -> Future[Any]:
+        """Commit in the background; ``callback(offsets, exception_or_None)`` runs on
+        the consumer's I/O thread when done. Returns a Future of the offsets."""
+        self._need_group()
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        done.set_running_or_notify_cancel()
+
+        def on_commit(committed: Any, error: BaseException | None) -> None:
+            try:
+                if callback is not None:
+                    callback(committed, error)
+            finally:
+                if error is None:
+                    with self._lock:
+                        self._commits += 1
+                    done.set_result(committed)
+                else:
+                    done.set_exception(error)
+
+        self._consumer.commit_async(offsets_to_commit(offsets), on_commit)
+        return Future(done)
+
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> int | OffsetAndMetadata | None:
+        """The group's committed offset of ``partition`` (an OffsetAndMetadata with
+        ``metadata=True``), None when there is none."""
+        self._need_group()
+        if not isinstance(partition, TopicPartition):
+            raise TypeError("partition must be a TopicPartition namedtuple")
+        found = self._consumer.committed([partition], timeout_ms).get(partition)
+        if found is None:
+            return None
+        return found if metadata else found.offset
+
+    def _need_group(self) -> None:
+        if self._group_id is None:
+            raise IllegalStateError("Requires group_id")
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._consumer.group_metadata()
+
+    # ------------------------------------------------------------------ cluster
+
+    def topics(self) -> set[str]:
+        """Every topic of the cluster (internal ones excluded)."""
+        return self._admin.get().list_topics()
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The topic's partition numbers, None when it does not exist."""
+        try:
+            (described,) = self._admin.get().describe_topics([topic])
+        except UnknownTopicOrPartitionError:
+            return None
+        return {p.partition for p in described.partitions}
+
+    def bootstrap_connected(self) -> bool:
+        """Whether a broker answers now (asked with a bound of 2 s)."""
+        return not self._closed and self._admin.bootstrap_connected()
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """The consumer's counters, kafka-python's shape ``{group: {name: value}}``:
+        ``records-consumed-total`` and ``commit-total``. (kafka-python's full metric
+        set is not provided.)"""
+        if raw:
+            raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
+        with self._lock:
+            return {
+                "consumer-fetch-manager-metrics": {"records-consumed-total": float(self._consumed)},
+                "consumer-coordinator-metrics": {"commit-total": float(self._commits)},
+            }
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit (with ``enable_auto_commit``), leave the group, stop. Idempotent."""
+        if not autocommit and self._group_id is not None and self._auto_commit:
+            raise ValueError(
+                "close(autocommit=False): raftka's consumer commits on close when "
+                "enable_auto_commit=True; create it with enable_auto_commit=False instead"
+            )
+        if timeout_ms is not None:
+            raise ValueError(
+                "close(timeout_ms=...): raftka's close is bounded by request_timeout_ms "
+                "and takes no timeout"
+            )
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._consumer.close()
+        finally:
+            self._admin.close()
+
+
+# ---------------------------------------------------------------------------- admin
+
+
+class NewTopic:
+    """kafka-python's ``NewTopic(name, num_partitions=-1, replication_factor=-1,
+    replica_assignments=None, topic_configs=None)`` (-1: the broker's default)."""
+
+    def __init__(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        replica_assignments: Mapping[int, Sequence[int]] | None = None,
+        topic_configs: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.replica_assignments = dict(replica_assignments or {})
+        self.topic_configs = dict(topic_configs or {})
+
+    def to_raftka(self) -> RaftkaNewTopic:
+        return RaftkaNewTopic(
+            self.name,
+            self.num_partitions,
+            self.replication_factor,
+            replica_assignment=(
+                {int(p): tuple(r) for p, r in self.replica_assignments.items()}
+                if self.replica_assignments
+                else None
+            ),
+            configs={k: None if v is None else str(v) for k, v in self.topic_configs.items()},
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"NewTopic(name={self.name!r}, num_partitions={self.num_partitions}, "
+            f"replication_factor={self.replication_factor}, "
+            f"replica_assignments={self.replica_assignments}, "
+            f"topic_configs={self.topic_configs})"
+        )
+
+
+class ConfigResourceType(enum.IntEnum):
+    """kafka-python's ``ConfigResourceType`` (raftka's admin handles TOPIC only)."""
+
+    BROKER = 4
+    TOPIC = 2
+
+
+class ConfigResource:
+    """kafka-python's ``ConfigResource(resource_type, name, configs=None)``."""
+
+    def __init__(
+        self,
+        resource_type: ConfigResourceType | str,
+        name: str,
+        configs: Mapping[str, str | None] | None = None,
+    ) -> None:
+        if isinstance(resource_type, str):
+            resource_type = ConfigResourceType[resource_type.upper()]
+        self.resource_type = resource_type
+        self.name = name
+        self.configs = None if configs is None else dict(configs)
+
+    def topic(self) -> str:
+        if self.resource_type is not ConfigResourceType.TOPIC:
+            raise ValueError(
+                f"{self.resource_type.name} configs: raftka's admin client handles topic "
+                "configs only (broker configs live in each broker's file)"
+            )
+        return self.name
+
+
+_ADMIN_MAPPED: Final = frozenset(
+    {
+        "bootstrap_servers",
+        "client_id",
+        "connections_max_idle_ms",
+        "metadata_max_age_ms",
+        "request_timeout_ms",
+        "retry_backoff_ms",
+    }
+)
+
+
+class KafkaAdminClient(_Closable):
+    """kafka-python's ``KafkaAdminClient`` over raftka's :class:`Admin` (thread-safe).
+    Each call's bound is its ``timeout_ms`` or else ``request_timeout_ms``; errors are
+    raised typed (``TopicAlreadyExistsError``...)."""
+
+    def __init__(self, **configs: Any) -> None:
+        opts = sort_options(
+            "KafkaAdminClient",
+            configs,
+            mapped=_ADMIN_MAPPED,
+            tuning=TUNING_COMMON,
+            refused=REFUSED_COMMON,
+        )
+        _bootstrap(opts)
+        _client_id(opts)
+        opts["default_api_timeout_ms"] = opts.get("request_timeout_ms", 30_000)
+        self._admin = Admin(**opts)
+        self._groups: GroupAdmin | None = None
+        self._group_options: dict[str, Any] = {
+            k: opts[k]
+            for k in ("bootstrap_servers", "client_id", "request_timeout_ms", "retry_backoff_ms")
+            if k in opts
+        }
+        self._group_options["default_api_timeout_ms"] = opts["default_api_timeout_ms"]
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topics(
+        self,
+        new_topics: Iterable[NewTopic | RaftkaNewTopic],
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        topics = [t.to_raftka() if isinstance(t, NewTopic) else t for t in new_topics]
+        self._admin.create_topics(topics, validate_only=validate_only, timeout_ms=timeout_ms)
+
+    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        self._admin.delete_topics(list(topics), timeout_ms=timeout_ms)
+
+    def list_topics(self) -> list[str]:
+        """Every topic's name, internal ones included (as kafka-python)."""
+        return sorted(self._admin.list_topics(list_internal=True))
+
+    def describe_topics(self, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """kafka-python's shape: a dict per topic with ``topic``, ``is_internal``,
+        ``error_code`` and ``partitions`` (``partition``, ``leader``, ``replicas``,
+        ``isr``, ``offline_replicas``, ``error_code``)."""
+        described = self._admin.describe_topics(None if topics is None else list(topics))
+        return [
+            {
+                "error_code": 0,
+                "topic": t.name,
+                "is_internal": t.is_internal,
+                "partitions": [
+                    {
+                        "error_code": 0,
+                        "partition": p.partition,
+                        "leader": -1 if p.leader is None else p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": list(p.replicas),
+                        "isr": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in described
+        ]
+
+    def create_partitions(
+        self,
+        topic_partitions: Mapping[str, NewPartitions],
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        self._admin.create_partitions(
+            dict(topic_partitions), validate_only=validate_only, timeout_ms=timeout_ms
+        )
+
+    def delete_records(
+        self,
+        records_to_delete: Mapping[TopicPartition, int],
+        timeout_ms: int | None = None,
+        partition_leader_id: int | None = None,
+    ) -> dict[TopicPartition, dict[str, int]]:
+        """Delete the records below each offset; ``{tp: {"low_watermark": n}}``."""
+        if partition_leader_id is not None:
+            raise ValueError("delete_records(partition_leader_id=...): raftka finds the leader")
+        done = self._admin.delete_records(dict(records_to_delete), timeout_ms=timeout_ms)
+        return {tp: {"low_watermark": low} for tp, low in done.items()}
+
+    def describe_cluster(self) -> dict[str, Any]:
+        cluster = self._admin.describe_cluster()
+        return {
+            "brokers": [
+                {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in cluster.brokers
+            ],
+            "cluster_id": None,
+            "controller_id": -1 if cluster.controller_id is None else cluster.controller_id,
+        }
+
+    # ------------------------------------------------------------------ configs
+
+    def describe_configs(
+        self, config_resources: Iterable[ConfigResource], include_synonyms: bool = False
+    ) -> dict[str, dict[str, str | None]]:
+        """Topic configs only: ``{topic: {name: value}}`` (every config, or those named
+        in the resource's ``configs``). A raftka shape: kafka-python returns protocol
+        response objects."""
+        if include_synonyms:
+            raise ValueError("describe_configs(include_synonyms=True) is not supported")
+        out: dict[str, dict[str, str | None]] = {}
+        for resource in config_resources:
+            topic = resource.topic()
+            keys = None if not resource.configs else list(resource.configs)
+            entries = self._admin.describe_configs([topic], keys=keys)[topic]
+            out[topic] = {name: entry.value for name, entry in entries.items()}
+        return out
+
+    def alter_configs(self, config_resources: Iterable[ConfigResource]) -> None:
+        """Set each resource's ``configs`` (a value of None resets one to its default);
+        configs not named are left alone (raftka's incremental semantics)."""
+        self._admin.alter_configs(
+            {resource.topic(): dict(resource.configs or {}) for resource in config_resources}
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    def _group_admin(self) -> GroupAdmin:
+        with self._lock:
+            if self._groups is None:
+                self._groups = GroupAdmin(**self._group_options)
+            return self._groups
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """``[(group_id, protocol_type)]``."""
+        return [(g.group_id, g.protocol_type) for g in self._group_admin().list_groups()]
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        group_coordinator_id: int | None = None,
+        partitions: Iterable[TopicPartition] | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (only ``partitions`` when given)."""
+        found = self._group_admin().list_offsets(group_id)
+        if partitions is None:
+            return found
+        wanted = set(partitions)
+        return {tp: o for tp, o in found.items() if tp in wanted}
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str], group_coordinator_id: int | None = None
+    ) -> list[tuple[str, None]]:
+        """Delete the groups; ``[(group_id, None)]`` (a failure is raised, typed)."""
+        ids = list(group_ids)
+        self._group_admin().delete_groups(ids)
+        return [(g, None) for g in ids]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            groups, self._groups = self._groups, None
+        try:
+            self._admin.close()
+        finally:
+            if groups is not None:
+                groups.close()

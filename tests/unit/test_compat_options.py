@@ -1,0 +1,187 @@
+"""The constructor keywords of the kafka-python and aiokafka adapters, without a
+cluster (constructors do no I/O): units (kafka-python's seconds <-> raftka's ms),
+kafka-python's and aiokafka's defaults where they differ from raftka's, keywords
+raftka cannot honour refused by name, tuning-only keywords accepted, unknown keywords
+refused, and kafka-python's idempotence rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    KafkaAdminClient,
+    KafkaConsumer,
+    KafkaProducer,
+)
+from raftka.client.compat import aiokafka as aio
+from raftka.client.compat import kafka_python as kp
+from raftka.client.compat._options import bootstrap_with_ports, ms_from_s
+from raftka.errors import KafkaConfigurationError
+
+BOOT = "127.0.0.1:1"
+
+
+def test_seconds_become_whole_milliseconds_rounded_up() -> None:
+    assert ms_from_s("t", None) is None
+    assert ms_from_s("t", float("inf")) is None
+    assert ms_from_s("t", 10) == 10_000
+    assert ms_from_s("t", 0.0001) == 1
+    assert ms_from_s("t", 1.5) == 1_500
+    assert ms_from_s("t", 0) == 0
+    with pytest.raises(ValueError, match="t: timeout must be >= 0"):
+        ms_from_s("t", -1)
+    with pytest.raises(TypeError):
+        ms_from_s("t", "10")  # type: ignore[arg-type]
+
+
+def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
+    assert bootstrap_with_ports("localhost") == "localhost:9092"
+    assert bootstrap_with_ports("a:1,b") == "a:1,b:9092"
+    assert bootstrap_with_ports(["a", "b:2"]) == ["a:9092", "b:2"]
+    assert bootstrap_with_ports("[::1]") == "[::1]:9092"
+    assert KafkaProducer().config["bootstrap_servers"] == ("localhost:9092",)
+
+
+@pytest.mark.parametrize(
+    ("cls", "keyword", "value", "why"),
+    [
+        (KafkaProducer, "security_protocol", "SSL", "TLS"),
+        (KafkaProducer, "ssl_cafile", "/ca.pem", "TLS"),
+        (KafkaProducer, "sasl_mechanism", "PLAIN", "SASL"),
+        (KafkaProducer, "transactional_id", "tx-1", "transactions"),
+        (KafkaProducer, "allow_auto_create_topics", True, "create_topics"),
+        (KafkaProducer, "metric_reporters", [object], "metrics"),
+        (KafkaConsumer, "exclude_internal_topics", False, "internal"),
+        (KafkaConsumer, "default_offset_commit_callback", print, "commit_async"),
+        (KafkaConsumer, "client_rack", "rack-1", "leader"),
+        (KafkaAdminClient, "sasl_plain_username", "u", "SASL"),
+        (AIOKafkaProducer, "transactional_id", "tx", "transactions"),
+        (AIOKafkaProducer, "sasl_mechanism", "SCRAM-SHA-256", "SASL"),
+        (AIOKafkaConsumer, "rebalance_timeout_ms", 10_000, "max_poll_interval_ms"),
+        (AIOKafkaConsumer, "ssl_context", object(), "TLS"),
+    ],
+)
+def test_keywords_raftka_cannot_honour_are_refused_by_name(
+    cls: type, keyword: str, value: object, why: str
+) -> None:
+    with pytest.raises(KafkaConfigurationError, match=rf"INVALID_CONFIG: {keyword}=.*{why}"):
+        cls(bootstrap_servers=BOOT, **{keyword: value})
+
+
+def test_refused_keywords_with_a_value_raftka_honours_are_accepted() -> None:
+    """The default (or a value that asks for nothing raftka lacks) is accepted."""
+    KafkaProducer(
+        bootstrap_servers=BOOT,
+        security_protocol="PLAINTEXT",
+        ssl_cafile=None,
+        sasl_mechanism=None,
+        transactional_id=None,
+        allow_auto_create_topics=False,
+        sasl_kerberos_service_name="kafka",
+    ).close()
+    KafkaConsumer(bootstrap_servers=BOOT, exclude_internal_topics=True, client_rack="").close()
+    AIOKafkaProducer(bootstrap_servers=BOOT, sasl_mechanism="PLAIN", loop=None)
+
+
+def test_tuning_keywords_are_accepted() -> None:
+    KafkaProducer(
+        bootstrap_servers=BOOT,
+        api_version=(2, 8, 0),
+        reconnect_backoff_ms=10,
+        socket_options=[],
+        metrics_num_samples=3,
+    ).close()
+    KafkaConsumer(bootstrap_servers=BOOT, api_version=(0, 10, 1), legacy_iterator=True).close()
+    AIOKafkaConsumer(bootstrap_servers=BOOT, api_version="auto", consumer_timeout_ms=100)
+
+
+def test_unknown_keywords_are_refused() -> None:
+    with pytest.raises(KafkaConfigurationError, match="lingr_ms=5: KafkaProducer has no such"):
+        KafkaProducer(bootstrap_servers=BOOT, lingr_ms=5)
+    with pytest.raises(KafkaConfigurationError, match="AIOKafkaConsumer has no such"):
+        AIOKafkaConsumer(bootstrap_servers=BOOT, nope=1)
+
+
+def test_kafka_python_producer_defaults_and_conversions() -> None:
+    """linger_ms 0 (kafka-python's), acks all with idempotence, retries=inf and
+    compression_type=None converted; a bad value is raftka's ClientConfigError."""
+    opts = kp.producer_options({"retries": float("inf"), "compression_type": None})
+    assert opts["linger_ms"] == 0
+    assert opts["retries"] == 2**31 - 1
+    assert opts["compression_type"] == "none"
+    producer = KafkaProducer(bootstrap_servers=BOOT)
+    assert (producer.config["acks"], producer.config["enable_idempotence"]) == (-1, True)
+    assert producer.config["linger_ms"] == 0
+    with pytest.raises(KafkaConfigurationError, match="linger_ms"):
+        KafkaProducer(bootstrap_servers=BOOT, linger_ms=-1)
+
+
+def test_idempotence_follows_kafka_pythons_rules() -> None:
+    """acks=1 given without enable_idempotence: idempotence is switched off (as
+    kafka-python does); given with enable_idempotence=True: refused."""
+    producer = KafkaProducer(bootstrap_servers=BOOT, acks=1)
+    assert (producer.config["acks"], producer.config["enable_idempotence"]) == (1, False)
+    with pytest.raises(KafkaConfigurationError, match=r"enable_idempotence=True.*acks=1"):
+        KafkaProducer(bootstrap_servers=BOOT, acks=1, enable_idempotence=True)
+    relaxed = KafkaProducer(bootstrap_servers=BOOT, max_in_flight_requests_per_connection=10)
+    assert not relaxed.config["enable_idempotence"]
+
+
+def test_kafka_python_consumer_conversions() -> None:
+    opts = kp.consumer_options("KafkaConsumer", {"auto_offset_reset": "smallest"})
+    assert opts["auto_offset_reset"] == "earliest"
+    assert opts["partition_assignment_strategy"] == ("range", "roundrobin")
+    assert opts["consumer_timeout_ms"] == float("inf")
+    consumer = KafkaConsumer(bootstrap_servers=BOOT, group_id="g", consumer_timeout_ms=50)
+    assert (consumer.config["group_id"], consumer.config["consumer_timeout_ms"]) == ("g", 50)
+    assert consumer.config["partition_assignment_strategy"] == ("range", "roundrobin")
+    with pytest.raises(KafkaConfigurationError, match="consumer_timeout_ms"):
+        KafkaConsumer(bootstrap_servers=BOOT, consumer_timeout_ms=-5)
+
+
+def test_assignors_are_taken_by_name_and_custom_ones_refused() -> None:
+    """kafka-python passes assignor classes; their ``name`` picks raftka's assignor."""
+
+    class RoundRobinPartitionAssignor:
+        name = "roundrobin"
+
+    class MyAssignor:
+        name = "mine"
+
+    assert kp.assignment_strategy([RoundRobinPartitionAssignor, "range"]) == (
+        "roundrobin",
+        "range",
+    )
+    with pytest.raises(KafkaConfigurationError, match="custom"):
+        KafkaConsumer(bootstrap_servers=BOOT, partition_assignment_strategy=[MyAssignor])
+
+
+def test_aiokafka_defaults() -> None:
+    """aiokafka's producer: no idempotence, acks=1, request_timeout_ms 40 s,
+    max_batch_size -> batch_size; its consumer: 40 s requests, round robin,
+    max_poll_records None -> raftka's default."""
+    opts = aio.producer_options({"max_batch_size": 1000})
+    assert (opts["enable_idempotence"], opts["acks"], opts["batch_size"]) == (False, 1, 1000)
+    assert aio.producer_options({"enable_idempotence": True})["acks"] == "all"
+    producer = AIOKafkaProducer(bootstrap_servers=BOOT)
+    assert producer.config.request_timeout_ms == 40_000
+    copts = aio.consumer_options({"max_poll_records": None})
+    assert "max_poll_records" not in copts
+    assert copts["partition_assignment_strategy"] == ("roundrobin",)
+    assert AIOKafkaConsumer(bootstrap_servers=BOOT).config.request_timeout_ms == 40_000
+
+
+def test_commit_offsets_in_kafka_python_and_aiokafka_shapes() -> None:
+    from raftka.structs import OffsetAndMetadata, TopicPartition
+
+    tp = TopicPartition("t", 0)
+    assert kp.offsets_to_commit({tp: OffsetAndMetadata(5, None, -1)}) == {  # type: ignore[arg-type]
+        tp: OffsetAndMetadata(5, "", None)
+    }
+    assert kp.offsets_to_commit({tp: 7}) == {tp: OffsetAndMetadata(7)}
+    assert kp.offsets_to_commit({tp: (8, "m")}) == {tp: OffsetAndMetadata(8, "m")}
+    assert kp.offsets_to_commit(None) is None
+    with pytest.raises(TypeError):
+        kp.offsets_to_commit({tp: "9"})

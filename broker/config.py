@@ -56,7 +56,7 @@ from raftka.metadata.node_config import NodeConfig, load_node_config
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.process_config import ConfigError
 from raftka.storage.log_config import LogConfig
-from raftka.storage.log_validator import ValidationConfig
+from raftka.storage.log_validator import ValidationConfig, compression_for
 
 __all__ = ["BROKER_KEYS", "LOG_KEY_PREFIX", "BrokerConfig", "broker_config", "load_broker_config"]
 
@@ -210,14 +210,17 @@ class BrokerConfig:
             kept[key] = value
         return LogConfig.from_properties(kept)
 
-    def validation_config(self, log_config: LogConfig) -> ValidationConfig:
+    def validation_config(
+        self, log_config: LogConfig, topic_config: Mapping[str, str]
+    ) -> ValidationConfig:
         """What the leader checks in a producer's batches for a topic with these log
-        settings (storage/log_validator.py)."""
+        settings (storage/log_validator.py), and the codec it stores them in."""
         return ValidationConfig(
             log_append_time=log_config.log_append_time,
             timestamp_before_max_ms=log_config.message_timestamp_before_max_ms,
             timestamp_after_max_ms=log_config.message_timestamp_after_max_ms,
             compacted=log_config.compact,
+            compression=compression_for(topic_config.get("compression.type")),
         )
 
 

@@ -29,6 +29,11 @@ a record without a key on a compacted topic     INVALID_RECORD         compactio
                                                                        on it
 ==============================================  =====================  ===============
 
+A topic whose ``compression.type`` names a codec (not ``producer``) stores every batch in
+that codec: :func:`recompress` rebuilds a batch whose codec differs, as Kafka's
+validator does, keeping its producer id, epoch, sequence, transactional flag and every
+record (keys, values, headers, timestamps, offset deltas).
+
 Nothing is appended when any check fails (the caller validates before it appends), and
 the error names the batch by its byte position so a producer's author can find it. The
 module is pure: bytes and ``now_ms`` in, an exception or a summary out.
@@ -49,7 +54,7 @@ from raftka.common.errors import (
     InvalidTimestampError,
 )
 from raftka.common.record import DECOMPRESSED_BYTES_MAX_DEFAULT, Compression
-from raftka.common.record.batch import decode_records
+from raftka.common.record.batch import Record, build_batch, decode_records
 from raftka.common.record.compression import decompress
 from raftka.common.record.header import (
     COMPRESSION_MASK,
@@ -65,10 +70,13 @@ from raftka.common.record.header import (
 )
 
 __all__ = [
+    "COMPRESSION_TYPES",
     "TIMESTAMP_AFTER_MAX_MS_DEFAULT",
     "TIMESTAMP_BEFORE_MAX_MS_DEFAULT",
     "ValidationConfig",
     "ValidationSummary",
+    "compression_for",
+    "recompress",
     "validate_client_batches",
 ]
 
@@ -87,11 +95,30 @@ class ValidationConfig:
     timestamp_before_max_ms: int = TIMESTAMP_BEFORE_MAX_MS_DEFAULT
     timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
     compacted: bool = False  # cleanup.policy includes compact
+    # compression.type: the codec batches are stored in; None keeps the producer's.
+    compression: Compression | None = None
     decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         assert self.timestamp_before_max_ms >= 0 and self.timestamp_after_max_ms >= 0
         assert self.decompressed_bytes_max > 0
+
+
+#: Kafka's topic ``compression.type`` values and the codec each stores in.
+COMPRESSION_TYPES: Final[dict[str, Compression | None]] = {
+    "producer": None,
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+
+
+def compression_for(value: str | None) -> Compression | None:
+    """The codec a ``compression.type`` value stores batches in (None: the producer's);
+    an unknown value keeps the producer's (the controller refuses unknown values)."""
+    return COMPRESSION_TYPES.get((value or "producer").strip().lower())
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +208,36 @@ def _validate_batch(batch: memoryview, pos: int, now_ms: int, config: Validation
                 f"[{low}, {high}] (message.timestamp.before.max.ms / after.max.ms)"
             )
     return count
+
+
+def recompress(buf: bytes, codec: Compression) -> bytes:
+    """``buf``'s batches, each in ``codec`` (a batch already in it is kept byte for
+    byte). Call after :func:`validate_client_batches` accepted ``buf``."""
+    out: list[bytes] = []
+    view = memoryview(buf)
+    pos, end = 0, len(view)
+    changed = False
+    while pos < end:
+        size = peek_batch_size(view, pos)
+        assert size is not None and pos + size <= end, "validate before recompressing"
+        batch = view[pos : pos + size]
+        header = parse_header(batch)
+        if header.compression is codec:
+            out.append(bytes(batch))
+        else:
+            changed = True
+            payload = decompress(header.compression, batch[HEADER_SIZE:])
+            decoded = decode_records(payload, header.records_count, 0, header.base_timestamp)
+            out.append(
+                build_batch(
+                    [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in decoded],
+                    compression=codec,
+                    timestamp_type=header.timestamp_type,
+                    producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch,
+                    base_sequence=header.base_sequence,
+                    is_transactional=header.is_transactional,
+                )
+            )
+        pos += size
+    return b"".join(out) if changed else buf

@@ -164,7 +164,7 @@ class ReplicaManager:
     def _configure(self, p: Partition, topic_config: Mapping[str, str]) -> None:
         log_config = self.config.log_config(topic_config)
         p.state.config = self.config.replication_config(topic_config)
-        p.replica.validation = self.config.validation_config(log_config)
+        p.replica.validation = self.config.validation_config(log_config, topic_config)
         if p.log.config != log_config:
             p.log.reconfigure(log_config)
             log.info(
@@ -192,7 +192,7 @@ class ReplicaManager:
             high_watermark=self.logs.checkpointed_high_watermark(tp),
             config=self.config.replication_config(topic_config),
             producer_config=self._producer_config,
-            validation=self.config.validation_config(log_config),
+            validation=self.config.validation_config(log_config, topic_config),
         )
         partition = Partition(tip.topic_id, tip.topic, tip.partition, replica, opened)
         self.partitions[tp] = partition

@@ -69,7 +69,7 @@ from raftka.common.errors import (
 )
 from raftka.common.record.header import iter_batches
 from raftka.common.structs import EpochEndOffset
-from raftka.storage.log_validator import ValidationConfig, validate_client_batches
+from raftka.storage.log_validator import ValidationConfig, recompress, validate_client_batches
 
 __all__ = [
     "HIGH_WATERMARK",
@@ -373,8 +373,11 @@ class Replica:
             return ProduceOutcome(error=error_type(f"{self.name}{local}"))
         if not data:
             return ProduceOutcome(error=CorruptMessageError("no record batch"))
+        validation = self.validation
         try:
-            validate_client_batches(data, now_ms=self._wall_clock_ms(), config=self.validation)
+            validate_client_batches(data, now_ms=self._wall_clock_ms(), config=validation)
+            if validation.compression is not None:
+                data = recompress(data, validation.compression)
         except KafkaError as e:
             return ProduceOutcome(error=e)
         try:

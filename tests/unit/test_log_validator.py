@@ -161,3 +161,40 @@ def test_truncated_or_empty_input_is_refused(cut: int) -> None:
     batch = build_batch(records(2))
     error = error_of(batch[:cut])
     assert isinstance(error, CorruptMessageError | InvalidRecordError)
+
+
+@pytest.mark.parametrize("target", list(Compression))
+def test_recompress_stores_every_record_and_producer_field_in_the_topic_codec(
+    target: Compression,
+) -> None:
+    """A topic's compression.type re-encodes a batch in another codec and keeps its
+    records, producer id/epoch/sequence and transactional flag; a batch already in the
+    codec is kept byte for byte."""
+    from raftka.common.record import decode_batches
+    from raftka.storage.log_validator import recompress
+
+    original = build_batch(
+        [Record(b"v1", b"k1", NOW, (("h", b"x"),)), Record(None, b"k2", NOW + 5, ())],
+        compression=Compression.GZIP,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=7,
+        is_transactional=True,
+    ) + build_batch(records(2), compression=target)
+    out = recompress(original, target)
+    before = list(decode_batches(original))
+    after = list(decode_batches(out))
+    assert [b.header.compression for b in after] == [target, target]
+    for old, new in zip(before, after, strict=True):
+        assert new.records == old.records
+        h0, h1 = old.header, new.header
+        assert (h1.producer_id, h1.producer_epoch, h1.base_sequence, h1.is_transactional) == (
+            h0.producer_id,
+            h0.producer_epoch,
+            h0.base_sequence,
+            h0.is_transactional,
+        )
+        assert h1.last_offset_delta == h0.last_offset_delta
+    assert out.endswith(build_batch(records(2), compression=target))
+    if target is Compression.GZIP:
+        assert out is original

@@ -1,5 +1,9 @@
 """The segment log: Kafka's partition log (UnifiedLog + LocalLog) for one directory.
 
+(Over 700 lines: appends, reads, truncation, retention and recovery all move the same
+segment list and offsets under one set of invariants; the pure helpers already live
+apart in segment.py, index.py, epoch_cache.py, checkpoint.py and log_validator.py.)
+
 A :class:`Log` stores RecordBatch v2 bytes in segments (see ``segment.py``), assigns
 offsets, keeps the leader-epoch cache, rolls, retains, truncates and recovers. It reads
 batch headers only; it decodes records in one place, :meth:`Log.offset_for_timestamp`,

@@ -1,5 +1,8 @@
 """One consumer group's state machine: Kafka's classic join/sync/heartbeat protocol.
 
+(Over 700 lines: one state machine whose transition table, member timers and
+invariant checks read together; split by operation, each half would need the other.)
+
 Theory of operation
 -------------------
 A group moves through five states (Kafka's names)::

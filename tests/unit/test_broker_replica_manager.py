@@ -73,6 +73,8 @@ def _brokers() -> list[MetadataRecord]:
             incarnation_id=str(uuid.uuid4()),
             broker_epoch=b,
             endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+            # Unfenced: a fenced broker's follower fetches are refused (KIP-903).
+            fenced=False,
         )
         for b in (1, 2, 3)
     ]

@@ -13,10 +13,15 @@ the LEO if credited:
 are each refused (STALE_BROKER_EPOCH, STALE_BROKER_EPOCH, NOT_LEADER_OR_FOLLOWER) and
 the HW a consumer sees is unmoved. Resumed, the real follower fetches with its
 registered epoch and the HW reaches the LEO.
+
+A second test restarts the follower with an empty disk (kill -9, its log directory
+removed): it may rejoin the ISR only once it holds every committed record, so a
+failover to it right after it rejoined loses no acks=all record (invariant 1).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +33,7 @@ import pytest
 
 from raftka.common.messages import broker as api
 from raftka.common.messages import decode, encode
-from raftka.common.record import Record, build_batch
+from raftka.common.record import Record, build_batch, iter_records
 from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
@@ -90,8 +95,11 @@ def _produce(address: str, values: list[bytes], *, acks: int) -> int:
     return result.base_offset
 
 
-def _partition(brokers: LocalBrokers) -> dict[str, Any] | None:
-    for broker_id in brokers.ids:
+def _partition(brokers: LocalBrokers, only: int | None = None) -> dict[str, Any] | None:
+    """The partition as the first running broker (or broker ``only``) sees it."""
+    for broker_id in brokers.ids if only is None else [only]:
+        if not brokers[broker_id].running:
+            continue
         md = brokers.metadata(broker_id)
         for t in (md or {}).get("topics", []):
             if t["name"] == TOPIC and t["partitions"]:
@@ -114,10 +122,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
             yield controllers, brokers
 
 
-def test_impostor_follower_fetches_are_refused_and_the_hw_stays(
-    cluster: tuple[LocalCluster, LocalBrokers],
-) -> None:
-    controllers, brokers = cluster
+def _create_topic(controllers: LocalCluster, brokers: LocalBrokers) -> dict[str, Any]:
     controller = next(iter(controllers.controllers.values()))
     body = {
         "topics": [
@@ -131,11 +136,19 @@ def test_impostor_follower_fetches_are_refused_and_the_hw_stays(
     }
     status, answer = http_json(controller.address, "/v1/topics", method="POST", body=body)
     assert status == 200 and answer["topics"][0]["error"] is None, answer
-    p = wait_for(
+    p: dict[str, Any] = wait_for(
         lambda: (q := _partition(brokers)) and q["leader"] >= 0 and len(q["isr"]) == 2 and q,
         timeout_s=DEADLINE_S,
         message=lambda: f"partition not ready: {_partition(brokers)}",
     )
+    return p
+
+
+def test_impostor_follower_fetches_are_refused_and_the_hw_stays(
+    cluster: tuple[LocalCluster, LocalBrokers],
+) -> None:
+    controllers, brokers = cluster
+    p = _create_topic(controllers, brokers)
     leader_id = p["leader"]
     follower_id = next(b for b in p["replicas"] if b != leader_id)
     leader = brokers[leader_id].address
@@ -174,3 +187,77 @@ def test_impostor_follower_fetches_are_refused_and_the_hw_stays(
         timeout_s=DEADLINE_S,
         message=lambda: f"HW {_high_watermark(leader)} never reached {leo}",
     )
+
+
+def _read_all(address: str) -> list[bytes]:
+    """Every record below the HW of the partition, from its leader at ``address``."""
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        request = api.FetchRequest(
+            partitions=(api.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset),),
+        )
+        status, raw, _ = _post(address, "/v1/fetch", encode(request), "application/json")
+        assert status == 200, raw[:300]
+        header, payloads = api.decode_frame(raw, api.FetchResponse)
+        answer = header.responses[0]
+        assert answer.error is None, answer
+        records = [r for r in iter_records(bytes(payloads[0])) if r.offset >= offset]
+        if not records:
+            assert offset >= answer.high_watermark, (offset, answer)
+            return out
+        out += [r.value or b"" for r in records]
+        offset = records[-1].offset + 1
+
+
+@pytest.fixture
+def quick_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+    """Sessions expire in 2.5 s (a killed broker is fenced quickly); the ISR changes
+    only by fencing, registration and catching up (lag bound a minute)."""
+    with LocalCluster(
+        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": "2500"}
+    ) as controllers:
+        controllers.start()
+        controllers.wait_leader()
+        with LocalBrokers(
+            controllers, count=2, extra_properties={"replica.lag.time.max.ms": PATIENCE_MS}
+        ) as brokers:
+            brokers.start()
+            yield controllers, brokers
+
+
+def test_a_follower_restarted_with_an_empty_disk_rejoins_only_caught_up(
+    quick_cluster: tuple[LocalCluster, LocalBrokers],
+) -> None:
+    controllers, brokers = quick_cluster
+    p = _create_topic(controllers, brokers)
+    leader_id = p["leader"]
+    follower_id = next(b for b in p["replicas"] if b != leader_id)
+    leader = brokers[leader_id].address
+    values = [f"v{i}".encode() for i in range(20)]
+    for v in values:
+        _produce(leader, [v], acks=-1)
+
+    follower = brokers[follower_id]
+    follower.kill()
+    shutil.rmtree(follower.data_dir / "logs")
+    follower.start()
+    brokers.wait_unfenced(follower_id)
+    # The follower's own view: unfenced, it has applied its registration and with it
+    # its removal from the ISR, so seeing itself in the ISR means it rejoined since.
+    wait_for(
+        lambda: (
+            (q := _partition(brokers, follower_id)) is not None
+            and sorted(q["isr"]) == sorted(p["isr"])
+        ),
+        timeout_s=DEADLINE_S,
+        message=lambda: f"the restarted follower never rejoined: {_partition(brokers)}",
+    )
+    # Back in the ISR: it must hold every acknowledged record. Fail over to it.
+    brokers[leader_id].kill()
+    wait_for(
+        lambda: (q := _partition(brokers)) is not None and q["leader"] == follower_id,
+        timeout_s=DEADLINE_S,
+        message=lambda: f"no failover to {follower_id}: {_partition(brokers)}",
+    )
+    assert _read_all(follower.address) == values

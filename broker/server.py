@@ -22,6 +22,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 import aiohttp
@@ -51,6 +52,11 @@ from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
+from raftka.server_common.supervision import (
+    FATAL_SHUTDOWN_DEADLINE_S,
+    Supervisor,
+    install_process_fatal,
+)
 from raftka.storage.log_manager import LogManager
 
 __all__ = ["BrokerServer", "run_broker"]
@@ -81,7 +87,8 @@ class BrokerServer:
         self.follower: MetadataFollower | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self._runner: web.AppRunner | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        # (supervise) every background task runs under it: restart or fail the process
+        self.supervisor = Supervisor()
         self._stopping = False
         self.coordinator = GroupCoordinatorService(
             config=config, replicas=self.manager, channel=lambda: self.channel
@@ -143,6 +150,7 @@ class BrokerServer:
             session=self._session,
             address_of=self.address_of,
             broker_epoch=self._broker_epoch,
+            spawn=self._spawn_fetcher,
         )
         self.manager.fetch_targets = self.fetchers
         self.manager.alter_partition = self._send_alter_partition
@@ -167,37 +175,28 @@ class BrokerServer:
             },
         )
         await self.lifecycle.register()
-        self._tasks = [
-            asyncio.create_task(self._guard(self.follower.run(), "metadata"), name="metadata"),
-            asyncio.create_task(
-                self._guard(self.lifecycle.run_heartbeats(), "heartbeat"), name="heartbeat"
-            ),
-            asyncio.create_task(self._guard(self._isr_timer(), "isr"), name="isr-shrink"),
-            asyncio.create_task(
-                self._guard(self._checkpoint_timer(), "checkpoint"), name="hw-checkpoint"
-            ),
-            asyncio.create_task(
-                self._guard(self._retention_timer(), "retention"), name="log-retention"
-            ),
-            asyncio.create_task(
-                self._guard(self._producer_expiry_timer(), "producer-expiry"),
-                name="producer-expiry",
-            ),
-            asyncio.create_task(
-                self._guard(self.coordinator.run(), "group-coordinator"), name="group-coordinator"
-            ),
-        ]
+        # (supervise) begin: the background tasks, each restarted or fatal (see
+        # server_common/supervision.py and docs/operations.md, "Supervision")
+        spawn = self.supervisor.spawn
+        follower, lifecycle = self.follower, self.lifecycle
+        # The metadata fetch loop keeps its position in its applier: restartable.
+        spawn("metadata", follower.run, restart=True)
+        # The rest are fatal: a broker without heartbeats, ISR shrinks, HW checkpoints,
+        # retention, producer expiry or its group coordinator is alive but broken.
+        spawn("heartbeat", lifecycle.run_heartbeats)
+        spawn("isr-shrink", self._isr_timer)
+        spawn("hw-checkpoint", self._checkpoint_timer)
+        spawn("log-retention", self._retention_timer)
+        spawn("producer-expiry", self._producer_expiry_timer)
+        spawn("group-coordinator", self.coordinator.run)
 
-    async def _guard(self, work: Any, name: str) -> None:
-        """Run a background task; a crash is logged loudly (and ends the process's
-        usefulness, which /health then reports)."""
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task failed", extra={"fields": {"task": name}})
-            raise
+    def _spawn_fetcher(
+        self, name: str, factory: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Task[None]:
+        # Kafka restarts a replica fetcher thread; its partitions stay with the fetcher.
+        return self.supervisor.spawn(name, factory, restart=True)
+
+    # (supervise) end
 
     async def _isr_timer(self) -> None:
         # Half the lag bound: a stuck follower leaves the ISR within 1.5x the bound.
@@ -249,11 +248,7 @@ class BrokerServer:
                 timeout_ms=self.config.controlled_shutdown_timeout_ms
             )
         self.coordinator.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.supervisor.stop()  # (supervise) the background tasks
         if self.fetchers is not None:
             await self.fetchers.close()
         if self.producer_ids is not None:
@@ -305,7 +300,8 @@ class BrokerServer:
             "leaders": leaders,
             "fetch_waiters": self.manager.fetch_waiters,
             "produce_waiters": len(self.manager.purgatory),
-            "tasks_failed": [t.get_name() for t in self._tasks if t.done() and not t.cancelled()],
+            # (supervise) task_restarts (per task) and tasks_failed
+            **self.supervisor.health(),
         }
 
 
@@ -541,13 +537,15 @@ async def _metadata(request: web.Request) -> web.Response:
 # The process
 
 
-async def serve_until_signalled(server: BrokerServer) -> None:
+async def serve_until_signalled(server: BrokerServer) -> int:
+    """Run until SIGTERM/SIGINT (exit code 0) or a fatal task failure (1)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    fatal = install_process_fatal()  # (supervise)
     starting = asyncio.create_task(server.start())
-    stopper = asyncio.create_task(stop.wait())
+    stopper = asyncio.create_task(_first(stop.wait(), fatal.event.wait()))
     await asyncio.wait([starting, stopper], return_when=asyncio.FIRST_COMPLETED)
     if starting.done():
         starting.result()  # raise start-up errors
@@ -556,8 +554,27 @@ async def serve_until_signalled(server: BrokerServer) -> None:
         starting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await starting
-    log.info("shutting down on a signal")
-    await server.stop()
+    if fatal.reason is None:
+        log.info("shutting down on a signal")
+        await server.stop()
+        return 0
+    # (supervise) a fatal task failure: a clean shutdown, bounded (the handler's
+    # watchdog thread ends the process if even this wait cannot run)
+    log.error("shutting down on a fatal failure", extra={"fields": {"reason": fatal.reason}})
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.stop(), FATAL_SHUTDOWN_DEADLINE_S - 1)
+    fatal.cancel_watchdog()
+    return 1
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return when the first of ``waits`` does (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 def run_broker(config: BrokerConfig) -> int:
@@ -565,8 +582,7 @@ def run_broker(config: BrokerConfig) -> int:
     configure_logging(config.log_level)
     server = BrokerServer(config)
     try:
-        asyncio.run(serve_until_signalled(server))
+        return asyncio.run(serve_until_signalled(server))
     except OSError as e:
         log.error("broker failed", extra={"fields": {"error": str(e)}})
         return 1
-    return 0

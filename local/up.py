@@ -66,6 +66,7 @@ __all__ = [
     "probe_status",
     "read_cluster_file",
     "render_status",
+    "restart_delay_s",
     "status_command",
     "up_command",
     "write_cluster_file",
@@ -96,6 +97,12 @@ CLUSTER_FILE_BYTES_MAX: Final = 1024 * 1024
 # A dead broker is fenced within 3 s instead of Kafka's 9 s: a local cluster restarts
 # often, and a broker's new incarnation waits out its old session before registering.
 UP_LOCAL_PROPERTIES: Final[Mapping[str, str]] = {"broker.session.timeout.ms": "3000"}
+# ``raftka up --restart-on-failure``: at most this many restarts of one node, the n-th
+# after min(RESTART_BACKOFF_S * 2**(n-1), RESTART_BACKOFF_MAX_S) (a node that keeps
+# dying is left down, with its exit code on the status screen, not restarted forever).
+RESTARTS_MAX: Final = 5
+RESTART_BACKOFF_S: Final = 1.0
+RESTART_BACKOFF_MAX_S: Final = 30.0
 
 Answer = tuple[int, Any] | None  # (HTTP status, JSON body), or None: no answer
 
@@ -125,6 +132,9 @@ class NodeEntry:
     port: int
     data_dir: str
     pid: int | None = None
+    # The exit code of a node that exited without being asked (``raftka up`` records
+    # it; None while running or after a requested stop).
+    exit_code: int | None = None
 
     @property
     def address(self) -> str:
@@ -175,6 +185,7 @@ class ClusterFile:
                     "port": n.port,
                     "pid": n.pid,
                     "data_dir": n.data_dir,
+                    "exit_code": n.exit_code,
                 }
                 for n in self.nodes
             ],
@@ -234,7 +245,16 @@ def _node_entry(item: object, i: int) -> NodeEntry:
         port=port,
         data_dir=data_dir,
         pid=_opt_int(item, "pid", f"{where}.pid"),
+        exit_code=_exit_code(item, where),
     )
+
+
+def _exit_code(item: Mapping[str, Any], where: str) -> int | None:
+    # Any integer: a negative one is the signal that killed the node (kill -9: -9).
+    value = item.get("exit_code")
+    if value is not None and type(value) is not int:
+        raise ClusterFileError(f"{where}.exit_code: expected an integer or null, got {value!r}")
+    return value
 
 
 def write_cluster_file(data_dir: Path, cluster: ClusterFile) -> Path:
@@ -360,6 +380,12 @@ class NodeStatus:
     pid: int | None
     state: str
     quorum_role: str | None = None
+    # Set with state "exited": the code the node's process exited with.
+    exit_code: int | None = None
+
+    @property
+    def shown_state(self) -> str:
+        return f"exited (code {self.exit_code})" if self.state == "exited" else self.state
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -369,6 +395,8 @@ class NodeStatus:
             "pid": self.pid,
             "state": self.state,
         }
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
         if self.role == "controller":
             out["quorum_role"] = self.quorum_role
         return out
@@ -435,12 +463,14 @@ class ClusterStatus:
             out.append(f"no active controller (controllers: {states})")
         else:
             out.extend(
-                f"controller {c.id} {c.state}"
+                f"controller {c.id} {c.shown_state}"
                 for c in self.controllers
                 if c.state not in ("active", "follower")
             )
         for b in self.brokers:
-            if b.state != "unfenced":
+            if b.state == "exited":
+                out.append(f"broker {b.id} {b.shown_state}")
+            elif b.state != "unfenced":
                 what = "not registered" if b.state in ("down", "starting") else b.state
                 out.append(f"broker {b.id} {what} ({b.state})")
         if self.brokers and self.metadata_from is None:
@@ -543,8 +573,11 @@ def build_status(
     epoch: int | None = None
     for n in sorted(nodes, key=lambda n: n.id):
         health = answers.get((n.address, "/health"))
+        exited = health is None and n.exit_code is not None
         if n.role == "controller":
             state, quorum_role = _controller_state(health)
+            if exited:
+                state = "exited"
             body = _ok_body(health) or {}
             node_epoch = body.get("epoch")
             if state == "active":
@@ -560,12 +593,18 @@ def build_status(
                     pid=n.pid,
                     state=state,
                     quorum_role=quorum_role,
+                    exit_code=n.exit_code if exited else None,
                 )
             )
         else:
             brokers.append(
                 NodeStatus(
-                    id=n.id, role=n.role, address=n.address, pid=n.pid, state=_broker_state(health)
+                    id=n.id,
+                    role=n.role,
+                    address=n.address,
+                    pid=n.pid,
+                    state="exited" if exited else _broker_state(health),
+                    exit_code=n.exit_code if exited else None,
                 )
             )
     newest: tuple[int, int, Mapping[str, Any]] | None = None
@@ -604,8 +643,8 @@ def render_status(status: ClusterStatus) -> str:
     lines.append(f"{'ROLE':<12}{'ID':>5}  {'ADDRESS':<22}{'PID':>8}  STATE")
     for n in status.controllers + status.brokers:
         pid = "-" if n.pid is None else str(n.pid)
-        state = n.state
-        if n.quorum_role is not None and n.state not in (n.quorum_role, "active"):
+        state = n.shown_state
+        if n.quorum_role is not None and n.state not in (n.quorum_role, "active", "exited"):
             state = f"{n.state} ({n.quorum_role})"
         lines.append(f"{n.role:<12}{n.id:>5}  {n.address:<22}{pid:>8}  {state}")
     lines.append("")
@@ -812,7 +851,10 @@ def _port_in_use(host: str, port: int) -> bool:
 
 
 def _with_pids(
-    plan: ClusterFile, processes: Mapping[int, NodeProcess], up_pid: int | None
+    plan: ClusterFile,
+    processes: Mapping[int, NodeProcess],
+    up_pid: int | None,
+    exits: Mapping[int, int] | None = None,
 ) -> ClusterFile:
     nodes = tuple(
         NodeEntry(
@@ -826,6 +868,7 @@ def _with_pids(
                 if n.id in processes and processes[n.id].running
                 else None
             ),
+            exit_code=(exits or {}).get(n.id),
         )
         for n in plan.nodes
     )
@@ -899,12 +942,20 @@ def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
     default=None,
     help="Quorum engine (default native; fixed once made).",
 )
+@click.option(
+    "--restart-on-failure",
+    is_flag=True,
+    help=f"Restart a node whose process exits (up to {RESTARTS_MAX} times per node, "
+    "with a growing backoff); without it an exited node stays down and is reported.",
+)
 def up_command(
+    *,
     controllers: int | None,
     brokers: int | None,
     base_port: int | None,
     data_dir: Path,
     engine: str | None,
+    restart_on_failure: bool,
 ) -> None:
     """Start a local cluster (3 controllers, 3 brokers) and stay in the foreground."""
     data_dir = data_dir.resolve()
@@ -937,10 +988,19 @@ def up_command(
                 f"port {n.port} ({n.role} {n.id}) is in use; choose others with --base-port"
             )
     data_dir.mkdir(parents=True, exist_ok=True)
-    sys.exit(_run(plan, data_dir, resumed=existing is not None))
+    sys.exit(
+        _run(plan, data_dir, resumed=existing is not None, restart_on_failure=restart_on_failure)
+    )
 
 
-def _run(plan: ClusterFile, data_dir: Path, *, resumed: bool) -> int:
+def restart_delay_s(restarts_done: int) -> float:
+    """The wait before a node's next restart, after ``restarts_done`` earlier ones."""
+    return float(min(RESTART_BACKOFF_S * 2**restarts_done, RESTART_BACKOFF_MAX_S))
+
+
+def _run(
+    plan: ClusterFile, data_dir: Path, *, resumed: bool, restart_on_failure: bool = False
+) -> int:
     cluster = LocalCluster(
         data_dir,
         controllers=len(plan.controllers),
@@ -996,20 +1056,44 @@ def _run(plan: ClusterFile, data_dir: Path, *, resumed: bool) -> int:
         click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}\n")
         click.echo(render_status(_with_file_pids(status, plan, processes)))
         click.echo(f"\nrunning; cluster.json in {data_dir}. Ctrl-C (or SIGTERM) stops every node.")
-        reported: set[int] = set()
+        # Nodes that exited unasked: their exit codes (cluster.json, so that
+        # `raftka status` shows them), restarts done and when the next one is due.
+        exits: dict[int, int] = {}
+        restarts: dict[int, int] = {}
+        restart_at: dict[int, float] = {}
         while not signals.wait(MONITOR_INTERVAL_S):
+            changed = False
             for node in controllers + brokers:
-                if (
-                    node.node_id not in reported
-                    and node.popen is not None
-                    and node.popen.poll() is not None
-                ):
-                    reported.add(node.node_id)
+                nid = node.node_id
+                if node.popen is not None and node.popen.poll() is not None and nid not in exits:
+                    exits[nid] = node.popen.returncode
+                    changed = True
+                    done = restarts.get(nid, 0)
+                    plan_note = "it stays down (--restart-on-failure restarts it)"
+                    if restart_on_failure and done < RESTARTS_MAX:
+                        delay = restart_delay_s(done)
+                        restart_at[nid] = time.monotonic() + delay
+                        plan_note = f"restart {done + 1} of {RESTARTS_MAX} in {delay:g} s"
+                    elif restart_on_failure:
+                        plan_note = f"it stays down ({RESTARTS_MAX} restarts done)"
                     click.echo(
-                        f"warning: {node.role} {node.node_id} exited with {node.popen.returncode} "
-                        f"(log: {node.log_path})",
+                        f"warning: {node.role} {nid} exited with {exits[nid]} "
+                        f"(log: {node.log_path}); {plan_note}",
                         err=True,
                     )
+                due = restart_at.get(nid)
+                if due is not None and time.monotonic() >= due:
+                    del restart_at[nid]
+                    restarts[nid] = restarts.get(nid, 0) + 1
+                    node.start()
+                    exits.pop(nid, None)
+                    changed = True
+                    click.echo(
+                        f"restarted {node.role} {nid} (restart {restarts[nid]} of "
+                        f"{RESTARTS_MAX}, pid {node.popen.pid if node.popen else '-'})"
+                    )
+            if changed:
+                write_cluster_file(data_dir, _with_pids(plan, processes, os.getpid(), exits))
     except _StopRequestedError:
         pass
     except (TimeoutError, RuntimeError, OSError) as e:
@@ -1039,6 +1123,7 @@ def _with_file_pids(
                 pid=pids.get(n.id),
                 state=n.state,
                 quorum_role=n.quorum_role,
+                exit_code=n.exit_code,
             )
             for n in nodes
         )

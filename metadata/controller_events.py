@@ -36,7 +36,6 @@ puts the two together behind a listening socket.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import threading
@@ -59,6 +58,7 @@ from raftka.metadata.loader import MetadataLoader
 from raftka.metadata.metadata_records import encode_records
 from raftka.metadata.node_config import NodeConfig
 from raftka.raft.quorum.engine import NotLeaderError, QuorumEngine
+from raftka.server_common.supervision import Supervisor
 
 __all__ = [
     "APPEND_TIMEOUT_MS",
@@ -150,7 +150,9 @@ class ControllerEventLoop:
         self._next_timer_ms: int | None = None
         self._timer_wake = asyncio.Event()
         self._tick_queued = False
-        self._tasks: list[asyncio.Task[None]] = []
+        # (supervise) the queue and the timers are fatal: a controller without either
+        # answers its API but decides nothing.
+        self.supervisor = Supervisor()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._started = False
@@ -176,10 +178,8 @@ class ControllerEventLoop:
         self._loop_thread = threading.get_ident()
         self.loader.attach(self.engine, self._loop)
         await self._listen()
-        self._tasks = [
-            asyncio.create_task(self._consume(), name="controller-queue"),
-            asyncio.create_task(self._timers(), name="controller-timers"),
-        ]
+        self.supervisor.spawn("controller-queue", self._consume)  # (supervise)
+        self.supervisor.spawn("controller-timers", self._timers)  # (supervise)
         await self.engine.start(self.loader)
         self._started = True
         if self.engine.is_leader:
@@ -200,11 +200,7 @@ class ControllerEventLoop:
         if self._stopping:
             return
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.supervisor.stop()  # (supervise)
         self._fail_queued(NotControllerError("the controller is shutting down"))
         try:
             if self._started:

@@ -17,6 +17,7 @@ stops serving last, after the engine resigned. Logging is process-wide
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import random
@@ -32,6 +33,7 @@ from raftka.metadata.node_config import NodeConfig
 from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
+from raftka.server_common.supervision import FATAL_SHUTDOWN_DEADLINE_S, install_process_fatal
 
 __all__ = ["ControllerServer", "create_engine", "run_controller", "serve_until_signalled"]
 
@@ -97,16 +99,29 @@ def create_engine(config: NodeConfig) -> QuorumEngine:
     return cast(QuorumEngine, engine)
 
 
-async def serve_until_signalled(server: ControllerServer) -> None:
-    """Run until SIGTERM or SIGINT, then stop cleanly (the leader resigns first)."""
+async def serve_until_signalled(server: ControllerServer) -> int:
+    """Run until SIGTERM or SIGINT, then stop cleanly (the leader resigns first): exit
+    code 0; or until a background task dies (server_common/supervision.py): a bounded
+    clean stop, exit code 1."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    fatal = install_process_fatal()
     await server.start()
-    await stop.wait()
-    log.info("shutting down on a signal")
-    await server.stop()
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(fatal.event.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    if fatal.reason is None:
+        log.info("shutting down on a signal")
+        await server.stop()
+        return 0
+    log.error("shutting down on a fatal failure", extra={"fields": {"reason": fatal.reason}})
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.stop(), FATAL_SHUTDOWN_DEADLINE_S - 1)
+    fatal.cancel_watchdog()
+    return 1
 
 
 def run_controller(config: NodeConfig) -> int:
@@ -116,8 +131,7 @@ def run_controller(config: NodeConfig) -> int:
     engine = create_engine(config)
     server = ControllerServer(config, engine)
     try:
-        asyncio.run(serve_until_signalled(server))
+        return asyncio.run(serve_until_signalled(server))
     except OSError as e:
         log.error("controller failed", extra={"fields": {"error": str(e)}})
         return 1
-    return 0

@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 
@@ -48,6 +48,14 @@ log = logging.getLogger(__name__)
 
 #: Extra time a fetch request may take beyond its long poll before we give up on it.
 FETCH_SLACK_MS: Final = 5_000
+
+#: Starts a named background task from a coroutine factory (the broker's supervisor
+#: restarts a fetcher that dies, as Kafka restarts its fetcher threads).
+Spawn = Callable[[str, Callable[[], Coroutine[Any, Any, None]]], "asyncio.Task[None]"]
+
+
+def _plain_spawn(name: str, factory: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(factory(), name=name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +76,10 @@ class ReplicaFetcher:
         session: aiohttp.ClientSession,
         address_of: Callable[[int], str | None],
         broker_epoch: Callable[[], int],
+        spawn: Spawn = _plain_spawn,
     ) -> None:
         self.leader_id = leader_id
+        self._spawn = spawn
         self.partitions: set[TopicPartition] = set()
         self._backoff_until: dict[TopicPartition, int] = {}
         self._manager = manager
@@ -81,9 +91,7 @@ class ReplicaFetcher:
         self.fetches = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"replica-fetcher-{self.leader_id}"
-        )
+        self._task = self._spawn(f"replica-fetcher-{self.leader_id}", self.run)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -247,11 +255,13 @@ class ReplicaFetcherManager:
         session: aiohttp.ClientSession,
         address_of: Callable[[int], str | None],
         broker_epoch: Callable[[], int],
+        spawn: Spawn = _plain_spawn,
     ) -> None:
         self._manager = manager
         self._session = session
         self._address_of = address_of
         self._broker_epoch = broker_epoch
+        self._spawn = spawn
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
 
@@ -265,6 +275,7 @@ class ReplicaFetcherManager:
                 session=self._session,
                 address_of=self._address_of,
                 broker_epoch=self._broker_epoch,
+                spawn=self._spawn,
             )
             self.fetchers[leader_id] = fetcher
             fetcher.start()

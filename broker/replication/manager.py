@@ -543,6 +543,8 @@ class ReplicaManager:
             fetch_offset=req.fetch_offset,
             last_fetched_epoch=req.last_fetched_epoch,
             broker_epoch=broker_epoch,
+            # (supervise) the follower's current registration, from committed metadata
+            registered_epoch=self._registered_epoch(replica_id),
             now_ms=now,
             max_bytes=_room(req, budget),
             current_leader_epoch=req.current_leader_epoch,
@@ -560,6 +562,15 @@ class ReplicaManager:
             diverging_epoch=r.diverging_epoch,
             records=r.records,
         )
+
+    # (supervise) begin: the broker epoch a follower fetch must carry (KIP-903)
+    def _registered_epoch(self, broker_id: int) -> int | None:
+        """The epoch of ``broker_id``'s current registration; None when it is not
+        registered or fenced (a fenced broker's fetches are not credited)."""
+        reg = self.image.cluster.broker(broker_id)
+        return None if reg is None or reg.fenced else reg.epoch
+
+    # (supervise) end
 
     # ================================================================ list offsets
 

@@ -439,6 +439,7 @@ class Replica:
         fetch_offset: int,
         last_fetched_epoch: int | None,
         broker_epoch: int,
+        registered_epoch: int | None,
         now_ms: int,
         max_bytes: int | None,
         current_leader_epoch: int | None = None,
@@ -446,12 +447,16 @@ class Replica:
     ) -> FollowerRead:
         """A follower fetches from ``fetch_offset`` (its LEO); answer with up to
         ``max_bytes`` of whole batches (None: the response has no room left, send
-        none), or where its log diverges."""
+        none), or where its log diverges. ``registered_epoch`` is the broker epoch of
+        ``replica_id``'s current registration (None: fenced or unregistered); a fetch
+        with any other ``broker_epoch`` is refused (STALE_BROKER_EPOCH) and changes
+        nothing (KIP-903)."""
         r = self.state.on_follower_fetch(
             replica_id=replica_id,
             fetch_offset=fetch_offset,
             last_fetched_epoch=last_fetched_epoch,
             broker_epoch=broker_epoch,
+            registered_epoch=registered_epoch,
             now_ms=now_ms,
             current_leader_epoch=current_leader_epoch,
             follower_log_start_offset=follower_log_start_offset,

@@ -50,6 +50,7 @@ from raftka.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    StaleBrokerEpochError,
     UnknownLeaderEpochError,
 )
 from raftka.common.structs import EpochEndOffset
@@ -560,28 +561,44 @@ class PartitionState:
         fetch_offset: int,
         last_fetched_epoch: int | None,
         broker_epoch: int,
+        registered_epoch: int | None,
         now_ms: int,
         current_leader_epoch: int | None = None,
         follower_log_start_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerFetchResult:
         """A follower fetches from ``fetch_offset``; its last record has epoch
-        ``last_fetched_epoch`` (None when its log is empty)."""
+        ``last_fetched_epoch`` (None when its log is empty). ``registered_epoch`` is the
+        broker epoch of that broker's current registration in the metadata image (None:
+        fenced or not registered)."""
+        # --- follower identity (KIP-903, DESIGN invariant 9) ----------------------------
+        # A fetch is credited only from a replica of this partition whose broker epoch is
+        # exactly its current registration's: anything else (another incarnation, an
+        # impostor, a fetch without an epoch) is refused before any state is touched, so
+        # it can neither move the HW nor keep a replica in the ISR.
         error = self._epoch_error(current_leader_epoch)
         if error is None and not self.is_leader:
             error = NotLeaderOrFollowerError
         if error is None and (replica_id not in self._followers):
             error = NotLeaderOrFollowerError
+        if error is None and (registered_epoch is None or broker_epoch != registered_epoch):
+            # Kafka's controller answers STALE_BROKER_EPOCH to any epoch other than the
+            # registration's (older, newer, or -1); the fetcher backs off and retries.
+            error = StaleBrokerEpochError
         progress = self._followers.get(replica_id)
-        if (
-            error is None
-            and progress is not None
-            and broker_epoch != NO_BROKER_EPOCH
-            and broker_epoch < progress.broker_epoch
-        ):
-            # A fetch from a previous incarnation of that broker (KIP-903).
-            error = NotLeaderOrFollowerError
+        if error is None and progress is not None and broker_epoch < progress.broker_epoch:
+            # Older than one already credited (the image cannot go back, but be strict).
+            error = StaleBrokerEpochError
         if error is not None or progress is None:
             return self._fetch_result(error=error or NotLeaderOrFollowerError)
+        new_incarnation = (
+            progress.broker_epoch != NO_BROKER_EPOCH and broker_epoch > progress.broker_epoch
+        )
+        if new_incarnation:
+            # The broker restarted (maybe with an empty disk): what we knew of its log
+            # belongs to the old incarnation. Forget it, so its caught-up time counts
+            # from now on only, not from before the restart.
+            progress = FollowerProgress(replica_id=replica_id, broker_epoch=broker_epoch)
+        # --- end of follower identity ---------------------------------------------------
         if last_fetched_epoch is not None and last_fetched_epoch != UNDEFINED_EPOCH:
             epoch, end_offset = self._log.end_offset_for(last_fetched_epoch, self.log_end_offset)
             if end_offset < fetch_offset or epoch < last_fetched_epoch:
@@ -606,11 +623,24 @@ class PartitionState:
             ),
             last_fetch_time_ms=now_ms,
             last_caught_up_time_ms=caught_up_ms,
-            broker_epoch=max(broker_epoch, progress.broker_epoch),
+            broker_epoch=broker_epoch,
         )
         self._followers[replica_id] = progress
         moved = previous_leo != fetch_offset and self._maybe_increment_high_watermark()
         proposal = self._maybe_expand_isr(progress)
+        if (
+            proposal is None
+            and new_incarnation
+            and self._pending is None
+            and replica_id in self.committed_isr
+            and fetch_offset < self.high_watermark
+        ):
+            # A new incarnation in the ISR without all committed records (restarted on
+            # an empty or damaged disk): out of the ISR at once, not after
+            # replica.lag.time.max.ms; it comes back through an expand once caught up.
+            proposal = self._propose(
+                IsrChangeKind.SHRINK, self.committed_isr - {replica_id}, (replica_id,)
+            )
         self._check()
         return self._fetch_result(moved=moved, proposal=proposal)
 

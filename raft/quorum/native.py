@@ -83,6 +83,7 @@ from raftka.raft.quorum.quorum_state_file import load_quorum_state, write_quorum
 from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
+from raftka.server_common.supervision import process_fatal
 
 logger = logging.getLogger("raftka.raft.quorum")
 
@@ -473,6 +474,8 @@ class NativeQuorumEngine:
             self._failure = e
             self._fail_all(KafkaTimeoutError(f"quorum engine failed: {e!r}; outcome unknown"))
             self._notify()
+            # (supervise) a controller without its Raft driver must not go on serving
+            process_fatal(f"raft-driver-{self._node_id} died: {type(e).__name__}: {e}")
             raise
 
     def _propose(self, now: int) -> None:

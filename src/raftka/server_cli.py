@@ -125,15 +125,20 @@ def combined_configs(
         raise ConfigError(f"{source}: {e}") from None
 
 
-async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig | None) -> None:
+async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig | None) -> int:
     # Imported here: `raftka server --help` and config errors stay fast.
     from raftka.broker.server import BrokerServer  # noqa: PLC0415
     from raftka.metadata.controller_process import ControllerServer, create_engine  # noqa: PLC0415
+    from raftka.server_common.supervision import install_process_fatal  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # A background task of either role that dies stops the whole process (exit 1).
+    fatal = install_process_fatal()
+    fatal_watch = asyncio.create_task(fatal.event.wait())
+    fatal_watch.add_done_callback(lambda _: stop.set())
     controller: ControllerServer | None = None
     broker: BrokerServer | None = None
     try:
@@ -156,11 +161,14 @@ async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig 
                 starting.result()  # raise start-up errors
         await stop.wait()
     finally:
+        fatal_watch.cancel()
         # The broker first: its controlled shutdown needs the quorum, ours included.
         if broker is not None:
             await broker.stop()
         if controller is not None:
             await controller.stop()
+        fatal.cancel_watchdog()
+    return 0 if fatal.reason is None else 1
 
 
 @click.command("server")
@@ -186,8 +194,8 @@ def server_command(config_path: Path) -> None:
     )
     configure_logging(level)
     try:
-        asyncio.run(_serve(controller_config, broker_cfg))
+        code = asyncio.run(_serve(controller_config, broker_cfg))
     except OSError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(1) from None
-    raise SystemExit(0)
+    raise SystemExit(code)

@@ -368,6 +368,7 @@ class Sim:
             fetch_offset=position.fetch_offset,
             last_fetched_epoch=position.last_fetched_epoch,
             broker_epoch=self.nodes[f].broker_epoch,
+            registered_epoch=self.nodes[f].broker_epoch,
             now_ms=self.now_ms,
             max_bytes=self.rng.randint(0, FETCH_BYTES_MAX),
             current_leader_epoch=position.leader_epoch,

@@ -31,6 +31,7 @@ from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     Endpoint,
     MetadataRecord,
@@ -73,6 +74,8 @@ def _brokers() -> list[MetadataRecord]:
             incarnation_id=str(uuid.uuid4()),
             broker_epoch=b,
             endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+            # Unfenced: a fenced broker's follower fetches are refused (KIP-903).
+            fenced=False,
         )
         for b in (1, 2, 3)
     ]
@@ -505,6 +508,50 @@ def test_delete_records_route_moves_the_log_start_and_refuses_bad_input(tmp_path
             error = await bad.json()
             assert bad.status == 400 and error["error"] == "INVALID_REQUEST"
             assert "$.partitions[0].offset" in error["message"]
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: Path) -> None:
+    """The shell hands the core the epoch of the follower's registration in the current
+    image (KIP-903): a fetch with another epoch is STALE_BROKER_EPOCH and moves nothing;
+    once the image fences that broker even its registered epoch is refused; a broker
+    outside the replica set is NOT_LEADER_OR_FOLLOWER."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1, 2))
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"a", b"b"))])
+        assert (await h.consume(0)).high_watermark == 0
+
+        async def fetch_as(replica: int, epoch: int) -> Any:
+            (result,) = await h.manager.fetch(
+                replica_id=replica,
+                broker_epoch=epoch,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=1 << 20,
+                partitions=[FetchPartition("t", 0, 2, last_fetched_epoch=None)],
+            )
+            return result
+
+        # _brokers() registers broker b with epoch b.
+        for replica, epoch, error in [
+            (2, -1, "STALE_BROKER_EPOCH"),
+            (2, 7, "STALE_BROKER_EPOCH"),
+            (9, 2, "NOT_LEADER_OR_FOLLOWER"),
+        ]:
+            result = await fetch_as(replica, epoch)
+            assert result.error is not None and result.error.name == error, (replica, epoch)
+            assert (await h.consume(0)).high_watermark == 0
+        h.commit(BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=2, fenced=1))
+        fenced = await fetch_as(2, 2)
+        assert fenced.error is not None and fenced.error.name == "STALE_BROKER_EPOCH"
+        assert (await h.consume(0)).high_watermark == 0
+        h.commit(BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=2, fenced=-1))
+        assert (await fetch_as(2, 2)).error is None
+        assert (await h.consume(0)).high_watermark == 2
         await h.manager.close()
 
     _run(body)

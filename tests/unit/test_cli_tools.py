@@ -243,6 +243,7 @@ def test_low_watermark_is_the_smallest_in_sync_log_start() -> None:
         fetch_offset=100,
         last_fetched_epoch=1,
         broker_epoch=7,
+        registered_epoch=7,
         now_ms=1,
         follower_log_start_offset=40,
     )

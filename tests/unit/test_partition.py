@@ -25,6 +25,7 @@ from raftka.common.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
+    StaleBrokerEpochError,
 )
 from raftka.common.messages import decode
 from raftka.common.messages.delete_records import DeleteRecordsRequest
@@ -84,6 +85,7 @@ def replicate(follower: Replica, leader: Replica, *, now_ms: int = 0, max_bytes:
         fetch_offset=position.fetch_offset,
         last_fetched_epoch=position.last_fetched_epoch,
         broker_epoch=1,
+        registered_epoch=1,
         now_ms=now_ms,
         max_bytes=max_bytes,
         current_leader_epoch=position.leader_epoch,
@@ -256,6 +258,93 @@ def test_tick_proposes_dropping_a_lagging_follower() -> None:
         proposal=proposal, error=None, leader_epoch=1, partition_epoch=2, isr=(1,)
     )
     assert outcome.applied and ready.high_watermark_moved and leader.state.high_watermark == 1
+
+
+def _follower_fetch(
+    leader: Replica,
+    replica_id: int,
+    fetch_offset: int,
+    *,
+    broker_epoch: int,
+    registered_epoch: int | None,
+    now_ms: int = 0,
+):
+    return leader.on_follower_fetch(
+        replica_id=replica_id,
+        fetch_offset=fetch_offset,
+        last_fetched_epoch=1 if fetch_offset else None,
+        broker_epoch=broker_epoch,
+        registered_epoch=registered_epoch,
+        now_ms=now_ms,
+        max_bytes=1 << 20,
+        current_leader_epoch=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("replica_id", "broker_epoch", "registered_epoch", "error"),
+    [
+        (2, -1, 1, StaleBrokerEpochError),  # no epoch at all
+        (2, 0, 1, StaleBrokerEpochError),  # an older incarnation
+        (2, 2, 1, StaleBrokerEpochError),  # newer than the image: not yet vouched for
+        (2, 1, None, StaleBrokerEpochError),  # fenced or unregistered
+        (9, 1, 1, NotLeaderOrFollowerError),  # not a replica of the partition
+    ],
+)
+def test_an_impostor_follower_fetch_is_refused_and_changes_nothing(
+    replica_id: int, broker_epoch: int, registered_epoch: int | None, error: type
+) -> None:
+    """Invariant 9 (KIP-903): with the follower's real log behind, a fetch in its name
+    at the leader's LEO with any broker epoch but its registration's (or from a broker
+    outside the replica set) is refused; the HW, the follower's progress and the ISR
+    state are exactly as before."""
+    leader = core(1)
+    lead(leader, isr=(1, 2))
+    leader.append_as_leader(batch(b"a", b"b"), acks=1)
+    assert leader.state.high_watermark == 0
+    before = (leader.state.follower(2), leader.state.high_watermark, leader.state.maximal_isr)
+    read = _follower_fetch(
+        leader,
+        replica_id,
+        2,
+        broker_epoch=broker_epoch,
+        registered_epoch=registered_epoch,
+        now_ms=10,
+    )
+    assert isinstance(read.error, error) and not read.records
+    assert read.high_watermark == 0 and not read.ready.high_watermark_moved
+    assert read.ready.isr_proposal is None
+    assert (leader.state.follower(2), leader.state.high_watermark, leader.state.maximal_isr) == (
+        before
+    )
+    # The real follower, with its registered epoch, is credited.
+    real = _follower_fetch(leader, 2, 2, broker_epoch=1, registered_epoch=1, now_ms=11)
+    assert real.error is None and leader.state.high_watermark == 2
+
+
+def test_a_follower_restarted_with_an_empty_disk_leaves_the_isr_until_caught_up() -> None:
+    """A new incarnation (a higher registered epoch) fetching from offset 0 while the
+    HW is 2 lost committed records: the leader proposes it out of the ISR at once, the
+    HW does not fall, and it is proposed back only once it holds everything committed."""
+    leader = core(1)
+    lead(leader, isr=(1, 2))
+    leader.append_as_leader(batch(b"a", b"b"), acks=1)
+    assert _follower_fetch(leader, 2, 2, broker_epoch=1, registered_epoch=1).error is None
+    assert leader.state.high_watermark == 2
+    empty = _follower_fetch(leader, 2, 0, broker_epoch=5, registered_epoch=5, now_ms=100)
+    assert empty.error is None and empty.records
+    proposal = empty.ready.isr_proposal
+    assert proposal is not None and proposal.new_isr == (1,) and proposal.changed == (2,)
+    assert leader.state.high_watermark == 2
+    outcome, _ = leader.on_alter_partition_response(
+        proposal=proposal, error=None, leader_epoch=1, partition_epoch=2, isr=(1,)
+    )
+    assert outcome.applied and leader.state.committed_isr == {1}
+    # Catching up halfway is not enough; holding everything committed is.
+    half = _follower_fetch(leader, 2, 1, broker_epoch=5, registered_epoch=5, now_ms=200)
+    assert half.error is None and half.ready.isr_proposal is None
+    back = _follower_fetch(leader, 2, 2, broker_epoch=5, registered_epoch=5, now_ms=300)
+    assert back.ready.isr_proposal is not None and back.ready.isr_proposal.new_isr == (1, 2)
 
 
 def test_memory_and_segment_logs_agree(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from raftka.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    StaleBrokerEpochError,
     UnknownLeaderEpochError,
 )
 from raftka.common.record import Record, build_batch
@@ -79,6 +80,7 @@ def fetch(state: PartitionState, replica: int, offset: int, now_ms: int, epoch: 
         fetch_offset=offset,
         last_fetched_epoch=epoch,
         broker_epoch=7,
+        registered_epoch=7,
         now_ms=now_ms,
     )
 
@@ -267,9 +269,14 @@ def test_stale_broker_epoch_fetch_is_rejected() -> None:
     state, _ = leader()
     assert fetch(state, 2, 0, now_ms=1).error is None
     old = state.on_follower_fetch(
-        replica_id=2, fetch_offset=0, last_fetched_epoch=None, broker_epoch=5, now_ms=2
+        replica_id=2,
+        fetch_offset=0,
+        last_fetched_epoch=None,
+        broker_epoch=5,
+        registered_epoch=5,
+        now_ms=2,
     )
-    assert old.error is NotLeaderOrFollowerError
+    assert old.error is StaleBrokerEpochError
     assert fetch(state, 9, 0, now_ms=1).error is NotLeaderOrFollowerError  # not a replica
 
 

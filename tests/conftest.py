@@ -123,7 +123,9 @@ def extract_blocks(text: str, path: str) -> list[DocBlock]:
         m = _FENCE.match(lines[i])
         if m is None:
             if pending:
-                raise DocsError(f"{path}:{pending[0][0]}: a docs-test marker not right before a fence")
+                raise DocsError(
+                    f"{path}:{pending[0][0]}: a docs-test marker not right before a fence"
+                )
             i += 1
             continue
         fence, lang, start = m["fence"], m["lang"], i
@@ -134,9 +136,12 @@ def extract_blocks(text: str, path: str) -> list[DocBlock]:
         body: list[str] = []
         i += 1
         while i < len(lines) and not (
-            lines[i].strip().startswith(fence[0] * len(fence)) and not lines[i].strip().strip(fence[0])
+            lines[i].strip().startswith(fence[0] * len(fence))
+            and not lines[i].strip().strip(fence[0])
         ):
-            body.append(lines[i][len(m["indent"]) :] if lines[i].startswith(m["indent"]) else lines[i])
+            body.append(
+                lines[i][len(m["indent"]) :] if lines[i].startswith(m["indent"]) else lines[i]
+            )
             i += 1
         if i == len(lines):
             raise DocsError(f"{where}: the code block is never closed")
@@ -203,7 +208,9 @@ def _commands(block: DocBlock) -> list[Command]:
             while shown and not shown[-1]:
                 shown.pop()
             expected = tuple(shown)
-        out.append(Command(line=line_no, text=" ".join(p.strip() for p in parts), expected=expected))
+        out.append(
+            Command(line=line_no, text=" ".join(p.strip() for p in parts), expected=expected)
+        )
     return out
 
 

@@ -15,8 +15,10 @@ config snippets. Here:
   every non-internal topic deleted.
 - Commands run with bash (``-o pipefail``) in a working directory that holds the
   cluster's data directory as ``./raftka-data`` (so ``raftka status`` and the
-  commands' default cluster are the test's) and ``lines.txt`` (four lines, the input
-  of docs/client.md's ``raftka produce ... < lines.txt``). ``.venv/bin/`` in a
+  commands' default cluster are the test's) and ``lines.txt``, the input of
+  docs/client.md's ``raftka produce ... < lines.txt`` (four lines: with the other
+  produce examples there, orders then holds the 10 records its
+  ``raftka consume --max-messages 10`` waits for). ``.venv/bin/`` in a
   command is the bin directory of the interpreter running the tests, which is also
   first on PATH for a bare ``raftka``; ``$RAFTKA_BOOTSTRAP_SERVERS`` is unset.
 - ``python`` blocks run as one program each in a subprocess, with the same directory.
@@ -69,17 +71,23 @@ class DocsEnv:
     env: dict[str, str]
 
     def run(self, command: str, *, merge: bool = False) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", "-o", "pipefail", "-c", _VENV_BIN.sub(f"{BIN}/", command)],
-            cwd=self.work,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
+        try:
+            return subprocess.run(
+                ["bash", "-o", "pipefail", "-c", _VENV_BIN.sub(f"{BIN}/", command)],
+                cwd=self.work,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(
+                f"`{command}` still ran after {COMMAND_TIMEOUT_S:g} s (an example must end "
+                f"by itself); it printed:\n{e.stdout!r}\n{e.stderr!r}"
+            )
 
     def delete_topics(self) -> None:
         with Admin(bootstrap_servers=BOOTSTRAP, default_api_timeout_ms=30_000) as admin:

@@ -33,6 +33,7 @@ from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
+from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.metadata_follower import MetadataFollower
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
@@ -51,6 +52,7 @@ from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
+from raftka.storage.cleaner import LogCleaner
 from raftka.storage.log_manager import LogManager
 
 __all__ = ["BrokerServer", "run_broker"]
@@ -72,8 +74,17 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.logs = LogManager(config.log_dirs)
+        self.logs = LogManager(config.log_dirs, cleaner=LogCleaner(config.cleaner_config()))
         self.manager = ReplicaManager(config=config, logs=self.logs)
+        # log.cleaner.enable: compaction of cleanup.policy=compact topics
+        # (broker/log_cleaning.py); the checkpoint upkeep on truncation and delete runs
+        # even when it is off, so turning it on later starts from a true checkpoint.
+        self.cleaner: LogCleanerService | None = None
+        if config.log_cleaner_enable:
+            assert self.logs.cleaner is not None
+            self.cleaner = LogCleanerService(
+                self.manager, self.logs.cleaner, backoff_ms=config.log_cleaner_backoff_ms
+            )
         self._session: aiohttp.ClientSession | None = None
         self.channel: ControllerChannel | None = None
         self.producer_ids: ProducerIdManager | None = None
@@ -187,6 +198,12 @@ class BrokerServer:
                 self._guard(self.coordinator.run(), "group-coordinator"), name="group-coordinator"
             ),
         ]
+        if self.cleaner is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    self._guard(self.cleaner.run(), "log-cleaner"), name="log-cleaner"
+                )
+            )
 
     async def _guard(self, work: Any, name: str) -> None:
         """Run a background task; a crash is logged loudly (and ends the process's
@@ -249,6 +266,9 @@ class BrokerServer:
                 timeout_ms=self.config.controlled_shutdown_timeout_ms
             )
         self.coordinator.close()
+        if self.cleaner is not None:
+            # Before the logs close: a running pass ends and gives its log back first.
+            await self.cleaner.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -306,6 +326,7 @@ class BrokerServer:
             "fetch_waiters": self.manager.fetch_waiters,
             "produce_waiters": len(self.manager.purgatory),
             "tasks_failed": [t.get_name() for t in self._tasks if t.done() and not t.cancelled()],
+            "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
         }
 
 

@@ -22,6 +22,7 @@ interface and the core's callers change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -108,10 +109,16 @@ class PartitionLog(Protocol):
 class SegmentPartitionLog:
     """:class:`PartitionLog` over the segment log (``raftka.storage.Log``)."""
 
-    __slots__ = ("segment_log",)
+    __slots__ = ("on_truncate", "segment_log")
 
-    def __init__(self, segment_log: Log) -> None:
+    def __init__(
+        self, segment_log: Log, *, on_truncate: Callable[[Log, int], None] | None = None
+    ) -> None:
         self.segment_log = segment_log
+        # Log cleaner hook: told the new log end after every truncation, so a cleaner
+        # checkpoint above it moves down (LogCleaner.truncate_checkpoint); otherwise the
+        # records appended next below the old checkpoint would never be cleaned.
+        self.on_truncate = on_truncate
 
     @property
     def log_start_offset(self) -> int:
@@ -167,9 +174,13 @@ class SegmentPartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         self.segment_log.truncate_to(offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self.segment_log, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.segment_log.truncate_fully_and_start_at(offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self.segment_log, offset)
 
     def delete_records_below(self, offset: int) -> None:
         if offset > self.segment_log.log_start_offset:

@@ -878,6 +878,10 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is None or tp in self._cleaning:
             return
+        # The reopened replica starts from the checkpointed HW: write the current one
+        # first, so consumers do not see it move back.
+        with contextlib.suppress(OSError):
+            self.logs.checkpoint_high_watermarks()
         self.carry_out(p, p.replica.go_offline())
         del self.partitions[tp]
         if self.fetch_targets is not None:

@@ -49,6 +49,7 @@ TOPIC = "compacted"
 SEGMENT_MS = 400
 DELETE_RETENTION_MS = 1_500
 DEADLINE_S = 30.0
+KILL_ROUNDS = 4
 TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": "16384",
@@ -349,25 +350,38 @@ def test_compaction_keeps_latest_values_and_offsets_across_leader_kill9(env: _En
     _check(env.read_all(), acked, cleaned_to, expired_below=expired_below)
     timings["tombstones gone"] = time.monotonic() - started
 
-    # Phase 3: kill -9 the leader when its cleaner is seen starting a pass.
+    # Phase 3: kill -9 the leader while its cleaner runs a pass. Each round makes a pass
+    # due (updates, then a sentinel after segment.ms rolls the active segment) and polls
+    # the leader's /health as fast as it answers for ``cleaning`` naming the partition.
+    # A pass over this log takes milliseconds, so a round can miss it; after
+    # KILL_ROUNDS the kill comes right after a pass was seen to start instead.
     victim = env.leader
     _produce_updates(env, acked, rng, UPDATES // 4)
-    rolls_at = time.time() + SEGMENT_MS / 1000
-    before = env.cleaner(victim).get("passes_started", 0)
     seen: dict[str, Any] = {}
-
-    def pass_began() -> bool:
-        nonlocal seen
-        seen = env.cleaner(victim)
-        return seen.get("cleaning") == f"{TOPIC}-0" or seen.get("passes_started", 0) > before
-
-    # The sentinel after segment.ms rolls the active segment: the next pass is due.
-    wait_for(lambda: time.time() > rolls_at, timeout_s=DEADLINE_S, message="segment.ms")
-    at = env.produce([Record(b"s", key=b"sentinel", timestamp_ms=int(time.time() * 1000))])
-    acked[at] = (b"sentinel", b"s")
-    wait_for(pass_began, timeout_s=DEADLINE_S, message=lambda: f"no pass began: {seen}")
+    mid_pass = False
+    for _ in range(KILL_ROUNDS):
+        _produce_updates(env, acked, rng, BATCH)
+        rolls_at = time.time() + SEGMENT_MS / 1000
+        before = env.cleaner(victim).get("passes_started", 0)
+        wait_for(lambda at=rolls_at: time.time() > at, timeout_s=DEADLINE_S, message="segment.ms")
+        at = env.produce([Record(b"s", key=b"sentinel", timestamp_ms=int(time.time() * 1000))])
+        acked[at] = (b"sentinel", b"s")
+        poll_until = time.monotonic() + 3.0
+        while time.monotonic() < poll_until:  # a deadline-bounded poll, no sleep
+            seen = env.cleaner(victim)
+            if seen.get("cleaning") == f"{TOPIC}-0":
+                mid_pass = True
+                break
+        if mid_pass:
+            break
+    if not mid_pass:
+        wait_for(
+            lambda: env.cleaner(victim).get("passes_started", 0) > before,
+            timeout_s=DEADLINE_S,
+            message=lambda: f"no pass began: {env.cleaner(victim)}",
+        )
     env.brokers[victim].kill()
-    timings["killed during pass"] = float(seen.get("cleaning") == f"{TOPIC}-0")
+    timings["killed mid-pass"] = float(mid_pass)
     env.wait_partition(lambda p: p["leader"] not in (-1, victim), "new leader")
     env.brokers[victim].start()
     env.brokers.wait_unfenced(victim)

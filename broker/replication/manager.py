@@ -204,7 +204,9 @@ class ReplicaManager:
             topic=tip.topic,
             partition=tip.partition,
             local_broker_id=self.broker_id,
-            log=SegmentPartitionLog(opened, on_truncate=self._on_truncate),
+            log=SegmentPartitionLog(
+                opened, on_truncate=self._on_truncate, held=lambda: tp in self._cleaning
+            ),
             high_watermark=self.logs.checkpointed_high_watermark(tp),
             config=self.config.replication_config(topic_config),
             producer_config=self._producer_config,
@@ -524,7 +526,18 @@ class ReplicaManager:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._cleaning:
                 # Nothing from a log the cleaner holds; end_clean fires the signal this
-                # fetch parks on, so it reads again as soon as the pass ends.
+                # fetch parks on, so it reads again as soon as the pass ends. A consumer's
+                # errors (not leader, fenced epoch, out of range) come from the core's
+                # state alone, so they are answered at once.
+                if replica_id < 0:
+                    bounds = p.state.check_consumer_fetch(
+                        fetch_offset=req.fetch_offset,
+                        current_leader_epoch=req.current_leader_epoch,
+                    )
+                    if bounds.error is not None:
+                        error = bounds.error(f"{_name(p.tp)} offset {req.fetch_offset}")
+                        out.append(self._fetch_error(req, error, p))
+                        continue
                 out.append(
                     FetchResult(
                         req.topic,

@@ -109,12 +109,22 @@ class PartitionLog(Protocol):
 class SegmentPartitionLog:
     """:class:`PartitionLog` over the segment log (``raftka.storage.Log``)."""
 
-    __slots__ = ("on_truncate", "segment_log")
+    __slots__ = ("held", "on_truncate", "segment_log")
 
     def __init__(
-        self, segment_log: Log, *, on_truncate: Callable[[Log, int], None] | None = None
+        self,
+        segment_log: Log,
+        *,
+        on_truncate: Callable[[Log, int], None] | None = None,
+        held: Callable[[], bool] | None = None,
     ) -> None:
         self.segment_log = segment_log
+        # Log cleaner hook: True while the cleaner's thread holds this log. The shell
+        # keeps every other call away meanwhile; DeleteRecords (broker/delete_records.py)
+        # still moves the log start (a number and a checkpoint file, which the cleaner
+        # does not touch) but leaves deleting the segments below it to the next
+        # retention check, since the cleaner swaps segments by position in the list.
+        self.held = held
         # Log cleaner hook: told the new log end after every truncation, so a cleaner
         # checkpoint above it moves down (LogCleaner.truncate_checkpoint); otherwise the
         # records appended next below the old checkpoint would never be cleaned.
@@ -185,6 +195,8 @@ class SegmentPartitionLog:
     def delete_records_below(self, offset: int) -> None:
         if offset > self.segment_log.log_start_offset:
             self.segment_log.maybe_increment_log_start_offset(offset)
+        if self.held is not None and self.held():
+            return
         if self.segment_log.delete_retention_segments():
             prune_snapshots(self.segment_log)
 

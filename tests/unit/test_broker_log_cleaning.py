@@ -166,7 +166,7 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
     async def body() -> None:
         cleaner = LogCleaner()
         h = _Harness(tmp_path, COMPACT, cleaner)
-        await _fill(h, rounds=2)
+        await _fill(h)
         end = h.log().log_end_offset
         handed = h.manager.begin_clean(TP)
         assert handed is not None and handed[0] is h.log()
@@ -181,7 +181,18 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
         assert empty.error is None and empty.records == b""
         (by_time,) = h.manager.list_offsets([("t", 0, 0)])
         assert by_time.error is not None and by_time.error.name == "OFFSET_NOT_AVAILABLE"
+        # A consumer's own error needs no log: answered at once.
+        beyond = await h.consume(end + 100)
+        assert beyond.error is not None and beyond.error.name == "OFFSET_OUT_OF_RANGE"
+        # DeleteRecords moves the log start but leaves the segments to retention.
+        segments = h.log().segment_count
+        second = h.log().segment_base_offsets[1]
+        target, _ = h.manager.partitions[TP].replica.delete_records(second)
+        assert target == second and h.log().log_start_offset == second
+        assert h.log().segment_count == segments
+        assert h.manager.enforce_retention() == 0, "retention skips a held log"
         h.manager.end_clean(TP)
+        assert h.manager.enforce_retention() == 1, "the segment below the start goes now"
         appended = await asyncio.wait_for(produce, 5)
         assert appended.error is None and appended.base_offset == end
         woken = await asyncio.wait_for(fetch, 5)

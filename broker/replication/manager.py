@@ -217,7 +217,7 @@ class ReplicaManager:
         return partition
 
     def _become_leader(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
-        if (tip.topic, tip.partition) in self._stop_after_clean:
+        if self._held_back(tip):
             return  # its stop waits for the cleaner; end_clean takes the role after it
         p = self._partition_for(tip)
         change = p.replica.on_metadata_change(
@@ -251,7 +251,7 @@ class ReplicaManager:
         self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
-        if (tip.topic, tip.partition) in self._stop_after_clean:
+        if self._held_back(tip):
             return  # its stop waits for the cleaner; end_clean takes the role after it
         p = self._partition_for(tip)
         change = p.replica.on_metadata_change(
@@ -849,6 +849,16 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None:
             p.signal.fire()  # parked fetches read again
+
+    def _held_back(self, tip: TopicIdPartition) -> bool:
+        """True if a role change for ``tip`` must wait for the cleaner: the replica's
+        stop is already deferred, or ``tip`` is a new topic of the same name as the
+        one whose log the cleaner holds (the old replica is deleted first)."""
+        tp = (tip.topic, tip.partition)
+        existing = self.partitions.get(tp)
+        if tp in self._cleaning and existing is not None and existing.topic_id != tip.topic_id:
+            self._stop_after_clean[tp] = (True, existing.topic_id)
+        return tp in self._stop_after_clean
 
     def is_cleaning(self, tp: TopicPartition) -> bool:
         return tp in self._cleaning

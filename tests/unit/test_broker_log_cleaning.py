@@ -398,3 +398,27 @@ def test_the_values_raftka_implements_pass_and_joined_rules_are_checked() -> Non
         validate_topic_configs({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
     # Every key the segment log reads is a topic config the controller knows.
     assert set(TOPIC_CONFIGS) >= LOG_CONFIG_KEYS
+
+
+def test_a_topic_recreated_while_its_log_is_held_gets_a_new_log_after_the_pass(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        h = _Harness(tmp_path, COMPACT, LogCleaner())
+        await _fill(h, rounds=2)
+        old_log = h.log()
+        assert h.manager.begin_clean(TP) is not None
+        new_id = str(uuid.uuid4())
+        h.commit(
+            RemoveTopicRecord(topic_id=TOPIC_ID),
+            TopicRecord(name="t", topic_id=new_id),
+            PartitionRecord(partition_id=0, topic_id=new_id, replicas=(1,), isr=(1,), leader=1),
+        )
+        assert h.manager.partitions[TP].topic_id == TOPIC_ID, "untouched during the pass"
+        h.manager.end_clean(TP)
+        p = h.manager.partitions[TP]
+        assert p.topic_id == new_id and p.log is not old_log and p.state.is_leader
+        assert p.log.log_end_offset == 0
+        await h.manager.close()
+
+    _run(body)

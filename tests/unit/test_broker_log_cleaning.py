@@ -25,12 +25,22 @@ from typing import Any
 import pytest
 
 from raftka.broker.config import BrokerConfig, load_broker_config
-from raftka.broker.coordinator.service import OFFSETS_TOPIC_CONFIGS
+from raftka.broker.coordinator.group_records import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    offset_commit_record,
+)
+from raftka.broker.coordinator.service import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_CONFIGS,
+    GroupCoordinatorService,
+)
 from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.metadata_follower import MetadataApplier
 from raftka.broker.replication.manager import FetchPartition, ReplicaManager
 from raftka.common.errors import InvalidConfigError, KafkaStorageError
 from raftka.common.record import Record, build_batch, decode_batches, iter_records
+from raftka.common.structs import TopicPartition
 from raftka.metadata.metadata_records import (
     ConfigRecord,
     Endpoint,
@@ -63,7 +73,15 @@ COMPACT = {
 class _Harness:
     """One broker (id 1) leading ``t-0`` alone (ISR {1}), its topic configs given."""
 
-    def __init__(self, tmp_path: Path, configs: Mapping[str, str], cleaner: LogCleaner) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        configs: Mapping[str, str],
+        cleaner: LogCleaner,
+        *,
+        topic: str = "t",
+    ) -> None:
+        self.topic = topic
         self.config = BrokerConfig(
             node_id=1,
             listen_host="127.0.0.1",
@@ -88,8 +106,8 @@ class _Harness:
                 )
                 for b in (1, 2, 3)
             ],
-            TopicRecord(name="t", topic_id=TOPIC_ID),
-            *[ConfigRecord("topic", "t", k, v) for k, v in configs.items()],
+            TopicRecord(name=topic, topic_id=TOPIC_ID),
+            *[ConfigRecord("topic", topic, k, v) for k, v in configs.items()],
             PartitionRecord(partition_id=0, topic_id=TOPIC_ID, replicas=(1,), isr=(1,), leader=1),
         )
 
@@ -106,11 +124,13 @@ class _Harness:
         for image, changes in self.applier.apply_answer(answer):
             self.manager.apply_metadata(image, changes)
 
-    async def produce(self, *pairs: tuple[bytes, bytes | None], timeout_ms: int = 5_000) -> Any:
-        now = int(time.time() * 1000)
+    async def produce(
+        self, *pairs: tuple[bytes, bytes | None], timeout_ms: int = 5_000, age_ms: int = 0
+    ) -> Any:
+        now = int(time.time() * 1000) - age_ms
         batch = build_batch([Record(v, key=k, timestamp_ms=now) for k, v in pairs])
         (result,) = await self.manager.produce(
-            acks=1, timeout_ms=timeout_ms, entries=[("t", 0, batch)]
+            acks=1, timeout_ms=timeout_ms, entries=[(self.topic, 0, batch)]
         )
         return result
 
@@ -140,7 +160,7 @@ class _Harness:
                 offset = max(offset, batch.header.next_offset)
 
     def log(self) -> Log:
-        found = self.logs.get(TP)
+        found = self.logs.get((self.topic, 0))
         assert found is not None
         return found
 
@@ -419,6 +439,58 @@ def test_a_topic_recreated_while_its_log_is_held_gets_a_new_log_after_the_pass(
         p = h.manager.partitions[TP]
         assert p.topic_id == new_id and p.log is not old_log and p.state.is_leader
         assert p.log.log_end_offset == 0
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_the_coordinator_loads_a_compacted_offsets_partition(tmp_path: Path) -> None:
+    """__consumer_offsets cleaned (superseded commits gone, a deleted group's tombstones
+    and keys gone after delete.retention.ms, offset gaps): the coordinator's load gives
+    the latest committed offset of every live key, as a replay of the whole log would."""
+
+    async def body() -> None:
+        cleaner = LogCleaner()
+        configs = {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": "2048", "delete.retention.ms": "0"}
+        h = _Harness(tmp_path, configs, cleaner, topic=OFFSETS_TOPIC)
+        expected: dict[TopicPartition, int] = {}
+        for offset in range(40):
+            tp = TopicPartition("orders", offset % 4)
+            records = [
+                offset_commit_record(
+                    OffsetCommitKey("g", tp.topic, tp.partition),
+                    OffsetCommitValue(offset, -1, "", int(time.time() * 1000)),
+                ),
+                offset_commit_record(
+                    OffsetCommitKey("gone", tp.topic, tp.partition),
+                    OffsetCommitValue(offset, -1, "", int(time.time() * 1000)),
+                ),
+            ]
+            produced = await h.produce(*[(r.key, r.value) for r in records], age_ms=60_000)
+            assert produced.error is None
+            expected[tp] = offset
+        tombstones = [
+            offset_commit_record(OffsetCommitKey("gone", "orders", i), None) for i in range(4)
+        ]
+        produced = await h.produce(*[(r.key, r.value) for r in tombstones], age_ms=60_000)
+        assert produced.error is None
+        h.log().roll()  # every record in a cleanable segment (old: tombstones expire)
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        stats = await service.clean_one()
+        assert stats is not None and stats.cleaned and stats.tombstones_removed == 4
+        coordinator = GroupCoordinatorService(
+            config=h.config, replicas=h.manager, channel=lambda: None
+        )
+        coordinator.on_metadata()
+        await asyncio.gather(*coordinator._tasks)  # the load
+        assert coordinator.core.list_groups().error is None
+        fetched = coordinator.core.offset_fetch(group_id="g", partitions=None)
+        assert fetched.error is None
+        assert {tp: v.offset for tp, v in fetched.offsets.items()} == expected
+        gone = coordinator.core.offset_fetch(group_id="gone", partitions=None)
+        assert gone.error is None and not gone.offsets
+        coordinator.close()
+        await service.close()
         await h.manager.close()
 
     _run(body)

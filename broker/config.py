@@ -35,7 +35,17 @@ group.min.session.timeout.ms               6000        session.timeout.ms bounds
 group.max.session.timeout.ms               1800000
 group.max.size                             2147483647  members per group
 log.segment.bytes, log.retention.ms, ...   (LogConfig) broker-wide log defaults
+log.cleaner.enable                         true        run the log cleaner (compaction)
+log.cleaner.backoff.ms                     15000       cleaner's sleep when nothing to do
+log.cleaner.dedupe.buffer.size             134217728   the cleaner's offset map bound
+log.cleaner.io.buffer.size                 524288      kept bytes buffered per write
+log.cleaner.threads                        1           only 1 (refused otherwise)
 ========================================== =========== ==================================
+
+``log.cleaner.threads`` accepts only 1 (raftka runs one cleaner thread per broker, the
+whole dedupe buffer is its own); any other value is refused by name rather than
+accepted and ignored. ``log.cleaner.io.max.bytes.per.second`` (throttling) is not
+implemented and so not accepted.
 
 ``controlled.shutdown.timeout.ms`` is raftka's: Kafka's KRaft broker waits for the
 controller without a bound of its own; a process manager's stop timeout bounds it.
@@ -52,9 +62,16 @@ from typing import Final
 
 from raftka.broker.replication.partition_state import ReplicationConfig
 from raftka.common.errors import InvalidConfigError
+from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.node_config import NodeConfig, load_node_config
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.process_config import ConfigError
+from raftka.storage.cleaner import (
+    DEDUPE_BUFFER_BYTES_DEFAULT,
+    IO_BUFFER_BYTES_DEFAULT,
+    MAP_ENTRY_OVERHEAD_BYTES,
+    CleanerConfig,
+)
 from raftka.storage.log_config import LogConfig
 from raftka.storage.log_validator import ValidationConfig, compression_for
 
@@ -112,10 +129,17 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "group.min.session.timeout.ms": (6_000, 1),
     "group.max.session.timeout.ms": (1_800_000, 1),
     "group.max.size": (2**31 - 1, 1),
+    # The log cleaner (Kafka's log.cleaner.*; storage/cleaner.py, broker/log_cleaning.py).
+    "log.cleaner.backoff.ms": (15_000, 0),
+    "log.cleaner.dedupe.buffer.size": (DEDUPE_BUFFER_BYTES_DEFAULT, MAP_ENTRY_OVERHEAD_BYTES),
+    "log.cleaner.io.buffer.size": (IO_BUFFER_BYTES_DEFAULT, HEADER_SIZE),
+    "log.cleaner.threads": (1, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
-    set(_INT_KEYS) | set(_LOG_KEYS) | {"controlled.shutdown.enable", "broker.rack"}
+    set(_INT_KEYS)
+    | set(_LOG_KEYS)
+    | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
 )
 
 
@@ -159,6 +183,10 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = DEDUPE_BUFFER_BYTES_DEFAULT
+    log_cleaner_io_buffer_size: int = IO_BUFFER_BYTES_DEFAULT
     log_level: str = "INFO"
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
@@ -209,6 +237,12 @@ class BrokerConfig:
                 continue
             kept[key] = value
         return LogConfig.from_properties(kept)
+
+    def cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(
+            dedupe_buffer_bytes=self.log_cleaner_dedupe_buffer_size,
+            io_buffer_bytes=self.log_cleaner_io_buffer_size,
+        )
 
     def validation_config(
         self, log_config: LogConfig, topic_config: Mapping[str, str]
@@ -262,6 +296,13 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         LogConfig.from_properties(log_defaults)
     except InvalidConfigError as e:
         raise ConfigError(f"log settings: {e.message}") from None
+    if _int(props, "log.cleaner.threads") != 1:
+        # One cleaner thread per broker is what raftka runs; more would be a setting
+        # accepted and not honoured.
+        raise ConfigError(
+            f"log.cleaner.threads must be 1 (raftka runs one cleaner thread), "
+            f"got {props['log.cleaner.threads']!r}"
+        )
     voters = sorted(node.voters.items())
     controllers = tuple(f"{host}:{port}" for _, (host, port) in voters)
     return BrokerConfig(
@@ -305,6 +346,10 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         group_min_session_timeout_ms=_int(props, "group.min.session.timeout.ms"),
         group_max_session_timeout_ms=_int(props, "group.max.session.timeout.ms"),
         group_max_size=_int(props, "group.max.size"),
+        log_cleaner_enable=_bool(props, "log.cleaner.enable", True),
+        log_cleaner_backoff_ms=_int(props, "log.cleaner.backoff.ms"),
+        log_cleaner_dedupe_buffer_size=_int(props, "log.cleaner.dedupe.buffer.size"),
+        log_cleaner_io_buffer_size=_int(props, "log.cleaner.io.buffer.size"),
         log_level=node.log_level,
         log_defaults=log_defaults,
     )

@@ -34,6 +34,7 @@ from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
+from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.metadata_follower import MetadataFollower
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
@@ -57,6 +58,7 @@ from raftka.server_common.supervision import (
     Supervisor,
     install_process_fatal,
 )
+from raftka.storage.cleaner import LogCleaner
 from raftka.storage.log_manager import LogManager
 
 __all__ = ["BrokerServer", "run_broker"]
@@ -78,8 +80,17 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.logs = LogManager(config.log_dirs)
+        self.logs = LogManager(config.log_dirs, cleaner=LogCleaner(config.cleaner_config()))
         self.manager = ReplicaManager(config=config, logs=self.logs)
+        # log.cleaner.enable: compaction of cleanup.policy=compact topics
+        # (broker/log_cleaning.py); the checkpoint upkeep on truncation and delete runs
+        # even when it is off, so turning it on later starts from a true checkpoint.
+        self.cleaner: LogCleanerService | None = None
+        if config.log_cleaner_enable:
+            assert self.logs.cleaner is not None
+            self.cleaner = LogCleanerService(
+                self.manager, self.logs.cleaner, backoff_ms=config.log_cleaner_backoff_ms
+            )
         self._session: aiohttp.ClientSession | None = None
         self.channel: ControllerChannel | None = None
         self.producer_ids: ProducerIdManager | None = None
@@ -189,6 +200,10 @@ class BrokerServer:
         spawn("log-retention", self._retention_timer)
         spawn("producer-expiry", self._producer_expiry_timer)
         spawn("group-coordinator", self.coordinator.run)
+        if self.cleaner is not None:
+            # The cleaner service recovers a log from its storage errors itself; an
+            # unexpected crash restarts it with a backoff (Kafka restarts cleaner threads).
+            spawn("log-cleaner", self.cleaner.run, restart=True)
 
     def _spawn_fetcher(
         self, name: str, factory: Callable[[], Coroutine[Any, Any, None]]
@@ -248,6 +263,9 @@ class BrokerServer:
                 timeout_ms=self.config.controlled_shutdown_timeout_ms
             )
         self.coordinator.close()
+        if self.cleaner is not None:
+            # Before the logs close: a running pass ends and gives its log back first.
+            await self.cleaner.close()
         await self.supervisor.stop()  # (supervise) the background tasks
         if self.fetchers is not None:
             await self.fetchers.close()
@@ -302,6 +320,7 @@ class BrokerServer:
             "produce_waiters": len(self.manager.purgatory),
             # (supervise) task_restarts (per task) and tasks_failed
             **self.supervisor.health(),
+            "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
         }
 
 

@@ -9,6 +9,18 @@ parsed value (a lower bound, a range, or a set of allowed strings). ``validate_t
 is the gate CreateTopics and IncrementalAlterConfigs pass every key through; anything
 wrong raises :class:`InvalidConfigError` naming the key and the value.
 
+The gate is the broker's own code too: every key the segment log reads is also passed
+through :meth:`raftka.storage.log_config.LogConfig.from_properties` (per key, and over the
+topic's whole set by :func:`validate_topic_configs` for rules that join keys, such as
+min.compaction.lag.ms <= max.compaction.lag.ms), so a value the broker would refuse is
+refused here, by name, instead of being accepted and then dropped on every broker.
+
+Keys Kafka defines that raftka does not implement (:data:`NOT_SUPPORTED`) are accepted
+only at the value that *is* raftka's behaviour (``preallocate=false``;
+``segment.jitter.ms=0``);
+any other value is INVALID_CONFIG "not supported by raftka" naming the key, never
+accepted and ignored.
+
 ``broker_synonym`` is the cluster-wide broker config whose value a topic inherits when it
 has no override (``retention.ms`` <- ``log.retention.ms``), which DescribeConfigs
 reports as the source ``DYNAMIC_DEFAULT_BROKER_CONFIG``.
@@ -21,13 +33,17 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from raftka.common.errors import InvalidConfigError
+from raftka.storage.log_config import LogConfig
 
 __all__ = [
+    "LOG_CONFIG_KEYS",
+    "NOT_SUPPORTED",
     "TOPIC_CONFIGS",
     "ConfigType",
     "TopicConfigDef",
     "parse_bool",
     "validate_topic_config",
+    "validate_topic_configs",
 ]
 
 ConfigType: TypeAlias = Literal["INT", "LONG", "DOUBLE", "BOOLEAN", "STRING", "LIST"]
@@ -121,7 +137,7 @@ TOPIC_CONFIGS: Final[Mapping[str, TopicConfigDef]] = _defs(
     _D(
         "message.timestamp.after.max.ms",
         "LONG",
-        str(_LONG_MAX),
+        "3600000",  # Kafka 4.0's default (KIP-1030), as LogConfig has it
         _at_least(0),
         "log.message.timestamp.after.max.ms",
     ),
@@ -147,6 +163,18 @@ TOPIC_CONFIGS: Final[Mapping[str, TopicConfigDef]] = _defs(
     ),
 )
 del _D
+
+#: The topic keys the segment log reads (LogConfig's fields under Kafka's names).
+LOG_CONFIG_KEYS: Final = frozenset(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
+
+#: Kafka topic keys raftka does not implement -> the one value that is raftka's
+#: behaviour (accepted; anything else is refused). docs/operations.md lists them.
+NOT_SUPPORTED: Final[Mapping[str, object]] = {
+    # Segment files grow as written; none is preallocated.
+    "preallocate": False,
+    # Rolls happen exactly at segment.ms (storage/log_config.py).
+    "segment.jitter.ms": 0,
+}
 
 
 def parse_bool(value: str) -> bool | None:
@@ -203,3 +231,31 @@ def validate_topic_config(name: str, value: str | None) -> None:
     problem = definition.check(parsed) if definition.check is not None else None
     if problem is not None:
         raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {problem}")
+    if name in NOT_SUPPORTED and parsed != NOT_SUPPORTED[name]:
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: not supported by raftka "
+            f"(only {name}={_shown(NOT_SUPPORTED[name])}, what raftka does)"
+        )
+    if name in LOG_CONFIG_KEYS:
+        # The broker's own rule for the key (bounds Kafka's table does not have, such as
+        # segment.index.bytes >= 12), so the broker never drops what was accepted here.
+        try:
+            LogConfig.from_properties({name: value})
+        except InvalidConfigError as e:
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {name}: {e.message}"
+            ) from None
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> None:
+    """Raise InvalidConfigError unless a topic's whole set of overrides (after a create
+    or an alter) passes the log's rules that join several keys."""
+    log_keys = {k: v for k, v in configs.items() if k in LOG_CONFIG_KEYS}
+    try:
+        LogConfig.from_properties(log_keys)
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"Invalid topic configs: {e.message}") from None
+
+
+def _shown(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -67,7 +67,11 @@ from raftka.metadata.metadata_records import (
     TopicRecord,
 )
 from raftka.metadata.placement import assign_replicas
-from raftka.metadata.topic_config import TOPIC_CONFIGS, validate_topic_config
+from raftka.metadata.topic_config import (
+    TOPIC_CONFIGS,
+    validate_topic_config,
+    validate_topic_configs,
+)
 
 __all__ = [
     "TOPIC_NAME_LENGTH_MAX",
@@ -226,6 +230,7 @@ class TopicControl:
             )
         for key in sorted(topic.configs):
             validate_topic_config(key, topic.configs[key])
+        validate_topic_configs(topic.configs)
         usable = usable_brokers(image)
         if topic.assignments is not None:
             assignment = self._check_assignments(image, topic.assignments, first_partition=0)
@@ -496,6 +501,7 @@ class TopicControl:
         if duplicates:
             raise InvalidRequestError(f"Duplicate config keys in one request: {duplicates}")
         current = image.configs.config(ConfigResource("topic", name))
+        after = dict(current)  # the topic's overrides once every op applies
         records: list[MetadataRecord] = []
         for op in resource.ops:
             definition = TOPIC_CONFIGS.get(op.name)
@@ -524,4 +530,9 @@ class TopicControl:
             validate_topic_config(op.name, new)
             if current.get(op.name) != new:
                 records.append(ConfigRecord("topic", name, op.name, new))
+            if new is None:
+                after.pop(op.name, None)
+            else:
+                after[op.name] = new
+        validate_topic_configs(after)
         return records

@@ -11,6 +11,11 @@ line, then ``topic partition offset`` lines), written atomically (temp file, fsy
 rename, fsync of the directory) every ``replica.high.watermark.checkpoint.interval.ms``
 and at shutdown, and read at start-up so a restarted replica does not begin at HW 0.
 
+The broker's log cleaner (:class:`~raftka.storage.cleaner.LogCleaner`, given to the
+manager) keeps one ``cleaner-offset-checkpoint`` per log dir; deleting a partition drops
+its entry there (``LogCleaner.forget``), so a topic recreated under the same name starts
+with no stale first dirty offset.
+
 A deleted partition's directory is renamed to ``<topic>-<partition>.<uuid>-delete``
 (atomic, so a crash mid-delete leaves no half partition under the live name) and then
 removed.
@@ -34,6 +39,7 @@ from typing import Final
 
 from raftka.storage import Log, LogConfig
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir
+from raftka.storage.cleaner import LogCleaner
 
 __all__ = [
     "HW_CHECKPOINT_FILE",
@@ -111,9 +117,14 @@ class LogManager:
     """The open partition logs of this broker, by (topic, partition)."""
 
     def __init__(
-        self, log_dirs: Iterable[Path], *, clock_ms: Callable[[], int] | None = None
+        self,
+        log_dirs: Iterable[Path],
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        cleaner: LogCleaner | None = None,
     ) -> None:
         self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self.cleaner = cleaner
         assert self.log_dirs, "at least one log dir"
         self._clock_ms = clock_ms or _wall_clock_ms
         self._logs: dict[TopicPartition, Log] = {}
@@ -139,6 +150,10 @@ class LogManager:
     def stored(self) -> list[TopicPartition]:
         """Every partition with a directory on disk (open or not)."""
         return sorted(self._dir_of)
+
+    def compacted(self) -> list[tuple[TopicPartition, Log]]:
+        """The open logs whose cleanup.policy includes compact (the cleaner's work)."""
+        return [(tp, lg) for tp, lg in sorted(self._logs.items()) if lg.config.compact]
 
     def checkpointed_high_watermark(self, tp: TopicPartition) -> int:
         return self._checkpointed.get(tp, 0)
@@ -189,6 +204,16 @@ class LogManager:
         path.rename(doomed)
         fsync_dir(parent)
         shutil.rmtree(doomed, ignore_errors=True)
+        if self.cleaner is not None:
+            try:
+                self.cleaner.forget(path)
+            except OSError as e:
+                # A stale entry is clamped to the log by the cleaner (first_dirty_offset),
+                # so this costs at most an uncleaned range, never data.
+                log.warning(
+                    "dropping the cleaner checkpoint entry failed",
+                    extra={"fields": {"partition": path.name, "error": str(e)}},
+                )
 
     # -------------------------------------------------------------- checkpoints
 

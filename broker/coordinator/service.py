@@ -98,10 +98,16 @@ LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 WAITERS_PER_MEMBER_MAX: Final = 8
 #: How long the timer sleeps at most when the core names no earlier deadline.
 TIMER_IDLE_MS_MAX: Final = 1_000
-#: Topic configs of __consumer_offsets. raftka has no log cleaner, so the log must not
-#: be deleted by time or size either: retention would drop committed offsets that
-#: compaction would have kept.
-OFFSETS_TOPIC_CONFIGS: Final = {"retention.ms": "-1", "retention.bytes": "-1"}
+#: Topic configs of __consumer_offsets, Kafka's: compacted (the broker's log cleaner
+#: keeps the latest record of each group and offset key and drops what tombstones
+#: delete, so a load after failover reads about one record per live key), and
+#: ``offsets.topic.segment.bytes``' default of 100 MiB so segments roll and become
+#: cleanable well before the 1 GiB log default. cleanup.policy=compact alone: time and
+#: size retention never delete committed offsets. A cluster whose topic was created
+#: before this with retention.ms=-1 keeps that config (a topic's configs are the
+#: controller's, never rewritten by brokers): it grows without bound until an operator
+#: sets cleanup.policy=compact on it (docs/operations.md).
+OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 T = TypeVar("T")
 
@@ -286,8 +292,15 @@ class GroupCoordinatorService:
             end = p.log.log_end_offset
             offset = p.log.log_start_offset
             while offset < end:
+                # The log cleaner may hold this log (broker/log_cleaning.py): wait for it
+                # to give it back before every read (each step yields to the loop).
+                await self._replicas.wait_clean_ended(p.tp)
                 if self._owned.get(partition) != generation:
                     return  # unloaded (and maybe reloaded) meanwhile
+                current = self._replicas.partitions.get(p.tp)
+                if current is None:
+                    return  # stopped meanwhile; on_metadata unloads it
+                p = current  # reopened after a cleaner error: the same log, a new object
                 data = p.log.read(offset, LOAD_BUFFER_BYTES, max_offset=end, min_one_batch=True)
                 batches = list(decode_batches(data))
                 if not batches:

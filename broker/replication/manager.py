@@ -34,6 +34,16 @@ the purgatory change together between two awaits (no locks needed).
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
   :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
+- **Log cleaner exclusion** (:meth:`begin_clean` / :meth:`end_clean`, used by
+  :mod:`raftka.broker.log_cleaning`): while the cleaner's worker thread runs
+  ``clean_once`` on a partition's log, that ``Log`` belongs to the thread and the loop
+  does not touch it (no append, read, truncation, retention, close). Produces to it
+  wait for the pass to end (queued in arrival order, bounded by their timeout); fetches
+  read nothing from it and park until the pass ends; a follower's fetched records for
+  it are dropped and fetched again; a ListOffsets by timestamp answers
+  OFFSET_NOT_AVAILABLE (retriable); a stop or delete waits for the pass. Ownership is
+  handed over on the loop, so the flag needs no lock.
+
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).
 """
@@ -70,6 +80,7 @@ from raftka.common.errors import (
     InvalidRequiredAcksError,
     KafkaError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     RequestTimedOutError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -79,6 +90,7 @@ from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.storage import Log
 from raftka.storage.log_manager import LogManager, TopicPartition
 
 __all__ = [
@@ -138,6 +150,10 @@ class ReplicaManager:
         self._stopping = False
         # Fetches parked in their long poll now (Kafka's fetch purgatory size).
         self.fetch_waiters = 0
+        # Partitions whose log the cleaner thread holds now -> done when it gives it back.
+        self._cleaning: dict[TopicPartition, asyncio.Future[None]] = {}
+        # stop_replica calls that waited for a clean: tp -> delete?
+        self._stop_after_clean: dict[TopicPartition, tuple[bool, str | None]] = {}
 
     # ================================================================ metadata
 
@@ -188,7 +204,9 @@ class ReplicaManager:
             topic=tip.topic,
             partition=tip.partition,
             local_broker_id=self.broker_id,
-            log=SegmentPartitionLog(opened),
+            log=SegmentPartitionLog(
+                opened, on_truncate=self._on_truncate, held=lambda: tp in self._cleaning
+            ),
             high_watermark=self.logs.checkpointed_high_watermark(tp),
             config=self.config.replication_config(topic_config),
             producer_config=self._producer_config,
@@ -199,6 +217,8 @@ class ReplicaManager:
         return partition
 
     def _become_leader(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
+        if self._held_back(tip):
+            return  # its stop waits for the cleaner; end_clean takes the role after it
         p = self._partition_for(tip)
         change = p.replica.on_metadata_change(
             leader_id=self.broker_id,
@@ -231,6 +251,8 @@ class ReplicaManager:
         self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
+        if self._held_back(tip):
+            return  # its stop waits for the cleaner; end_clean takes the role after it
         p = self._partition_for(tip)
         change = p.replica.on_metadata_change(
             leader_id=reg.leader,
@@ -262,6 +284,12 @@ class ReplicaManager:
     def stop_replica(
         self, tp: TopicPartition, *, delete: bool, topic_id: str | None = None
     ) -> None:
+        if tp in self._cleaning:
+            # The cleaner thread holds the log: stop when it gives it back (end_clean).
+            # Until then the partition stays registered, so nothing reopens its log.
+            previous = self._stop_after_clean.get(tp, (False, None))
+            self._stop_after_clean[tp] = (delete or previous[0], topic_id)
+            return
         p = self.partitions.get(tp)
         if p is not None and (topic_id is None or p.topic_id == topic_id):
             self.carry_out(p, p.replica.go_offline())
@@ -348,6 +376,12 @@ class ReplicaManager:
         results: list[ProduceResult] = []
         pending: list[tuple[int, TopicPartition, asyncio.Future[KafkaError | None]]] = []
         for topic, index, data in entries:
+            if (topic, index) in self._cleaning and not await self._clean_ended(
+                (topic, index), deadline_ms
+            ):
+                held = RequestTimedOutError(f"{topic}-{index}: the log cleaner holds the log")
+                results.append(ProduceResult(topic, index, held))
+                continue
             result, future = self._produce_one(
                 request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
             )
@@ -489,6 +523,31 @@ class ReplicaManager:
         out: list[FetchResult] = []
         now = self._clock_ms()
         for req in partitions:
+            p = self.partitions.get((req.topic, req.partition))
+            if p is not None and p.tp in self._cleaning:
+                # Nothing from a log the cleaner holds; end_clean fires the signal this
+                # fetch parks on, so it reads again as soon as the pass ends. A consumer's
+                # errors (not leader, fenced epoch, out of range) come from the core's
+                # state alone, so they are answered at once.
+                if replica_id < 0:
+                    bounds = p.state.check_consumer_fetch(
+                        fetch_offset=req.fetch_offset,
+                        current_leader_epoch=req.current_leader_epoch,
+                    )
+                    if bounds.error is not None:
+                        error = bounds.error(f"{_name(p.tp)} offset {req.fetch_offset}")
+                        out.append(self._fetch_error(req, error, p))
+                        continue
+                out.append(
+                    FetchResult(
+                        req.topic,
+                        req.partition,
+                        None,
+                        high_watermark=p.state.high_watermark,
+                        log_start_offset=p.state.log_start_offset,
+                    )
+                )
+                continue
             if replica_id >= 0:
                 result = self._read_for_follower(replica_id, broker_epoch, req, budget, now)
             else:
@@ -595,6 +654,9 @@ class ReplicaManager:
                 )
             elif timestamp == LATEST_TIMESTAMP:
                 out.append(ListOffsetsResult(topic, index, None, hw, -1, epoch))
+            elif p.tp in self._cleaning:
+                err = OffsetNotAvailableError(f"{_name(p.tp)}: the log cleaner holds the log")
+                out.append(ListOffsetsResult(topic, index, err))
             else:
                 found_ts = p.replica.log.offset_for_timestamp(timestamp)
                 if found_ts is None or found_ts.offset >= hw:
@@ -693,6 +755,8 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader's records for ``p`` (whole batches from our LEO): append them."""
+        if p.tp in self._cleaning:
+            return  # the cleaner holds the log: the fetcher asks again from the same LEO
         answer = p.replica.on_fetch_answer(
             records=records,
             leader_high_watermark=leader_high_watermark,
@@ -709,6 +773,8 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
+        if p.tp in self._cleaning:
+            return  # the cleaner holds the log: the next fetch says it again
         answer = p.replica.on_fetch_answer(
             records=b"",
             leader_high_watermark=leader_high_watermark,
@@ -731,6 +797,8 @@ class ReplicaManager:
 
     def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
         """Our fetch offset is below the leader's log start: restart empty there."""
+        if p.tp in self._cleaning:
+            return  # the cleaner holds the log: the next fetch says it again
         self.carry_out(
             p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
         )
@@ -739,7 +807,11 @@ class ReplicaManager:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention
         check), and the producer-state snapshots below the new log starts; returns the
         number of segments deleted."""
-        return sum(p.replica.enforce_retention() for p in list(self.partitions.values()))
+        return sum(
+            p.replica.enforce_retention()
+            for p in list(self.partitions.values())
+            if p.tp not in self._cleaning  # its turn comes at the next check
+        )
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
@@ -755,6 +827,121 @@ class ReplicaManager:
                 extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
             )
 
+    # ====================================================== log cleaner hooks
+    # The exclusion between the event loop and the cleaner's worker thread (see the
+    # module docstring), the truncation notice and the reopen after a storage error.
+    # broker/log_cleaning.py is the only caller.
+
+    def begin_clean(self, tp: TopicPartition) -> tuple[Log, dict[int, int]] | None:
+        """Hand ``tp``'s log to the cleaner thread; with it, the active producers
+        (producer id -> last offset of its last batch). None if ``tp`` is not here."""
+        p = self.partitions.get(tp)
+        if p is None or tp in self._cleaning or self._stopping:
+            return None
+        self._cleaning[tp] = asyncio.get_running_loop().create_future()
+        active = {
+            pid: entry.last_offset
+            for pid, entry in p.producers.entries.items()
+            if entry.last_offset >= 0
+        }
+        return p.log, active
+
+    def end_clean(self, tp: TopicPartition) -> None:
+        """The cleaner thread gave ``tp``'s log back: wake what waited for it."""
+        done = self._cleaning.pop(tp, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+        stop = self._stop_after_clean.pop(tp, None)
+        if stop is not None:
+            self.stop_replica(tp, delete=stop[0], topic_id=stop[1])
+            # A leader or follower change that came meanwhile (a topic recreated under
+            # the same name) was held back by _become_*: take it now.
+            self._take_role_from_image(tp)
+        p = self.partitions.get(tp)
+        if p is not None:
+            p.signal.fire()  # parked fetches read again
+
+    def _held_back(self, tip: TopicIdPartition) -> bool:
+        """True if a role change for ``tip`` must wait for the cleaner: the replica's
+        stop is already deferred, or ``tip`` is a new topic of the same name as the
+        one whose log the cleaner holds (the old replica is deleted first)."""
+        tp = (tip.topic, tip.partition)
+        existing = self.partitions.get(tp)
+        if tp in self._cleaning and existing is not None and existing.topic_id != tip.topic_id:
+            self._stop_after_clean[tp] = (True, existing.topic_id)
+        return tp in self._stop_after_clean
+
+    def is_cleaning(self, tp: TopicPartition) -> bool:
+        return tp in self._cleaning
+
+    async def wait_clean_ended(self, tp: TopicPartition) -> None:
+        """Until the cleaner gives ``tp``'s log back (at once if it does not hold it)."""
+        done = self._cleaning.get(tp)
+        if done is not None:
+            await asyncio.shield(done)
+
+    async def _clean_ended(self, tp: TopicPartition, deadline_ms: int) -> bool:
+        done = self._cleaning.get(tp)
+        if done is None:
+            return True
+        remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+        try:
+            await asyncio.wait_for(asyncio.shield(done), remaining_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _on_truncate(self, segment_log: Log, offset: int) -> None:
+        cleaner = self.logs.cleaner
+        if cleaner is None:
+            return
+        try:
+            cleaner.truncate_checkpoint(segment_log, offset)
+        except OSError as e:
+            # Left above the log end, the checkpoint is clamped to the log start by the
+            # cleaner: the next pass redoes clean work, nothing is lost.
+            log.error(
+                "cleaner checkpoint truncation failed",
+                extra={"fields": {"path": str(segment_log.path), "error": str(e)}},
+            )
+
+    def reopen_log(self, tp: TopicPartition) -> None:
+        """After the cleaner raised KafkaStorageError on ``tp``: its files may be
+        mid-swap, so close the log and open it again (``Log.open`` finishes or rolls back
+        the swap), then take the partition's role from the current metadata again."""
+        p = self.partitions.get(tp)
+        if p is None or tp in self._cleaning:
+            return
+        # The reopened replica starts from the checkpointed HW: write the current one
+        # first, so consumers do not see it move back.
+        with contextlib.suppress(OSError):
+            self.logs.checkpoint_high_watermarks()
+        self.carry_out(p, p.replica.go_offline())
+        del self.partitions[tp]
+        if self.fetch_targets is not None:
+            self.fetch_targets.remove(tp)
+        try:
+            self.logs.close(tp)
+        except Exception as e:  # the files are what Log.open will repair
+            log.warning(
+                "closing a log after a cleaner error failed",
+                extra={"fields": {"partition": _name(tp), "error": str(e)}},
+            )
+        self._take_role_from_image(tp)
+
+    def _take_role_from_image(self, tp: TopicPartition) -> None:
+        """Lead or follow ``tp`` as the current image says (after a reopen, or after a
+        metadata change that waited for a clean)."""
+        topic = self.image.topics.topic_by_name(tp[0])
+        reg = None if topic is None else topic.partitions.get(tp[1])
+        if topic is None or reg is None:
+            return
+        tip = TopicIdPartition(topic.topic_id, tp[0], tp[1])
+        if reg.leader == self.broker_id:
+            self._become_leader(tip, reg, self._clock_ms())
+        elif self.broker_id in reg.replicas:
+            self._become_follower(tip, reg, self._clock_ms())
+
     # ================================================================ lifecycle
 
     def checkpoint_high_watermarks(self) -> None:
@@ -763,6 +950,11 @@ class ReplicaManager:
     async def close(self) -> None:
         """Fail waiting produces, stop AlterPartition tasks, close the logs cleanly."""
         self._stopping = True
+        for done in list(self._cleaning.values()):
+            # The log cleaner service is closed first (server.stop); this is a backstop
+            # so no log is closed under a running pass.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(done)
         if self._expiry is not None:
             self._expiry.cancel()
         for tp in list(self.partitions):

@@ -22,6 +22,7 @@ interface and the core's callers change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -108,10 +109,26 @@ class PartitionLog(Protocol):
 class SegmentPartitionLog:
     """:class:`PartitionLog` over the segment log (``raftka.storage.Log``)."""
 
-    __slots__ = ("segment_log",)
+    __slots__ = ("held", "on_truncate", "segment_log")
 
-    def __init__(self, segment_log: Log) -> None:
+    def __init__(
+        self,
+        segment_log: Log,
+        *,
+        on_truncate: Callable[[Log, int], None] | None = None,
+        held: Callable[[], bool] | None = None,
+    ) -> None:
         self.segment_log = segment_log
+        # Log cleaner hook: True while the cleaner's thread holds this log. The shell
+        # keeps every other call away meanwhile; DeleteRecords (broker/delete_records.py)
+        # still moves the log start (a number and a checkpoint file, which the cleaner
+        # does not touch) but leaves deleting the segments below it to the next
+        # retention check, since the cleaner swaps segments by position in the list.
+        self.held = held
+        # Log cleaner hook: told the new log end after every truncation, so a cleaner
+        # checkpoint above it moves down (LogCleaner.truncate_checkpoint); otherwise the
+        # records appended next below the old checkpoint would never be cleaned.
+        self.on_truncate = on_truncate
 
     @property
     def log_start_offset(self) -> int:
@@ -167,13 +184,19 @@ class SegmentPartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         self.segment_log.truncate_to(offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self.segment_log, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.segment_log.truncate_fully_and_start_at(offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self.segment_log, offset)
 
     def delete_records_below(self, offset: int) -> None:
         if offset > self.segment_log.log_start_offset:
             self.segment_log.maybe_increment_log_start_offset(offset)
+        if self.held is not None and self.held():
+            return
         if self.segment_log.delete_retention_segments():
             prune_snapshots(self.segment_log)
 

@@ -1,0 +1,497 @@
+"""The broker's log cleaner service (broker/log_cleaning.py) and the hooks it needs in
+the ReplicaManager, in process: real segment logs in a temp dir, no sockets.
+
+- While the cleaner holds a partition's log, produces to it wait (and complete once it
+  is given back), consumer fetches read nothing and park, ListOffsets by timestamp is
+  OFFSET_NOT_AVAILABLE, retention skips it, a delete waits for the pass.
+- The service cleans the dirtiest compacted log; the read-back holds the latest value of
+  each key at its original offset; /health counters move.
+- A follower truncation moves the cleaner checkpoint down; a delete forgets it.
+- Shutdown waits for a running pass; a KafkaStorageError reopens the log.
+- The broker's log.cleaner.* keys, and the controller's refusal of topic configs the
+  broker cannot honour (the broker's own LogConfig rules, unimplemented keys by name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.broker.config import BrokerConfig, load_broker_config
+from raftka.broker.coordinator.group_records import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    offset_commit_record,
+)
+from raftka.broker.coordinator.service import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_CONFIGS,
+    GroupCoordinatorService,
+)
+from raftka.broker.log_cleaning import LogCleanerService
+from raftka.broker.metadata_follower import MetadataApplier
+from raftka.broker.replication.manager import FetchPartition, ReplicaManager
+from raftka.common.errors import InvalidConfigError, KafkaStorageError
+from raftka.common.record import Record, build_batch, decode_batches, iter_records
+from raftka.common.structs import TopicPartition
+from raftka.metadata.metadata_records import (
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from raftka.metadata.topic_config import (
+    LOG_CONFIG_KEYS,
+    TOPIC_CONFIGS,
+    validate_topic_config,
+    validate_topic_configs,
+)
+from raftka.server_common.process_config import ConfigError
+from raftka.storage import Log
+from raftka.storage.cleaner import CleanerStats, LogCleaner, read_cleaner_checkpoint
+from raftka.storage.log_manager import LogManager
+
+TOPIC_ID = str(uuid.uuid4())
+TP = ("t", 0)
+COMPACT = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "1024",
+    "min.cleanable.dirty.ratio": "0.01",
+}
+
+
+class _Harness:
+    """One broker (id 1) leading ``t-0`` alone (ISR {1}), its topic configs given."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        configs: Mapping[str, str],
+        cleaner: LogCleaner,
+        *,
+        topic: str = "t",
+    ) -> None:
+        self.topic = topic
+        self.config = BrokerConfig(
+            node_id=1,
+            listen_host="127.0.0.1",
+            listen_port=1,
+            advertised_host="127.0.0.1",
+            advertised_port=1,
+            log_dirs=(tmp_path / "logs",),
+            controllers=("127.0.0.1:2",),
+        )
+        self.logs = LogManager(self.config.log_dirs, cleaner=cleaner)
+        self.manager = ReplicaManager(config=self.config, logs=self.logs)
+        self.manager.broker_epoch = lambda: 1
+        self.applier = MetadataApplier(broker_id=1)
+        self.offset = 0
+        self.commit(
+            *[
+                RegisterBrokerRecord(
+                    broker_id=b,
+                    incarnation_id=str(uuid.uuid4()),
+                    broker_epoch=b,
+                    endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+                )
+                for b in (1, 2, 3)
+            ],
+            TopicRecord(name=topic, topic_id=TOPIC_ID),
+            *[ConfigRecord("topic", topic, k, v) for k, v in configs.items()],
+            PartitionRecord(partition_id=0, topic_id=TOPIC_ID, replicas=(1,), isr=(1,), leader=1),
+        )
+
+    def commit(self, *records: MetadataRecord) -> None:
+        self.offset += 1
+        answer = {
+            "snapshot": None,
+            "batches": [
+                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
+            ],
+            "next_offset": self.offset + 1,
+            "high_watermark": self.offset + 1,
+        }
+        for image, changes in self.applier.apply_answer(answer):
+            self.manager.apply_metadata(image, changes)
+
+    async def produce(
+        self, *pairs: tuple[bytes, bytes | None], timeout_ms: int = 5_000, age_ms: int = 0
+    ) -> Any:
+        now = int(time.time() * 1000) - age_ms
+        batch = build_batch([Record(v, key=k, timestamp_ms=now) for k, v in pairs])
+        (result,) = await self.manager.produce(
+            acks=1, timeout_ms=timeout_ms, entries=[(self.topic, 0, batch)]
+        )
+        return result
+
+    async def consume(self, offset: int = 0, max_wait_ms: int = 0) -> Any:
+        (result,) = await self.manager.fetch(
+            replica_id=-1,
+            broker_epoch=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partitions=[FetchPartition("t", 0, offset)],
+        )
+        return result
+
+    async def read_all(self) -> list[Any]:
+        """Every record below the HW (a fetch answers from one segment at a time)."""
+        out: list[Any] = []
+        offset = 0
+        while True:
+            result = await self.consume(offset)
+            assert result.error is None, result
+            batches = list(decode_batches(result.records))
+            if not batches:
+                return out
+            for batch in batches:
+                out += [r for r in batch.records if r.offset >= offset]
+                offset = max(offset, batch.header.next_offset)
+
+    def log(self) -> Log:
+        found = self.logs.get((self.topic, 0))
+        assert found is not None
+        return found
+
+
+def _run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(body())  # type: ignore[arg-type]
+
+
+async def _fill(h: _Harness, rounds: int = 6, keys: int = 8) -> dict[bytes, tuple[int, bytes]]:
+    """``rounds`` updates of ``keys`` keys, one produce per round, rolled into several
+    segments by segment.bytes; the latest (offset, value) of each key."""
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    for r in range(rounds):
+        pairs = [(f"k{i}".encode(), f"v{r}-{i}".encode() * 8) for i in range(keys)]
+        result = await h.produce(*pairs)
+        assert result.error is None, result
+        for i, (k, v) in enumerate(pairs):
+            latest[k] = (result.base_offset + i, v)
+    return latest
+
+
+def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: Path) -> None:
+    async def body() -> None:
+        cleaner = LogCleaner()
+        h = _Harness(tmp_path, COMPACT, cleaner)
+        await _fill(h)
+        end = h.log().log_end_offset
+        handed = h.manager.begin_clean(TP)
+        assert handed is not None and handed[0] is h.log()
+        assert h.manager.begin_clean(TP) is None, "one pass per log"
+        produce = asyncio.create_task(h.produce((b"k0", b"late")))
+        fetch = asyncio.create_task(h.consume(end, max_wait_ms=10_000))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done() and not fetch.done()
+        assert h.log().log_end_offset == end, "nothing appended while the cleaner holds it"
+        empty = await h.consume(0)
+        assert empty.error is None and empty.records == b""
+        (by_time,) = h.manager.list_offsets([("t", 0, 0)])
+        assert by_time.error is not None and by_time.error.name == "OFFSET_NOT_AVAILABLE"
+        # A consumer's own error needs no log: answered at once.
+        beyond = await h.consume(end + 100)
+        assert beyond.error is not None and beyond.error.name == "OFFSET_OUT_OF_RANGE"
+        # DeleteRecords moves the log start but leaves the segments to retention.
+        segments = h.log().segment_count
+        second = h.log().segment_base_offsets[1]
+        target, _ = h.manager.partitions[TP].replica.delete_records(second)
+        assert target == second and h.log().log_start_offset == second
+        assert h.log().segment_count == segments
+        assert h.manager.enforce_retention() == 0, "retention skips a held log"
+        h.manager.end_clean(TP)
+        assert h.manager.enforce_retention() == 1, "the segment below the start goes now"
+        appended = await asyncio.wait_for(produce, 5)
+        assert appended.error is None and appended.base_offset == end
+        woken = await asyncio.wait_for(fetch, 5)
+        assert [r.value for r in iter_records(woken.records)] == [b"late"]
+
+        # A produce waits no longer than its timeout: REQUEST_TIMED_OUT (retriable).
+        assert h.manager.begin_clean(TP) is not None
+        late = await h.produce((b"k1", b"x"), timeout_ms=20)
+        assert late.error is not None and late.error.name == "REQUEST_TIMED_OUT"
+        # A topic delete while the cleaner holds the log happens when it is given back.
+        h.commit(RemoveTopicRecord(topic_id=TOPIC_ID))
+        assert TP in h.manager.partitions and h.logs.get(TP) is not None
+        h.manager.end_clean(TP)
+        assert TP not in h.manager.partitions and h.logs.get(TP) is None
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_service_cleans_latest_values_at_original_offsets_and_counts(tmp_path: Path) -> None:
+    async def body() -> None:
+        cleaner = LogCleaner()
+        h = _Harness(tmp_path, COMPACT, cleaner)
+        latest = await _fill(h)
+        await h.produce((b"roll", b"r"))  # the fill's last segment is not the active one
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        assert service.choose(int(time.time() * 1000)) == TP
+        before = h.log().size_bytes
+        stats = await service.clean_one()
+        assert stats is not None and stats.cleaned, stats
+        assert h.log().size_bytes < before
+        assert not h.manager.is_cleaning(TP)
+        health = service.health()
+        assert health["passes_started"] == 1 and health["passes_cleaned"] == 1
+        assert health["last_cleaned"] == "t-0" and health["cleaning"] is None
+        assert read_cleaner_checkpoint(h.log().path.parent)[TP] == stats.end_offset
+        records = await h.read_all()
+        got = {r.key: (r.offset, r.value) for r in records}
+        for key, (offset, value) in latest.items():
+            assert got[key] == (offset, value)
+        below = [r.key for r in records if r.offset < stats.end_offset]
+        assert len(below) == len(set(below)), "one record per key in the cleaned section"
+        # Nothing dirty is left: the next look finds no work.
+        assert await service.clean_one() is None
+        await service.close()
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_truncation_moves_the_checkpoint_down_and_delete_forgets_it(tmp_path: Path) -> None:
+    async def body() -> None:
+        cleaner = LogCleaner()
+        h = _Harness(tmp_path, COMPACT, cleaner)
+        await _fill(h)
+        await h.produce((b"roll", b"r"))
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        stats = await service.clean_one()
+        assert stats is not None and stats.cleaned
+        data_dir = h.log().path.parent
+        assert read_cleaner_checkpoint(data_dir)[TP] == stats.end_offset
+        h.manager.partitions[TP].replica.log.truncate_to(stats.end_offset - 3)
+        assert read_cleaner_checkpoint(data_dir)[TP] == stats.end_offset - 3
+        h.manager.stop_replica(TP, delete=True, topic_id=TOPIC_ID)
+        assert TP not in read_cleaner_checkpoint(data_dir)
+        await service.close()
+        await h.manager.close()
+
+    _run(body)
+
+
+class _BlockingCleaner(LogCleaner):
+    """clean_once waits for ``release`` (a pass in progress), then raises ``error``."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.error = error
+
+    def clean_once(
+        self, log: Log, now_ms: int, *, active_producers: Mapping[int, int] | None = None
+    ) -> CleanerStats:
+        self.started.set()
+        assert self.release.wait(10), "never released"
+        if self.error is not None:
+            raise self.error
+        return super().clean_once(log, now_ms, active_producers=active_producers)
+
+
+def test_shutdown_waits_for_a_running_pass(tmp_path: Path) -> None:
+    async def body() -> None:
+        cleaner = _BlockingCleaner()
+        h = _Harness(tmp_path, COMPACT, cleaner)
+        await _fill(h)
+        await h.produce((b"roll", b"r"))
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        run = asyncio.create_task(service.run())
+        assert await asyncio.to_thread(cleaner.started.wait, 10)
+        assert h.manager.is_cleaning(TP) and service.health()["cleaning"] == "t-0"
+        closing = asyncio.create_task(service.close())
+        run.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not closing.done(), "close returned under a running pass"
+        assert h.manager.is_cleaning(TP), "the log was given back under a running pass"
+        cleaner.release.set()
+        await asyncio.wait_for(closing, 10)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert not h.manager.is_cleaning(TP)
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_a_storage_error_reopens_the_log(tmp_path: Path) -> None:
+    async def body() -> None:
+        cleaner = _BlockingCleaner(KafkaStorageError("disk on fire"))
+        cleaner.release.set()
+        h = _Harness(tmp_path, COMPACT, cleaner)
+        latest = await _fill(h)
+        await h.produce((b"roll", b"r"))
+        old = h.manager.partitions[TP]
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        assert await service.clean_one() is None
+        assert service.health()["storage_errors"] == 1
+        new = h.manager.partitions[TP]
+        assert new is not old and new.log is not old.log and new.state.is_leader
+        got = {r.key: (r.offset, r.value) for r in await h.read_all()}
+        assert all(got[k] == v for k, v in latest.items())
+        await service.close()
+        await h.manager.close()
+
+    _run(body)
+
+
+# ------------------------------------------------------------------- configuration
+
+
+def _broker(tmp_path: Path, extra: str) -> BrokerConfig:
+    path = tmp_path / "broker.properties"
+    path.write_text(
+        "node.id=101\nprocess.roles=broker\n"
+        "controller.quorum.voters=1@127.0.0.1:9093\n"
+        f"listeners=PLAINTEXT://127.0.0.1:9092\nlog.dirs={tmp_path}/logs\n" + extra
+    )
+    return load_broker_config(path)
+
+
+def test_broker_cleaner_keys_have_kafkas_defaults_and_refuse_what_raftka_cannot_do(
+    tmp_path: Path,
+) -> None:
+    config = _broker(tmp_path, "")
+    assert config.log_cleaner_enable is True and config.log_cleaner_backoff_ms == 15_000
+    assert config.cleaner_config().dedupe_buffer_bytes == 128 * 1024 * 1024
+    config = _broker(
+        tmp_path,
+        "log.cleaner.enable=false\nlog.cleaner.backoff.ms=50\n"
+        "log.cleaner.dedupe.buffer.size=1048576\nlog.cleaner.threads=1\n",
+    )
+    assert not config.log_cleaner_enable and config.log_cleaner_backoff_ms == 50
+    assert config.cleaner_config().dedupe_buffer_bytes == 1_048_576
+    for extra, needle in [
+        ("log.cleaner.threads=2\n", "log.cleaner.threads"),
+        ("log.cleaner.dedupe.buffer.size=1\n", "log.cleaner.dedupe.buffer.size"),
+        ("log.cleaner.enable=maybe\n", "log.cleaner.enable"),
+        ("log.cleaner.io.max.bytes.per.second=1\n", "log.cleaner.io.max.bytes.per.second"),
+    ]:
+        with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+            _broker(tmp_path, extra)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("cleanup.policy", "compacted"),
+        ("min.cleanable.dirty.ratio", "2"),
+        ("segment.bytes", "1"),
+        ("segment.index.bytes", "4"),  # Kafka's table allows 4; the log needs 12
+        ("compression.type", "brotli"),  # not one of Kafka's codecs
+        ("preallocate", "true"),
+        ("segment.jitter.ms", "100"),
+    ],
+)
+def test_controller_refuses_what_the_broker_cannot_honour_by_name(key: str, value: str) -> None:
+    with pytest.raises(InvalidConfigError, match=key.replace(".", r"\.")):
+        validate_topic_config(key, value)
+
+
+def test_the_values_raftka_implements_pass_and_joined_rules_are_checked() -> None:
+    for key, value in [
+        ("compression.type", "producer"),
+        ("compression.type", "gzip"),  # the leader re-encodes batches in it
+        ("preallocate", "false"),
+        ("segment.jitter.ms", "0"),
+        ("cleanup.policy", "compact,delete"),
+        ("segment.index.bytes", "12"),
+    ]:
+        validate_topic_config(key, value)
+    validate_topic_configs(OFFSETS_TOPIC_CONFIGS)
+    assert OFFSETS_TOPIC_CONFIGS["cleanup.policy"] == "compact"
+    with pytest.raises(InvalidConfigError, match=r"min\.compaction\.lag\.ms"):
+        validate_topic_configs({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    # Every key the segment log reads is a topic config the controller knows.
+    assert set(TOPIC_CONFIGS) >= LOG_CONFIG_KEYS
+
+
+def test_a_topic_recreated_while_its_log_is_held_gets_a_new_log_after_the_pass(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        h = _Harness(tmp_path, COMPACT, LogCleaner())
+        await _fill(h, rounds=2)
+        old_log = h.log()
+        assert h.manager.begin_clean(TP) is not None
+        new_id = str(uuid.uuid4())
+        h.commit(
+            RemoveTopicRecord(topic_id=TOPIC_ID),
+            TopicRecord(name="t", topic_id=new_id),
+            PartitionRecord(partition_id=0, topic_id=new_id, replicas=(1,), isr=(1,), leader=1),
+        )
+        assert h.manager.partitions[TP].topic_id == TOPIC_ID, "untouched during the pass"
+        h.manager.end_clean(TP)
+        p = h.manager.partitions[TP]
+        assert p.topic_id == new_id and p.log is not old_log and p.state.is_leader
+        assert p.log.log_end_offset == 0
+        await h.manager.close()
+
+    _run(body)
+
+
+def test_the_coordinator_loads_a_compacted_offsets_partition(tmp_path: Path) -> None:
+    """__consumer_offsets cleaned (superseded commits gone, a deleted group's tombstones
+    and keys gone after delete.retention.ms, offset gaps): the coordinator's load gives
+    the latest committed offset of every live key, as a replay of the whole log would."""
+
+    async def body() -> None:
+        cleaner = LogCleaner()
+        configs = {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": "2048", "delete.retention.ms": "0"}
+        h = _Harness(tmp_path, configs, cleaner, topic=OFFSETS_TOPIC)
+        expected: dict[TopicPartition, int] = {}
+        for offset in range(40):
+            tp = TopicPartition("orders", offset % 4)
+            records = [
+                offset_commit_record(
+                    OffsetCommitKey("g", tp.topic, tp.partition),
+                    OffsetCommitValue(offset, -1, "", int(time.time() * 1000)),
+                ),
+                offset_commit_record(
+                    OffsetCommitKey("gone", tp.topic, tp.partition),
+                    OffsetCommitValue(offset, -1, "", int(time.time() * 1000)),
+                ),
+            ]
+            produced = await h.produce(*[(r.key, r.value) for r in records], age_ms=60_000)
+            assert produced.error is None
+            expected[tp] = offset
+        tombstones = [
+            offset_commit_record(OffsetCommitKey("gone", "orders", i), None) for i in range(4)
+        ]
+        produced = await h.produce(*[(r.key, r.value) for r in tombstones], age_ms=60_000)
+        assert produced.error is None
+        h.log().roll()  # every record in a cleanable segment (old: tombstones expire)
+        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        stats = await service.clean_one()
+        assert stats is not None and stats.cleaned and stats.tombstones_removed == 4
+        coordinator = GroupCoordinatorService(
+            config=h.config, replicas=h.manager, channel=lambda: None
+        )
+        coordinator.on_metadata()
+        await asyncio.gather(*coordinator._tasks)  # the load
+        assert coordinator.core.list_groups().error is None
+        fetched = coordinator.core.offset_fetch(group_id="g", partitions=None)
+        assert fetched.error is None
+        assert {tp: v.offset for tp, v in fetched.offsets.items()} == expected
+        gone = coordinator.core.offset_fetch(group_id="gone", partitions=None)
+        assert gone.error is None and not gone.offsets
+        coordinator.close()
+        await service.close()
+        await h.manager.close()
+
+    _run(body)

@@ -1,7 +1,7 @@
 """A broker process's configuration: Kafka's broker keys on top of the node config.
 
 ``raftka broker --config FILE`` reads a ``.properties`` or TOML file through
-:mod:`raftka.metadata.node_config` (``node.id``, ``listeners``, ``advertised.listeners``,
+:mod:`raftka.server_common.node_config` (``node.id``, ``listeners``, ``advertised.listeners``,
 ``controller.quorum.voters``, ``log.dirs``, ...) and adds the broker's own keys
 (:data:`BROKER_KEYS`), with Kafka's names and defaults. Every key must be known: a
 typo is an error naming the key.
@@ -63,8 +63,8 @@ from typing import Final
 from raftka.broker.replication.partition_state import ReplicationConfig
 from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import HEADER_SIZE
-from raftka.metadata.node_config import NodeConfig, load_node_config
 from raftka.metadata.topic_config import parse_bool
+from raftka.server_common.node_config import NodeConfig, load_node_config
 from raftka.server_common.process_config import ConfigError
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,

@@ -13,7 +13,7 @@ Two placements, one interface:
 Every node is a real ``python -m raftka controller|broker --config FILE`` process, a
 child of the runner (reaped on close), wrapped in a :class:`raftka.chaos.nemesis.Node`
 so :class:`~raftka.chaos.nemesis.Kill` can restart it. Config files use the keys the
-processes read (``raftka.metadata.node_config``, ``raftka.broker.config``) with the
+processes read (``raftka.server_common.node_config``, ``raftka.broker.config``) with the
 short local timeouts of :mod:`raftka.local`, so faults show within seconds.
 
 Lookups used by targeted nemeses and recovery checks (``active_controller``,

@@ -33,7 +33,7 @@ from raftka.common.messages.controller import (
     FetchMetadataResponse,
     query_params,
 )
-from raftka.metadata.node_config import load_node_config
+from raftka.server_common.node_config import load_node_config
 from raftka.server_common.process_config import ConfigError
 
 __all__ = ["controller_command", "metadata_group", "quorum_group"]

@@ -97,7 +97,6 @@ from raftka.metadata.controller_api import (
     RegisterBrokerResponse,
     is_active_broker,
 )
-from raftka.metadata.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import (
     BrokerRegistration,
@@ -123,6 +122,7 @@ from raftka.metadata.topic_control import (
     describe_configs,
     topic_name_problem,
 )
+from raftka.server_common.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 
 __all__ = [
     "REBALANCE_ELECTIONS_MAX",

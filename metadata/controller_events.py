@@ -56,8 +56,8 @@ from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.loader import MetadataLoader
 from raftka.metadata.metadata_records import encode_records
-from raftka.metadata.node_config import NodeConfig
 from raftka.raft.quorum.engine import NotLeaderError, QuorumEngine
+from raftka.server_common.node_config import NodeConfig
 from raftka.server_common.supervision import Supervisor
 
 __all__ = [

@@ -29,10 +29,10 @@ from aiohttp import web
 
 from raftka.common.time import monotonic_ms
 from raftka.metadata.controller_events import APPEND_TIMEOUT_MS, ControllerEventLoop
-from raftka.metadata.node_config import NodeConfig
 from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
+from raftka.server_common.node_config import NodeConfig
 from raftka.server_common.supervision import FATAL_SHUTDOWN_DEADLINE_S, install_process_fatal
 
 __all__ = ["ControllerServer", "create_engine", "run_controller", "serve_until_signalled"]

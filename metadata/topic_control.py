@@ -57,7 +57,6 @@ from raftka.metadata.controller_api import (
     is_active_broker,
     usable_brokers,
 )
-from raftka.metadata.controller_config import ControllerConfig
 from raftka.metadata.image import ConfigResource, MetadataImage, TopicImage
 from raftka.metadata.metadata_records import (
     ConfigRecord,
@@ -72,6 +71,7 @@ from raftka.metadata.topic_config import (
     validate_topic_config,
     validate_topic_configs,
 )
+from raftka.server_common.controller_config import ControllerConfig
 
 __all__ = [
     "TOPIC_NAME_LENGTH_MAX",

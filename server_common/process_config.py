@@ -13,7 +13,7 @@ values every layer shares. Two file formats, one set of keys:
   (``process.roles = ["controller"]`` is ``controller``).
 
 Checking the keys and building the typed node configuration is
-``raftka.metadata.node_config`` (it holds the Raft and controller configs, which live
+``raftka.server_common.node_config`` (it holds the Raft and controller configs, which live
 above this layer); the broker adds its own keys in ``raftka.broker.config``. Errors are
 :class:`ConfigError`, naming the key and the file.
 """

@@ -17,7 +17,6 @@ from raftka.raft.quorum.actions import (
     Send,
     SnapshotInstalled,
 )
-from raftka.raft.quorum.config import QuorumConfig
 from raftka.raft.quorum.core import NotLeader, Proposed, QuorumCore
 from raftka.raft.quorum.messages import (
     BeginQuorumEpochRequest,
@@ -46,6 +45,7 @@ from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.snapshots import SnapshotCorruptError, SnapshotStore
 from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
+from raftka.server_common.quorum_config import QuorumConfig
 
 __all__ = [
     "Action",

@@ -44,7 +44,6 @@ from raftka.raft.quorum.actions import (
     Send,
     SnapshotInstalled,
 )
-from raftka.raft.quorum.config import QuorumConfig
 from raftka.raft.quorum.messages import (
     FENCED_LEADER_EPOCH,
     NOT_LEADER_OR_FOLLOWER,
@@ -66,6 +65,7 @@ from raftka.raft.quorum.messages import (
 )
 from raftka.raft.quorum.raft_log import RaftLog
 from raftka.raft.quorum.state import QuorumRole, QuorumState
+from raftka.server_common.quorum_config import QuorumConfig
 
 # The backoff after a lost election doubles from this up to election_backoff_max_ms.
 _BACKOFF_BASE_MS = 50

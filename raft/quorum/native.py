@@ -69,7 +69,6 @@ from raftka.raft.quorum.actions import (
     Send,
     SnapshotInstalled,
 )
-from raftka.raft.quorum.config import QuorumConfig
 from raftka.raft.quorum.core import NotLeader, QuorumCore
 from raftka.raft.quorum.engine import (
     CommitListener,
@@ -83,6 +82,7 @@ from raftka.raft.quorum.quorum_state_file import load_quorum_state, write_quorum
 from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
+from raftka.server_common.quorum_config import QuorumConfig
 from raftka.server_common.supervision import process_fatal
 
 logger = logging.getLogger("raftka.raft.quorum")

@@ -34,7 +34,7 @@ from typing import Any, Final
 import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
-from raftka.metadata.node_config import NodeConfig, node_config_from_properties
+from raftka.server_common.node_config import NodeConfig, node_config_from_properties
 from raftka.server_common.process_config import ConfigError, read_config_file
 
 __all__ = ["combined_configs", "server_command", "split_listeners"]

@@ -27,10 +27,10 @@ from raftka.metadata.controller import (
     QuorumController,
     RegisterBrokerRequest,
 )
-from raftka.metadata.controller_config import ControllerConfig
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER, Endpoint
+from raftka.server_common.controller_config import ControllerConfig
 
 R = TypeVar("R")
 BROKERS = [1, 2, 3, 4]

@@ -22,7 +22,7 @@ from raftka.broker.config import load_broker_config
 from raftka.chaos.cli import chaos_group
 from raftka.chaos.nodes import NODE_NAMES, ChaosCluster, config_properties, node_specs
 from raftka.chaos.runner import NEMESES, PROCESS_NEMESES, placement_for, plan_schedule
-from raftka.metadata.node_config import load_node_config
+from raftka.server_common.node_config import load_node_config
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule() -> None:

@@ -42,7 +42,6 @@ from raftka.metadata.controller import (
     RegisterBrokerRequest,
     describe_configs,
 )
-from raftka.metadata.controller_config import ControllerConfig
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import MetadataImage, PartitionRegistration
@@ -64,6 +63,7 @@ from raftka.metadata.metadata_records import (
 )
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import validate_topic_config
+from raftka.server_common.controller_config import ControllerConfig
 
 R = TypeVar("R")
 TIMEOUT_MS = ControllerConfig().broker_session_timeout_ms

@@ -29,7 +29,6 @@ from raftka.metadata.controller import CreatableTopic
 from raftka.metadata.controller_process import ControllerServer
 from raftka.metadata.delta import image_from_records
 from raftka.metadata.metadata_records import record_from_dict
-from raftka.metadata.node_config import node_config_from_properties
 from raftka.raft.quorum.engine import (
     CommitListener,
     CommittedRecord,
@@ -37,6 +36,7 @@ from raftka.raft.quorum.engine import (
     QuorumInfo,
     VoterState,
 )
+from raftka.server_common.node_config import node_config_from_properties
 
 
 class MemoryEngine:

@@ -2,7 +2,7 @@
 hosts' addresses are consistent, and the systemd units name those files.
 
 Each ``deploy/config/hostN/controller.properties`` goes through
-``raftka.metadata.node_config.load_node_config`` and each ``broker.properties`` through
+``raftka.server_common.node_config.load_node_config`` and each ``broker.properties`` through
 ``raftka.broker.config.load_broker_config`` (so an unknown key or a bad value fails
 here as it would at start-up). Then the addresses are checked against the table in
 ``deploy/config/hosts``: every node listens on and advertises its own host's address,
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from raftka.broker.config import BROKER_KEYS, load_broker_config
-from raftka.metadata.node_config import load_node_config
+from raftka.server_common.node_config import load_node_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONFIG = DEPLOY / "config"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.metadata.node_config import (
+from raftka.server_common.node_config import (
     SNAPSHOT_BYTES_DEFAULT,
     load_node_config,
     node_config_from_properties,

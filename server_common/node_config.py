@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from raftka.metadata.controller_config import ControllerConfig
-from raftka.raft.quorum.config import QuorumConfig
+from raftka.server_common.controller_config import ControllerConfig
 from raftka.server_common.process_config import (
     ConfigError,
     parse_host_port,
     parse_voters,
     read_config_file,
 )
+from raftka.server_common.quorum_config import QuorumConfig
 
 __all__ = [
     "NODE_KEYS",

@@ -44,9 +44,11 @@ from raftka.common.errors import (
     InvalidRequestError,
     KafkaError,
     RequestTimedOutError,
+    UnknownServerError,
 )
 from raftka.common.messages import Message, decode, decode_value, encode
 from raftka.common.messages import broker as api
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
@@ -124,10 +126,15 @@ class BrokerServer:
         self.coordinator.on_metadata()
 
     async def _send_alter_partition(
-        self, body: dict[str, Any], *, timeout_ms: int
-    ) -> dict[str, Any]:
+        self, request: AlterPartitionRequest, *, timeout_ms: int
+    ) -> AlterPartitionResponse:
         assert self.channel is not None
-        return await self.channel.post("/v1/alter-partition", body, timeout_ms=timeout_ms)
+        answer = await self.channel.post("/v1/alter-partition", request, timeout_ms=timeout_ms)
+        try:
+            return decode_value(answer, AlterPartitionResponse)
+        except KafkaError as e:
+            # Our own controller's answer broke its declared shape: not the client's fault.
+            raise UnknownServerError(f"bad AlterPartition answer: {e.message}") from None
 
     async def start(self) -> None:
         config = self.config

@@ -13,6 +13,7 @@ from raftka.broker.producer_state import ProducerStateManager
 from raftka.broker.replication.partition import Replica
 from raftka.broker.replication.partition_state import PartitionState
 from raftka.common.errors import KafkaError
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.structs import EpochEndOffset
 from raftka.storage import Log
 from raftka.storage.log_manager import TopicPartition
@@ -84,7 +85,9 @@ class FetchTargets(Protocol):
 
 
 class AlterPartitionSender(Protocol):
-    async def __call__(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]: ...
+    async def __call__(
+        self, request: AlterPartitionRequest, *, timeout_ms: int
+    ) -> AlterPartitionResponse: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,9 +82,9 @@ from raftka.common.errors import (
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     RequestTimedOutError,
-    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from raftka.common.messages.controller import AlterPartitionRequest
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
@@ -700,35 +700,31 @@ class ReplicaManager:
         while not self._stopping:
             if self.partitions.get(p.tp) is not p or p.state.pending_isr_change != proposal:
                 return  # superseded (new metadata, lost leadership)
-            body = {
-                "broker_id": self.broker_id,
-                "broker_epoch": self.broker_epoch(),
-                "topic_id": p.topic_id,
-                "partition": p.index,
-                "leader_epoch": proposal.leader_epoch,
-                "partition_epoch": proposal.partition_epoch,
-                "new_isr": list(proposal.new_isr),
-            }
+            request = AlterPartitionRequest(
+                broker_id=self.broker_id,
+                broker_epoch=self.broker_epoch(),
+                topic_id=p.topic_id,
+                partition=p.index,
+                leader_epoch=proposal.leader_epoch,
+                partition_epoch=proposal.partition_epoch,
+                new_isr=list(proposal.new_isr),
+            )
             try:
-                answer = await self.alter_partition(body, timeout_ms=self.config.request_timeout_ms)
+                answer = await self.alter_partition(
+                    request, timeout_ms=self.config.request_timeout_ms
+                )
             except KafkaError as e:
                 outcome, ready = p.replica.on_alter_partition_response(
                     proposal=proposal, error=type(e)
                 )
             else:
-                try:
-                    outcome, ready = p.replica.on_alter_partition_response(
-                        proposal=proposal,
-                        error=None,
-                        leader_epoch=int(answer["leader_epoch"]),
-                        partition_epoch=int(answer["partition_epoch"]),
-                        isr=[int(r) for r in answer["isr"]],
-                    )
-                except (KeyError, TypeError, ValueError) as e:
-                    log.error("bad AlterPartition answer", extra={"fields": {"error": str(e)}})
-                    outcome, ready = p.replica.on_alter_partition_response(
-                        proposal=proposal, error=UnknownServerError
-                    )
+                outcome, ready = p.replica.on_alter_partition_response(
+                    proposal=proposal,
+                    error=None,
+                    leader_epoch=answer.leader_epoch,
+                    partition_epoch=answer.partition_epoch,
+                    isr=answer.isr,
+                )
             log.info(
                 "AlterPartition answered",
                 extra={

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -29,6 +30,7 @@ from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.metadata_follower import MetadataApplier
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition, ReplicaManager
 from raftka.broker.replication.partition_state import EpochEndOffset
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
     BrokerRegistrationChangeRecord,
@@ -96,16 +98,18 @@ class _Harness:
         self.manager.alter_partition = self._alter
         self.manager.broker_epoch = lambda: 1
 
-    async def _alter(self, body: dict[str, Any], *, timeout_ms: int) -> dict[str, Any]:
-        self.alters.append(body)
-        return {
-            "topic_id": body["topic_id"],
-            "partition": body["partition"],
-            "leader": 1,
-            "leader_epoch": body["leader_epoch"],
-            "partition_epoch": body["partition_epoch"] + 1,
-            "isr": body["new_isr"],
-        }
+    async def _alter(
+        self, request: AlterPartitionRequest, *, timeout_ms: int
+    ) -> AlterPartitionResponse:
+        self.alters.append(msgspec.structs.asdict(request))
+        return AlterPartitionResponse(
+            topic_id=request.topic_id,
+            partition=request.partition,
+            leader=1,
+            leader_epoch=request.leader_epoch,
+            partition_epoch=request.partition_epoch + 1,
+            isr=list(request.new_isr),
+        )
 
     def commit(self, *records: MetadataRecord) -> None:
         self.offset += 1

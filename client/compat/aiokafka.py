@@ -17,6 +17,8 @@ from typing import Any, Final, NamedTuple, Self
 
 from raftka.client.admin import AsyncAdmin
 from raftka.client.compat._options import (
+    CONSUMER_MAPPED,
+    EXCLUDE_INTERNAL_TOPICS,
     SECURITY,
     Refusal,
     bootstrap_with_ports,
@@ -242,35 +244,6 @@ class AIOKafkaProducer(_AsyncClosable):
 
 # ---------------------------------------------------------------------------- consumer
 
-_CONSUMER_MAPPED: Final = frozenset(
-    {
-        "auto_commit_interval_ms",
-        "auto_offset_reset",
-        "bootstrap_servers",
-        "check_crcs",
-        "client_id",
-        "connections_max_idle_ms",
-        "enable_auto_commit",
-        "fetch_max_bytes",
-        "fetch_max_wait_ms",
-        "fetch_min_bytes",
-        "group_id",
-        "group_instance_id",
-        "heartbeat_interval_ms",
-        "isolation_level",
-        "key_deserializer",
-        "max_partition_fetch_bytes",
-        "max_poll_interval_ms",
-        "max_poll_records",
-        "metadata_max_age_ms",
-        "partition_assignment_strategy",
-        "request_timeout_ms",
-        "retry_backoff_ms",
-        "session_timeout_ms",
-        "value_deserializer",
-    }
-)
-
 
 def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's AIOKafkaConsumer keywords as raftka AsyncConsumer keywords, with
@@ -279,14 +252,12 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     opts = sort_options(
         "AIOKafkaConsumer",
         configs,
-        mapped=_CONSUMER_MAPPED,
+        mapped=CONSUMER_MAPPED,
         # aiokafka's consumer_timeout_ms bounds its background fetch wait: tuning.
         tuning=TUNING_COMMON | {"consumer_timeout_ms"},
         refused={
             **REFUSED_COMMON,
-            "exclude_internal_topics": Refusal(
-                equals(True), "raftka never matches internal (__) topics to a pattern"
-            ),
+            "exclude_internal_topics": EXCLUDE_INTERNAL_TOPICS,
             "rebalance_timeout_ms": Refusal(
                 is_none, "raftka's rebalance timeout is max_poll_interval_ms, as in Kafka"
             ),

@@ -27,6 +27,8 @@ from typing import Any, Final, NamedTuple, Self
 from raftka.client.admin import Admin
 from raftka.client.compat._future import Future
 from raftka.client.compat._options import (
+    CONSUMER_MAPPED,
+    EXCLUDE_INTERNAL_TOPICS,
     SECURITY,
     Refusal,
     bootstrap_with_ports,
@@ -512,35 +514,8 @@ def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
     return _Listener(listener)
 
 
-_CONSUMER_MAPPED: Final = frozenset(
-    {
-        "auto_commit_interval_ms",
-        "auto_offset_reset",
-        "bootstrap_servers",
-        "check_crcs",
-        "client_id",
-        "connections_max_idle_ms",
-        "consumer_timeout_ms",
-        "enable_auto_commit",
-        "fetch_max_bytes",
-        "fetch_max_wait_ms",
-        "fetch_min_bytes",
-        "group_id",
-        "group_instance_id",
-        "heartbeat_interval_ms",
-        "isolation_level",
-        "key_deserializer",
-        "max_partition_fetch_bytes",
-        "max_poll_interval_ms",
-        "max_poll_records",
-        "metadata_max_age_ms",
-        "partition_assignment_strategy",
-        "request_timeout_ms",
-        "retry_backoff_ms",
-        "session_timeout_ms",
-        "value_deserializer",
-    }
-)
+# consumer_timeout_ms stays in: the adapter's iterator, not raftka's Consumer, uses it.
+_CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"}
 _CONSUMER_TUNING: Final = TUNING_COMMON | {
     "enable_incremental_fetch_sessions",
     "legacy_iterator",
@@ -550,9 +525,7 @@ _CONSUMER_TUNING: Final = TUNING_COMMON | {
 _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
-    "exclude_internal_topics": Refusal(
-        equals(True), "raftka never matches internal (__) topics to a pattern"
-    ),
+    "exclude_internal_topics": EXCLUDE_INTERNAL_TOPICS,
     "default_offset_commit_callback": Refusal(
         is_none,
         "raftka's auto-commit reports failures in its log only; commit with "

@@ -27,6 +27,7 @@ from raftka.client.compat._options import (
     sort_options,
 )
 from raftka.client.compat.kafka_python import (
+    _AssignedPartitions,
     assignment_strategy,
     listener_for,
     offsets_to_commit,
@@ -276,7 +277,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class AIOKafkaConsumer(_AsyncClosable):
+class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
     """aiokafka's consumer over raftka's :class:`AsyncConsumer`.
 
     ``AIOKafkaConsumer(*topics, **configs)`` subscribes to ``topics``. Without a
@@ -284,6 +285,8 @@ class AIOKafkaConsumer(_AsyncClosable):
     of the topics (those they have at the first read), with no commits.
     ``getone()`` and ``async for`` hand over one record per call (positions never
     run ahead of what was handed over); ``getmany()`` returns batches."""
+
+    _consumer: AsyncConsumer
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options(configs)
@@ -345,17 +348,6 @@ class AIOKafkaConsumer(_AsyncClosable):
             return set(self._groupless)
         return self._consumer.subscription()
 
-    def unsubscribe(self) -> None:
-        self._groupless = None
-        self._consumer.unsubscribe()
-
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        self._groupless = None
-        self._consumer.assign(list(partitions))
-
-    def assignment(self) -> set[TopicPartition]:
-        return self._consumer.assignment()
-
     # ------------------------------------------------------------------ reading
 
     async def _poll(
@@ -405,9 +397,6 @@ class AIOKafkaConsumer(_AsyncClosable):
 
     # ------------------------------------------------------------------ positions
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._consumer.seek(partition, offset)
-
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._consumer.seek_to_beginning(*partitions)
 
@@ -430,21 +419,9 @@ class AIOKafkaConsumer(_AsyncClosable):
         await self._ensure_groupless_assignment()
         return await self._consumer.position(partition)
 
-    def highwater(self, partition: TopicPartition) -> int | None:
-        return self._consumer.highwater(partition)
-
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         """The high watermark: without transactions every record below it is stable."""
         return self._consumer.highwater(partition)
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        self._consumer.pause(*partitions)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        self._consumer.resume(*partitions)
-
-    def paused(self) -> set[TopicPartition]:
-        return self._consumer.paused()
 
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]

@@ -39,7 +39,7 @@ from raftka.client.compat._options import (
 )
 from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
-from raftka.client.consumer.consumer import Consumer
+from raftka.client.consumer.consumer import AsyncConsumer, Consumer
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.producer.producer import Producer
@@ -566,7 +566,42 @@ def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class KafkaConsumer(_Closable):
+class _AssignedPartitions:
+    """What kafka-python's and aiokafka's consumers do alike, and synchronously, with
+    the assignment: passed to raftka's consumer (``_consumer``)."""
+
+    _consumer: Consumer | AsyncConsumer
+    #: A subscription without a group (each adapter keeps its own form), None if none.
+    _groupless: object
+
+    def unsubscribe(self) -> None:
+        self._groupless = None
+        self._consumer.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._groupless = None
+        self._consumer.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._consumer.seek(partition, offset)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._consumer.highwater(partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._consumer.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._consumer.paused()
+
+
+class KafkaConsumer(_Closable, _AssignedPartitions):
     """kafka-python's ``KafkaConsumer`` over raftka's :class:`Consumer`.
 
     ``KafkaConsumer(*topics, **configs)`` subscribes to ``topics`` when any are given.
@@ -580,6 +615,8 @@ class KafkaConsumer(_Closable):
     without a record (the default, infinity, waits forever). ``poll`` returns batches
     for throughput.
     """
+
+    _consumer: Consumer
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options("KafkaConsumer", configs)
@@ -647,17 +684,6 @@ class KafkaConsumer(_Closable):
             return set(names) or {tp.topic for tp in self._consumer.assignment()}
         return self._consumer.subscription() or None
 
-    def unsubscribe(self) -> None:
-        self._groupless = None
-        self._consumer.unsubscribe()
-
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        self._groupless = None
-        self._consumer.assign(list(partitions))
-
-    def assignment(self) -> set[TopicPartition]:
-        return self._consumer.assignment()
-
     # ------------------------------------------------------------------ reading
 
     def poll(
@@ -694,9 +720,6 @@ class KafkaConsumer(_Closable):
 
     # ------------------------------------------------------------------ positions
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._consumer.seek(partition, offset)
-
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._consumer.seek_to_beginning(*partitions)
 
@@ -706,18 +729,6 @@ class KafkaConsumer(_Closable):
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         self._ensure_groupless_assignment()
         return self._consumer.position(partition, timeout_ms)
-
-    def highwater(self, partition: TopicPartition) -> int | None:
-        return self._consumer.highwater(partition)
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        self._consumer.pause(*partitions)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        self._consumer.resume(*partitions)
-
-    def paused(self) -> set[TopicPartition]:
-        return self._consumer.paused()
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None

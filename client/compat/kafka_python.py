@@ -21,9 +21,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, NamedTuple, Self
+from typing import Any, Final, NamedTuple
 
+from raftka.client._sync import ClosingOnExit
 from raftka.client.admin import Admin
 from raftka.client.compat._future import Future
 from raftka.client.compat._options import (
@@ -125,24 +125,6 @@ def _config_dict(core: Any, opts: Mapping[str, Any], given: Mapping[str, Any]) -
     for key, value in given.items():
         config.setdefault(key, value)
     return config
-
-
-class _Closable:
-    """``with`` support: the block's end calls ``close()``."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _LazyAdmin:
@@ -290,7 +272,7 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class KafkaProducer(_Closable):
+class KafkaProducer(ClosingOnExit):
     """kafka-python's ``KafkaProducer`` over raftka's :class:`Producer` (thread-safe).
 
     ``send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)``
@@ -601,7 +583,7 @@ class _AssignedPartitions:
         return self._consumer.paused()
 
 
-class KafkaConsumer(_Closable, _AssignedPartitions):
+class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
     """kafka-python's ``KafkaConsumer`` over raftka's :class:`Consumer`.
 
     ``KafkaConsumer(*topics, **configs)`` subscribes to ``topics`` when any are given.
@@ -943,7 +925,7 @@ _ADMIN_MAPPED: Final = frozenset(
 )
 
 
-class KafkaAdminClient(_Closable):
+class KafkaAdminClient(ClosingOnExit):
     """kafka-python's ``KafkaAdminClient`` over raftka's :class:`Admin` (thread-safe).
     Each call's bound is its ``timeout_ms`` or else ``request_timeout_ms``; errors are
     raised typed (``TopicAlreadyExistsError``...)."""

@@ -57,6 +57,7 @@ from typing import Any
 import orjson
 
 from raftka.local import LOCAL_QUORUM_PROPERTIES, LocalCluster, NodeProcess, wait_for
+from raftka.local.metadata_pages import replay_metadata_page
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import (
@@ -68,7 +69,6 @@ from raftka.metadata.metadata_records import (
     TopicRecord,
     decode_records,
     encode_records,
-    record_from_dict,
 )
 
 HEALTH_POLL_TIMEOUT_S = 0.25
@@ -163,27 +163,13 @@ def read_image(address: str) -> MetadataImage:
         for _ in range(PAGES_MAX):
             status, page = conn.request("GET", f"/v1/metadata?offset={offset}&records_max=1000")
             assert status == 200, page
-            image = replay_page(image, page)
+            image = replay_metadata_page(image, page)
             if page["next_offset"] >= page["high_watermark"] or page["next_offset"] == offset:
                 return image
             offset = page["next_offset"]
         raise AssertionError("metadata log did not end")
     finally:
         conn.close()
-
-
-def replay_page(image: MetadataImage, page: dict[str, Any]) -> MetadataImage:
-    """Apply one GET /v1/metadata answer the way a broker does."""
-    snap = page["snapshot"]
-    if snap is not None:
-        records = [record_from_dict(r) for r in snap["records"]]
-        image = image_from_records(records, snap["end_offset"] - 1, snap["epoch"])
-    for batch in page["batches"]:
-        delta = MetadataDelta(image)
-        delta.replay_all(record_from_dict(r) for r in batch["records"])
-        delta.offset = batch["offset"]
-        image = delta.apply()
-    return image
 
 
 # ---------------------------------------------------------------------------------------
@@ -494,7 +480,7 @@ def observe(
             "GET", f"/v1/metadata?offset={offset}&records_max=1000&max_wait_ms=5000"
         )
         assert status == 200, page
-        image = replay_page(image, page)
+        image = replay_metadata_page(image, page)
         offset = page["next_offset"]
         if not announced and offset >= page["high_watermark"]:
             ready.put(index)

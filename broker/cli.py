@@ -8,28 +8,17 @@ traceback. The process runs until SIGTERM or SIGINT, then shuts down cleanly
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
+from raftka.server_common.cli import CommandError, config_file_option
 from raftka.server_common.process_config import ConfigError
 
 __all__ = ["broker_command"]
 
 
-class _ConfigProblem(click.ClickException):
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
-
-
 @click.command("broker")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A .properties or .toml file (Kafka's key names).",
-)
+@config_file_option("A .properties or .toml file (Kafka's key names).")
 def broker_command(config_path: Path) -> None:
     """Run a broker: partition logs, replication, produce and fetch."""
     from raftka.broker.config import load_broker_config  # noqa: PLC0415
@@ -37,7 +26,7 @@ def broker_command(config_path: Path) -> None:
     try:
         config = load_broker_config(config_path)
     except ConfigError as e:
-        raise _ConfigProblem(str(e)) from None
+        raise CommandError(str(e)) from None
     # Imported here: the config check stays fast and its errors short.
     from raftka.broker.server import run_broker  # noqa: PLC0415
 

@@ -22,7 +22,14 @@ import orjson
 
 from raftka.common.errors import InvalidRequestError
 
-__all__ = ["FRAME_CONTENT_TYPE", "FRAME_HEADER_BYTES_MAX", "decode_frame", "encode_frame"]
+__all__ = [
+    "FRAME_CONTENT_TYPE",
+    "FRAME_HEADER_BYTES_MAX",
+    "decode_frame",
+    "encode_frame",
+    "join_frame",
+    "split_frame",
+]
 
 FRAME_CONTENT_TYPE: Final = "application/vnd.raftka.frame"
 #: Bound on the JSON header of one frame.
@@ -37,33 +44,45 @@ def encode_frame(header: dict[str, Any], entries_key: str, payloads: Sequence[by
     assert len(entries) == len(payloads), (len(entries), len(payloads))
     for entry, payload in zip(entries, payloads, strict=True):
         entry["records_bytes"] = len(payload)
-    head = orjson.dumps(header)
-    return b"".join([_LEN.pack(len(head)), head, *payloads])
+    return join_frame(orjson.dumps(header), payloads)
 
 
 def decode_frame(body: bytes, entries_key: str) -> tuple[dict[str, Any], list[memoryview]]:
     """The header and one payload view per entry of ``header[entries_key]``.
     InvalidRequestError when the frame is malformed."""
+    head, rest = split_frame(body)
+    try:
+        header = orjson.loads(head)
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequestError(f"frame header is not JSON: {e}") from None
+    if not isinstance(header, dict) or not isinstance(header.get(entries_key), list):
+        raise InvalidRequestError(f"frame header needs a list {entries_key!r}")
+    pos = 0
+    payloads: list[memoryview] = []
+    for i, entry in enumerate(header[entries_key]):
+        size = entry.get("records_bytes", 0) if isinstance(entry, dict) else None
+        if type(size) is not int or size < 0 or pos + size > len(rest):
+            raise InvalidRequestError(f"{entries_key}[{i}].records_bytes {size!r} does not fit")
+        payloads.append(rest[pos : pos + size])
+        pos += size
+    if pos != len(rest):
+        raise InvalidRequestError(f"{len(rest) - pos} bytes after the last payload")
+    return header, payloads
+
+
+def join_frame(head: bytes, payloads: Sequence[bytes | memoryview]) -> bytes:
+    """An encoded header and its payloads as one frame body."""
+    return b"".join([_LEN.pack(len(head)), head, *payloads])
+
+
+def split_frame(body: bytes) -> tuple[memoryview, memoryview]:
+    """A frame body's header bytes and the payload bytes behind them (views, no copy).
+    InvalidRequestError when the length prefix does not fit the body."""
     view = memoryview(body)
     if len(view) < _LEN.size:
         raise InvalidRequestError("frame shorter than its length prefix")
     (head_len,) = _LEN.unpack_from(view, 0)
     if head_len > FRAME_HEADER_BYTES_MAX or _LEN.size + head_len > len(view):
         raise InvalidRequestError(f"frame header of {head_len} bytes does not fit the body")
-    try:
-        header = orjson.loads(view[_LEN.size : _LEN.size + head_len])
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequestError(f"frame header is not JSON: {e}") from None
-    if not isinstance(header, dict) or not isinstance(header.get(entries_key), list):
-        raise InvalidRequestError(f"frame header needs a list {entries_key!r}")
-    pos = _LEN.size + head_len
-    payloads: list[memoryview] = []
-    for i, entry in enumerate(header[entries_key]):
-        size = entry.get("records_bytes", 0) if isinstance(entry, dict) else None
-        if type(size) is not int or size < 0 or pos + size > len(view):
-            raise InvalidRequestError(f"{entries_key}[{i}].records_bytes {size!r} does not fit")
-        payloads.append(view[pos : pos + size])
-        pos += size
-    if pos != len(view):
-        raise InvalidRequestError(f"{len(view) - pos} bytes after the last payload")
-    return header, payloads
+    end = _LEN.size + head_len
+    return view[_LEN.size : end], view[end:]

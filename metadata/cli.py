@@ -33,6 +33,7 @@ from raftka.common.messages.controller import (
     FetchMetadataResponse,
     query_params,
 )
+from raftka.server_common.cli import CommandError, config_file_option
 from raftka.server_common.node_config import load_node_config
 from raftka.server_common.process_config import ConfigError
 
@@ -42,13 +43,6 @@ DEFAULT_CONTROLLER: Final = "127.0.0.1:9093"
 HTTP_TIMEOUT_S: Final = 10.0
 # Bound on the pages ``metadata dump`` reads (each up to 1000 payloads).
 DUMP_PAGES_MAX: Final = 100_000
-
-
-class _ToolError(click.ClickException):
-    """One line on stderr, exit status 1."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
 
 
 M = TypeVar("M")
@@ -70,14 +64,14 @@ def _get(
             detail = f"{body.get('error')}: {body.get('message')}"
         except (orjson.JSONDecodeError, AttributeError):
             detail = f"HTTP {e.code}"
-        raise _ToolError(f"{address}{path}: {detail}") from None
+        raise CommandError(f"{address}{path}: {detail}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise _ToolError(f"cannot reach the controller at {address}: {reason}") from None
+        raise CommandError(f"cannot reach the controller at {address}: {reason}") from None
     try:
         return decode(data, answer_type)
     except InvalidRequestError as e:
-        raise _ToolError(f"{address}{path}: unexpected answer: {e.message}") from None
+        raise CommandError(f"{address}{path}: unexpected answer: {e.message}") from None
 
 
 def _first_reachable(addresses: str) -> tuple[str, DescribeQuorumResponse]:
@@ -86,9 +80,9 @@ def _first_reachable(addresses: str) -> tuple[str, DescribeQuorumResponse]:
     for address in [a.strip() for a in addresses.split(",") if a.strip()]:
         try:
             return address, _get(address, "/v1/quorum", DescribeQuorumResponse)
-        except _ToolError as e:
+        except CommandError as e:
             errors.append(e.message)
-    raise _ToolError("; ".join(errors) or "no controller address given")
+    raise CommandError("; ".join(errors) or "no controller address given")
 
 
 # ---------------------------------------------------------------------------------------
@@ -96,21 +90,15 @@ def _first_reachable(addresses: str) -> tuple[str, DescribeQuorumResponse]:
 
 
 @click.command("controller")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A .properties or .toml file (Kafka's key names).",
-)
+@config_file_option("A .properties or .toml file (Kafka's key names).")
 def controller_command(config_path: Path) -> None:
     """Run a controller: a quorum voter plus the controller API."""
     try:
         config = load_node_config(config_path)
     except ConfigError as e:
-        raise _ToolError(str(e)) from None
+        raise CommandError(str(e)) from None
     if not config.is_controller:
-        raise _ToolError(f"{config_path}: process.roles does not include controller")
+        raise CommandError(f"{config_path}: process.roles does not include controller")
     # Imported here: the read-only tools must not pay for the server's imports.
     from raftka.metadata.controller_process import run_controller  # noqa: PLC0415
 
@@ -145,7 +133,7 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
         # Only the leader knows every replica's log end offset.
         try:
             info = _get(leader_address, "/v1/quorum", DescribeQuorumResponse)
-        except _ToolError as e:
+        except CommandError as e:
             click.echo(f"warning: {e.message}; showing {address}'s view", err=True)
     if as_json:
         click.echo(orjson.dumps(msgspec.to_builtins(info), option=orjson.OPT_INDENT_2).decode())
@@ -223,4 +211,4 @@ def metadata_dump(bootstrap: str, from_offset: int, as_json: bool) -> None:
         if next_offset >= page.high_watermark or next_offset == offset:
             return
         offset = next_offset
-    raise _ToolError(f"stopped after {DUMP_PAGES_MAX} pages")
+    raise CommandError(f"stopped after {DUMP_PAGES_MAX} pages")

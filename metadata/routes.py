@@ -23,7 +23,7 @@ the process stays up. ``docs/controller-api.md`` has every endpoint.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 M = TypeVar("M")
+R = TypeVar("R")
 
 #: Bound on a request body.
 REQUEST_BYTES_MAX: Final = 1024 * 1024
@@ -236,6 +237,21 @@ async def _heartbeat(request: web.Request) -> web.Response:
 # Topics and partitions
 
 
+async def _write(
+    request: web.Request,
+    name: str,
+    command: Callable[[QuorumController, MetadataImage], ControllerResult[R]],
+) -> R:
+    """Run ``command``, a write that needs neither the time nor the next offset, on the
+    controller's event loop; its response once its records are committed."""
+
+    def run(c: QuorumController, image: MetadataImage, now: int, nxt: int) -> ControllerResult[R]:
+        return command(c, image)
+
+    response: R = await _events(request).submit(name, run)
+    return response
+
+
 def _assignments(
     value: list[list[int]] | dict[int, list[int]] | None,
 ) -> dict[int, tuple[int, ...]] | None:
@@ -260,12 +276,13 @@ async def _create_topics(request: web.Request) -> web.Response:
     ]
     events = _events(request)
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.CreateTopicsResponse]:
-        return c.create_topics(image, topics, rng=events.rng, validate_only=body.validate_only)
-
-    response: qc.CreateTopicsResponse = await events.submit("create_topics", run)
+    response = await _write(
+        request,
+        "create_topics",
+        lambda c, image: c.create_topics(
+            image, topics, rng=events.rng, validate_only=body.validate_only
+        ),
+    )
     return _answer(
         msg.CreateTopicsResponse(
             topics=[
@@ -286,12 +303,11 @@ async def _delete_topics(request: web.Request) -> web.Response:
     body = await _body(request, msg.DeleteTopicsRequest)
     names, ids = body.names or [], body.topic_ids or []
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.DeleteTopicsResponse]:
-        return c.delete_topics(image, names=names, topic_ids=ids)
-
-    response: qc.DeleteTopicsResponse = await _events(request).submit("delete_topics", run)
+    response = await _write(
+        request,
+        "delete_topics",
+        lambda c, image: c.delete_topics(image, names=names, topic_ids=ids),
+    )
     return _answer(
         msg.DeleteTopicsResponse(
             topics=[
@@ -315,12 +331,11 @@ async def _create_partitions(request: web.Request) -> web.Response:
         for t in body.topics
     ]
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.CreatePartitionsResponse]:
-        return c.create_partitions(image, topics, validate_only=body.validate_only)
-
-    response: qc.CreatePartitionsResponse = await _events(request).submit("create_partitions", run)
+    response = await _write(
+        request,
+        "create_partitions",
+        lambda c, image: c.create_partitions(image, topics, validate_only=body.validate_only),
+    )
     return _answer(
         msg.CreatePartitionsResponse(
             topics=[
@@ -346,12 +361,13 @@ async def _alter_configs(request: web.Request) -> web.Response:
         for r in body.resources
     ]
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.AlterConfigsResponse]:
-        return c.incremental_alter_configs(image, resources, validate_only=body.validate_only)
-
-    response: qc.AlterConfigsResponse = await _events(request).submit("alter_configs", run)
+    response = await _write(
+        request,
+        "alter_configs",
+        lambda c, image: c.incremental_alter_configs(
+            image, resources, validate_only=body.validate_only
+        ),
+    )
     return _answer(
         msg.IncrementalAlterConfigsResponse(
             resources=[
@@ -407,12 +423,9 @@ async def _alter_partition(request: web.Request) -> web.Response:
         new_isr=tuple(body.new_isr),
     )
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.AlterPartitionResponse]:
-        return c.alter_partition(image, req)
-
-    response: qc.AlterPartitionResponse = await _events(request).submit("alter_partition", run)
+    response = await _write(
+        request, "alter_partition", lambda c, image: c.alter_partition(image, req)
+    )
     return _answer(
         msg.AlterPartitionResponse(
             topic_id=response.topic_id,
@@ -428,12 +441,11 @@ async def _alter_partition(request: web.Request) -> web.Response:
 async def _allocate_producer_ids(request: web.Request) -> web.Response:
     body = await _body(request, msg.AllocateProducerIdsRequest)
 
-    def run(
-        c: QuorumController, image: MetadataImage, now: int, nxt: int
-    ) -> ControllerResult[qc.AllocateProducerIdsResponse]:
-        return c.allocate_producer_ids(image, body.broker_id, body.broker_epoch)
-
-    response: qc.AllocateProducerIdsResponse = await _events(request).submit("producer_ids", run)
+    response = await _write(
+        request,
+        "producer_ids",
+        lambda c, image: c.allocate_producer_ids(image, body.broker_id, body.broker_epoch),
+    )
     return _answer(
         msg.AllocateProducerIdsResponse(
             producer_id_start=response.producer_id_start,

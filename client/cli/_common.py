@@ -34,6 +34,7 @@ import click
 
 from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError
+from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import TopicDescription
 from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
 
@@ -46,6 +47,7 @@ __all__ = [
     "api_timeout_option",
     "bootstrap_option",
     "check_name",
+    "command_admin",
     "ctrl_c_sets",
     "default_bootstrap_servers",
     "describe_topic",
@@ -151,6 +153,7 @@ def error_line(error: BaseException) -> str:
 
 NameKind = Literal["topic", "group"]
 _F = TypeVar("_F", bound=Callable[..., object])
+AdminT = TypeVar("AdminT", Admin, GroupAdmin)
 
 
 def _empty_name_error(kind: NameKind) -> KafkaError:
@@ -223,13 +226,19 @@ def describe_topic(*, bootstrap_servers: str, topic: str, api_timeout_ms: int) -
     immediate UNKNOWN_TOPIC_OR_PARTITION (a producer or consumer would wait for it to
     appear until its timeout) and an unreachable cluster fails within
     ``api_timeout_ms``."""
-    with Admin(
+    with command_admin(Admin, bootstrap_servers, api_timeout_ms) as admin:
+        (description,) = admin.describe_topics([topic])
+    return description
+
+
+def command_admin(cls: type[AdminT], bootstrap_servers: str, api_timeout_ms: int) -> AdminT:
+    """An admin client (``Admin`` or ``GroupAdmin``) for one command: every call bounded
+    by ``api_timeout_ms``, and each request by at most 30 s of it."""
+    return cls(
         bootstrap_servers=bootstrap_servers,
         default_api_timeout_ms=api_timeout_ms,
         request_timeout_ms=min(api_timeout_ms, 30_000),
-    ) as admin:
-        (description,) = admin.describe_topics([topic])
-    return description
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from raftka.client.cli._common import (
     api_timeout_option,
     bootstrap_option,
     check_name,
+    command_admin,
     many_names,
     name_options,
     one_line_errors,
@@ -41,11 +42,7 @@ _INACTIVE_STATES = frozenset({"Empty", "Dead"})
 
 @contextlib.contextmanager
 def _admin(bootstrap_server: str, api_timeout_ms: int) -> Iterator[GroupAdmin]:
-    admin = GroupAdmin(
-        bootstrap_servers=bootstrap_server,
-        default_api_timeout_ms=api_timeout_ms,
-        request_timeout_ms=min(api_timeout_ms, 30_000),
-    )
+    admin = command_admin(GroupAdmin, bootstrap_server, api_timeout_ms)
     try:
         yield admin
     finally:

@@ -44,6 +44,7 @@ from raftka.client.admin import Admin
 from raftka.client.cli._common import (
     api_timeout_option,
     bootstrap_option,
+    command_admin,
     ctrl_c_sets,
     error_line,
     name_options,
@@ -103,11 +104,7 @@ def _describe(
 ) -> tuple[TopicDescription, int | None]:
     """The topic's description (an unknown topic is one immediate
     UNKNOWN_TOPIC_OR_PARTITION) and its max.message.bytes (None if not told)."""
-    with Admin(
-        bootstrap_servers=bootstrap_servers,
-        default_api_timeout_ms=api_timeout_ms,
-        request_timeout_ms=min(api_timeout_ms, 30_000),
-    ) as admin:
+    with command_admin(Admin, bootstrap_servers, api_timeout_ms) as admin:
         (description,) = admin.describe_topics([topic])
         try:
             configs = admin.describe_configs([topic], keys=[MAX_MESSAGE_BYTES])

@@ -25,6 +25,7 @@ from raftka.client.admin import Admin, AlterConfigOp, ConfigEntry
 from raftka.client.cli._common import (
     api_timeout_option,
     bootstrap_option,
+    command_admin,
     many_names,
     name_options,
     one_line_errors,
@@ -73,11 +74,7 @@ def format_description(
 
 
 def _admin(bootstrap_server: str, api_timeout_ms: int) -> Admin:
-    return Admin(
-        bootstrap_servers=bootstrap_server,
-        default_api_timeout_ms=api_timeout_ms,
-        request_timeout_ms=min(api_timeout_ms, 30_000),
-    )
+    return command_admin(Admin, bootstrap_server, api_timeout_ms)
 
 
 @click.group("topics")

@@ -148,3 +148,38 @@ def ms_from_s(what: str, timeout_s: float | None) -> int | None:
     if timeout_s == float("inf"):
         return None
     return math.ceil(timeout_s * 1000)
+
+
+#: The consumer options kafka-python and aiokafka name as raftka's Consumer does.
+CONSUMER_MAPPED: Final = frozenset(
+    {
+        "auto_commit_interval_ms",
+        "auto_offset_reset",
+        "bootstrap_servers",
+        "check_crcs",
+        "client_id",
+        "connections_max_idle_ms",
+        "enable_auto_commit",
+        "fetch_max_bytes",
+        "fetch_max_wait_ms",
+        "fetch_min_bytes",
+        "group_id",
+        "group_instance_id",
+        "heartbeat_interval_ms",
+        "isolation_level",
+        "key_deserializer",
+        "max_partition_fetch_bytes",
+        "max_poll_interval_ms",
+        "max_poll_records",
+        "metadata_max_age_ms",
+        "partition_assignment_strategy",
+        "request_timeout_ms",
+        "retry_backoff_ms",
+        "session_timeout_ms",
+        "value_deserializer",
+    }
+)
+#: Both consumers refuse exclude_internal_topics=False.
+EXCLUDE_INTERNAL_TOPICS: Final = Refusal(
+    equals(True), "raftka never matches internal (__) topics to a pattern"
+)

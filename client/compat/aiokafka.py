@@ -17,6 +17,8 @@ from typing import Any, Final, NamedTuple, Self
 
 from raftka.client.admin import AsyncAdmin
 from raftka.client.compat._options import (
+    CONSUMER_MAPPED,
+    EXCLUDE_INTERNAL_TOPICS,
     SECURITY,
     Refusal,
     bootstrap_with_ports,
@@ -25,6 +27,7 @@ from raftka.client.compat._options import (
     sort_options,
 )
 from raftka.client.compat.kafka_python import (
+    _AssignedPartitions,
     assignment_strategy,
     listener_for,
     offsets_to_commit,
@@ -242,35 +245,6 @@ class AIOKafkaProducer(_AsyncClosable):
 
 # ---------------------------------------------------------------------------- consumer
 
-_CONSUMER_MAPPED: Final = frozenset(
-    {
-        "auto_commit_interval_ms",
-        "auto_offset_reset",
-        "bootstrap_servers",
-        "check_crcs",
-        "client_id",
-        "connections_max_idle_ms",
-        "enable_auto_commit",
-        "fetch_max_bytes",
-        "fetch_max_wait_ms",
-        "fetch_min_bytes",
-        "group_id",
-        "group_instance_id",
-        "heartbeat_interval_ms",
-        "isolation_level",
-        "key_deserializer",
-        "max_partition_fetch_bytes",
-        "max_poll_interval_ms",
-        "max_poll_records",
-        "metadata_max_age_ms",
-        "partition_assignment_strategy",
-        "request_timeout_ms",
-        "retry_backoff_ms",
-        "session_timeout_ms",
-        "value_deserializer",
-    }
-)
-
 
 def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's AIOKafkaConsumer keywords as raftka AsyncConsumer keywords, with
@@ -279,14 +253,12 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     opts = sort_options(
         "AIOKafkaConsumer",
         configs,
-        mapped=_CONSUMER_MAPPED,
+        mapped=CONSUMER_MAPPED,
         # aiokafka's consumer_timeout_ms bounds its background fetch wait: tuning.
         tuning=TUNING_COMMON | {"consumer_timeout_ms"},
         refused={
             **REFUSED_COMMON,
-            "exclude_internal_topics": Refusal(
-                equals(True), "raftka never matches internal (__) topics to a pattern"
-            ),
+            "exclude_internal_topics": EXCLUDE_INTERNAL_TOPICS,
             "rebalance_timeout_ms": Refusal(
                 is_none, "raftka's rebalance timeout is max_poll_interval_ms, as in Kafka"
             ),
@@ -305,7 +277,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class AIOKafkaConsumer(_AsyncClosable):
+class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
     """aiokafka's consumer over raftka's :class:`AsyncConsumer`.
 
     ``AIOKafkaConsumer(*topics, **configs)`` subscribes to ``topics``. Without a
@@ -313,6 +285,8 @@ class AIOKafkaConsumer(_AsyncClosable):
     of the topics (those they have at the first read), with no commits.
     ``getone()`` and ``async for`` hand over one record per call (positions never
     run ahead of what was handed over); ``getmany()`` returns batches."""
+
+    _consumer: AsyncConsumer
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options(configs)
@@ -374,17 +348,6 @@ class AIOKafkaConsumer(_AsyncClosable):
             return set(self._groupless)
         return self._consumer.subscription()
 
-    def unsubscribe(self) -> None:
-        self._groupless = None
-        self._consumer.unsubscribe()
-
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        self._groupless = None
-        self._consumer.assign(list(partitions))
-
-    def assignment(self) -> set[TopicPartition]:
-        return self._consumer.assignment()
-
     # ------------------------------------------------------------------ reading
 
     async def _poll(
@@ -434,9 +397,6 @@ class AIOKafkaConsumer(_AsyncClosable):
 
     # ------------------------------------------------------------------ positions
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._consumer.seek(partition, offset)
-
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._consumer.seek_to_beginning(*partitions)
 
@@ -459,21 +419,9 @@ class AIOKafkaConsumer(_AsyncClosable):
         await self._ensure_groupless_assignment()
         return await self._consumer.position(partition)
 
-    def highwater(self, partition: TopicPartition) -> int | None:
-        return self._consumer.highwater(partition)
-
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         """The high watermark: without transactions every record below it is stable."""
         return self._consumer.highwater(partition)
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        self._consumer.pause(*partitions)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        self._consumer.resume(*partitions)
-
-    def paused(self) -> set[TopicPartition]:
-        return self._consumer.paused()
 
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]

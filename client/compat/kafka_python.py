@@ -21,12 +21,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, NamedTuple, Self
+from typing import Any, Final, NamedTuple
 
+from raftka.client._sync import ClosingOnExit
 from raftka.client.admin import Admin
 from raftka.client.compat._future import Future
 from raftka.client.compat._options import (
+    CONSUMER_MAPPED,
+    EXCLUDE_INTERNAL_TOPICS,
     SECURITY,
     Refusal,
     bootstrap_with_ports,
@@ -37,7 +39,7 @@ from raftka.client.compat._options import (
 )
 from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
-from raftka.client.consumer.consumer import Consumer
+from raftka.client.consumer.consumer import AsyncConsumer, Consumer
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.producer.producer import Producer
@@ -123,24 +125,6 @@ def _config_dict(core: Any, opts: Mapping[str, Any], given: Mapping[str, Any]) -
     for key, value in given.items():
         config.setdefault(key, value)
     return config
-
-
-class _Closable:
-    """``with`` support: the block's end calls ``close()``."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _LazyAdmin:
@@ -288,7 +272,7 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class KafkaProducer(_Closable):
+class KafkaProducer(ClosingOnExit):
     """kafka-python's ``KafkaProducer`` over raftka's :class:`Producer` (thread-safe).
 
     ``send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)``
@@ -512,35 +496,8 @@ def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
     return _Listener(listener)
 
 
-_CONSUMER_MAPPED: Final = frozenset(
-    {
-        "auto_commit_interval_ms",
-        "auto_offset_reset",
-        "bootstrap_servers",
-        "check_crcs",
-        "client_id",
-        "connections_max_idle_ms",
-        "consumer_timeout_ms",
-        "enable_auto_commit",
-        "fetch_max_bytes",
-        "fetch_max_wait_ms",
-        "fetch_min_bytes",
-        "group_id",
-        "group_instance_id",
-        "heartbeat_interval_ms",
-        "isolation_level",
-        "key_deserializer",
-        "max_partition_fetch_bytes",
-        "max_poll_interval_ms",
-        "max_poll_records",
-        "metadata_max_age_ms",
-        "partition_assignment_strategy",
-        "request_timeout_ms",
-        "retry_backoff_ms",
-        "session_timeout_ms",
-        "value_deserializer",
-    }
-)
+# consumer_timeout_ms stays in: the adapter's iterator, not raftka's Consumer, uses it.
+_CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"}
 _CONSUMER_TUNING: Final = TUNING_COMMON | {
     "enable_incremental_fetch_sessions",
     "legacy_iterator",
@@ -550,9 +507,7 @@ _CONSUMER_TUNING: Final = TUNING_COMMON | {
 _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
-    "exclude_internal_topics": Refusal(
-        equals(True), "raftka never matches internal (__) topics to a pattern"
-    ),
+    "exclude_internal_topics": EXCLUDE_INTERNAL_TOPICS,
     "default_offset_commit_callback": Refusal(
         is_none,
         "raftka's auto-commit reports failures in its log only; commit with "
@@ -593,7 +548,42 @@ def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class KafkaConsumer(_Closable):
+class _AssignedPartitions:
+    """What kafka-python's and aiokafka's consumers do alike, and synchronously, with
+    the assignment: passed to raftka's consumer (``_consumer``)."""
+
+    _consumer: Consumer | AsyncConsumer
+    #: A subscription without a group (each adapter keeps its own form), None if none.
+    _groupless: object
+
+    def unsubscribe(self) -> None:
+        self._groupless = None
+        self._consumer.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._groupless = None
+        self._consumer.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._consumer.seek(partition, offset)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._consumer.highwater(partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._consumer.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._consumer.paused()
+
+
+class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
     """kafka-python's ``KafkaConsumer`` over raftka's :class:`Consumer`.
 
     ``KafkaConsumer(*topics, **configs)`` subscribes to ``topics`` when any are given.
@@ -607,6 +597,8 @@ class KafkaConsumer(_Closable):
     without a record (the default, infinity, waits forever). ``poll`` returns batches
     for throughput.
     """
+
+    _consumer: Consumer
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options("KafkaConsumer", configs)
@@ -674,17 +666,6 @@ class KafkaConsumer(_Closable):
             return set(names) or {tp.topic for tp in self._consumer.assignment()}
         return self._consumer.subscription() or None
 
-    def unsubscribe(self) -> None:
-        self._groupless = None
-        self._consumer.unsubscribe()
-
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        self._groupless = None
-        self._consumer.assign(list(partitions))
-
-    def assignment(self) -> set[TopicPartition]:
-        return self._consumer.assignment()
-
     # ------------------------------------------------------------------ reading
 
     def poll(
@@ -721,9 +702,6 @@ class KafkaConsumer(_Closable):
 
     # ------------------------------------------------------------------ positions
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._consumer.seek(partition, offset)
-
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._consumer.seek_to_beginning(*partitions)
 
@@ -733,18 +711,6 @@ class KafkaConsumer(_Closable):
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         self._ensure_groupless_assignment()
         return self._consumer.position(partition, timeout_ms)
-
-    def highwater(self, partition: TopicPartition) -> int | None:
-        return self._consumer.highwater(partition)
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        self._consumer.pause(*partitions)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        self._consumer.resume(*partitions)
-
-    def paused(self) -> set[TopicPartition]:
-        return self._consumer.paused()
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
@@ -959,7 +925,7 @@ _ADMIN_MAPPED: Final = frozenset(
 )
 
 
-class KafkaAdminClient(_Closable):
+class KafkaAdminClient(ClosingOnExit):
     """kafka-python's ``KafkaAdminClient`` over raftka's :class:`Admin` (thread-safe).
     Each call's bound is its ``timeout_ms`` or else ``request_timeout_ms``; errors are
     raised typed (``TopicAlreadyExistsError``...)."""

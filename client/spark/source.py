@@ -31,6 +31,7 @@ from raftka.client.spark.offsets import EARLIEST, LATEST, from_offset_dict, to_o
 from raftka.client.spark.options import OffsetsSpec, SourceOptions, SparkOptionError
 from raftka.client.spark.planning import (
     OffsetRange,
+    Offsets,
     TriggerLimit,
     next_end,
     plan_ranges,
@@ -171,6 +172,20 @@ class _Cluster:
         return {tp: earliest.get(tp, latest.get(tp, s)) for tp, s in want.items()}
 
 
+def _planned_partitions(
+    opts: SourceOptions,
+    start: Offsets,
+    end: Offsets,
+    earliest: Offsets,
+) -> list[RangePartition]:
+    """The input partitions reading [start, end) (``plan_ranges``), with a warning for
+    each range lost to retention that failOnDataLoss=false lets the read skip."""
+    ranges, problems = plan_ranges(start, end, earliest, fail_on_data_loss=opts.fail_on_data_loss)
+    for problem in problems:
+        log.warning("raftka source: %s (failOnDataLoss=false: skipped)", problem)
+    return [RangePartition(r) for r in ranges]
+
+
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[Any]:
     """Arrow RecordBatches holding exactly the records [start, end) of one partition
     (fewer where compaction removed some). Fails when no progress is made for
@@ -234,12 +249,7 @@ class RaftkaBatchReader(DataSourceReader):
             earliest = cluster.offsets(tps, "earliest")
         finally:
             cluster.close()
-        ranges, problems = plan_ranges(
-            start, end, earliest, fail_on_data_loss=self.opts.fail_on_data_loss
-        )
-        for problem in problems:
-            log.warning("raftka source: %s (failOnDataLoss=false: skipped)", problem)
-        return [RangePartition(r) for r in ranges]
+        return _planned_partitions(self.opts, start, end, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
@@ -334,12 +344,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = from_offset_dict(start), from_offset_dict(end)
         earliest = self._cluster.offsets(sorted(finish), "earliest")
-        ranges, problems = plan_ranges(
-            begin, finish, earliest, fail_on_data_loss=self.opts.fail_on_data_loss
-        )
-        for problem in problems:
-            log.warning("raftka source: %s (failOnDataLoss=false: skipped)", problem)
-        return [RangePartition(r) for r in ranges]
+        return _planned_partitions(self.opts, begin, finish, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)

@@ -14,7 +14,6 @@ fetcher (a :class:`FetchRequest` with its ``replica_id`` and ``broker_epoch``).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Annotated, ClassVar, Final, Protocol, TypeVar
 
@@ -31,7 +30,7 @@ from raftka.common.messages import (
     decode,
     encode,
 )
-from raftka.common.wire import FRAME_HEADER_BYTES_MAX
+from raftka.common.wire import join_frame, split_frame
 
 __all__ = [
     "PARTITIONS_MAX",
@@ -129,8 +128,6 @@ class FramedMessage(Protocol):
 
 F = TypeVar("F", bound=FramedMessage)
 
-_LEN: Final = struct.Struct(">I")
-
 
 def encode_frame(header: FramedMessage, payloads: Sequence[bytes | memoryview]) -> bytes:
     """``header`` (whose entries already name their ``records_bytes``) and the payloads,
@@ -139,31 +136,25 @@ def encode_frame(header: FramedMessage, payloads: Sequence[bytes | memoryview]) 
     assert len(entries) == len(payloads), (len(entries), len(payloads))
     for entry, payload in zip(entries, payloads, strict=True):
         assert entry.records_bytes == len(payload), (entry.records_bytes, len(payload))
-    head = encode(header)
-    return b"".join([_LEN.pack(len(head)), head, *payloads])
+    return join_frame(encode(header), payloads)
 
 
 def decode_frame(body: bytes, header_type: type[F]) -> tuple[F, list[memoryview]]:
     """The header message and one payload view per entry; INVALID_REQUEST (naming the
     field) when the header breaks its bounds or the lengths do not fit the body."""
-    view = memoryview(body)
-    if len(view) < _LEN.size:
-        raise InvalidRequestError("frame shorter than its length prefix")
-    (head_len,) = _LEN.unpack_from(view, 0)
-    if head_len > FRAME_HEADER_BYTES_MAX or _LEN.size + head_len > len(view):
-        raise InvalidRequestError(f"frame header of {head_len} bytes does not fit the body")
-    header = decode(view[_LEN.size : _LEN.size + head_len], header_type)
-    pos = _LEN.size + head_len
+    head, rest = split_frame(body)
+    header = decode(head, header_type)
+    pos = 0
     payloads: list[memoryview] = []
     for i, entry in enumerate(header.frame_entries()):
         size = entry.records_bytes
-        if pos + size > len(view):
+        if pos + size > len(rest):
             where = f"$.{header.ENTRIES}[{i}].records_bytes"
             raise InvalidRequestError(f"records_bytes {size} overruns the body - at `{where}`")
-        payloads.append(view[pos : pos + size])
+        payloads.append(rest[pos : pos + size])
         pos += size
-    if pos != len(view):
-        raise InvalidRequestError(f"{len(view) - pos} bytes after the last payload")
+    if pos != len(rest):
+        raise InvalidRequestError(f"{len(rest) - pos} bytes after the last payload")
     return header, payloads
 
 

@@ -29,11 +29,12 @@ import contextlib
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
+from raftka.server_common.cli import CommandError, config_file_option
 from raftka.server_common.node_config import NodeConfig, node_config_from_properties
 from raftka.server_common.process_config import ConfigError, read_config_file
 
@@ -41,11 +42,6 @@ __all__ = ["combined_configs", "server_command", "split_listeners"]
 
 CONFIG_FILE_BYTES_MAX: Final = 1024 * 1024
 METADATA_DIR_NAME: Final = "__cluster_metadata"
-
-
-class _Problem(click.ClickException):
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
 
 
 def split_listeners(
@@ -172,13 +168,7 @@ async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig 
 
 
 @click.command("server")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A .properties or .toml file; process.roles names the roles to run.",
-)
+@config_file_option("A .properties or .toml file; process.roles names the roles to run.")
 def server_command(config_path: Path) -> None:
     """Run the roles process.roles names; both is Kafka's combined mode."""
     try:
@@ -186,7 +176,7 @@ def server_command(config_path: Path) -> None:
             read_config_file(config_path), source=str(config_path)
         )
     except ConfigError as e:
-        raise _Problem(str(e)) from None
+        raise CommandError(str(e)) from None
     from raftka.server_common.logging_setup import configure_logging  # noqa: PLC0415
 
     level = (controller_config.log_level if controller_config else None) or (

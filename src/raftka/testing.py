@@ -30,7 +30,8 @@ import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import pytest
 
@@ -75,6 +76,45 @@ class RaftkaCluster:
     _admin: Admin | None = field(default=None, repr=False)
     _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
+    @classmethod
+    def start(
+        cls,
+        data_dir: Path,
+        *,
+        brokers: int = BROKERS_DEFAULT,
+        controller_properties: Mapping[str, str] | None = None,
+        broker_properties: Mapping[str, str] | None = None,
+        timeout_s: float = READY_TIMEOUT_S,
+    ) -> Self:
+        """Start 3 controllers and ``brokers`` brokers as real processes with their data
+        in ``data_dir``, and return once a controller leads and every broker is
+        unfenced; whatever was started is killed if that fails. Use it as a context
+        manager (or call :meth:`close`)."""
+        from raftka.local.brokers import LocalBrokers  # noqa: PLC0415  (keeps the plugin import cheap)
+        from raftka.local.processes import LocalCluster  # noqa: PLC0415  (keeps the plugin import cheap)
+
+        controllers = LocalCluster(
+            data_dir, controllers=CONTROLLERS, extra_properties=controller_properties
+        )
+        started: LocalBrokers | None = None
+        try:
+            controllers.start(timeout_s)
+            controllers.wait_leader(timeout_s)
+            started = LocalBrokers(controllers, count=brokers, extra_properties=broker_properties)
+            started.start(timeout_s)
+        except BaseException:
+            if started is not None:
+                started.close()
+            controllers.close()
+            raise
+        return cls(controllers, started)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def bootstrap_servers(self) -> str:
         return self.brokers.bootstrap_servers
@@ -105,7 +145,6 @@ class RaftkaCluster:
         """Create a topic (replication factor: min(3, brokers) unless given) and wait
         until every running broker's metadata has a leader for each partition."""
         from raftka.client.structs import NewTopic  # noqa: PLC0415  (keeps the plugin import cheap)
-        from raftka.local import wait_for  # noqa: PLC0415  (keeps the plugin import cheap)
 
         topic = name or self.unique_name()
         rf = replication_factor or min(3, len(self.brokers.ids))
@@ -113,6 +152,15 @@ class RaftkaCluster:
             [NewTopic(topic, partitions, rf, configs=dict(configs or {}))],
             timeout_ms=API_TIMEOUT_MS,
         )
+        self.wait_topic(topic, partitions, timeout_s=timeout_s)
+        return topic
+
+    def wait_topic(
+        self, topic: str, partitions: int | None = None, *, timeout_s: float = READY_TIMEOUT_S
+    ) -> None:
+        """Wait until every running broker's metadata has ``topic`` (with ``partitions``
+        partitions, when given) and a leader for each of its partitions."""
+        from raftka.local import wait_for  # noqa: PLC0415  (keeps the plugin import cheap)
 
         def known_everywhere() -> bool:
             for broker_id in self.brokers.ids:
@@ -120,7 +168,9 @@ class RaftkaCluster:
                     continue
                 metadata = self.brokers.metadata(broker_id) or {}
                 found = {t["name"]: t for t in metadata.get("topics", [])}.get(topic)
-                if found is None or len(found["partitions"]) != partitions:
+                if found is None:
+                    return False
+                if partitions is not None and len(found["partitions"]) != partitions:
                     return False
                 if any(p["leader"] < 0 for p in found["partitions"]):
                     return False
@@ -131,7 +181,6 @@ class RaftkaCluster:
             timeout_s=timeout_s,
             message=f"topic {topic} has no leader on every broker",
         )
-        return topic
 
     def close(self) -> None:
         try:
@@ -157,28 +206,9 @@ def raftka_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RaftkaCluster]:
     """3 controllers and N brokers as real processes for the whole session."""
-    from raftka.local.brokers import LocalBrokers  # noqa: PLC0415  (keeps the plugin import cheap)
-    from raftka.local.processes import LocalCluster  # noqa: PLC0415  (keeps the plugin import cheap)
-
-    count = _broker_count(request.config)
     data_dir = tmp_path_factory.mktemp("raftka")
-    controllers = LocalCluster(data_dir, controllers=CONTROLLERS)
-    brokers: LocalBrokers | None = None
-    try:
-        controllers.start(READY_TIMEOUT_S)
-        controllers.wait_leader(READY_TIMEOUT_S)
-        brokers = LocalBrokers(controllers, count=count)
-        brokers.start(READY_TIMEOUT_S)
-    except BaseException:
-        if brokers is not None:
-            brokers.close()
-        controllers.close()
-        raise
-    cluster = RaftkaCluster(controllers, brokers)
-    try:
+    with RaftkaCluster.start(data_dir, brokers=_broker_count(request.config)) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from raftka.testing import READY_TIMEOUT_S, RaftkaCluster
+from raftka.testing import RaftkaCluster
 
 BROKER_PROPERTIES = {
     "replica.lag.time.max.ms": "1500",
@@ -22,26 +22,9 @@ BROKER_PROPERTIES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RaftkaCluster]:
-    from raftka.local.brokers import LocalBrokers
-    from raftka.local.processes import LocalCluster
-
-    controllers = LocalCluster(tmp_path_factory.mktemp("compat"))
-    brokers: LocalBrokers | None = None
-    try:
-        controllers.start(READY_TIMEOUT_S)
-        controllers.wait_leader(READY_TIMEOUT_S)
-        brokers = LocalBrokers(controllers, extra_properties=BROKER_PROPERTIES)
-        brokers.start(READY_TIMEOUT_S)
-    except BaseException:
-        if brokers is not None:
-            brokers.close()
-        controllers.close()
-        raise
-    env = RaftkaCluster(controllers, brokers)
-    try:
+    data_dir = tmp_path_factory.mktemp("compat")
+    with RaftkaCluster.start(data_dir, broker_properties=BROKER_PROPERTIES) as env:
         yield env
-    finally:
-        env.close()
 
 
 @pytest.fixture

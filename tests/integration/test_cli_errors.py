@@ -23,15 +23,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 import pytest
 
-from raftka.client import Admin, NewTopic, TopicPartition
-from raftka.local import LocalCluster, free_ports, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.client import TopicPartition
+from raftka.local import free_ports, wait_for
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -42,34 +40,7 @@ MIB = 1024 * 1024
 REJECTION_RUNS = 10
 
 
-@dataclass
-class Env:
-    cluster: LocalCluster
-    brokers: LocalBrokers
-    admin: Admin
-
-    @property
-    def bootstrap(self) -> str:
-        return self.brokers.bootstrap_servers
-
-    def create_topic(self, topic: str, partitions: int = 1) -> None:
-        """Create ``topic`` and wait until every broker knows its leaders."""
-        self.admin.create_topics([NewTopic(topic, partitions, 3)], timeout_ms=API_TIMEOUT_MS)
-        self.wait_known(topic)
-
-    def wait_known(self, topic: str) -> None:
-        """Wait until every broker knows ``topic``'s leaders."""
-
-        def known() -> bool:
-            for b in self.brokers.ids:
-                md = self.brokers.metadata(b) or {"topics": []}
-                t = {t["name"]: t for t in md["topics"]}.get(topic)
-                if t is None or any(p["leader"] < 0 for p in t["partitions"]):
-                    return False
-            return True
-
-        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{topic} not known everywhere")
-
+class Env(RaftkaCluster):
     def end_offset(self, topic: str) -> int:
         tp = TopicPartition(topic, 0)
         return self.admin.list_offsets({tp: "latest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset
@@ -77,20 +48,12 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("cli-errors")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        # A short broker session, so a restarted broker registers again quickly.
-        with LocalBrokers(
-            cluster, extra_properties={"broker.session.timeout.ms": "3000"}
-        ) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                yield Env(cluster, brokers, admin)
+    # A short broker session, so a restarted broker registers again quickly.
+    with Env.start(
+        tmp_path_factory.mktemp("cli-errors"),
+        broker_properties={"broker.session.timeout.ms": "3000"},
+    ) as env:
+        yield env
 
 
 _CHILD_ENV = {**os.environ, "RAFTKA_BOOTSTRAP_SERVERS": ""}
@@ -126,8 +89,8 @@ def _one_line_error(returncode: int, stderr_bytes: bytes, *parts: str) -> str:
 def _consume_all(env: Env, topic: str, count: int) -> list[bytes]:
     """The first ``count`` values of partition 0, through the command line."""
     done = _raftka(
-        "consume", "--topic", topic, "--bootstrap-server", env.bootstrap, "--from-beginning",
-        "--max-messages", str(count), "--timeout-ms", "20000",
+        "consume", "--topic", topic, "--bootstrap-server", env.bootstrap_servers,
+        "--from-beginning", "--max-messages", str(count), "--timeout-ms", "20000",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.splitlines()
@@ -147,7 +110,15 @@ def test_a_rejected_record_with_stdin_still_open_never_aborts(env: Env) -> None:
     for run in range(REJECTION_RUNS):
         rejected = b"x" * (2 * MIB if run % 2 == 0 else MIB - 16)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raftka", "produce", topic, "--bootstrap-server", env.bootstrap],
+            [
+                sys.executable,
+                "-m",
+                "raftka",
+                "produce",
+                topic,
+                "--bootstrap-server",
+                env.bootstrap_servers,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -193,7 +164,7 @@ def test_a_line_over_1_mib_is_fatal_or_skipped_with_ignore_errors(env: Env) -> N
     fatal, skipping = "cli-big-fatal", "cli-big-skip"
     env.create_topic(fatal)
     env.create_topic(skipping)
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
 
     done = _raftka("produce", "--topic", fatal, *bootstrap, stdin=lines)
     assert done.returncode == 1
@@ -226,11 +197,8 @@ def test_a_record_over_the_topics_max_message_bytes_does_not_take_its_batch_down
     first line; with --ignore-errors both short lines arrive. Fifty small lines fill
     several batches that each stay under the limit."""
     topic = "cli-small-messages"
-    env.admin.create_topics(
-        [NewTopic(topic, 1, 3, configs={"max.message.bytes": "300"})], timeout_ms=API_TIMEOUT_MS
-    )
-    env.wait_known(topic)
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    env.create_topic(topic, configs={"max.message.bytes": "300"})
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
     lines = b"first\n" + b"b" * 1000 + b"\nlast\n"
     done = _raftka("produce", "--topic", topic, *bootstrap, stdin=lines)
     assert done.returncode == 1
@@ -252,7 +220,7 @@ def test_empty_names_are_one_line_kafka_errors(env: Env) -> None:
     """An empty topic (create, produce, consume, describe) is INVALID_TOPIC_EXCEPTION
     and an empty group (groups describe, consume --group) is INVALID_GROUP_ID: one
     line, exit 1, no traceback, whichever grammar names it."""
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
     for args in (
         ("topics", "create", "--topic", ""),
         ("topics", "create", ""),
@@ -297,7 +265,7 @@ def test_kafka_options_and_positional_names_are_the_same_command(env: Env) -> No
     """Each command accepts Kafka's option form and raftka's positional form with the
     same effect: topics create/describe/alter/delete, produce, consume, groups
     describe/delete. Two different names for one slot are a usage error."""
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
 
     def ok(*args: str, stdin: bytes = b"") -> str:
         done = _raftka(*args, *bootstrap, stdin=stdin)
@@ -353,7 +321,7 @@ def _status(
     env: Env, *args: str, timeout_s: float = DEADLINE_S
 ) -> subprocess.CompletedProcess[bytes]:
     return _raftka(
-        "status", "--bootstrap-controller", env.cluster.bootstrap_controllers, *args,
+        "status", "--bootstrap-controller", env.controllers.bootstrap_controllers, *args,
         timeout_s=timeout_s,
     )  # fmt: skip
 
@@ -374,7 +342,7 @@ def test_status_exit_code_follows_health_and_wait_blocks_until_healthy(env: Env)
     assert healthy.stdout.decode().startswith("cluster: healthy\n")
     assert healthy.stderr == b""
     # The same view found through a broker, as Kafka's tools take --bootstrap-server.
-    through_broker = _raftka("status", "--bootstrap-server", env.bootstrap)
+    through_broker = _raftka("status", "--bootstrap-server", env.bootstrap_servers)
     assert through_broker.returncode == 0, through_broker.stderr.decode()
     assert through_broker.stdout.decode().startswith("cluster: healthy\n")
 
@@ -393,7 +361,7 @@ def test_status_exit_code_follows_health_and_wait_blocks_until_healthy(env: Env)
 
     waiting = subprocess.Popen(
         [sys.executable, "-m", "raftka", "status", "--bootstrap-controller",
-         env.cluster.bootstrap_controllers, "--wait", "120", "--json"],
+         env.controllers.bootstrap_controllers, "--wait", "120", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_CHILD_ENV,

@@ -17,17 +17,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from raftka.__main__ import cli
-from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client import Consumer, Producer, TopicPartition
 from raftka.common.errors import OffsetOutOfRangeError
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.local import wait_for
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -35,36 +33,18 @@ DEADLINE_S = 30.0
 API_TIMEOUT_MS = 20_000
 
 
-@dataclass
-class Env:
-    cluster: LocalCluster
-    brokers: LocalBrokers
-    admin: Admin
-
-    @property
-    def bootstrap(self) -> str:
-        return self.brokers.bootstrap_servers
-
-    def wait_known(self, topic: str, partitions: int) -> None:
-        """Until every broker's metadata has ``partitions`` partitions with leaders."""
-
-        def known() -> bool:
-            for b in self.brokers.ids:
-                md = self.brokers.metadata(b) or {"topics": []}
-                t = {t["name"]: t for t in md["topics"]}.get(topic)
-                if t is None or len(t["partitions"]) != partitions:
-                    return False
-                if any(p["leader"] < 0 for p in t["partitions"]):
-                    return False
-            return True
-
-        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{topic} not known everywhere")
-
+class Env(RaftkaCluster):
     def run(self, *args: str, stdin: bytes | None = None) -> Result:
         """One ``raftka`` command in-process, against this cluster."""
         result = CliRunner().invoke(
             cli,
-            [*args, "--bootstrap-server", self.bootstrap, "--api-timeout-ms", str(API_TIMEOUT_MS)],
+            [
+                *args,
+                "--bootstrap-server",
+                self.bootstrap_servers,
+                "--api-timeout-ms",
+                str(API_TIMEOUT_MS),
+            ],
             input=stdin,
         )
         return result
@@ -72,17 +52,8 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("cli")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                yield Env(cluster, brokers, admin)
+    with Env.start(tmp_path_factory.mktemp("cli")) as env:
+        yield env
 
 
 def _ok(result: Result) -> str:
@@ -113,7 +84,7 @@ def test_topics_create_describe_alter_list_delete(env: Env) -> None:
         )
     )  # fmt: skip
     assert out == "Created topic cli-admin.\n"
-    env.wait_known("cli-admin", 2)
+    env.wait_topic("cli-admin", 2)
     lines = _ok(env.run("topics", "describe", "--topic", "cli-admin")).splitlines()
     assert lines[0].startswith("Topic: cli-admin\tTopicId: ")
     assert "PartitionCount: 2\tReplicationFactor: 3\tConfigs: retention.ms=600000" in lines[0]
@@ -133,7 +104,7 @@ def test_topics_create_describe_alter_list_delete(env: Env) -> None:
     )  # fmt: skip
     assert "Updated config for topic cli-admin." in out
     assert "now has 4 partitions" in out
-    env.wait_known("cli-admin", 4)
+    env.wait_topic("cli-admin", 4)
     lines = _ok(env.run("topics", "describe", "--topic", "cli-admin")).splitlines()
     assert "PartitionCount: 4" in lines[0]
     assert "segment.ms=3600000" in lines[0]
@@ -153,7 +124,7 @@ def test_produce_consume_round_trip(env: Env) -> None:
     and --max-messages; --partition/--offset start in the middle; --timeout-ms ends a
     consume that runs out of records; --print-timestamp prefixes CreateTime."""
     _ok(env.run("topics", "create", "--topic", "cli-data", "--partitions", "2"))
-    env.wait_known("cli-data", 2)
+    env.wait_topic("cli-data", 2)
     lines = b"".join(b"k%d:v%d\n" % (i, i) for i in range(10))
     _ok(env.run("produce", "cli-data", "--key-separator", ":", "--partition", "0", stdin=lines))
     _ok(env.run("produce", "cli-data", "--partition", "1", stdin=b"plain\n"))
@@ -202,7 +173,7 @@ def test_errors_are_one_line_without_traceback(env: Env) -> None:
     """The real command, for an unknown topic (describe, produce, consume), a bad
     config value, and an unreachable bootstrap server (bounded by --api-timeout-ms):
     one line naming Kafka's error on stderr, a non-zero exit, no traceback."""
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
     _assert_one_line_error(
         _raftka("topics", "describe", "--topic", "no-such-topic", *bootstrap),
         "UNKNOWN_TOPIC_OR_PARTITION",
@@ -246,10 +217,9 @@ def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
     (earliest -> 40, latest -> 100) or gets OFFSET_OUT_OF_RANGE with none; an offset
     above the high watermark is OFFSET_OUT_OF_RANGE; -1 means the high watermark."""
     topic = "delete-records"
-    env.admin.create_topics([NewTopic(topic, 1, 3)], timeout_ms=API_TIMEOUT_MS)
-    env.wait_known(topic, 1)
+    env.create_topic(topic)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(100):
             producer.send(topic, b"%d" % i, partition=0)
         producer.flush(API_TIMEOUT_MS)
@@ -263,7 +233,7 @@ def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
     assert env.admin.delete_records({tp: 20}, timeout_ms=API_TIMEOUT_MS) == {tp: 40}
 
     for reset, expected in (("earliest", 40), ("latest", 100)):
-        with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset=reset) as consumer:
+        with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset=reset) as consumer:
             consumer.assign([tp])
             consumer.seek(tp, 10)
             deadline = time.monotonic() + DEADLINE_S
@@ -277,7 +247,7 @@ def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
                 while consumer.position(tp, API_TIMEOUT_MS) != expected:
                     assert time.monotonic() < deadline, "the position was not reset to latest"
                     consumer.poll(200)
-    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="none") as consumer:
+    with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="none") as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 10)
         with pytest.raises(OffsetOutOfRangeError):
@@ -296,10 +266,9 @@ def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:
     ``raftka consume`` (waiting for more after printing one record): both exit 0
     without a traceback; the record produced arrived; consume reports its count."""
     topic = "cli-interrupt"
-    env.admin.create_topics([NewTopic(topic, 1, 3)], timeout_ms=API_TIMEOUT_MS)
-    env.wait_known(topic, 1)
+    env.create_topic(topic)
     tp = TopicPartition(topic, 0)
-    bootstrap = ["--bootstrap-server", env.bootstrap]
+    bootstrap = ["--bootstrap-server", env.bootstrap_servers]
     produce = subprocess.Popen(
         [sys.executable, "-m", "raftka", "produce", topic, *bootstrap],
         stdin=subprocess.PIPE,

@@ -24,14 +24,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raftka.client import (
-    Admin,
     AsyncConsumer,
     AsyncProducer,
     Consumer,
@@ -48,8 +45,8 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.common.hashing import murmur2_partition
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.local import wait_for
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -57,51 +54,21 @@ DEADLINE_S = 20.0
 API_TIMEOUT_MS = 20_000
 
 
-@dataclass
-class Env:
-    cluster: LocalCluster
-    brokers: LocalBrokers
-    admin: Admin
-
-    @property
-    def bootstrap(self) -> str:
-        return self.brokers.bootstrap_servers
-
+class Env(RaftkaCluster):
     def topic(self, name: str, partitions: int = 3, min_isr: int = 2) -> str:
         """Create a topic (RF 3) and wait until every broker knows its leaders."""
-        self.admin.create_topics(
-            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": str(min_isr)})],
-            timeout_ms=API_TIMEOUT_MS,
-        )
-
-        def known() -> bool:
-            for b in self.brokers.ids:
-                md = self.brokers.metadata(b) if self.brokers[b].running else {"topics": []}
-                topics = {t["name"]: t for t in (md or {"topics": []})["topics"]}
-                t = topics.get(name)
-                if t is None or len(t["partitions"]) != partitions:
-                    return False
-                if any(p["leader"] < 0 for p in t["partitions"]):
-                    return False
-            return True
-
-        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{name} not known everywhere")
-        return name
+        configs = {"min.insync.replicas": str(min_isr)}
+        return self.create_topic(name, partitions=partitions, configs=configs)
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("client")
-    with LocalCluster(tmp, extra_properties={"broker.session.timeout.ms": "2500"}) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster, extra_properties={"replica.lag.time.max.ms": "1500"}) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                yield Env(cluster, brokers, admin)
+    with Env.start(
+        tmp_path_factory.mktemp("client"),
+        controller_properties={"broker.session.timeout.ms": "2500"},
+        broker_properties={"replica.lag.time.max.ms": "1500"},
+    ) as env:
+        yield env
 
 
 def _consume_all(consumer: Consumer, expected: int) -> list[ConsumerRecord]:
@@ -118,13 +85,15 @@ def test_keyed_records_round_trip_in_java_partitions(env: Env) -> None:
     """200 keyed records: each lands in murmur2(key) % 3 at its acknowledged offset and
     reads back in send order within its partition."""
     topic = env.topic("keyed")
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         futures = [
             producer.send(topic, b"value-%d" % i, key=b"key-%d" % (i % 37)) for i in range(200)
         ]
         producer.flush(API_TIMEOUT_MS)
         acked = [f.result(0) for f in futures]
-    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+    with Consumer(
+        bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
+    ) as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(3)])
         records = _consume_all(consumer, 200)
     assert len(records) == 200
@@ -146,7 +115,7 @@ def test_async_faces_round_trip(env: Env) -> None:
 
     async def main() -> list[ConsumerRecord]:
         async with AsyncProducer(
-            bootstrap_servers=env.bootstrap,
+            bootstrap_servers=env.bootstrap_servers,
             value_serializer=lambda v: v.encode(),
             compression_type="gzip",
             max_block_ms=API_TIMEOUT_MS,
@@ -155,7 +124,7 @@ def test_async_faces_round_trip(env: Env) -> None:
             await producer.flush(API_TIMEOUT_MS)
             assert [(await f).offset for f in futures] == list(range(300))
         async with AsyncConsumer(
-            bootstrap_servers=env.bootstrap,
+            bootstrap_servers=env.bootstrap_servers,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=512,
             max_poll_records=50,
@@ -179,11 +148,11 @@ def test_positions_and_offset_lookups(env: Env) -> None:
     partition holding 10 records with timestamps 1000, 2000, ... 10000."""
     topic = env.topic("seek", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(10):
             producer.send(topic, b"%d" % i, partition=0, timestamp_ms=(i + 1) * 1000)
         producer.flush(API_TIMEOUT_MS)
-    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="latest") as consumer:
+    with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="latest") as consumer:
         consumer.assign([tp])
         assert consumer.beginning_offsets([tp], API_TIMEOUT_MS) == {tp: 0}
         assert consumer.end_offsets([tp], API_TIMEOUT_MS) == {tp: 10}
@@ -255,12 +224,12 @@ def test_unknown_topic_fails_typed_not_hanging(env: Env) -> None:
     """No auto-creation: send to a missing topic raises UnknownTopicOrPartitionError
     after max_block_ms; a consumer's position lookup raises it after its timeout;
     describe_topics raises it at once."""
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=1_000) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=1_000) as producer:
         start = time.monotonic()
         with pytest.raises(UnknownTopicOrPartitionError):
             producer.send("missing", b"x")
         assert time.monotonic() - start < 10
-    with Consumer(bootstrap_servers=env.bootstrap) as consumer:
+    with Consumer(bootstrap_servers=env.bootstrap_servers) as consumer:
         consumer.assign([TopicPartition("missing", 0)])
         with pytest.raises(UnknownTopicOrPartitionError):
             consumer.position(TopicPartition("missing", 0), timeout_ms=1_000)
@@ -277,7 +246,7 @@ def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
 
     topic = env.topic("deser", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for v in (b"a", b"b", b"bad", b"c"):
             producer.send(topic, v, partition=0)
         producer.flush(timeout_ms=API_TIMEOUT_MS)
@@ -287,7 +256,7 @@ def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
             raise ValueError("not a letter")
         return (value or b"").decode()
 
-    with Consumer(bootstrap_servers=env.bootstrap, value_deserializer=strict) as consumer:
+    with Consumer(bootstrap_servers=env.bootstrap_servers, value_deserializer=strict) as consumer:
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
         got: list[str] = []
@@ -310,7 +279,7 @@ def test_consumer_interceptors_see_polls_and_commits(env: Env) -> None:
 
     topic = env.topic("icpt", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(10):
             producer.send(topic, b"%d" % i, partition=0)
         producer.flush(timeout_ms=API_TIMEOUT_MS)
@@ -330,7 +299,7 @@ def test_consumer_interceptors_see_polls_and_commits(env: Env) -> None:
             closed.append(True)
 
     with Consumer(
-        bootstrap_servers=env.bootstrap,
+        bootstrap_servers=env.bootstrap_servers,
         group_id="interceptor-test",
         enable_auto_commit=False,
         interceptors=[EvenOnly()],
@@ -358,7 +327,7 @@ def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:
     acked: list[tuple[RecordMetadata, bytes]] = []
     victim: int | None = None
     with Producer(
-        bootstrap_servers=env.bootstrap,
+        bootstrap_servers=env.bootstrap_servers,
         max_block_ms=API_TIMEOUT_MS,
         request_timeout_ms=5_000,
         delivery_timeout_ms=30_000,
@@ -379,7 +348,9 @@ def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:
             acked.append((md, value))
     assert victim is not None
     assert len(acked) >= 50, len(acked)
-    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+    with Consumer(
+        bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
+    ) as consumer:
         consumer.assign([tp])
         end = consumer.end_offsets([tp], API_TIMEOUT_MS)[tp]
         records = _consume_all(consumer, end)

@@ -168,17 +168,8 @@ def wait_has_topics(node: NodeProcess, names: set[str], *, timeout_s: float) -> 
     )
 
 
-def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
-    """Followers redirect to the active controller; kill -9 of it elects another within
-    the bound, which commits; every survivor's log holds every topic created before."""
-    leader = cluster.wait_leader()
-    follower = next(n for n in cluster.controllers.values() if n.node_id != leader)
-    status, answer = http_json(
-        follower.address, "/v1/topics", method="POST", body={"topics": [{"name": "t0"}]}
-    )
-    assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
-    assert answer["leader_address"] == cluster.controllers[leader].address
-    # Topics need a usable broker (RF 1 by default): register and unfence one.
+def register_one_broker(cluster: LocalCluster) -> None:
+    """Topics need a usable broker (RF 1 by default): register and unfence one."""
     epoch = write(
         cluster,
         "/v1/brokers/register",
@@ -189,6 +180,19 @@ def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
         "/v1/brokers/heartbeat",
         {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
     )
+
+
+def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
+    """Followers redirect to the active controller; kill -9 of it elects another within
+    the bound, which commits; every survivor's log holds every topic created before."""
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.controllers.values() if n.node_id != leader)
+    status, answer = http_json(
+        follower.address, "/v1/topics", method="POST", body={"topics": [{"name": "t0"}]}
+    )
+    assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
+    assert answer["leader_address"] == cluster.controllers[leader].address
+    register_one_broker(cluster)
     names = [f"before-{i}" for i in range(5)]
     for name in names:
         create_topic(cluster, name)
@@ -212,16 +216,7 @@ def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
 def test_paused_controller_catches_up(cluster: LocalCluster) -> None:
     """SIGSTOP one follower: the other two keep committing; after SIGCONT it catches up
     to the very same log (payload by payload)."""
-    epoch = write(
-        cluster,
-        "/v1/brokers/register",
-        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
-    )["broker_epoch"]
-    write(
-        cluster,
-        "/v1/brokers/heartbeat",
-        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
-    )
+    register_one_broker(cluster)
     leader = cluster.wait_leader()
     paused = next(n for n in cluster.controllers.values() if n.node_id != leader)
     paused.pause()
@@ -240,16 +235,7 @@ def test_paused_controller_catches_up(cluster: LocalCluster) -> None:
 def test_committed_topics_survive_killing_all(cluster: LocalCluster) -> None:
     """kill -9 of all three controllers, then a restart: every committed topic is still
     there, and the restarted quorum accepts writes again."""
-    epoch = write(
-        cluster,
-        "/v1/brokers/register",
-        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
-    )["broker_epoch"]
-    write(
-        cluster,
-        "/v1/brokers/heartbeat",
-        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
-    )
+    register_one_broker(cluster)
     names = {f"durable-{i}" for i in range(5)}
     for name in sorted(names):
         create_topic(cluster, name)
@@ -346,20 +332,6 @@ def test_silent_broker_is_fenced_and_loses_leadership(fencing_cluster: LocalClus
     finally:
         beats.stop.set()
         beats.thread.join(timeout=10)
-
-
-def register_one_broker(cluster: LocalCluster) -> None:
-    """Topics need a usable broker (RF 1 by default): register and unfence one."""
-    epoch = write(
-        cluster,
-        "/v1/brokers/register",
-        {"broker_id": 1, "incarnation_id": str(uuid.uuid4()), "endpoints": []},
-    )["broker_epoch"]
-    write(
-        cluster,
-        "/v1/brokers/heartbeat",
-        {"broker_id": 1, "broker_epoch": epoch, "current_metadata_offset": epoch},
-    )
 
 
 def test_paused_active_controller_steps_down_and_rejoins(cluster: LocalCluster) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from raftka.local import LocalCluster, http_json, wait_for
-from raftka.metadata.delta import MetadataDelta, image_from_records
+from raftka.local.metadata_pages import replay_metadata_page
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import (
     RECORD_BYTES_MAX,
@@ -44,7 +44,6 @@ from raftka.metadata.metadata_records import (
     TopicRecord,
     decode_records,
     encode_records,
-    record_from_dict,
 )
 
 pytestmark = pytest.mark.slow
@@ -148,15 +147,7 @@ def read_image(address: str) -> MetadataImage:
     for _ in range(PAGES_MAX):
         status, page = http_json(address, f"/v1/metadata?offset={offset}&records_max=1000")
         assert status == 200, page
-        snap = page["snapshot"]
-        if snap is not None:
-            records = [record_from_dict(r) for r in snap["records"]]
-            image = image_from_records(records, snap["end_offset"] - 1, snap["epoch"])
-        for batch in page["batches"]:
-            delta = MetadataDelta(image)
-            delta.replay_all(record_from_dict(r) for r in batch["records"])
-            delta.offset = batch["offset"]
-            image = delta.apply()
+        image = replay_metadata_page(image, page)
         if page["next_offset"] >= page["high_watermark"] or page["next_offset"] == offset:
             return image
         offset = page["next_offset"]

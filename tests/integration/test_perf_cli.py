@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from raftka.client import Admin, NewTopic
-from raftka.local import LocalCluster
-from raftka.local.brokers import LocalBrokers
 from raftka.perf_cli import perf_command
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +30,9 @@ RECORDS = 20_000
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp: Path = tmp_path_factory.mktemp("perf")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                admin.create_topics([NewTopic("perf", 3, 3)], timeout_ms=API_TIMEOUT_MS)
-            yield brokers.bootstrap_servers
+    with RaftkaCluster.start(tmp_path_factory.mktemp("perf")) as cluster:
+        cluster.create_topic("perf", partitions=3)
+        yield cluster.bootstrap_servers
 
 
 def test_produce_then_consume_report_the_requested_count(bootstrap: str) -> None:

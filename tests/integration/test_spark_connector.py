@@ -28,15 +28,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from raftka.client import Admin, Consumer, NewPartitions, NewTopic, Producer, TopicPartition
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.client import Consumer, NewPartitions, Producer, TopicPartition
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -53,53 +51,16 @@ API_TIMEOUT_MS = 20_000
 QUERY_TIMEOUT_S = 120
 
 
-@dataclass
-class Env:
-    cluster: LocalCluster
-    brokers: LocalBrokers
-    admin: Admin
-    tmp: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return self.brokers.bootstrap_servers
-
+class Env(RaftkaCluster):
     def topic(self, name: str, partitions: int = 3) -> str:
         """Create a topic (RF 3, min ISR 2) and wait until every broker knows its leaders."""
-        self.admin.create_topics(
-            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": "2"})],
-            timeout_ms=API_TIMEOUT_MS,
-        )
-        self.wait_partitions(name, partitions)
-        return name
-
-    def wait_partitions(self, name: str, partitions: int) -> None:
-        def known() -> bool:
-            for b in self.brokers.ids:
-                md = self.brokers.metadata(b) or {"topics": []}
-                t = {t["name"]: t for t in md["topics"]}.get(name)
-                if t is None or len(t["partitions"]) != partitions:
-                    return False
-                if any(p["leader"] < 0 for p in t["partitions"]):
-                    return False
-            return True
-
-        wait_for(known, timeout_s=DEADLINE_S, message=lambda: f"{name} not known everywhere")
+        return self.create_topic(name, partitions=partitions, configs={"min.insync.replicas": "2"})
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("spark")
-    with LocalCluster(tmp / "cluster") as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                yield Env(cluster, brokers, admin, tmp)
+    with Env.start(tmp_path_factory.mktemp("spark")) as env:
+        yield env
 
 
 def _registration_path() -> str | None:
@@ -153,7 +114,7 @@ def spark() -> Iterator[Any]:
 def _produce(env: Env, topic: str, records: list[tuple[int, bytes, int]]) -> list[Any]:
     """(partition, value, timestamp_ms) each, keyed and with a header; the metadata of
     every acknowledged record."""
-    with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         futures = [
             producer.send(
                 topic,
@@ -172,7 +133,9 @@ def _produce(env: Env, topic: str, records: list[tuple[int, bytes, int]]) -> lis
 def _values(env: Env, topic: str, partitions: int) -> list[bytes]:
     """Every value in the topic, read with the plain consumer."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
+    with Consumer(
+        bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
+    ) as consumer:
         consumer.assign(tps)
         expected = sum(consumer.end_offsets(tps, API_TIMEOUT_MS).values())
         got: list[bytes] = []
@@ -185,7 +148,7 @@ def _values(env: Env, topic: str, partitions: int) -> list[bytes]:
 
 
 def _read(spark: Any, env: Env, **options: str) -> Any:
-    reader = spark.read.format("raftka").option("bootstrap.servers", env.bootstrap)
+    reader = spark.read.format("raftka").option("bootstrap.servers", env.bootstrap_servers)
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
@@ -246,14 +209,14 @@ def _run_available_now(
     most; the query's progress reports."""
     query = (
         spark.readStream.format("raftka")
-        .option("bootstrap.servers", env.bootstrap)
+        .option("bootstrap.servers", env.bootstrap_servers)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "40")
         .load()
         .selectExpr("key", "upper(cast(value as string)) AS value")
         .writeStream.format("raftka")
-        .option("bootstrap.servers", env.bootstrap)
+        .option("bootstrap.servers", env.bootstrap_servers)
         .option("topic", sink)
         .option("replayProtection", str(protect).lower())
         .option("checkpointLocation", str(checkpoint))
@@ -279,7 +242,9 @@ def _lose_last_commit(checkpoint: Path) -> int:
 
 
 @pytest.mark.parametrize("protect", [True, False], ids=["replay-protected", "unprotected"])
-def test_streaming_restart_and_replayed_batch(spark: Any, env: Env, protect: bool) -> None:
+def test_streaming_restart_and_replayed_batch(
+    spark: Any, env: Env, tmp_path: Path, protect: bool
+) -> None:
     """100 records, an availableNow run (3 batches of <= 40), then 60 more records and a
     4th partition (created while the query is stopped; its records must be read from
     its earliest offset), the last commits/N deleted, and a second run from the same
@@ -288,13 +253,13 @@ def test_streaming_restart_and_replayed_batch(spark: Any, env: Env, protect: boo
     name = "protected" if protect else "unprotected"
     source = env.topic(f"stream-in-{name}")
     sink = env.topic(f"stream-out-{name}")
-    checkpoint = env.tmp / f"checkpoint-{name}"
+    checkpoint = tmp_path / f"checkpoint-{name}"
     first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
     _produce(env, source, first)
     progress1 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
 
     env.admin.create_partitions({source: NewPartitions(4)}, timeout_ms=API_TIMEOUT_MS)
-    env.wait_partitions(source, 4)
+    env.wait_topic(source, 4)
     second = [(i % 4, b"e%04d" % i, 1_000 + i) for i in range(100, 160)]
     _produce(env, source, second)
     lost = _lose_last_commit(checkpoint)

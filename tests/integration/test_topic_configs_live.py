@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -27,14 +26,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftka.client import Admin, NewTopic, Producer, TopicPartition
+from raftka.client import Producer, TopicPartition
 from raftka.client.errors import MessageTooLargeError
 from raftka.common.messages import broker as api
 from raftka.common.messages import decode, encode
 from raftka.common.record import Compression, Record, build_batch, decode_batches
 from raftka.common.record.header import CRC_OFFSET, HEADER_SIZE, compute_crc, iter_batches
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.local import wait_for
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -42,22 +41,7 @@ API_TIMEOUT_MS = 20_000
 DEADLINE_S = 30.0
 
 
-@dataclass
-class Env:
-    cluster: LocalCluster
-    brokers: LocalBrokers
-    admin: Admin
-
-    @property
-    def bootstrap(self) -> str:
-        return self.brokers.bootstrap_servers
-
-    def create_topic(self, topic: str, configs: dict[str, str] | None = None) -> None:
-        self.admin.create_topics(
-            [NewTopic(topic, 1, 3, configs=configs or {})], timeout_ms=API_TIMEOUT_MS
-        )
-        self.leader(topic)
-
+class Env(RaftkaCluster):
     def leader(self, topic: str) -> int:
         """The leader of partition 0 once every broker agrees on it."""
 
@@ -84,7 +68,7 @@ class Env:
         args = [arg for s in settings for arg in ("--add-config", s)]
         done = subprocess.run(
             [sys.executable, "-m", "raftka", "topics", "alter", "--topic", topic, *args,
-             "--bootstrap-server", self.bootstrap],
+             "--bootstrap-server", self.bootstrap_servers],
             capture_output=True, timeout=DEADLINE_S, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr.decode()
@@ -105,16 +89,10 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp = tmp_path_factory.mktemp("topic-configs")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        # Retention checks every second so a retention change shows quickly.
-        props = {"log.retention.check.interval.ms": "500"}
-        with LocalBrokers(cluster, extra_properties=props) as brokers:
-            brokers.start()
-            with Admin(bootstrap_servers=brokers.bootstrap_servers) as admin:
-                yield Env(cluster, brokers, admin)
+    # Retention checks every second so a retention change shows quickly.
+    props = {"log.retention.check.interval.ms": "500"}
+    with Env.start(tmp_path_factory.mktemp("topic-configs"), broker_properties=props) as env:
+        yield env
 
 
 def _recrc(buf: bytearray) -> bytes:
@@ -202,7 +180,7 @@ def test_the_leader_refuses_batches_a_consumer_could_not_read(env: Env) -> None:
 def test_max_message_bytes_changes_without_a_restart(env: Env) -> None:
     topic = "live-max-bytes"
     env.create_topic(topic)
-    with Producer(bootstrap_servers=env.bootstrap, acks="all", linger_ms=0) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, acks="all", linger_ms=0) as producer:
         producer.send(topic, b"x" * 2000).result(timeout=DEADLINE_S)
         env.alter(topic, "max.message.bytes=1000")
         env.wait_config(topic, "max.message.bytes", "1000")
@@ -223,7 +201,7 @@ def test_segment_bytes_and_retention_change_without_a_restart(env: Env) -> None:
     the closed segments (the log start moves up), all on the running brokers."""
     topic = "live-segments"
     env.create_topic(topic)
-    with Producer(bootstrap_servers=env.bootstrap, acks="all", linger_ms=0) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, acks="all", linger_ms=0) as producer:
         producer.send(topic, b"a" * 100).result(timeout=DEADLINE_S)
         assert len(env.segment_files(topic)) == 1
         env.alter(topic, "segment.bytes=1024")
@@ -248,7 +226,7 @@ def test_compression_type_recompresses_what_the_broker_stores(env: Env) -> None:
     env.alter(topic, "compression.type=gzip")
     env.wait_config(topic, "compression.type", "gzip")
     address = env.brokers[env.leader(topic)].address
-    with Producer(bootstrap_servers=env.bootstrap, acks="all", linger_ms=0) as producer:
+    with Producer(bootstrap_servers=env.bootstrap_servers, acks="all", linger_ms=0) as producer:
 
         def stored_as_gzip() -> bool:
             producer.send(topic, b"plain", key=b"k").result(timeout=DEADLINE_S)

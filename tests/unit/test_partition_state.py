@@ -74,6 +74,32 @@ def leader(
     return state, epochs
 
 
+def follower_of_1(
+    broker_id: int,
+    *,
+    epochs: LeaderEpochFileCache,
+    leo: int,
+    hw: int = 0,
+    epoch: int,
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+) -> PartitionState:
+    """Broker ``broker_id`` following broker 1 on t-0 at ``epoch`` (leader and partition
+    epoch alike)."""
+    state = PartitionState(
+        topic="t",
+        partition=0,
+        local_broker_id=broker_id,
+        epochs=epochs,
+        log_end_offset=leo,
+        high_watermark=hw,
+    )
+    state.make_follower(
+        leader_id=1, leader_epoch=epoch, partition_epoch=epoch, replicas=replicas, isr=isr, now_ms=0
+    )
+    return state
+
+
 def fetch(state: PartitionState, replica: int, offset: int, now_ms: int, epoch: int | None = 1):
     return state.on_follower_fetch(
         replica_id=replica,
@@ -361,16 +387,8 @@ def test_kip101_follower_with_a_suffix_from_an_old_epoch() -> None:
     assert r.diverging_epoch == EpochEndOffset(1, 2) and r.read_up_to == 0
     assert state.follower(3).log_end_offset == -1  # type: ignore[union-attr]
 
-    follower = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=3,
-        epochs=cache((1, 0), (2, 2)),
-        log_end_offset=4,
-        high_watermark=2,
-    )
-    follower.make_follower(
-        leader_id=1, leader_epoch=3, partition_epoch=3, replicas=(1, 2, 3), isr=(1, 3), now_ms=0
+    follower = follower_of_1(
+        3, epochs=cache((1, 0), (2, 2)), leo=4, hw=2, epoch=3, replicas=(1, 2, 3), isr=(1, 3)
     )
     out = follower.on_fetch_response(
         leader_high_watermark=2,
@@ -388,16 +406,8 @@ def test_diverging_within_the_same_epoch_truncates_to_the_leaders_end() -> None:
     state, _ = leader(leo=5, hw=5, epoch=3, epochs=cache((2, 0)), isr=(1,))
     r = fetch(state, 2, 8, now_ms=1, epoch=2)
     assert r.diverging_epoch == EpochEndOffset(2, 5)
-    follower = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=2,
-        epochs=cache((2, 0)),
-        log_end_offset=8,
-        high_watermark=5,
-    )
-    follower.make_follower(
-        leader_id=1, leader_epoch=3, partition_epoch=3, replicas=(1, 2, 3), isr=(1,), now_ms=0
+    follower = follower_of_1(
+        2, epochs=cache((2, 0)), leo=8, hw=5, epoch=3, replicas=(1, 2, 3), isr=(1,)
     )
     out = follower.on_fetch_response(
         leader_high_watermark=5,
@@ -411,16 +421,8 @@ def test_diverging_within_the_same_epoch_truncates_to_the_leaders_end() -> None:
 def test_follower_without_the_leaders_epoch_cuts_to_its_own_epoch_end() -> None:
     """The leader answers epoch 3, which the follower never had (it has 1 then 4): the
     follower truncates to where its epoch 1 ends (3), and the HW follows down."""
-    follower = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=2,
-        epochs=cache((1, 0), (4, 3)),
-        log_end_offset=6,
-        high_watermark=4,
-    )
-    follower.make_follower(
-        leader_id=1, leader_epoch=5, partition_epoch=5, replicas=(1, 2), isr=(1,), now_ms=0
+    follower = follower_of_1(
+        2, epochs=cache((1, 0), (4, 3)), leo=6, hw=4, epoch=5, replicas=(1, 2), isr=(1,)
     )
     out = follower.on_fetch_response(
         leader_high_watermark=9,
@@ -433,12 +435,7 @@ def test_follower_without_the_leaders_epoch_cuts_to_its_own_epoch_end() -> None:
 
 def test_follower_hw_is_min_of_leader_hw_and_own_leo_and_never_falls() -> None:
     """Follower HW = min(leader HW, own LEO); a lower leader HW does not move it back."""
-    follower = PartitionState(
-        topic="t", partition=0, local_broker_id=2, epochs=cache((1, 0)), log_end_offset=0
-    )
-    follower.make_follower(
-        leader_id=1, leader_epoch=1, partition_epoch=1, replicas=(1, 2), isr=(1, 2), now_ms=0
-    )
+    follower = follower_of_1(2, epochs=cache((1, 0)), leo=0, epoch=1, replicas=(1, 2), isr=(1, 2))
     out = follower.on_fetch_response(
         leader_high_watermark=10,
         leader_log_start_offset=0,

@@ -37,7 +37,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ProducerConfig
@@ -58,7 +58,7 @@ from raftka.common.messages import broker as api
 from raftka.common.record import build_batch
 from raftka.common.time import wait_event
 
-__all__ = ["DeliveryCallback", "PendingRecord", "Sender"]
+__all__ = ["DeliveryCallback", "PendingRecord", "RecordFuture", "Sender"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,20 @@ _SEQUENCE_ERRORS: Final = (
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
 
 
+class RecordFuture(Protocol):
+    """What the sender needs of a record's future: an ``asyncio.Future`` (the async
+    face, on the sender's own loop) or a ``concurrent.futures.Future`` (the blocking
+    face, whose callers wait in their own threads; completing it from the loop thread
+    is safe, its state is guarded by its own condition)."""
+
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def result(self) -> RecordMetadata: ...
+    def exception(self) -> BaseException | None: ...
+    def set_result(self, result: RecordMetadata, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 @dataclass(slots=True)
 class PendingRecord:
     """What the sender needs to complete one record's future and run its callback.
@@ -90,7 +104,7 @@ class PendingRecord:
     future): a done-callback costs an ``add_done_callback`` per record and a
     ``call_soon`` handle per completion, a large share of the producer's CPU."""
 
-    future: asyncio.Future[RecordMetadata]
+    future: RecordFuture
     timestamp_ms: int
     key_size: int
     value_size: int
@@ -148,7 +162,7 @@ class Sender:
     def stop(self) -> None:
         """Finish what is queued and in flight, then return from run()."""
         self._stopping = True
-        self._acc.closing = True
+        self._acc.begin_close()
         self._wake.set()
 
     @property
@@ -505,7 +519,7 @@ class _FlushWaiter:
 
 
 def _outcome(
-    future: asyncio.Future[RecordMetadata],
+    future: RecordFuture,
 ) -> tuple[RecordMetadata | None, BaseException | None]:
     """What a callback gets for a record whose future was already done (the caller
     cancelled it): the future's own outcome."""

@@ -122,7 +122,7 @@ def test_keyed_records_round_trip_in_java_partitions(env: Env) -> None:
         futures = [
             producer.send(topic, b"value-%d" % i, key=b"key-%d" % (i % 37)) for i in range(200)
         ]
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
         acked = [f.result(0) for f in futures]
     with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(3)])
@@ -152,7 +152,7 @@ def test_async_faces_round_trip(env: Env) -> None:
             max_block_ms=API_TIMEOUT_MS,
         ) as producer:
             futures = [await producer.send(topic, f"v{i}") for i in range(300)]
-            await producer.flush(API_TIMEOUT_MS)
+            await producer.flush(timeout_ms=API_TIMEOUT_MS)
             assert [(await f).offset for f in futures] == list(range(300))
         async with AsyncConsumer(
             bootstrap_servers=env.bootstrap,
@@ -182,7 +182,7 @@ def test_positions_and_offset_lookups(env: Env) -> None:
     with Producer(bootstrap_servers=env.bootstrap, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(10):
             producer.send(topic, b"%d" % i, partition=0, timestamp_ms=(i + 1) * 1000)
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
     with Consumer(bootstrap_servers=env.bootstrap, auto_offset_reset="latest") as consumer:
         consumer.assign([tp])
         assert consumer.beginning_offsets([tp], API_TIMEOUT_MS) == {tp: 0}

@@ -340,7 +340,7 @@ def test_sync_producer_from_several_threads(broker: FakeBroker) -> None:
 
         def work(n: int) -> None:
             futures = [p.send("t", b"%d-%d" % (n, i), partition=2) for i in range(50)]
-            p.flush(10_000)
+            p.flush(timeout_ms=10_000)
             with lock:
                 results.extend(f.result(0) for f in futures)
 
@@ -386,7 +386,7 @@ async def test_flush_waits_for_records_in_flight(
     once it is answered with every future done."""
     _make_hold(broker)
     futures = [await producer.send("t", b"v", partition=1) for _ in range(3)]
-    flush = asyncio.create_task(producer.flush(10_000))
+    flush = asyncio.create_task(producer.flush(timeout_ms=10_000))
     done, _ = await asyncio.wait({flush}, timeout=0.3)
     assert not done and not any(f.done() for f in futures)
     _release(broker)

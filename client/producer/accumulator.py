@@ -116,13 +116,17 @@ class AppendResult:
     new_batch: bool
     #: The batch holding the record is now full (the sticky partitioner may switch).
     batch_full: bool
+    #: The sender would not look at this partition in time unless woken (see
+    #: "Waking the sender" in :meth:`RecordAccumulator.append`).
+    wake_sender: bool = False
 
 
-#: The four possible results, shared: append runs once per record.
+#: The possible results, shared: append runs once per record.
 _APPEND_RESULTS: Final = {
-    (new, full): AppendResult(new_batch=new, batch_full=full)
+    (new, full, wake): AppendResult(new_batch=new, batch_full=full, wake_sender=wake)
     for new in (False, True)
     for full in (False, True)
+    for wake in (False, True)
 }
 
 
@@ -130,6 +134,7 @@ _APPEND_RESULTS: Final = {
 class ReadyCheck:
     ready: tuple[TopicPartition, ...]
     #: When the next not-yet-ready partition becomes ready (None: no batch waits).
+    #: The sender must look again by then: appends rely on it to skip wake-ups.
     next_ready_ms: int | None
 
 
@@ -155,6 +160,14 @@ class RecordAccumulator(Generic[H]):
         self._lock = threading.Condition(threading.Lock())
         #: Set by close: appends are refused from then on (see ``append``).
         self.closing = False
+        #: When the sender looks at the queues next, as the last ``ready`` computed it
+        #: (None: only when woken); an append that opens a batch due earlier, or fills
+        #: one, must wake it. Set to the append's time when it asks for a wake-up, so
+        #: later appends do not ask again before the sender's next ``ready``.
+        self._sender_next_ms: int | None = None
+        #: The sender's muted partitions (its own set, as last passed to ``ready``):
+        #: their requests' answers wake the sender anyway.
+        self._muted: frozenset[TopicPartition] | set[TopicPartition] = frozenset()
         #: Bytes of records appended and not yet released.
         self.buffered_bytes = 0
         #: Batches created and not yet released (queued or with the sender); a dict
@@ -184,7 +197,16 @@ class RecordAccumulator(Generic[H]):
     ) -> AppendResult:
         """Add the record to its partition's open batch (or a new one). Raises
         IllegalStateError once ``closing`` is set: the sender may already have drained
-        its last batch, so a later record would never be sent."""
+        its last batch, so a later record would never be sent.
+
+        Waking the sender: waking it from another thread costs a system call on the
+        loop's self-pipe, which under the GIL often means waiting for the loop thread
+        to let go of it, so ``wake_sender`` is True only when the sender would
+        otherwise look too late: the record opened a batch (due after ``linger_ms``)
+        or filled one (due now), its partition has no request in flight (that answer
+        wakes the sender), and the sender's next look, as the last ``ready`` planned
+        it, is later than the batch's due time or not planned at all. The sender must
+        therefore sleep no longer than ``ReadyCheck.next_ready_ms`` after ``ready``."""
         assert size > 0
         with self._lock:
             if self.closing:
@@ -206,7 +228,15 @@ class RecordAccumulator(Generic[H]):
                 self._unreleased[batch] = None
                 new_batch = True
             self.buffered_bytes += size
-            return _APPEND_RESULTS[new_batch, queue[-1].closed]
+            full = queue[-1].closed
+            wake = False
+            if (new_batch or full) and tp not in self._muted:
+                due_ms = now_ms if full else queue[-1].created_ms + self._linger_ms
+                next_ms = self._sender_next_ms
+                if next_ms is None or next_ms > due_ms:
+                    wake = True
+                    self._sender_next_ms = now_ms
+            return _APPEND_RESULTS[new_batch, full, wake]
 
     # --------------------------------------------------------------- draining
 
@@ -248,6 +278,8 @@ class RecordAccumulator(Generic[H]):
                         ready.append(tp)
                         continue
                 next_ms = due if next_ms is None else min(next_ms, due)
+            self._sender_next_ms = next_ms
+            self._muted = muted
         return ReadyCheck(tuple(ready), next_ms)
 
     def head(self, tp: TopicPartition) -> ProducerBatch[H] | None:

@@ -56,6 +56,7 @@ from raftka.client.interceptors import (
 from raftka.client.interceptors import close_all as close_interceptors
 from raftka.client.interceptors import on_acknowledgement as interceptors_on_acknowledgement
 from raftka.client.interceptors import on_send as interceptors_on_send
+from raftka.client.producer._future import FutureGroup, RecordFuture
 from raftka.client.producer.accumulator import (
     RECORD_OVERHEAD_MAX,
     RecordAccumulator,
@@ -509,6 +510,8 @@ class Producer(ClosingOnExit):
         #: buffer room (first come, first served); the accumulator has its own lock.
         self._send_lock = threading.Lock()
         self._start_lock = threading.Lock()
+        #: The condition every future of this producer shares (see RecordFuture).
+        self._futures = FutureGroup()
         #: The loop thread's loop once the core started (set once, read without lock).
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -569,10 +572,9 @@ class Producer(ClosingOnExit):
         if partition is None and core._custom_partitioner is not None:
             partition = core._choose_partition(topic, key_bytes, topic_view)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        # Running: the caller cannot cancel it (the record is queued either way), and
-        # the sender may complete it without racing a cancel.
-        future.set_running_or_notify_cancel()
+        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
+        # without the per-future condition the garbage collector would pay for.
+        future: RecordFuture[RecordMetadata] = RecordFuture(self._futures)
         pending = PendingRecord(
             future,
             ts,
@@ -606,10 +608,10 @@ class Producer(ClosingOnExit):
                 core._partitioner.on_append(
                     topic=topic, appended_bytes=size, enable_switch=result.batch_full
                 )
-        if result.new_batch or result.batch_full:
-            # The first record of a linger window, or a full batch: the sender must
-            # look. Records joining an open batch need no wake-up (its linger timer
-            # is already set).
+        if result.wake_sender:
+            # The first record of a linger window, or a full batch, that the sender
+            # would not otherwise look at in time: about once per batch at most, not
+            # per record (see RecordAccumulator.append).
             loop.call_soon_threadsafe(sender.wake)
         return future
 

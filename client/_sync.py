@@ -68,6 +68,10 @@ class LoopThread:
     def started(self) -> bool:
         return self._loop is not None
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def in_loop_thread(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
 

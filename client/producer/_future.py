@@ -16,7 +16,7 @@ same type (callers' ``result()``, ``concurrent.futures.wait``, ``as_completed`` 
 
 It starts RUNNING, as ``send`` returned it before: the record is queued and cannot be
 cancelled. It relies on the attribute names of ``concurrent.futures._base.Future``,
-stable from Python 3.8 to 3.13; tests/unit/test_client_producer_threads.py pins the
+stable from Python 3.8 to 3.13; tests/unit/test_client_producer_future.py pins the
 behaviour.
 """
 

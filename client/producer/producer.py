@@ -630,6 +630,8 @@ class Producer(ClosingOnExit):
     def close(self, *, timeout_ms: int | None = None) -> None:
         """Flush (at most ``timeout_ms``, keyword-only), stop, and end the loop
         thread. Idempotent; any thread but the producer's loop thread."""
+        if self._thread.closed:
+            return
         try:
             if self._thread.started:
                 safety = None if timeout_ms is None else timeout_ms / 1000 + 5

@@ -611,8 +611,10 @@ class Producer(ClosingOnExit):
         if result.wake_sender:
             # The first record of a linger window, or a full batch, that the sender
             # would not otherwise look at in time: about once per batch at most, not
-            # per record (see RecordAccumulator.append).
-            loop.call_soon_threadsafe(sender.wake)
+            # per record (see RecordAccumulator.append). A loop already closed means
+            # close() ran to the end after this append, so the sender drained it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(sender.wake)
         return future
 
     def flush(self, *, timeout_ms: int | None = None) -> None:

@@ -709,8 +709,11 @@ class Consumer(ClosingOnExit):
                 raise ValueError(f"max_records must be >= 1, not {limit}")
             records = fetcher.take_records(limit)
             if records:
-                # Pipelining as the loop's poll does: the next fetches go out now.
-                self._thread.loop.call_soon_threadsafe(fetcher.send_fetches)
+                # Pipelining as the loop's poll does: the next fetches go out now, for
+                # the partitions whose buffer emptied (only then: each call is a
+                # wake-up of the loop thread, a GIL handoff).
+                if fetcher.fetch_wanted:
+                    self._thread.loop.call_soon_threadsafe(fetcher.send_fetches)
                 if core._interceptors:
                     return interceptors_on_consume(core._interceptors, records)
                 return records

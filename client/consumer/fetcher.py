@@ -124,6 +124,10 @@ class Fetcher:
         self._completed: deque[CompletedFetch] = deque()
         #: Guards _completed and the positions take_records advances (see the class).
         self._lock = threading.Lock()
+        #: take_records used up a completed fetch, or a fetch answer arrived, since the
+        #: last send_fetches: a partition may be fetched again (the blocking poll asks
+        #: the loop to send fetches only then).
+        self._emptied = False
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._in_flight_tps: set[TopicPartition] = set()
         self._arrived = asyncio.Event()
@@ -166,6 +170,7 @@ class Fetcher:
 
     def send_fetches(self) -> None:
         with self._lock:
+            self._emptied = False
             buffered = {c.tp for c in self._completed}
             fetchable = self._subs.fetchable()
             positions = {tp: self._subs.assignment[tp].position for tp in fetchable}
@@ -235,6 +240,9 @@ class Fetcher:
         finally:
             del self._in_flight[broker_id]
             self._in_flight_tps.difference_update(offsets)
+            # A partition this answer did not buffer (an error to retry, a leader
+            # change) is fetchable again: the next poll must send fetches.
+            self._emptied = True
             self._arrived.set()
 
     def _handle(
@@ -289,6 +297,12 @@ class Fetcher:
         with self._lock:
             return self._take_records_locked(max_records)
 
+    @property
+    def fetch_wanted(self) -> bool:
+        """Whether a partition's buffer emptied since the last ``send_fetches`` (so a
+        fetch may go out now). Any thread."""
+        return self._emptied
+
     def _take_records_locked(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
@@ -297,9 +311,11 @@ class Fetcher:
             state = self._subs.assignment.get(completed.tp)
             if state is None or state.paused or state.position != completed.fetch_offset:
                 self._completed.popleft()  # unassigned, paused or sought meanwhile
+                self._emptied = True
                 continue
             if completed.error is not None:
                 self._completed.popleft()
+                self._emptied = True
                 self._on_error(completed, state)
                 continue
             if completed.high_watermark >= 0:
@@ -310,6 +326,7 @@ class Fetcher:
                 taken += len(records)
             if completed.batch_index >= len(completed.batches):
                 self._completed.popleft()
+                self._emptied = True
         return out
 
     def _records(

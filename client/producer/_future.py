@@ -43,9 +43,12 @@ class FutureGroup:
     """The condition shared by one producer's futures. Any thread."""
 
     def __init__(self) -> None:
-        # Reentrant: the sender holds it around a batch while each set_result takes
-        # it again, and concurrent.futures.wait acquires it once per future.
+        # Reentrant: concurrent.futures.wait acquires it once per future it waits for.
         self.condition = threading.Condition(threading.RLock())
+        #: Threads inside RecordFuture._wait_done, under the condition: completing a
+        #: future notifies only when one waits (most records are never waited on
+        #: one by one).
+        self.waiting = 0
 
 
 class RecordFuture(concurrent.futures.Future[T]):
@@ -55,6 +58,7 @@ class RecordFuture(concurrent.futures.Future[T]):
     def __init__(self, group: FutureGroup) -> None:
         # Not super().__init__(): that allocates the per-future condition and lists
         # this class exists to avoid. These are the fields it would set.
+        self._group = group
         self._condition = group.condition
         self._state = RUNNING
         self._result: Any = None
@@ -69,9 +73,19 @@ class RecordFuture(concurrent.futures.Future[T]):
             return self.__dict__.setdefault(name, [])
         raise AttributeError(name)
 
+    def done(self) -> bool:
+        # One attribute read: the sender asks per record, the lock adds nothing.
+        return self._state in _DONE
+
     def _wait_done(self, timeout: float | None) -> bool:
+        if self._state in _DONE:
+            return True
         with self._condition:
-            return self._condition.wait_for(lambda: self._state in _DONE, timeout)
+            self._group.waiting += 1
+            try:
+                return self._condition.wait_for(lambda: self._state in _DONE, timeout)
+            finally:
+                self._group.waiting -= 1
 
     def result(self, timeout: float | None = None) -> T:
         if not self._wait_done(timeout):
@@ -109,7 +123,8 @@ class RecordFuture(concurrent.futures.Future[T]):
                     waiter.add_result(self)
                 else:
                     waiter.add_exception(self)
-        self._condition.notify_all()
+        if self._group.waiting:
+            self._condition.notify_all()
 
     def _callbacks(self) -> None:
         if self.__dict__.get("_done_callbacks"):

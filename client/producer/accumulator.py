@@ -156,8 +156,11 @@ class RecordAccumulator(Generic[H]):
         self._delivery_timeout_ms = delivery_timeout_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
         self._flushes = 0
-        #: Guards every field below and the open batches; also signals released room.
-        self._lock = threading.Condition(threading.Lock())
+        #: Guards every field below and the open batches. ``with self._lock`` on the
+        #: bare lock (a C call): a Condition's __enter__ is a Python frame per call.
+        self._lock = threading.Lock()
+        #: Signals released room to wait_for_room, over the same lock.
+        self._room = threading.Condition(self._lock)
         #: Set by close: appends are refused from then on (see ``append``).
         self.closing = False
         #: When the sender looks at the queues next, as the last ``ready`` computed it
@@ -187,7 +190,7 @@ class RecordAccumulator(Generic[H]):
         ``timeout_s`` passed (False). For the blocking producer's callers only: an
         event loop must not block (the async face waits on an asyncio event)."""
         with self._lock:
-            return self._lock.wait_for(
+            return self._room.wait_for(
                 lambda: self.closing or self.buffered_bytes + size <= self._buffer_memory,
                 timeout_s,
             )
@@ -245,7 +248,7 @@ class RecordAccumulator(Generic[H]):
         waiting for room (they then find the producer closed)."""
         with self._lock:
             self.closing = True
-            self._lock.notify_all()
+            self._room.notify_all()
 
     def begin_flush(self) -> None:
         with self._lock:
@@ -334,8 +337,8 @@ class RecordAccumulator(Generic[H]):
             assert self.buffered_bytes >= 0, self.buffered_bytes
             found = self._unreleased.pop(batch, False)
             assert found is None, "a batch released twice"
-            # Threads in wait_for_room; a no-op when none waits.
-            self._lock.notify_all()
+            # Threads in wait_for_room; next to nothing when none waits.
+            self._room.notify_all()
 
     def unreleased_batches(self) -> list[ProducerBatch[H]]:
         """Every batch appended to and not yet released, oldest first (what a flush

@@ -44,7 +44,8 @@ class FutureGroup:
 
     def __init__(self) -> None:
         # Reentrant: concurrent.futures.wait acquires it once per future it waits for.
-        self.condition = threading.Condition(threading.RLock())
+        self.mutex = threading.RLock()
+        self.condition = threading.Condition(self.mutex)
         #: Threads inside RecordFuture._wait_done, under the condition: completing a
         #: future notifies only when one waits (most records are never waited on
         #: one by one).
@@ -55,21 +56,29 @@ class RecordFuture(concurrent.futures.Future[T]):
     """A RUNNING ``concurrent.futures.Future`` over a shared condition (see the
     module). Any thread may wait on it; the producer's sender completes it."""
 
+    # Class-level defaults of the fields Future.__init__ would set per instance: a
+    # write makes the instance's own. Fewer stores per record.
+    _state = RUNNING
+    _result: Any = None
+    _exception: BaseException | None = None
+    #: Whether _waiters or _done_callbacks exist (see __getattr__). A flag, not
+    #: ``self.__dict__`` lookups: touching ``__dict__`` makes CPython build a dict
+    #: object for the instance, one more for the collector per record.
+    _extras = False
+
     def __init__(self, group: FutureGroup) -> None:
         # Not super().__init__(): that allocates the per-future condition and lists
-        # this class exists to avoid. These are the fields it would set.
+        # this class exists to avoid.
         self._group = group
         self._condition = group.condition
-        self._state = RUNNING
-        self._result: Any = None
-        self._exception: BaseException | None = None
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when the attribute is missing: the lists a waiter or a
         # done-callback needs, created on first use. Callers hold the condition
-        # (add_done_callback, wait, as_completed, set_*); setdefault keeps one list
-        # even if not.
+        # (add_done_callback, wait, as_completed); setdefault keeps one list even if
+        # not.
         if name in ("_waiters", "_done_callbacks"):
+            self._extras = True
             return self.__dict__.setdefault(name, [])
         raise AttributeError(name)
 
@@ -98,34 +107,33 @@ class RecordFuture(concurrent.futures.Future[T]):
         return super().exception(0)
 
     def set_result(self, result: T) -> None:
-        with self._condition:
+        # The sender calls this once per record: the bare RLock (a C call) rather
+        # than the Condition's Python-level __enter__.
+        group = self._group
+        with group.mutex:
             if self._state in _DONE:
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result = result
             self._state = FINISHED
-            self._notify()
-        self._callbacks()
+            if self._extras:
+                for waiter in self._waiters:
+                    waiter.add_result(self)
+            if group.waiting:
+                self._condition.notify_all()
+        if self._extras:
+            self._invoke_callbacks()
 
     def set_exception(self, exception: BaseException | None) -> None:
-        with self._condition:
+        group = self._group
+        with group.mutex:
             if self._state in _DONE:
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._exception = exception
             self._state = FINISHED
-            self._notify()
-        self._callbacks()
-
-    def _notify(self) -> None:
-        waiters = self.__dict__.get("_waiters")
-        if waiters:
-            for waiter in waiters:
-                if self._exception is None:
-                    waiter.add_result(self)
-                else:
+            if self._extras:
+                for waiter in self._waiters:
                     waiter.add_exception(self)
-        if self._group.waiting:
-            self._condition.notify_all()
-
-    def _callbacks(self) -> None:
-        if self.__dict__.get("_done_callbacks"):
+            if group.waiting:
+                self._condition.notify_all()
+        if self._extras:
             self._invoke_callbacks()

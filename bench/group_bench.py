@@ -154,7 +154,7 @@ def main() -> None:
             with Producer(bootstrap_servers=bootstrap, max_block_ms=30_000) as producer:
                 for i in range(args.partitions * 20):
                     producer.send(TOPIC, b"x", partition=i % args.partitions)
-                producer.flush(30_000)
+                producer.flush(timeout_ms=30_000)
             asyncio.run(
                 bench(
                     bootstrap,

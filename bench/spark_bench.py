@@ -60,7 +60,7 @@ async def _fill(bootstrap: str, topic: str, records: int) -> None:
             await producer.send(topic, value, partition=i % PARTITIONS)
             if i % 1024 == 0:
                 await asyncio.sleep(0)
-        await producer.flush(TIMEOUT_MS)
+        await producer.flush(timeout_ms=TIMEOUT_MS)
 
 
 def _plain_consume(bootstrap: str, topic: str, records: int) -> None:

@@ -1,10 +1,16 @@
 """The blocking face: one background event-loop thread per client.
 
 ``Producer``, ``Consumer`` and ``Admin`` each own a :class:`LoopThread` and run their
-async twin on it; every public call submits a coroutine to that loop and waits for it
-in the calling thread (``asyncio.run_coroutine_threadsafe``), so the async core is the
-only implementation and all of its state lives on one thread. That makes the blocking
-clients safe to call from several threads at once: calls are serialised on the loop.
+async twin on it; a public call that needs the loop submits a coroutine to it and
+waits in the calling thread (``asyncio.run_coroutine_threadsafe``), so the async core
+is the only implementation and its I/O state lives on one thread. Calls serialised on
+the loop are safe from several threads at once.
+
+The per-record calls do not hop: ``Producer.send`` appends to the accumulator under its
+lock in the caller's thread and wakes the sender with ``call_soon_threadsafe`` once per
+batch; ``Consumer.poll`` returns records already fetched in the caller's thread. Those
+paths touch only state guarded by a lock (the accumulator, the fetcher's buffer) or
+immutable snapshots the loop replaces whole (the metadata view); see each class.
 
 The thread starts on the first call (constructors do no I/O and start no thread) and
 stops at ``close()``. It is a daemon thread so a program that forgets ``close()`` can
@@ -61,6 +67,10 @@ class LoopThread:
     @property
     def started(self) -> bool:
         return self._loop is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def in_loop_thread(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread

@@ -363,7 +363,7 @@ def produce_command(
                     sent += 1
         finally:
             # Every record read is sent (or fails) before the command ends.
-            producer.close(CLOSE_TIMEOUT_MS)
+            producer.close(timeout_ms=CLOSE_TIMEOUT_MS)
     if skipped > SKIP_REPORTS_MAX:
         click.echo(f"Skipped {skipped} lines in all.", err=True)
     failures = _failures(outcome, sent)

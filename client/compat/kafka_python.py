@@ -345,7 +345,7 @@ class KafkaProducer(ClosingOnExit):
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait (at most ``timeout`` seconds; then
         KafkaTimeoutError) until every record sent before is acknowledged or failed."""
-        self._producer.flush(ms_from_s("flush", timeout))
+        self._producer.flush(timeout_ms=ms_from_s("flush", timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is buffered (waiting at most ``timeout`` seconds), then stop.
@@ -356,7 +356,7 @@ class KafkaProducer(ClosingOnExit):
                 return
             self._closed = True
         try:
-            self._producer.close(timeout_ms)
+            self._producer.close(timeout_ms=timeout_ms)
         finally:
             self._admin.close()
 

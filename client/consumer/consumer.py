@@ -17,7 +17,9 @@ raftka has no transactions yet, so both read every record below the high waterma
 
 Thread safety: ``AsyncConsumer`` belongs to one event loop. ``Consumer`` may be called
 from any thread (calls are serialised on its loop thread), but as in Kafka a consumer
-is meant to be driven by one thread; ``wakeup`` is not provided yet.
+is meant to be driven by one thread; ``wakeup`` is not provided yet. ``Consumer.poll``
+with manually assigned partitions returns records already fetched in the caller's
+thread, without a hop to the loop (see :meth:`Consumer.poll`).
 """
 
 from __future__ import annotations
@@ -684,8 +686,39 @@ class Consumer(ClosingOnExit):
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """See :meth:`AsyncConsumer.poll`. Fast path: with manually assigned partitions
+        (no group: its heartbeats, rebalances and auto-commit need the loop), every
+        partition positioned, and records already fetched, they are taken from the
+        fetcher's buffer (under its lock) in this thread and the next fetches are
+        handed to the loop with ``call_soon_threadsafe``: no round trip to the loop
+        thread. Otherwise (a group, nothing buffered yet, a reset or an error to
+        handle) the poll runs on the loop as before. Drive it from one thread, as
+        ``seek``/``assign`` from another thread would race the positions."""
+        core = self._async
+        fetcher = core._fetcher
+        if (
+            fetcher is not None
+            and core._coordinator is None
+            and core._subscription is None
+            and not core._closed
+            and self._thread.started
+            and not core._subs.needing_reset()
+        ):
+            limit = self.config.max_poll_records if max_records is None else max_records
+            if limit < 1:
+                raise ValueError(f"max_records must be >= 1, not {limit}")
+            records = fetcher.take_records(limit)
+            if records:
+                # Pipelining as the loop's poll does: the next fetches go out now, for
+                # the partitions whose buffer emptied (only then: each call is a
+                # wake-up of the loop thread, a GIL handoff).
+                if fetcher.fetch_wanted:
+                    self._thread.loop.call_soon_threadsafe(fetcher.send_fetches)
+                if core._interceptors:
+                    return interceptors_on_consume(core._interceptors, records)
+                return records
         result: dict[TopicPartition, list[ConsumerRecord]] = self._run(
-            self._async.poll(timeout_ms, max_records), timeout_ms
+            core.poll(timeout_ms, max_records), timeout_ms
         )
         return result
 

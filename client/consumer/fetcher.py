@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
@@ -100,7 +101,13 @@ class CompletedFetch:
 
 
 class Fetcher:
-    """Not thread-safe: one event loop."""
+    """Fetches on one event loop; the buffer of completed fetches is shared.
+
+    Thread safety: everything but :meth:`take_records` runs on the consumer's loop.
+    ``take_records`` may also run in the blocking ``Consumer.poll``'s caller thread
+    (records already fetched are returned without a hop to the loop): ``_lock`` guards
+    the buffer and the positions it advances, and the loop takes it wherever it reads
+    or changes them (``send_fetches``, a fetch landing, ``clear_buffered``)."""
 
     def __init__(
         self,
@@ -115,6 +122,12 @@ class Fetcher:
         self._metadata = metadata
         self._subs = subscriptions
         self._completed: deque[CompletedFetch] = deque()
+        #: Guards _completed and the positions take_records advances (see the class).
+        self._lock = threading.Lock()
+        #: take_records used up a completed fetch, or a fetch answer arrived, since the
+        #: last send_fetches: a partition may be fetched again (the blocking poll asks
+        #: the loop to send fetches only then).
+        self._emptied = False
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._in_flight_tps: set[TopicPartition] = set()
         self._arrived = asyncio.Event()
@@ -129,10 +142,16 @@ class Fetcher:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def clear_buffered(self, tp: TopicPartition | None = None) -> None:
-        if tp is None:
-            self._completed.clear()
-        else:
-            self._completed = deque(c for c in self._completed if c.tp != tp)
+        with self._lock:
+            if tp is None:
+                self._completed.clear()
+            else:
+                self._completed = deque(c for c in self._completed if c.tp != tp)
+
+    def _buffer(self, completed: CompletedFetch) -> None:
+        with self._lock:
+            assert len(self._completed) < COMPLETED_FETCHES_MAX
+            self._completed.append(completed)
 
     def _start_refresh(self) -> None:
         if self._refresh_task is not None and not self._refresh_task.done():
@@ -150,10 +169,14 @@ class Fetcher:
     # ------------------------------------------------------------------ sending
 
     def send_fetches(self) -> None:
-        buffered = {c.tp for c in self._completed}
+        with self._lock:
+            self._emptied = False
+            buffered = {c.tp for c in self._completed}
+            fetchable = self._subs.fetchable()
+            positions = {tp: self._subs.assignment[tp].position for tp in fetchable}
         by_broker: dict[tuple[int, str], list[TopicPartition]] = {}
         missing_leader = False
-        for tp in self._subs.fetchable():
+        for tp in fetchable:
             if tp in buffered or tp in self._in_flight_tps:
                 continue
             leader = self._metadata.view.leader_address(tp)
@@ -168,7 +191,7 @@ class Fetcher:
                 continue
             offsets = {}
             for tp in tps:
-                position = self._subs.assignment[tp].position
+                position = positions[tp]
                 assert position is not None
                 offsets[tp] = position
             self._in_flight_tps.update(tps)
@@ -213,10 +236,13 @@ class Fetcher:
             self._metadata.invalidate()
             if not e.retriable:
                 for tp, offset in offsets.items():
-                    self._completed.append(CompletedFetch(tp, offset, [], -1, e))
+                    self._buffer(CompletedFetch(tp, offset, [], -1, e))
         finally:
             del self._in_flight[broker_id]
             self._in_flight_tps.difference_update(offsets)
+            # A partition this answer did not buffer (an error to retry, a leader
+            # change) is fetchable again: the next poll must send fetches.
+            self._emptied = True
             self._arrived.set()
 
     def _handle(
@@ -244,15 +270,14 @@ class Fetcher:
                 ):
                     self._metadata.invalidate()
                     continue
-                self._completed.append(CompletedFetch(tp, offsets[tp], [], hw, error))
+                self._buffer(CompletedFetch(tp, offsets[tp], [], hw, error))
                 continue
             try:
                 batches = list(decode_batches(payload, check_crc=self._config.check_crcs))
             except KafkaError as e:
-                self._completed.append(CompletedFetch(tp, offsets[tp], [], hw, e))
+                self._buffer(CompletedFetch(tp, offsets[tp], [], hw, e))
                 continue
-            assert len(self._completed) < COMPLETED_FETCHES_MAX
-            self._completed.append(CompletedFetch(tp, offsets[tp], batches, hw))
+            self._buffer(CompletedFetch(tp, offsets[tp], batches, hw))
 
     def wake(self) -> None:
         """End a ``wait`` early (the group needs the consumer's attention)."""
@@ -267,7 +292,18 @@ class Fetcher:
 
     def take_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` records from the buffer, advancing positions.
-        Raises the first buffered error for a partition still at its fetch offset."""
+        Raises the first buffered error for a partition still at its fetch offset.
+        Any thread (see the class)."""
+        with self._lock:
+            return self._take_records_locked(max_records)
+
+    @property
+    def fetch_wanted(self) -> bool:
+        """Whether a partition's buffer emptied since the last ``send_fetches`` (so a
+        fetch may go out now). Any thread."""
+        return self._emptied
+
+    def _take_records_locked(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
         while self._completed and taken < max_records:
@@ -275,9 +311,11 @@ class Fetcher:
             state = self._subs.assignment.get(completed.tp)
             if state is None or state.paused or state.position != completed.fetch_offset:
                 self._completed.popleft()  # unassigned, paused or sought meanwhile
+                self._emptied = True
                 continue
             if completed.error is not None:
                 self._completed.popleft()
+                self._emptied = True
                 self._on_error(completed, state)
                 continue
             if completed.high_watermark >= 0:
@@ -288,6 +326,7 @@ class Fetcher:
                 taken += len(records)
             if completed.batch_index >= len(completed.batches):
                 self._completed.popleft()
+                self._emptied = True
         return out
 
     def _records(

@@ -18,16 +18,28 @@ Theory of operation (Kafka's RecordAccumulator, simplified):
   the caller's business (it does the I/O and owns the clock); ``has_room`` answers.
 
 No I/O, no clock: time comes in as ``now_ms``. Each record carries an opaque handle
-(the producer's future) that comes back with its batch. Not thread-safe.
+(the producer's future) that comes back with its batch.
+
+Thread safety: every public method may be called from any thread. One lock (a
+``threading.Condition``) guards the queues, the batches still open for appends and the
+byte count; each method holds it briefly (``ready`` and ``expire`` for one pass over the
+partitions). The blocking ``Producer`` appends from its callers' threads while the
+sender drains on the producer's loop thread; the lock is what lets ``send`` skip the
+hop to that thread. A batch that ``drain`` returned is closed for appends, so the
+sender reads its records and handles without the lock. ``wait_for_room`` is the only
+method that blocks (a caller's thread waiting for ``release``); never call it on an
+event loop.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 from raftka.client.structs import TopicPartition
+from raftka.common.errors import IllegalStateError
 from raftka.common.record import Record
 from raftka.common.record.header import HEADER_SIZE
 from raftka.common.record.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
@@ -104,13 +116,17 @@ class AppendResult:
     new_batch: bool
     #: The batch holding the record is now full (the sticky partitioner may switch).
     batch_full: bool
+    #: The sender would not look at this partition in time unless woken (see
+    #: "Waking the sender" in :meth:`RecordAccumulator.append`).
+    wake_sender: bool = False
 
 
-#: The four possible results, shared: append runs once per record.
+#: The possible results, shared: append runs once per record.
 _APPEND_RESULTS: Final = {
-    (new, full): AppendResult(new_batch=new, batch_full=full)
+    (new, full, wake): AppendResult(new_batch=new, batch_full=full, wake_sender=wake)
     for new in (False, True)
     for full in (False, True)
+    for wake in (False, True)
 }
 
 
@@ -118,6 +134,7 @@ _APPEND_RESULTS: Final = {
 class ReadyCheck:
     ready: tuple[TopicPartition, ...]
     #: When the next not-yet-ready partition becomes ready (None: no batch waits).
+    #: The sender must look again by then: appends rely on it to skip wake-ups.
     next_ready_ms: int | None
 
 
@@ -139,7 +156,21 @@ class RecordAccumulator(Generic[H]):
         self._delivery_timeout_ms = delivery_timeout_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
         self._flushes = 0
+        #: Guards every field below and the open batches. ``with self._lock`` on the
+        #: bare lock (a C call): a Condition's __enter__ is a Python frame per call.
+        self._lock = threading.Lock()
+        #: Signals released room to wait_for_room, over the same lock.
+        self._room = threading.Condition(self._lock)
+        #: Set by close: appends are refused from then on (see ``append``).
         self.closing = False
+        #: When the sender looks at the queues next, as the last ``ready`` computed it
+        #: (None: only when woken); an append that opens a batch due earlier, or fills
+        #: one, must wake it. Set to the append's time when it asks for a wake-up, so
+        #: later appends do not ask again before the sender's next ``ready``.
+        self._sender_next_ms: int | None = None
+        #: The sender's muted partitions (its own set, as last passed to ``ready``):
+        #: their requests' answers wake the sender anyway.
+        self._muted: frozenset[TopicPartition] | set[TopicPartition] = frozenset()
         #: Bytes of records appended and not yet released.
         self.buffered_bytes = 0
         #: Batches created and not yet released (queued or with the sender); a dict
@@ -151,67 +182,121 @@ class RecordAccumulator(Generic[H]):
     def has_room(self, size: int) -> bool:
         """Whether a record of ``size`` bytes fits in buffer_memory now. A record
         alone larger than buffer_memory never fits (the caller rejects it first)."""
+        # One attribute read: no lock needed for an answer that may change right after.
         return self.buffered_bytes + size <= self._buffer_memory
+
+    def wait_for_room(self, size: int, timeout_s: float) -> bool:
+        """Block the calling thread until ``size`` bytes fit in buffer_memory (True) or
+        ``timeout_s`` passed (False). For the blocking producer's callers only: an
+        event loop must not block (the async face waits on an asyncio event)."""
+        with self._lock:
+            return self._room.wait_for(
+                lambda: self.closing or self.buffered_bytes + size <= self._buffer_memory,
+                timeout_s,
+            )
 
     def append(
         self, tp: TopicPartition, record: Record, size: int, handle: H, now_ms: int
     ) -> AppendResult:
+        """Add the record to its partition's open batch (or a new one). Raises
+        IllegalStateError once ``closing`` is set: the sender may already have drained
+        its last batch, so a later record would never be sent.
+
+        Waking the sender: waking it from another thread costs a system call on the
+        loop's self-pipe, which under the GIL often means waiting for the loop thread
+        to let go of it, so ``wake_sender`` is True only when the sender would
+        otherwise look too late: the record opened a batch (due after ``linger_ms``)
+        or filled one (due now), its partition has no request in flight (that answer
+        wakes the sender), and the sender's next look, as the last ``ready`` planned
+        it, is later than the batch's due time or not planned at all. The sender must
+        therefore sleep no longer than ``ReadyCheck.next_ready_ms`` after ``ready``."""
         assert size > 0
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = deque()
-        new_batch = False
-        if not queue or not queue[-1].try_append(record, size, handle, self._batch_size):
-            # expire() relies on creation order within a queue.
-            assert not queue or queue[-1].created_ms <= now_ms, "time went backwards"
-            batch: ProducerBatch[H] = ProducerBatch(tp, now_ms)
-            ok = batch.try_append(record, size, handle, self._batch_size)
-            assert ok, "an empty batch takes any record"
-            queue.append(batch)
-            self._unreleased[batch] = None
-            new_batch = True
-        self.buffered_bytes += size
-        return _APPEND_RESULTS[new_batch, queue[-1].closed]
+        with self._lock:
+            if self.closing:
+                raise IllegalStateError("cannot send after the producer has been closed")
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            new_batch = False
+            if not queue or not queue[-1].try_append(record, size, handle, self._batch_size):
+                if queue and queue[-1].created_ms > now_ms:
+                    # Callers on several threads read the clock before taking the
+                    # lock, so one may arrive with an older now_ms than the batch
+                    # another just opened; expire() relies on creation order.
+                    now_ms = queue[-1].created_ms
+                batch: ProducerBatch[H] = ProducerBatch(tp, now_ms)
+                ok = batch.try_append(record, size, handle, self._batch_size)
+                assert ok, "an empty batch takes any record"
+                queue.append(batch)
+                self._unreleased[batch] = None
+                new_batch = True
+            self.buffered_bytes += size
+            full = queue[-1].closed
+            wake = False
+            if (new_batch or full) and tp not in self._muted:
+                due_ms = now_ms if full else queue[-1].created_ms + self._linger_ms
+                next_ms = self._sender_next_ms
+                if next_ms is None or next_ms > due_ms:
+                    wake = True
+                    self._sender_next_ms = now_ms
+            return _APPEND_RESULTS[new_batch, full, wake]
 
     # --------------------------------------------------------------- draining
 
+    def begin_close(self) -> None:
+        """Refuse appends from now on and hurry every queued batch; wakes the threads
+        waiting for room (they then find the producer closed)."""
+        with self._lock:
+            self.closing = True
+            self._room.notify_all()
+
     def begin_flush(self) -> None:
-        self._flushes += 1
+        with self._lock:
+            self._flushes += 1
 
     def end_flush(self) -> None:
-        assert self._flushes > 0
-        self._flushes -= 1
+        with self._lock:
+            assert self._flushes > 0
+            self._flushes -= 1
 
     def ready(
         self, now_ms: int, muted: frozenset[TopicPartition] | set[TopicPartition]
     ) -> ReadyCheck:
         ready: list[TopicPartition] = []
         next_ms: int | None = None
-        hurry = self._flushes > 0 or self.closing
-        for tp, queue in self._queues.items():
-            if not queue or tp in muted:
-                continue
-            head = queue[0]
-            if head.retry_after_ms > now_ms:
-                due = head.retry_after_ms
-            elif hurry or head.closed or len(queue) > 1:
-                ready.append(tp)
-                continue
-            else:
-                due = head.created_ms + self._linger_ms
-                if due <= now_ms:
+        with self._lock:
+            hurry = self._flushes > 0 or self.closing
+            for tp, queue in self._queues.items():
+                if not queue or tp in muted:
+                    continue
+                head = queue[0]
+                if head.retry_after_ms > now_ms:
+                    due = head.retry_after_ms
+                elif hurry or head.closed or len(queue) > 1:
                     ready.append(tp)
                     continue
-            next_ms = due if next_ms is None else min(next_ms, due)
+                else:
+                    due = head.created_ms + self._linger_ms
+                    if due <= now_ms:
+                        ready.append(tp)
+                        continue
+                next_ms = due if next_ms is None else min(next_ms, due)
+            self._sender_next_ms = next_ms
+            self._muted = muted
         return ReadyCheck(tuple(ready), next_ms)
 
     def head(self, tp: TopicPartition) -> ProducerBatch[H] | None:
         """The partition's first queued batch (the next ``drain``), or None."""
-        queue = self._queues.get(tp)
-        return queue[0] if queue else None
+        with self._lock:
+            queue = self._queues.get(tp)
+            return queue[0] if queue else None
 
     def drain(self, tp: TopicPartition) -> ProducerBatch[H] | None:
         """Hand the partition's first batch to the sender (it is closed for appends)."""
+        with self._lock:
+            return self._drain_locked(tp)
+
+    def _drain_locked(self, tp: TopicPartition) -> ProducerBatch[H] | None:
         queue = self._queues.get(tp)
         if not queue:
             return None
@@ -227,33 +312,39 @@ class RecordAccumulator(Generic[H]):
         batch too, if it is full (or a flush or close hurries everything), has never
         been sent, and fits in ``bytes_left``. Several batches of one partition then
         travel in one request, one after the other in the log."""
-        queue = self._queues.get(tp)
-        if not queue:
-            return None
-        head = queue[0]
-        if head.attempts or not (head.closed or self._flushes > 0 or self.closing):
-            return None
-        if head.size_bytes > bytes_left:
-            return None
-        return self.drain(tp)
+        with self._lock:
+            queue = self._queues.get(tp)
+            if not queue:
+                return None
+            head = queue[0]
+            if head.attempts or not (head.closed or self._flushes > 0 or self.closing):
+                return None
+            if head.size_bytes > bytes_left:
+                return None
+            return self._drain_locked(tp)
 
     def reenqueue(self, batch: ProducerBatch[H], now_ms: int) -> None:
         """A failed attempt goes back to the head of its partition's queue."""
         assert batch.closed
-        batch.retry_after_ms = now_ms + self._backoff_ms
-        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        with self._lock:
+            batch.retry_after_ms = now_ms + self._backoff_ms
+            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
 
     def release(self, batch: ProducerBatch[H]) -> None:
         """The batch is done (acknowledged or failed): its memory is free."""
-        self.buffered_bytes -= batch.records_bytes
-        assert self.buffered_bytes >= 0, self.buffered_bytes
-        found = self._unreleased.pop(batch, False)
-        assert found is None, "a batch released twice"
+        with self._lock:
+            self.buffered_bytes -= batch.records_bytes
+            assert self.buffered_bytes >= 0, self.buffered_bytes
+            found = self._unreleased.pop(batch, False)
+            assert found is None, "a batch released twice"
+            # Threads in wait_for_room; next to nothing when none waits.
+            self._room.notify_all()
 
     def unreleased_batches(self) -> list[ProducerBatch[H]]:
         """Every batch appended to and not yet released, oldest first (what a flush
         waits for)."""
-        return list(self._unreleased)
+        with self._lock:
+            return list(self._unreleased)
 
     def delivery_expired(self, batch: ProducerBatch[H], now_ms: int) -> bool:
         return now_ms - batch.created_ms >= self._delivery_timeout_ms
@@ -269,30 +360,41 @@ class RecordAccumulator(Generic[H]):
         expired: list[ProducerBatch[H]] = []
         cutoff_ms = now_ms - self._delivery_timeout_ms
         emptied: list[TopicPartition] = []
-        for tp, queue in self._queues.items():
-            if not queue or queue[0].created_ms > cutoff_ms:
-                continue
-            while queue and queue[0].created_ms <= cutoff_ms:
-                expired.append(queue.popleft())
-            if not queue:
-                emptied.append(tp)
-        for tp in emptied:
-            del self._queues[tp]
+        with self._lock:
+            for tp, queue in self._queues.items():
+                if not queue or queue[0].created_ms > cutoff_ms:
+                    continue
+                while queue and queue[0].created_ms <= cutoff_ms:
+                    batch = queue.popleft()
+                    # An expired batch may still be the open one: no record may join
+                    # it once it is failed.
+                    batch.closed = True
+                    expired.append(batch)
+                if not queue:
+                    emptied.append(tp)
+            for tp in emptied:
+                del self._queues[tp]
         return expired
 
     def abort_all(self) -> list[ProducerBatch[H]]:
         """Remove every queued batch (close without flush)."""
-        batches = [b for q in self._queues.values() for b in q]
-        self._queues.clear()
+        with self._lock:
+            batches = [b for q in self._queues.values() for b in q]
+            for batch in batches:
+                batch.closed = True
+            self._queues.clear()
         return batches
 
     def head_size(self, tp: TopicPartition) -> int:
         """The estimated size of the partition's first batch (0 if none)."""
-        queue = self._queues.get(tp)
-        return queue[0].size_bytes if queue else 0
+        with self._lock:
+            queue = self._queues.get(tp)
+            return queue[0].size_bytes if queue else 0
 
     def has_queued(self) -> bool:
-        return any(self._queues.values())
+        with self._lock:
+            return any(self._queues.values())
 
     def queue_sizes(self, topic: str) -> dict[int, int]:
-        return {tp.partition: len(q) for tp, q in self._queues.items() if tp.topic == topic}
+        with self._lock:
+            return {tp.partition: len(q) for tp, q in self._queues.items() if tp.topic == topic}

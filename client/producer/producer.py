@@ -20,9 +20,11 @@ retries keep their numbers, so a broker never appends one twice, and order is ke
 connection) may duplicate a batch, as in Kafka.
 
 Thread safety: ``AsyncProducer`` belongs to one event loop and is not thread-safe.
-``Producer`` is thread-safe: any thread may call ``send``/``flush``/``close``; the
-calls run one at a time on the producer's own loop thread. Do not call a blocking
-``Producer`` method from inside a ``callback`` (it runs on that loop thread).
+``Producer`` is thread-safe: any thread may call ``send``/``flush``/``close``.
+``send`` runs in the caller's thread and takes no thread hop per record (see
+:class:`Producer`); ``flush``, ``close`` and ``partitions_for`` run on the producer's
+own loop thread. Do not call a blocking ``Producer`` method from inside a ``callback``
+(it runs on that loop thread).
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from raftka.client._sync import ClosingOnExit, LoopThread, chain_future
+from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     MetadataCache,
     TopicView,
@@ -53,12 +56,13 @@ from raftka.client.interceptors import (
 from raftka.client.interceptors import close_all as close_interceptors
 from raftka.client.interceptors import on_acknowledgement as interceptors_on_acknowledgement
 from raftka.client.interceptors import on_send as interceptors_on_send
+from raftka.client.producer._future import FutureGroup, RecordFuture
 from raftka.client.producer.accumulator import (
     RECORD_OVERHEAD_MAX,
     RecordAccumulator,
     record_size,
 )
-from raftka.client.producer.partitioner import BuiltInPartitioner
+from raftka.client.producer.partitioner import BuiltInPartitioner, PartitionChoice
 from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.common.errors import (
@@ -212,9 +216,11 @@ class AsyncProducer:
     ) -> None:
         await self.close()
 
-    async def close(self, timeout_ms: int | None = None) -> None:
+    async def close(self, *, timeout_ms: int | None = None) -> None:
         """Send what is buffered (waiting at most ``timeout_ms``; None: until
-        delivered or expired), then stop. Records not sent by then fail. Idempotent."""
+        delivered or expired), then stop. Records not sent by then fail. Idempotent.
+        ``timeout_ms`` is keyword-only: other Python clients take seconds there, and a
+        positional number must fail loudly rather than change its unit silently."""
         if self._closed:
             return
         self._closed = True
@@ -275,6 +281,51 @@ class AsyncProducer:
         config = self.config
         start_ms = monotonic_ms()
         deadline = start_ms + config.max_block_ms
+        key_bytes, value_bytes, header_tuple, size = self._serialize_record(key, value, headers)
+        # Fast path: fresh cached metadata needs no waiting machinery per record.
+        topic_view = cached = metadata.cached_topic(topic, start_ms)
+        if topic_view is None:
+            topic_view = await self._wait_for_topic(topic, deadline)
+        if partition is None and self._custom_partitioner is not None:
+            partition = self._choose_partition(topic, key_bytes, topic_view)
+        choice = self._builtin_partition(topic, key_bytes, topic_view, partition)
+        room_was_free = self._accumulator.has_room(size)
+        if not room_was_free:
+            await self._wait_for_room(size, deadline)
+            if self._closed:
+                raise IllegalStateError("the producer was closed while send waited")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        # The sender completes the future and calls the callback itself (no
+        # done-callbacks: see PendingRecord); flush waits per batch, not per record.
+        pending = PendingRecord(
+            future,
+            ts,
+            -1 if key_bytes is None else len(key_bytes),
+            -1 if value_bytes is None else len(value_bytes),
+            callback,
+        )
+        tp = TopicPartition(topic, choice.partition)
+        # start_ms is recent enough for the batch's linger clock unless send waited.
+        now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
+        result = self._accumulator.append(
+            tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, now_ms
+        )
+        if choice.sticky:
+            self._partitioner.on_append(
+                topic=topic, appended_bytes=size, enable_switch=result.batch_full
+            )
+        if result.new_batch or result.batch_full:
+            sender.wake()
+        return future
+
+    def _serialize_record(
+        self, key: Any, value: Any, headers: HeadersArg
+    ) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]:
+        """Key and value bytes, headers and the record's size bound, checked against
+        ``max_request_size`` and ``buffer_memory``. Touches no producer state: the
+        blocking face calls it in its caller's thread."""
+        config = self.config
         # bytes (or None) without a serializer is the common case: no call for it.
         key_bytes = (
             key
@@ -308,55 +359,33 @@ class AsyncProducer:
                 f"the record is {size} bytes serialized, larger than "
                 f"buffer_memory={config.buffer_memory}"
             )
-        # Fast path: fresh cached metadata needs no waiting machinery per record.
-        topic_view = cached = metadata.cached_topic(topic, start_ms)
-        if topic_view is None:
-            topic_view = await metadata.wait_for_topic(topic, deadline)
-            if self._closed:
-                raise IllegalStateError("the producer was closed while send waited")
-        num_partitions = len(topic_view.partitions)
-        if partition is None and self._custom_partitioner is not None:
-            partition = self._choose_partition(topic, key_bytes, topic_view)
+        return key_bytes, value_bytes, header_tuple, size
+
+    async def _wait_for_topic(self, topic: str, deadline_ms: int) -> TopicView:
+        """The metadata miss: wait (on the loop) for the topic's metadata until
+        ``deadline_ms``."""
+        assert self._metadata is not None
+        view = await self._metadata.wait_for_topic(topic, deadline_ms)
+        if self._closed:
+            raise IllegalStateError("the producer was closed while send waited")
+        return view
+
+    def _builtin_partition(
+        self, topic: str, key_bytes: bytes | None, view: TopicView, partition: int | None
+    ) -> PartitionChoice:
+        """Kafka's built-in partitioner (or ``partition`` checked). Its sticky state is
+        not thread-safe: the blocking face calls this under its send lock."""
         try:
-            choice = self._partitioner.partition(
+            return self._partitioner.partition(
                 topic=topic,
                 key_bytes=key_bytes,
-                num_partitions=num_partitions,
-                available_partitions=topic_view.available_partitions,
+                num_partitions=len(view.partitions),
+                available_partitions=view.available_partitions,
                 rng=self._rng,
                 partition=partition,
             )
         except ValueError as e:
             raise KafkaError(str(e)) from None
-        room_was_free = self._accumulator.has_room(size)
-        if not room_was_free:
-            await self._wait_for_room(size, deadline)
-            if self._closed:
-                raise IllegalStateError("the producer was closed while send waited")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        # The sender completes the future and calls the callback itself (no
-        # done-callbacks: see PendingRecord); flush waits per batch, not per record.
-        pending = PendingRecord(
-            future,
-            ts,
-            -1 if key_bytes is None else len(key_bytes),
-            -1 if value_bytes is None else len(value_bytes),
-            callback,
-        )
-        tp = TopicPartition(topic, choice.partition)
-        # start_ms is recent enough for the batch's linger clock unless send waited.
-        now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
-        result = self._accumulator.append(
-            tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, now_ms
-        )
-        if choice.sticky:
-            self._partitioner.on_append(
-                topic=topic, appended_bytes=size, enable_switch=result.batch_full
-            )
-        if result.new_batch or result.batch_full:
-            sender.wake()
-        return future
 
     def _choose_partition(self, topic: str, key_bytes: bytes | None, view: TopicView) -> int:
         """The application's partitioner (Kafka's ``partitioner.class``), checked."""
@@ -427,9 +456,9 @@ class AsyncProducer:
         )
         return await future
 
-    async def flush(self, timeout_ms: int | None = None) -> None:
+    async def flush(self, *, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until each is acknowledged or
-        failed (KafkaTimeoutError past ``timeout_ms``)."""
+        failed (KafkaTimeoutError past ``timeout_ms``; keyword-only, as in ``close``)."""
         if self._sender is None:
             return
         waiter = self._sender.flush_waiter()
@@ -457,17 +486,46 @@ class AsyncProducer:
 
 
 class Producer(ClosingOnExit):
-    """The blocking producer: an :class:`AsyncProducer` on its own loop thread.
-    Thread-safe. Same keyword arguments as ``AsyncProducer``."""
+    """The blocking producer over an :class:`AsyncProducer` core whose sender runs on
+    the producer's own loop thread. Same keyword arguments as ``AsyncProducer``.
+
+    Thread safety: every method may be called from any thread, except from inside a
+    delivery ``callback`` (which runs on the loop thread), where ``flush``, ``close``
+    and a ``send`` that would block raise IllegalStateError or deadlock.
+
+    ``send`` does its work in the caller's thread, as Kafka's Java producer does:
+    interceptors' ``on_send``, serialization, the partitioner (with cached metadata),
+    and the append to the accumulator under its lock. It wakes the sender (with
+    ``loop.call_soon_threadsafe``) only when its record opened a batch or filled one,
+    not per record. It waits on the loop thread only for a metadata miss, and in its own
+    thread for buffer room; both at most ``max_block_ms``. Records of concurrent
+    callers take the partitioner and the accumulator one at a time (``_send_lock``).
+    """
 
     def __init__(self, **config: Any) -> None:
         self._async = AsyncProducer(**config)
         self.config = self._async.config
         self._thread = LoopThread(f"raftka-producer-{self.config.client_id}")
+        #: Serialises callers over the partitioner's sticky state and the wait for
+        #: buffer room (first come, first served); the accumulator has its own lock.
+        self._send_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        #: The condition every future of this producer shares (see RecordFuture).
+        self._futures = FutureGroup()
+        #: The loop thread's loop once the core started (set once, read without lock).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _timeout_s(self) -> float:
         # A safety net over the async core's own bounds.
         return (self.config.max_block_ms + self.config.request_timeout_ms) / 1000 + 5
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        """Start the core's sender on the loop thread, once (the first ``send``)."""
+        with self._start_lock:
+            if self._loop is None:
+                self._thread.run(self._async.start(), self._timeout_s())
+                self._loop = self._thread.loop
+            return self._loop
 
     def send(
         self,
@@ -480,38 +538,106 @@ class Producer(ClosingOnExit):
         headers: HeadersArg = None,
         callback: DeliveryCallback | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record (blocking at most ``max_block_ms`` for metadata and
-        buffer room); a future of where it landed. ``callback`` runs on the
-        producer's thread."""
-        future = self._thread.run(
-            self._async.send(
-                topic,
-                value,
-                key,
-                partition=partition,
-                timestamp_ms=timestamp_ms,
-                headers=headers,
-                callback=callback,
-            ),
-            self._timeout_s(),
+        """Queue one record; a future of where it landed (``.result()`` waits).
+        Blocks at most ``max_block_ms`` for metadata and buffer room (then
+        KafkaTimeoutError); record errors raise here. ``callback(metadata, exception)``
+        runs on the producer's loop thread once delivered. Any thread."""
+        core = self._async
+        if core._closed:
+            raise IllegalStateError("cannot send after the producer has been closed")
+        if core._interceptors:
+            topic, value, key, partition, timestamp_ms, headers, callback = core._intercept(
+                ProducerRecord(
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    timestamp_ms,
+                    None if headers is None else tuple(headers),
+                ),
+                callback,
+            )
+        loop = self._loop or self._start()
+        metadata, sender, accumulator = core._metadata, core._sender, core._accumulator
+        assert metadata is not None and sender is not None
+        start_ms = monotonic_ms()
+        deadline = start_ms + self.config.max_block_ms
+        key_bytes, value_bytes, header_tuple, size = core._serialize_record(key, value, headers)
+        # The loop thread owns the metadata cache but replaces its immutable view
+        # whole, so reading the cached view here is safe; only a miss (unknown or
+        # stale topic) hops to the loop to wait for a refresh.
+        topic_view = cached = metadata.cached_topic(topic, start_ms)
+        if topic_view is None:
+            topic_view = self._thread.run(core._wait_for_topic(topic, deadline), self._timeout_s())
+        if partition is None and core._custom_partitioner is not None:
+            partition = core._choose_partition(topic, key_bytes, topic_view)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
+        # without the per-future condition the garbage collector would pay for.
+        future: RecordFuture[RecordMetadata] = RecordFuture(self._futures)
+        pending = PendingRecord(
+            future,
+            ts,
+            -1 if key_bytes is None else len(key_bytes),
+            -1 if value_bytes is None else len(value_bytes),
+            callback,
         )
-        return chain_future(future, self._thread.loop)
+        record = Record(value_bytes, key_bytes, ts, header_tuple)
+        with self._send_lock:
+            choice = core._builtin_partition(topic, key_bytes, topic_view, partition)
+            now_ms = start_ms if topic_view is cached else monotonic_ms()
+            if not accumulator.has_room(size):
+                if self._thread.in_loop_thread():
+                    # Only the loop thread frees room: waiting here would deadlock.
+                    raise IllegalStateError(
+                        "send from a delivery callback found buffer_memory full"
+                    )
+                remaining_ms = deadline - monotonic_ms()
+                if not accumulator.wait_for_room(size, max(remaining_ms, 0) / 1000):
+                    raise KafkaTimeoutError(
+                        f"failed to allocate {size} bytes within max_block_ms="
+                        f"{self.config.max_block_ms} (buffer_memory="
+                        f"{self.config.buffer_memory} is full)"
+                    )
+                now_ms = monotonic_ms()
+            # Raises IllegalStateError if close began meanwhile.
+            result = accumulator.append(
+                TopicPartition(topic, choice.partition), record, size, pending, now_ms
+            )
+            if choice.sticky:
+                core._partitioner.on_append(
+                    topic=topic, appended_bytes=size, enable_switch=result.batch_full
+                )
+        if result.wake_sender:
+            # The first record of a linger window, or a full batch, that the sender
+            # would not otherwise look at in time: about once per batch at most, not
+            # per record (see RecordAccumulator.append). A loop already closed means
+            # close() ran to the end after this append, so the sender drained it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(sender.wake)
+        return future
 
-    def flush(self, timeout_ms: int | None = None) -> None:
-        if not self._thread.started:
+    def flush(self, *, timeout_ms: int | None = None) -> None:
+        """Send every buffered record now and wait until each is acknowledged or
+        failed, and its callback ran (KafkaTimeoutError past ``timeout_ms``,
+        keyword-only). Any thread but the producer's loop thread."""
+        if self._loop is None:
             return
         safety = None if timeout_ms is None else timeout_ms / 1000 + 5
-        self._thread.run(self._async.flush(timeout_ms), safety)
+        self._thread.run(self._async.flush(timeout_ms=timeout_ms), safety)
 
     def partitions_for(self, topic: str) -> set[int]:
         return self._thread.run(self._async.partitions_for(topic), self._timeout_s())
 
-    def close(self, timeout_ms: int | None = None) -> None:
-        """Flush (at most ``timeout_ms``), stop, and end the loop thread."""
+    def close(self, *, timeout_ms: int | None = None) -> None:
+        """Flush (at most ``timeout_ms``, keyword-only), stop, and end the loop
+        thread. Idempotent; any thread but the producer's loop thread."""
+        if self._thread.closed:
+            return
         try:
             if self._thread.started:
                 safety = None if timeout_ms is None else timeout_ms / 1000 + 5
-                self._thread.run(self._async.close(timeout_ms), safety)
+                self._thread.run(self._async.close(timeout_ms=timeout_ms), safety)
             else:
                 self._async._closed = True
         finally:

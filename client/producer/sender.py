@@ -37,7 +37,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ProducerConfig
@@ -58,7 +58,7 @@ from raftka.common.messages import broker as api
 from raftka.common.record import build_batch
 from raftka.common.time import wait_event
 
-__all__ = ["DeliveryCallback", "PendingRecord", "Sender"]
+__all__ = ["CompletableFuture", "DeliveryCallback", "PendingRecord", "Sender"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,20 @@ _SEQUENCE_ERRORS: Final = (
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
 
 
+class CompletableFuture(Protocol):
+    """What the sender needs of a record's future: an ``asyncio.Future`` (the async
+    face, on the sender's own loop) or a ``concurrent.futures.Future`` (the blocking
+    face, whose callers wait in their own threads; completing it from the loop thread
+    is safe, its state is guarded by its own condition)."""
+
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def result(self) -> RecordMetadata: ...
+    def exception(self) -> BaseException | None: ...
+    def set_result(self, result: RecordMetadata, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 @dataclass(slots=True)
 class PendingRecord:
     """What the sender needs to complete one record's future and run its callback.
@@ -90,7 +104,7 @@ class PendingRecord:
     future): a done-callback costs an ``add_done_callback`` per record and a
     ``call_soon`` handle per completion, a large share of the producer's CPU."""
 
-    future: asyncio.Future[RecordMetadata]
+    future: CompletableFuture
     timestamp_ms: int
     key_size: int
     value_size: int
@@ -148,7 +162,7 @@ class Sender:
     def stop(self) -> None:
         """Finish what is queued and in flight, then return from run()."""
         self._stopping = True
-        self._acc.closing = True
+        self._acc.begin_close()
         self._wake.set()
 
     @property
@@ -241,12 +255,14 @@ class Sender:
                 task = asyncio.create_task(self._send(broker_id, address, groups))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
+        # Never sleep past next_ready_ms: appends from other threads skip waking the
+        # sender when it will look by then anyway (RecordAccumulator.append).
+        next_ms = None if check.next_ready_ms is None else max(check.next_ready_ms - now_ms, 0)
         if unknown_leader:
             # Look again after a backoff even if the refresh does not wake us.
-            return self._config.retry_backoff_ms
-        if check.next_ready_ms is None:
-            return None
-        return max(check.next_ready_ms - now_ms, 0)
+            backoff_ms = self._config.retry_backoff_ms
+            return backoff_ms if next_ms is None else min(backoff_ms, next_ms)
+        return next_ms
 
     def _advance_identity(self, idem: IdempotenceState) -> None:
         """Reset when it is safe, and fetch a producer id when there is none."""
@@ -505,7 +521,7 @@ class _FlushWaiter:
 
 
 def _outcome(
-    future: asyncio.Future[RecordMetadata],
+    future: CompletableFuture,
 ) -> tuple[RecordMetadata | None, BaseException | None]:
     """What a callback gets for a record whose future was already done (the caller
     cancelled it): the future's own outcome."""

@@ -42,8 +42,8 @@ def main() -> None:
             }
             producer.send(args.topic, orjson.dumps(event), key=user.encode())
             if i % 1000 == 999:
-                producer.flush(30_000)
-        producer.flush(30_000)
+                producer.flush(timeout_ms=30_000)
+        producer.flush(timeout_ms=30_000)
     print(f"produced {args.count} events into {args.topic}")
 
 

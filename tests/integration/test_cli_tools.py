@@ -222,7 +222,7 @@ def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
     with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(100):
             producer.send(topic, b"%d" % i, partition=0)
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
 
     assert env.admin.delete_records({tp: 40}, timeout_ms=API_TIMEOUT_MS) == {tp: 40}
     assert env.admin.list_offsets({tp: "earliest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset == 40

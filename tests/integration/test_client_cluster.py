@@ -81,6 +81,48 @@ def _consume_all(consumer: Consumer, expected: int) -> list[ConsumerRecord]:
     return got
 
 
+def test_blocking_poll_serves_buffered_records_without_a_loop_hop(env: Env) -> None:
+    """1,000 records in one partition, polled 100 at a time by a blocking Consumer
+    (manual assignment): one fetch brings them all, so after the poll that waited for
+    it the others are served from the fetcher's buffer in the caller's thread (the
+    loop-thread hop, ``_thread.run``, is taken for fewer polls than returned records);
+    the records come back once each, in offset order."""
+    topic = env.topic("fastpoll")
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(1_000):
+            producer.send(topic, b"v%d" % i, partition=0)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    with Consumer(
+        bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        hops = 0
+        real_run = consumer._thread.run
+
+        def counting_run(coro: Any, timeout_s: float | None = None) -> Any:
+            nonlocal hops
+            hops += 1
+            return real_run(coro, timeout_s)
+
+        consumer._thread.run = counting_run  # type: ignore[method-assign]
+        got: list[ConsumerRecord] = []
+        polls_with_records = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 1_000:
+            assert time.monotonic() < deadline, f"read {len(got)} of 1000 records"
+            hops_before = hops
+            batch = consumer.poll(1_000, max_records=100).get(TopicPartition(topic, 0), [])
+            if batch:
+                polls_with_records += 1
+            got.extend(batch)
+            assert hops - hops_before <= 1
+        consumer._thread.run = real_run  # type: ignore[method-assign]
+    assert [r.offset for r in got] == list(range(1_000))
+    assert [r.value for r in got] == [b"v%d" % i for i in range(1_000)]
+    assert polls_with_records == 10
+    assert hops < polls_with_records, f"{hops} hops for {polls_with_records} polls"
+
+
 def test_keyed_records_round_trip_in_java_partitions(env: Env) -> None:
     """200 keyed records: each lands in murmur2(key) % 3 at its acknowledged offset and
     reads back in send order within its partition."""
@@ -89,7 +131,7 @@ def test_keyed_records_round_trip_in_java_partitions(env: Env) -> None:
         futures = [
             producer.send(topic, b"value-%d" % i, key=b"key-%d" % (i % 37)) for i in range(200)
         ]
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
         acked = [f.result(0) for f in futures]
     with Consumer(
         bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
@@ -121,7 +163,7 @@ def test_async_faces_round_trip(env: Env) -> None:
             max_block_ms=API_TIMEOUT_MS,
         ) as producer:
             futures = [await producer.send(topic, f"v{i}") for i in range(300)]
-            await producer.flush(API_TIMEOUT_MS)
+            await producer.flush(timeout_ms=API_TIMEOUT_MS)
             assert [(await f).offset for f in futures] == list(range(300))
         async with AsyncConsumer(
             bootstrap_servers=env.bootstrap_servers,
@@ -151,7 +193,7 @@ def test_positions_and_offset_lookups(env: Env) -> None:
     with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
         for i in range(10):
             producer.send(topic, b"%d" % i, partition=0, timestamp_ms=(i + 1) * 1000)
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
     with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="latest") as consumer:
         consumer.assign([tp])
         assert consumer.beginning_offsets([tp], API_TIMEOUT_MS) == {tp: 0}

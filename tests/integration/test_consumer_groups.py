@@ -148,7 +148,7 @@ class Env:
             for start in range(0, count, chunk):
                 for i in range(start, min(start + chunk, count)):
                     producer.send(topic, str(i).encode(), key=str(i).encode())
-                producer.flush(API_TIMEOUT_MS)
+                producer.flush(timeout_ms=API_TIMEOUT_MS)
                 time.sleep(pace_s)  # pacing the load, not synchronisation
 
     def coordinator_of(self, group: str) -> int:

@@ -126,7 +126,7 @@ def _produce(env: Env, topic: str, records: list[tuple[int, bytes, int]]) -> lis
             )
             for p, value, ts in records
         ]
-        producer.flush(API_TIMEOUT_MS)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
         return [f.result(0) for f in futures]
 
 

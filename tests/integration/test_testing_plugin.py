@@ -24,7 +24,7 @@ def test_round_trip(raftka_cluster, raftka_topic):
     assert len(raftka_cluster.controllers.controllers) == 3
     with Producer(bootstrap_servers=raftka_cluster.bootstrap_servers) as producer:
         acked = [producer.send(topic, b"v%d" % i, partition=i % 2) for i in range(6)]
-        producer.flush(20_000)
+        producer.flush(timeout_ms=20_000)
         assert sorted((f.result(0).partition, f.result(0).offset) for f in acked) == [
             (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)
         ]

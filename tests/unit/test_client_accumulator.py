@@ -2,14 +2,23 @@
 
 Checks batching by batch_size, readiness by linger_ms, flush and close hurrying every
 batch, backoff after a failed attempt keeping order, delivery-timeout expiry, and the
-buffer_memory accounting that send()'s back-pressure relies on.
+buffer_memory accounting that send()'s back-pressure relies on; then what the
+blocking producer relies on from several threads: appends racing a draining sender,
+waiting for room, and when an append asks for the sender to be woken.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
+
+import pytest
+
 from raftka.client.producer.accumulator import RecordAccumulator, record_size
 from raftka.client.structs import TopicPartition
+from raftka.common.errors import IllegalStateError
 from raftka.common.record import Record
+from raftka.common.record.header import HEADER_SIZE
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -173,3 +182,103 @@ def test_unreleased_batches_are_what_a_flush_waits_for() -> None:
     assert [b.handles for b in acc.unreleased_batches()] == [[0], [1]]
     acc.release(first)
     assert [b.handles for b in acc.unreleased_batches()] == [[1]]
+
+
+def test_append_asks_for_a_wake_up_only_when_the_sender_would_look_too_late() -> None:
+    """Waking the sender from another thread is costly, so append says when it is
+    needed: a new batch when the sender has no plan to look (or a later one), not again
+    until the sender's next ready(); not for a partition with a request in flight (its
+    answer wakes the sender); a full batch when the sender's plan is later than now."""
+    rec, size = _rec()
+    acc = _acc(batch_size=HEADER_SIZE + 3 * size, linger_ms=5)  # 3 records fill a batch
+    assert acc.append(TP, rec, size, 0, now_ms=0).wake_sender  # no plan yet
+    assert not acc.append(TP1, rec, size, 1, now_ms=0).wake_sender  # a wake is on its way
+    check = acc.ready(1, set())
+    assert check.next_ready_ms == 5  # the sender will look at 5
+    tp2 = TopicPartition("t", 2)
+    assert not acc.append(tp2, rec, size, 2, now_ms=1).wake_sender  # due at 6 >= 5
+    # A batch filling up is due now, before the planned look at 5.
+    results = [acc.append(TP, rec, size, 3, now_ms=2) for _ in range(2)]
+    assert results[-1].batch_full and results[-1].wake_sender
+    # Muted (in flight): the answer wakes the sender, whatever its plan.
+    acc.ready(3, {TopicPartition("t", 3)})
+    acc.drain(TP)
+    acc.ready(3, {TP, TopicPartition("t", 3)})
+    assert not acc.append(TopicPartition("t", 3), rec, size, 4, now_ms=3).wake_sender
+
+
+def test_appends_from_several_threads_while_a_sender_drains() -> None:
+    """Four threads append 2,000 records each to two partitions while this thread
+    drains and releases batches: no record is lost or duplicated, the byte count
+    returns to zero, and each thread's records keep their order within a partition."""
+    acc: RecordAccumulator[tuple[int, int]] = RecordAccumulator(
+        batch_size=300,
+        linger_ms=0,
+        buffer_memory=10_000_000,
+        retry_backoff_ms=0,
+        delivery_timeout_ms=10**9,
+    )
+    rec, size = _rec()
+    per_thread = 2_000
+
+    def work(n: int) -> None:
+        for i in range(per_thread):
+            acc.append(TP if i % 2 else TP1, rec, size, (n, i), now_ms=i)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    drained: dict[TopicPartition, list[tuple[int, int]]] = {TP: [], TP1: []}
+
+    def drain_ready() -> None:
+        for tp in acc.ready(10**6, set()).ready:
+            batch = acc.drain(tp)
+            assert batch is not None
+            drained[tp].extend(batch.handles)
+            acc.release(batch)
+
+    # A tiny switch interval makes the GIL change hands inside append and drain.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            drain_ready()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(interval)
+    while acc.has_queued():
+        drain_ready()
+    assert sum(len(h) for h in drained.values()) == 4 * per_thread
+    assert acc.buffered_bytes == 0 and not acc.has_queued()
+    for tp, handles in drained.items():
+        for n in range(4):
+            mine = [i for m, i in handles if m == n]
+            assert mine == sorted(mine) and len(mine) == per_thread // 2, (tp, n)
+
+
+def test_wait_for_room_returns_once_a_release_frees_enough() -> None:
+    """wait_for_room blocks a caller's thread until release() frees room (True) or
+    the timeout passes (False); close wakes it too. The order of the waiter and the
+    release does not matter: the condition is checked under the lock."""
+    acc = _acc(buffer_memory=100)
+    rec, size = _rec(50)
+    acc.append(TP, rec, size, 0, now_ms=0)
+    assert not acc.has_room(size)
+    assert acc.wait_for_room(size, 0.01) is False
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(acc.wait_for_room(size, 30)))
+    waiter.start()
+    batch = acc.drain(TP)
+    assert batch is not None
+    acc.release(batch)
+    waiter.join(30)
+    assert outcome == [True]
+    acc.append(TP, rec, size, 1, now_ms=1)
+    waiter = threading.Thread(target=lambda: outcome.append(acc.wait_for_room(size, 30)))
+    waiter.start()
+    acc.begin_close()
+    waiter.join(30)
+    assert outcome == [True, True]
+    with pytest.raises(IllegalStateError):
+        acc.append(TP, rec, size, 2, now_ms=2)

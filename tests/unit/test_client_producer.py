@@ -13,10 +13,11 @@ blocking face from several threads. Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 from aiohttp import web
 
 from raftka.client import AsyncProducer, Producer, RecordMetadata
+from raftka.client.interceptors import ProducerInterceptor, ProducerRecord
 from raftka.common.errors import (
     IllegalStateError,
     KafkaError,
@@ -340,7 +342,7 @@ def test_sync_producer_from_several_threads(broker: FakeBroker) -> None:
 
         def work(n: int) -> None:
             futures = [p.send("t", b"%d-%d" % (n, i), partition=2) for i in range(50)]
-            p.flush(10_000)
+            p.flush(timeout_ms=10_000)
             with lock:
                 results.extend(f.result(0) for f in futures)
 
@@ -386,7 +388,7 @@ async def test_flush_waits_for_records_in_flight(
     once it is answered with every future done."""
     _make_hold(broker)
     futures = [await producer.send("t", b"v", partition=1) for _ in range(3)]
-    flush = asyncio.create_task(producer.flush(10_000))
+    flush = asyncio.create_task(producer.flush(timeout_ms=10_000))
     done, _ = await asyncio.wait({flush}, timeout=0.3)
     assert not done and not any(f.done() for f in futures)
     _release(broker)
@@ -491,7 +493,7 @@ async def test_producer_interceptors_see_every_record_and_its_outcome(broker: Fa
     record before the record's own callback; close() runs on the producer's close. A
     non-interceptor in the list is refused with INVALID_CONFIG."""
     from raftka.client.config import ClientConfigError
-    from raftka.client.interceptors import ProducerInterceptor, ProducerRecord
+    from raftka.client.interceptors import ProducerInterceptor
 
     events: list[str] = []
 
@@ -546,3 +548,125 @@ async def test_custom_partitioner_chooses_unless_a_partition_is_given(broker: Fa
             await producer.send("t", b"c", key=b"bad")
         md = await asyncio.wait_for(await producer.send("t", b"d"), 10)
         assert md.partition == PARTITIONS - 1
+
+
+# ---------------------------------------------------------------- the blocking face
+
+
+def test_flush_and_close_take_timeout_ms_by_keyword_only(broker: FakeBroker) -> None:
+    """``flush(90)`` would mean 90 ms here and 90 s in every other Python client: a
+    positional timeout is a TypeError on both faces, for flush and for close."""
+    with Producer(bootstrap_servers=broker.address, max_block_ms=2_000) as p:
+        p.send("t", b"x").result(10)
+        with pytest.raises(TypeError):
+            p.flush(90)  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            p.close(90)  # type: ignore[misc]
+        p.flush(timeout_ms=10_000)
+        p.close(timeout_ms=10_000)
+
+    async def main() -> None:
+        ap = AsyncProducer(bootstrap_servers=broker.address)
+        with pytest.raises(TypeError):
+            await ap.flush(90)  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            await ap.close(90)  # type: ignore[misc]
+        await ap.close(timeout_ms=1_000)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_sync_send_runs_in_the_callers_thread_without_a_loop_hop(broker: FakeBroker) -> None:
+    """Once the topic's metadata is cached, ``Producer.send`` does its work in the
+    caller's thread: the interceptor and the partitioner run there, and the loop
+    thread's ``run`` (the hop) is not called for any of 500 records; the futures are
+    concurrent.futures.Futures whose results arrive after flush."""
+    threads_seen: set[threading.Thread] = set()
+
+    class Recorder(ProducerInterceptor):
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            threads_seen.add(threading.current_thread())
+            return record
+
+    def partitioner(key: bytes | None, all_: Sequence[int], available: Sequence[int]) -> int:
+        threads_seen.add(threading.current_thread())
+        return 1
+
+    with Producer(
+        bootstrap_servers=broker.address,
+        max_block_ms=2_000,
+        interceptors=[Recorder()],
+        partitioner=partitioner,
+    ) as p:
+        p.send("t", b"warm").result(10)  # starts the loop thread, caches metadata
+        hops: list[object] = []
+        real_run = p._thread.run
+
+        def counting_run(coro: Any, timeout_s: float | None = None) -> Any:
+            hops.append(coro)
+            return real_run(coro, timeout_s)
+
+        p._thread.run = counting_run  # type: ignore[method-assign]
+        futures = [p.send("t", b"%d" % i) for i in range(500)]
+        assert hops == [], "send hopped to the loop thread"
+        p._thread.run = real_run  # type: ignore[method-assign]
+        p.flush(timeout_ms=10_000)
+        assert all(isinstance(f, concurrent.futures.Future) for f in futures)
+        assert [f.result(0).offset for f in futures] == list(range(1, 501))
+    assert threads_seen == {threading.current_thread()}
+
+
+def test_sync_send_keeps_each_threads_order_per_partition(broker: FakeBroker) -> None:
+    """Four threads send 300 keyed records each through one Producer (small batches,
+    so batches fill while others are drained): every record lands exactly once, and
+    within a partition each thread's records have increasing offsets in send order."""
+    with Producer(
+        bootstrap_servers=broker.address, max_block_ms=5_000, batch_size=500, linger_ms=1
+    ) as p:
+        per_thread: dict[int, list[tuple[bytes, concurrent.futures.Future[RecordMetadata]]]] = {}
+
+        def work(n: int) -> None:
+            sent = []
+            for i in range(300):
+                key = b"k%d" % (i % 7)
+                sent.append((key, p.send("t", b"%d-%d" % (n, i), key=key)))
+            per_thread[n] = sent
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(per_thread) == [0, 1, 2, 3]
+        p.flush(timeout_ms=20_000)
+        for sent in per_thread.values():
+            last: dict[int, int] = {}
+            for key, future in sent:
+                md = future.result(0)
+                assert md.partition == murmur2_partition(key, PARTITIONS)
+                assert md.offset > last.get(md.partition, -1)
+                last[md.partition] = md.offset
+    assert sum(len(log) for log in broker.logs.values()) == 1200
+
+
+def test_sync_buffer_full_blocks_then_times_out(broker: FakeBroker) -> None:
+    """The blocking face waits for buffer room in the caller's thread: with the broker
+    holding every produce, a send past buffer_memory raises KafkaTimeoutError after
+    max_block_ms; released, the buffered records are acknowledged."""
+    _make_hold(broker)
+    p = Producer(
+        bootstrap_servers=broker.address, buffer_memory=2_000, max_block_ms=300, linger_ms=0
+    )
+    try:
+        futures = []
+        with pytest.raises(KafkaTimeoutError, match="max_block_ms=300"):
+            for _ in range(100):
+                futures.append(p.send("t", b"x" * 200))
+        assert 1 <= len(futures) < 100
+        _release(broker)
+        assert all(f.result(10).offset >= 0 for f in futures)
+    finally:
+        _release(broker)
+        p.close(timeout_ms=10_000)
+    with pytest.raises(IllegalStateError):
+        p.send("t", b"late")

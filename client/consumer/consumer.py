@@ -543,19 +543,29 @@ class AsyncConsumer:
 
     async def getone(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes."""
-        async for record in self:
-            return record
-        raise AssertionError("iteration ended")  # pragma: no cover
+        while True:
+            record = await self._next_record()
+            if record is not None:
+                return record
+
+    async def _next_record(self) -> ConsumerRecord | None:
+        # One record per poll: the position moves past exactly the records handed
+        # over, so a caller that stops (getone returning, a loop breaking out of
+        # ``async for``) loses nothing. Polling a whole batch and yielding from it
+        # would move the position past records the caller never saw.
+        batch = await self.poll(ITER_POLL_TIMEOUT_MS, max_records=1)
+        for records in batch.values():
+            return records[0]
+        return None
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
         while not self._closed:
-            batch = await self.poll(ITER_POLL_TIMEOUT_MS)
-            for records in batch.values():
-                for record in records:
-                    yield record
+            record = await self._next_record()
+            if record is not None:
+                yield record
 
 
 class Consumer(ClosingOnExit):
@@ -723,8 +733,10 @@ class Consumer(ClosingOnExit):
         return result
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
+        # One record per poll, as AsyncConsumer._next_record explains: breaking out of
+        # the loop must not lose the rest of a fetched batch.
         while True:
-            for records in self.poll(ITER_POLL_TIMEOUT_MS).values():
+            for records in self.poll(ITER_POLL_TIMEOUT_MS, max_records=1).values():
                 yield from records
 
     def close(self) -> None:

@@ -402,3 +402,41 @@ def test_zz_leader_kill9_loses_no_acknowledged_record(env: Env) -> None:
     # Leave the cluster whole for anything that runs after.
     env.brokers[victim].start()
     env.brokers.wait_unfenced(victim)
+
+
+def test_getone_and_breaking_out_of_iteration_lose_no_record(env: Env) -> None:
+    """getone() and a loop that breaks out of iteration hand over records one at a
+    time: the next poll starts right after the last record handed over (they used to
+    poll a whole batch, return one record and drop the rest with the position past
+    them)."""
+    topic = env.topic("getone", partitions=1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(20):
+            producer.send(topic, b"%d" % i, partition=0)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+
+    async def run() -> list[int]:
+        async with AsyncConsumer(
+            bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
+        ) as consumer:
+            consumer.assign([tp])
+            first = await consumer.getone()
+            second = await consumer.getone()
+            async for record in consumer:
+                third = record
+                break
+            rest = await consumer.poll(API_TIMEOUT_MS, max_records=100)
+            return [first.offset, second.offset, third.offset, rest[tp][0].offset]
+
+    assert asyncio.run(run()) == [0, 1, 2, 3]
+    with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        seen = []
+        for record in c:
+            seen.append(record.offset)
+            if len(seen) == 3:
+                break
+        after = c.poll(API_TIMEOUT_MS, max_records=100)
+        assert seen == [0, 1, 2]
+        assert after[tp][0].offset == 3

@@ -491,9 +491,7 @@ class ConsumerCoordinator:
             for t in topics
             if t in view.topics and view.topics[t].error is None and view.topics[t].partitions
         }
-        result = assignor_for(protocol_name).assign(
-            members=subscriptions, partitions_per_topic=counts
-        )
+        result = run_assignor(self.group_id, protocol_name, subscriptions, counts)
         return tuple(
             api.SyncGroupAssignment(member_id=member, assignment=orjson.dumps(encode_assignment(a)))
             for member, a in result.items()
@@ -786,3 +784,25 @@ class ConsumerCoordinator:
                 if tp in found and p.offset >= 0:
                     found[tp] = OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
         return found
+
+
+def run_assignor(
+    group_id: str,
+    protocol_name: str,
+    subscriptions: Mapping[str, MemberSubscription],
+    partitions_per_topic: Mapping[str, int],
+) -> dict[str, Assignment]:
+    """The group leader's assignment, or one clear ``IllegalStateError`` naming the
+    group and the assignor when the assignor fails (an assertion of its own, a bug, an
+    unknown protocol name): the consumer's poll raises it like any Kafka error, instead
+    of an ``AssertionError`` escaping from deep inside the join, or an invalid
+    assignment going out under ``python -O``."""
+    try:
+        return assignor_for(protocol_name).assign(
+            members=subscriptions, partitions_per_topic=partitions_per_topic
+        )
+    except Exception as error:  # any assignor failure becomes the group's error
+        raise IllegalStateError(
+            f"group {group_id!r}: the {protocol_name!r} assignor failed on this leader: "
+            f"{type(error).__name__}: {error}"
+        ) from error

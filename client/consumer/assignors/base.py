@@ -38,6 +38,7 @@ from raftka.common.hashing import java_string_hash
 __all__ = [
     "DEFAULT_GENERATION",
     "Assignment",
+    "InvalidAssignmentError",
     "PartitionAssignor",
     "RebalanceProtocol",
     "Subscription",
@@ -59,6 +60,11 @@ MEMBERS_MAX: Final = 100_000
 PARTITIONS_MAX: Final = 1_000_000
 
 JsonValue = Any
+
+
+class InvalidAssignmentError(ValueError):
+    """An assignor produced an assignment that breaks the contract (a partition twice,
+    to an unsubscribed member, or one that does not exist)."""
 
 
 class RebalanceProtocol:
@@ -150,13 +156,18 @@ def _check_valid(
 ) -> None:
     # An assignor's contract: no partition twice, each to a member subscribed to its topic,
     # and only partitions that exist. (Cooperative rounds may leave some out on purpose.)
+    # Checked with raise, not assert: under ``python -O`` an invalid assignment must
+    # still never leave the leader.
     seen: set[TopicPartition] = set()
     for member, assignment in result.items():
         topics = set(members[member].topics)
         for tp in assignment.partitions:
-            assert tp not in seen, f"{tp} assigned twice"
-            assert tp.topic in topics, f"{tp} assigned to {member}, not subscribed"
-            assert 0 <= tp.partition < counts[tp.topic], f"{tp} does not exist"
+            if tp in seen:
+                raise InvalidAssignmentError(f"{tp} assigned twice")
+            if tp.topic not in topics:
+                raise InvalidAssignmentError(f"{tp} assigned to {member}, not subscribed")
+            if not 0 <= tp.partition < counts[tp.topic]:
+                raise InvalidAssignmentError(f"{tp} does not exist")
             seen.add(tp)
 
 

@@ -494,7 +494,37 @@ class QuorumController:
         *,
         validate_only: bool = False,
     ) -> ControllerResult[AlterConfigsResponse]:
-        return self._topics.incremental_alter_configs(image, resources, validate_only=validate_only)
+        result = self._topics.incremental_alter_configs(
+            image, resources, validate_only=validate_only
+        )
+        if validate_only or not result.records:
+            return result
+        # Turning unclean.leader.election.enable on acts at once, as in Kafka: the
+        # topic's leaderless partitions get a leader from any live replica in the same
+        # command, instead of waiting for the next broker to come back.
+        batch = CommandBatch(image)
+        for record in result.records:
+            batch.add(record)
+        self._elect_leaderless(batch, {r.resource_name for r in resources})
+        return batch.result(result.response)
+
+    def _elect_leaderless(self, batch: CommandBatch, topics: set[str]) -> None:
+        """A leader for each leaderless partition of ``topics`` that the election rules
+        (with the topic's current unclean setting) allow."""
+        image = batch.image
+        for topic, index, partition in _partitions(image):
+            if topic.name not in topics or partition.leader != NO_LEADER:
+                continue
+            builder = PartitionChangeBuilder(
+                partition,
+                topic.topic_id,
+                index,
+                lambda b: is_active_broker(image, b),
+                unclean_election=_unclean_enabled(image, self.config, topic.name),
+            )
+            record = builder.build()
+            if record is not None:
+                batch.add(record)
 
     # -- partitions -------------------------------------------------------------------
 

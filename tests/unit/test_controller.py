@@ -393,6 +393,29 @@ def test_topic_config_false_overrides_controller_unclean_default() -> None:
     assert h.partition(t).leader == NO_LEADER
 
 
+def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> None:
+    """A leaderless partition (its last ISR member fenced) gets a live out-of-sync
+    replica as leader in the very command that sets unclean.leader.election.enable to
+    true (Kafka re-evaluates on the config change); setting it false elects nothing."""
+    h = Harness()
+    h.add_brokers(1, 2)
+    t = h.create("t", assignments={0: [1, 2]})
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
+    h.now_ms = TIMEOUT_MS + 1
+    h.keep_alive(2)
+    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    assert h.partition(t).leader == NO_LEADER
+    off = [AlterConfigOp("unclean.leader.election.enable", "SET", "false")]
+    h.run(h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", off)]))
+    assert h.partition(t).leader == NO_LEADER
+    on = [AlterConfigOp("unclean.leader.election.enable", "SET", "true")]
+    result = h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", on)])
+    assert any(isinstance(r, PartitionChangeRecord) for r in result.records)
+    h.run(result)
+    p = h.partition(t)
+    assert (p.leader, p.isr) == (2, (2,))
+
+
 # ---------------------------------------------------------------------------------------
 # Controlled shutdown
 

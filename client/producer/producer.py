@@ -264,15 +264,7 @@ class AsyncProducer:
             raise IllegalStateError("cannot send after the producer has been closed")
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = self._intercept(
-                ProducerRecord(
-                    topic,
-                    value,
-                    key,
-                    partition,
-                    timestamp_ms,
-                    None if headers is None else tuple(headers),
-                ),
-                callback,
+                topic, value, key, partition, timestamp_ms, headers, callback
             )
         if self._sender_task is None:
             await self.start()
@@ -402,12 +394,23 @@ class AsyncProducer:
             )
         return chosen
 
-    def _intercept(
-        self, record: ProducerRecord, callback: DeliveryCallback | None
+    def _intercept(  # noqa: PLR0917  (send's arguments, in send's order)
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: HeadersArg,
+        callback: DeliveryCallback | None,
     ) -> tuple[str, Any, Any, int | None, int | None, HeadersArg, DeliveryCallback | None]:
-        """The record after every interceptor's on_send, and a callback that runs their
-        on_acknowledgement before the application's own."""
+        """A send's arguments after every interceptor's on_send, and a callback that
+        runs their on_acknowledgement before the application's own (for the async and
+        the blocking send alike)."""
         interceptors = self._interceptors
+        record = ProducerRecord(
+            topic, value, key, partition, timestamp_ms, None if headers is None else tuple(headers)
+        )
         out = interceptors_on_send(interceptors, record)
 
         def acknowledged(metadata: RecordMetadata | None, exception: BaseException | None) -> None:
@@ -547,15 +550,7 @@ class Producer(ClosingOnExit):
             raise IllegalStateError("cannot send after the producer has been closed")
         if core._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = core._intercept(
-                ProducerRecord(
-                    topic,
-                    value,
-                    key,
-                    partition,
-                    timestamp_ms,
-                    None if headers is None else tuple(headers),
-                ),
-                callback,
+                topic, value, key, partition, timestamp_ms, headers, callback
             )
         loop = self._loop or self._start()
         metadata, sender, accumulator = core._metadata, core._sender, core._accumulator

@@ -83,6 +83,27 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A base port with ``count`` ports after it that are free now (checked by binding
+    each; the same caveat as :func:`free_ports`), for ``raftka up --base-port``."""
+    for candidate in free_ports(20, host):
+        if candidate + count > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for port in range(candidate, candidate + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return candidate
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise OSError(f"no run of {count} free ports on {host}")
+
+
 def wait_for(
     condition: Callable[[], T | None],
     *,

@@ -26,17 +26,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import orjson
 
 __all__ = [
     "LOCAL_QUORUM_PROPERTIES",
     "LocalCluster",
+    "NodeGroup",
     "NodeProcess",
+    "configured_node",
+    "free_port_run",
     "free_ports",
     "http_json",
     "wait_for",
@@ -283,11 +286,45 @@ class NodeProcess:
             self._log = None
 
 
-def _properties_text(props: Mapping[str, str]) -> str:
-    return "".join(f"{key}={value}\n" for key, value in props.items())
+def configured_node(
+    role: str, *, node_id: int, host: str, port: int, node_dir: Path, props: Mapping[str, str]
+) -> NodeProcess:
+    """A node (not started) whose config, ``props``, is written to
+    ``<node_dir>/<role>.properties`` (``node_dir`` is created)."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    config_path = node_dir / f"{role}.properties"
+    config_path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+    return NodeProcess(
+        node_id=node_id,
+        role=role,
+        host=host,
+        port=port,
+        data_dir=node_dir,
+        config_path=config_path,
+    )
 
 
-class LocalCluster:
+class NodeGroup:
+    """Nodes started together (:meth:`nodes`), killed together by :meth:`close` or on
+    leaving a ``with`` block."""
+
+    def nodes(self) -> Iterable[NodeProcess]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Kill and reap every child process that is still running."""
+        for node in self.nodes():
+            with contextlib.suppress(Exception):
+                node.kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalCluster(NodeGroup):
     """N controllers on 127.0.0.1 under one data directory (brokers come later).
 
     ``base_port`` numbers the controllers' ports from it (9093, 9094, ...); ``ports``
@@ -320,7 +357,6 @@ class LocalCluster:
         self.controllers: dict[int, NodeProcess] = {}
         for node_id, port in zip(ids, ports, strict=True):
             node_dir = self.data_dir / f"controller-{node_id}"
-            node_dir.mkdir(parents=True, exist_ok=True)
             props = {
                 "node.id": str(node_id),
                 "process.roles": "controller",
@@ -331,16 +367,12 @@ class LocalCluster:
                 **LOCAL_QUORUM_PROPERTIES,
                 **(extra_properties or {}),
             }
-            config_path = node_dir / "controller.properties"
-            config_path.write_text(_properties_text(props))
-            self.controllers[node_id] = NodeProcess(
-                node_id=node_id,
-                role="controller",
-                host=host,
-                port=port,
-                data_dir=node_dir,
-                config_path=config_path,
+            self.controllers[node_id] = configured_node(
+                "controller", node_id=node_id, host=host, port=port, node_dir=node_dir, props=props
             )
+
+    def nodes(self) -> Iterable[NodeProcess]:
+        return self.controllers.values()
 
     @property
     def bootstrap_controllers(self) -> str:
@@ -368,15 +400,3 @@ class LocalCluster:
             return None
 
         return wait_for(find, timeout_s=timeout_s, message="no active controller")
-
-    def close(self) -> None:
-        """Kill and reap every child process that is still running."""
-        for node in self.controllers.values():
-            with contextlib.suppress(Exception):
-                node.kill()
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -108,10 +108,13 @@ def _partition(brokers: LocalBrokers, only: int | None = None) -> dict[str, Any]
     return None
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+def _two_brokers(
+    tmp_path: Path, session_timeout_ms: str
+) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+    """One controller (broker sessions of ``session_timeout_ms``) and two brokers whose
+    ISR changes only by fencing, registration and catching up (lag bound a minute)."""
     with LocalCluster(
-        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": PATIENCE_MS}
+        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": session_timeout_ms}
     ) as controllers:
         controllers.start()
         controllers.wait_leader()
@@ -120,6 +123,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
         ) as brokers:
             brokers.start()
             yield controllers, brokers
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+    yield from _two_brokers(tmp_path, PATIENCE_MS)
 
 
 def _create_topic(controllers: LocalCluster, brokers: LocalBrokers) -> dict[str, Any]:
@@ -212,18 +220,8 @@ def _read_all(address: str) -> list[bytes]:
 
 @pytest.fixture
 def quick_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
-    """Sessions expire in 2.5 s (a killed broker is fenced quickly); the ISR changes
-    only by fencing, registration and catching up (lag bound a minute)."""
-    with LocalCluster(
-        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": "2500"}
-    ) as controllers:
-        controllers.start()
-        controllers.wait_leader()
-        with LocalBrokers(
-            controllers, count=2, extra_properties={"replica.lag.time.max.ms": PATIENCE_MS}
-        ) as brokers:
-            brokers.start()
-            yield controllers, brokers
+    """Sessions expire in 2.5 s: a killed broker is fenced quickly."""
+    yield from _two_brokers(tmp_path, "2500")
 
 
 def test_a_follower_restarted_with_an_empty_disk_rejoins_only_caught_up(

@@ -7,6 +7,7 @@ from raftka.local.processes import (
     free_port_run,
     free_ports,
     http_json,
+    http_post,
     wait_for,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "free_port_run",
     "free_ports",
     "http_json",
+    "http_post",
     "wait_for",
 ]

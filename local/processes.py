@@ -42,6 +42,7 @@ __all__ = [
     "free_port_run",
     "free_ports",
     "http_json",
+    "http_post",
     "wait_for",
 ]
 
@@ -152,6 +153,21 @@ def http_json(
             return e.code, orjson.loads(raw)
         except orjson.JSONDecodeError:
             return e.code, {"error": "UNKNOWN_SERVER_ERROR", "message": raw[:200].decode()}
+
+
+def http_post(
+    address: str, path: str, body: bytes, content_type: str, timeout_s: float = 5.0
+) -> tuple[int, bytes, str]:
+    """One POST of raw ``body`` to a raftka process: (HTTP status, the answer's bytes,
+    its content type), error statuses included. Raises OSError when the process does
+    not answer."""
+    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
+    request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read(), response.headers.get_content_type()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers.get_content_type()
 
 
 @dataclass(slots=True)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from raftka.common.messages import broker as api
 from raftka.common.messages import decode, encode
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.common.wire import FRAME_CONTENT_TYPE
-from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local import LocalCluster, http_json, http_post, wait_for
 from raftka.local.brokers import LocalBrokers
 
 pytestmark = pytest.mark.slow
@@ -44,16 +42,6 @@ DEADLINE_S = 30.0
 TOPIC = "guarded"
 # Long enough that nothing but a credited fetch can move the HW during the test.
 PATIENCE_MS = "60000"
-
-
-def _post(address: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
-    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
-    request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read(), response.headers.get_content_type()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers.get_content_type()
 
 
 def _fetch(
@@ -66,7 +54,7 @@ def _fetch(
         min_bytes=0,
         partitions=(api.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset),),
     )
-    status, raw, ctype = _post(address, "/v1/fetch", encode(request), "application/json")
+    status, raw, ctype = http_post(address, "/v1/fetch", encode(request), "application/json", 10)
     assert status == 200 and ctype == FRAME_CONTENT_TYPE, raw[:300]
     header, _ = api.decode_frame(raw, api.FetchResponse)
     return header.responses[0]
@@ -86,8 +74,8 @@ def _produce(address: str, values: list[bytes], *, acks: int) -> int:
         timeout_ms=10_000,
         partitions=(api.ProducePartition(topic=TOPIC, partition=0, records_bytes=len(batch)),),
     )
-    status, raw, _ = _post(
-        address, "/v1/produce", api.encode_frame(header, [batch]), FRAME_CONTENT_TYPE
+    status, raw, _ = http_post(
+        address, "/v1/produce", api.encode_frame(header, [batch]), FRAME_CONTENT_TYPE, 10
     )
     assert status == 200, raw[:300]
     (result,) = decode(raw, api.ProduceResponse).responses
@@ -205,7 +193,7 @@ def _read_all(address: str) -> list[bytes]:
         request = api.FetchRequest(
             partitions=(api.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset),),
         )
-        status, raw, _ = _post(address, "/v1/fetch", encode(request), "application/json")
+        status, raw, _ = http_post(address, "/v1/fetch", encode(request), "application/json", 10)
         assert status == 200, raw[:300]
         header, payloads = api.decode_frame(raw, api.FetchResponse)
         answer = header.responses[0]

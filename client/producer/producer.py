@@ -36,9 +36,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
+from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     MetadataCache,
@@ -103,7 +103,7 @@ def _serialize(what: str, fn: Serializer | None, data: Any) -> bytes | None:
     return None if out is None else bytes(out)
 
 
-class AsyncProducer:
+class AsyncProducer(AsyncStartedOnEnter):
     """Kafka's producer on asyncio. ``async with AsyncProducer(...) as p:`` or call
     ``start()``/``close()``; the first ``send`` starts it too. Not thread-safe."""
 
@@ -203,18 +203,6 @@ class AsyncProducer:
     def _on_release(self) -> None:
         if self._room is not None:
             self._room.set()
-
-    async def __aenter__(self) -> AsyncProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self, *, timeout_ms: int | None = None) -> None:
         """Send what is buffered (waiting at most ``timeout_ms``; None: until

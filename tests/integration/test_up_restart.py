@@ -74,7 +74,9 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, P
 
         def healthy() -> bool:
             assert proc.poll() is None, f"raftka up exited:\n{log.read_text()}"
-            if not (data / "cluster.json").exists():
+            # up itself past its start-up wait (a node that exits during it fails the
+            # start, whatever the flag), not only the cluster healthy to `raftka status`
+            if "running; cluster.json in" not in log.read_text():
                 return False
             status = _status(data)
             return status is not None and status["healthy"]

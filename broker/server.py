@@ -56,7 +56,6 @@ from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
 from raftka.server_common.supervision import (
-    FATAL_SHUTDOWN_DEADLINE_S,
     Supervisor,
     install_process_fatal,
 )
@@ -580,17 +579,7 @@ async def serve_until_signalled(server: BrokerServer) -> int:
         starting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await starting
-    if fatal.reason is None:
-        log.info("shutting down on a signal")
-        await server.stop()
-        return 0
-    # (supervise) a fatal task failure: a clean shutdown, bounded (the handler's
-    # watchdog thread ends the process if even this wait cannot run)
-    log.error("shutting down on a fatal failure", extra={"fields": {"reason": fatal.reason}})
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(server.stop(), FATAL_SHUTDOWN_DEADLINE_S - 1)
-    fatal.cancel_watchdog()
-    return 1
+    return await fatal.shut_down(server.stop, log)  # (supervise)
 
 
 async def _first(*waits: Coroutine[Any, Any, Any]) -> None:

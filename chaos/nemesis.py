@@ -631,6 +631,10 @@ class ScheduledFault:
         return dict(self.params)[name]
 
 
+#: A scheduled fault's targets and params, as :func:`fault_timeline`'s ``pick`` gives them.
+FaultChoice = tuple[tuple[str, ...], tuple[tuple[str, float], ...]]
+
+
 def generate_schedule(
     seed: int,
     kinds: Sequence[str],
@@ -650,30 +654,47 @@ def generate_schedule(
         raise ValueError(f"kinds {sorted(unknown) or '[]'}: want some of {KINDS}")
     if len(hosts) < 2:
         raise ValueError("need >= 2 hosts")
-    rng = random.Random(seed)
     names = list(hosts)
+
+    def pick(kind: str, rng: random.Random) -> FaultChoice:
+        if kind in ("isolate", "pause", "kill"):
+            return (rng.choice(names),), ()
+        if kind == "majority-minority":
+            return tuple(split_halves(names, rng)[1]), ()
+        if kind in ("bridge", "majorities-ring"):
+            order = list(names)
+            rng.shuffle(order)
+            return tuple(order), ()
+        if kind in ("one-way", "delay"):
+            targets = tuple(rng.sample(names, 2))
+            if kind == "delay":
+                return targets, (("delay_ms", round(rng.uniform(*delay_ms), 1)),)
+            return targets, ()
+        assert kind == "loss", kind
+        return (rng.choice(names),), (("percent", round(rng.uniform(*loss_percent), 1)),)
+
+    return fault_timeline(seed, kinds, duration_s, pick, gap_s=gap_s, fault_s=fault_s)
+
+
+def fault_timeline(
+    seed: int,
+    kinds: Sequence[str],
+    duration_s: float,
+    pick: Callable[[str, random.Random], FaultChoice],
+    *,
+    gap_s: tuple[float, float],
+    fault_s: tuple[float, float],
+) -> list[ScheduledFault]:
+    """Faults one at a time from ``seed``: a gap of ``gap_s`` (healthy time) before
+    each, each of a kind drawn from ``kinds`` lasting ``fault_s``, none past
+    ``duration_s``; ``pick(kind, rng)`` draws the fault's targets and params."""
+    rng = random.Random(seed)
     out: list[ScheduledFault] = []
     t = rng.uniform(*gap_s)
     while t + fault_s[0] <= duration_s:
         kind = kinds[rng.randrange(len(kinds))]
         length = min(rng.uniform(*fault_s), duration_s - t)
-        params: tuple[tuple[str, float], ...] = ()
-        if kind in ("isolate", "pause", "kill"):
-            targets: tuple[str, ...] = (rng.choice(names),)
-        elif kind == "majority-minority":
-            targets = tuple(split_halves(names, rng)[1])
-        elif kind in ("bridge", "majorities-ring"):
-            order = list(names)
-            rng.shuffle(order)
-            targets = tuple(order)
-        elif kind in ("one-way", "delay"):
-            targets = tuple(rng.sample(names, 2))
-            if kind == "delay":
-                params = (("delay_ms", round(rng.uniform(*delay_ms), 1)),)
-        else:
-            assert kind == "loss", kind
-            targets = (rng.choice(names),)
-            params = (("percent", round(rng.uniform(*loss_percent), 1)),)
+        targets, params = pick(kind, rng)
         out.append(ScheduledFault(round(t, 3), kind, targets, round(length, 3), params))
         t += length + rng.uniform(*gap_s)
     return out

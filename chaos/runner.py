@@ -103,36 +103,32 @@ def plan_schedule(
     unknown = [n for n in nemeses if n not in NEMESES]
     if unknown or not nemeses:
         raise ValueError(f"nemeses {unknown or '[]'}: want some of {', '.join(NEMESES)}")
-    rng = random.Random(seed)
     names = list(nodes)
-    out: list[ScheduledFault] = []
-    t = rng.uniform(*gap_s)
-    while t + fault_s[0] <= duration_s:
-        kind = nemeses[rng.randrange(len(nemeses))]
-        length = min(rng.uniform(*fault_s), duration_s - t)
-        params: tuple[tuple[str, float], ...] = ()
-        targets: tuple[str, ...] = ()
+
+    def pick(kind: str, rng: random.Random) -> nm.FaultChoice:
         if kind in ("isolate", "pause", "kill", "loss"):
-            targets = (rng.choice(names),)
+            targets: tuple[str, ...] = (rng.choice(names),)
             if kind == "loss":
-                params = (("percent", round(rng.uniform(20.0, 60.0), 1)),)
-        elif kind in ("one-way", "delay"):
+                return targets, (("percent", round(rng.uniform(20.0, 60.0), 1)),)
+            return targets, ()
+        if kind in ("one-way", "delay"):
             targets = tuple(rng.sample(names, 2))
             if kind == "delay":
-                params = (("delay_ms", round(rng.uniform(20.0, 200.0), 1)),)
-        elif kind in ("majority-minority", "split"):
+                return targets, (("delay_ms", round(rng.uniform(20.0, 200.0), 1)),)
+            return targets, ()
+        if kind in ("majority-minority", "split"):
             controllers = [n for n in names if n.startswith("c")]
             brokers = [n for n in names if n.startswith("b")]
-            targets = (rng.choice(controllers), rng.choice(brokers))
-        elif kind in ("bridge", "majorities-ring"):
+            return (rng.choice(controllers), rng.choice(brokers)), ()
+        if kind in ("bridge", "majorities-ring"):
             order = list(names)
             rng.shuffle(order)
-            targets = tuple(order)
-        elif kind in ("isolate-leader", "pause-leader", "jepsen-2013"):
-            params = (("partition", float(rng.randrange(3))),)
-        out.append(ScheduledFault(round(t, 3), kind, targets, round(length, 3), params))
-        t += length + rng.uniform(*gap_s)
-    return out
+            return tuple(order), ()
+        if kind in ("isolate-leader", "pause-leader", "jepsen-2013"):
+            return (), (("partition", float(rng.randrange(3))),)
+        return (), ()
+
+    return nm.fault_timeline(seed, nemeses, duration_s, pick, gap_s=gap_s, fault_s=fault_s)
 
 
 # --- nemeses over a ChaosCluster ------------------------------------------------------

@@ -124,19 +124,19 @@ def _may_act_after(op: Op, index: int) -> bool:
 
 def _must_exist(ops: list[Op]) -> bool:
     """Some ok create after whose invocation no delete may have acted."""
-    return any(
-        op.f == "create_topic"
-        and op.type == "ok"
-        and not any(o.f == "delete_topic" and _may_act_after(o, op.invoke.index) for o in ops)
-        for op in ops
-    )
+    return _last_word(ops, "create_topic", "delete_topic")
 
 
 def _must_be_gone(ops: list[Op]) -> bool:
     """Some ok delete after whose invocation no create may have acted."""
+    return _last_word(ops, "delete_topic", "create_topic")
+
+
+def _last_word(ops: list[Op], f: str, undo: str) -> bool:
+    """Some ok ``f`` after whose invocation no ``undo`` may have acted."""
     return any(
-        op.f == "delete_topic"
+        op.f == f
         and op.type == "ok"
-        and not any(o.f == "create_topic" and _may_act_after(o, op.invoke.index) for o in ops)
+        and not any(o.f == undo and _may_act_after(o, op.invoke.index) for o in ops)
         for op in ops
     )

@@ -3,9 +3,7 @@ and the per-call deadline from ``default_api_timeout_ms``."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self
-
+from raftka.client._closing import AsyncClosingOnExit
 from raftka.client._transport import MetadataCache, Transport, monotonic_ms, open_connection
 from raftka.client.config import AdminConfig
 from raftka.common.errors import IllegalStateError
@@ -13,7 +11,7 @@ from raftka.common.errors import IllegalStateError
 __all__ = ["AdminClientBase"]
 
 
-class AdminClientBase:
+class AdminClientBase(AsyncClosingOnExit):
     """Base of ``AsyncAdmin`` and ``AsyncGroupAdmin``: no I/O until the first call."""
 
     #: Named in the error a call on a closed client raises.
@@ -38,17 +36,6 @@ class AdminClientBase:
         self._closed = True
         if self._transport is not None:
             await self._transport.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _deadline(self, timeout_ms: int | None) -> int:
         return monotonic_ms() + (

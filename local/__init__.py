@@ -4,8 +4,10 @@ from raftka.local.processes import (
     LOCAL_QUORUM_PROPERTIES,
     LocalCluster,
     NodeProcess,
+    free_port_run,
     free_ports,
     http_json,
+    http_post,
     wait_for,
 )
 
@@ -13,7 +15,9 @@ __all__ = [
     "LOCAL_QUORUM_PROPERTIES",
     "LocalCluster",
     "NodeProcess",
+    "free_port_run",
     "free_ports",
     "http_json",
+    "http_post",
     "wait_for",
 ]

@@ -16,15 +16,16 @@ start the LocalCluster with a short one (for example 2000) when a test kills bro
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from raftka.local.processes import (
     START_DEADLINE_S,
     LocalCluster,
+    NodeGroup,
     NodeProcess,
+    configured_node,
     free_ports,
     http_json,
     wait_for,
@@ -44,7 +45,7 @@ LOCAL_BROKER_PROPERTIES: Final[Mapping[str, str]] = {
 }
 
 
-class LocalBrokers:
+class LocalBrokers(NodeGroup):
     """N brokers on 127.0.0.1 for a LocalCluster; a context manager like it.
 
     ``ports`` gives each broker's port (``raftka up``); without it free ports are picked.
@@ -70,7 +71,6 @@ class LocalBrokers:
         for offset, port in enumerate(ports):
             broker_id = first_id + offset
             node_dir = base / f"broker-{broker_id}"
-            node_dir.mkdir(parents=True, exist_ok=True)
             props = {
                 "node.id": str(broker_id),
                 "process.roles": "broker",
@@ -80,16 +80,12 @@ class LocalBrokers:
                 **LOCAL_BROKER_PROPERTIES,
                 **(extra_properties or {}),
             }
-            config_path = node_dir / "broker.properties"
-            config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            self.brokers[broker_id] = NodeProcess(
-                node_id=broker_id,
-                role="broker",
-                host=host,
-                port=port,
-                data_dir=node_dir,
-                config_path=config_path,
+            self.brokers[broker_id] = configured_node(
+                "broker", node_id=broker_id, host=host, port=port, node_dir=node_dir, props=props
             )
+
+    def nodes(self) -> Iterable[NodeProcess]:
+        return self.brokers.values()
 
     def __getitem__(self, broker_id: int) -> NodeProcess:
         return self.brokers[broker_id]
@@ -133,14 +129,3 @@ class LocalBrokers:
         except OSError:
             return None
         return body if status == 200 and isinstance(body, dict) else None
-
-    def close(self) -> None:
-        for node in self.brokers.values():
-            with contextlib.suppress(Exception):
-                node.kill()
-
-    def __enter__(self) -> LocalBrokers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -26,19 +26,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import orjson
 
 __all__ = [
     "LOCAL_QUORUM_PROPERTIES",
     "LocalCluster",
+    "NodeGroup",
     "NodeProcess",
+    "configured_node",
+    "free_port_run",
     "free_ports",
     "http_json",
+    "http_post",
     "wait_for",
 ]
 
@@ -81,6 +85,27 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A base port with ``count`` ports after it that are free now (checked by binding
+    each; the same caveat as :func:`free_ports`), for ``raftka up --base-port``."""
+    for candidate in free_ports(20, host):
+        if candidate + count > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for port in range(candidate, candidate + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return candidate
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise OSError(f"no run of {count} free ports on {host}")
 
 
 def wait_for(
@@ -128,6 +153,21 @@ def http_json(
             return e.code, orjson.loads(raw)
         except orjson.JSONDecodeError:
             return e.code, {"error": "UNKNOWN_SERVER_ERROR", "message": raw[:200].decode()}
+
+
+def http_post(
+    address: str, path: str, body: bytes, content_type: str, timeout_s: float = 5.0
+) -> tuple[int, bytes, str]:
+    """One POST of raw ``body`` to a raftka process: (HTTP status, the answer's bytes,
+    its content type), error statuses included. Raises OSError when the process does
+    not answer."""
+    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
+    request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read(), response.headers.get_content_type()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers.get_content_type()
 
 
 @dataclass(slots=True)
@@ -262,11 +302,45 @@ class NodeProcess:
             self._log = None
 
 
-def _properties_text(props: Mapping[str, str]) -> str:
-    return "".join(f"{key}={value}\n" for key, value in props.items())
+def configured_node(
+    role: str, *, node_id: int, host: str, port: int, node_dir: Path, props: Mapping[str, str]
+) -> NodeProcess:
+    """A node (not started) whose config, ``props``, is written to
+    ``<node_dir>/<role>.properties`` (``node_dir`` is created)."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    config_path = node_dir / f"{role}.properties"
+    config_path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+    return NodeProcess(
+        node_id=node_id,
+        role=role,
+        host=host,
+        port=port,
+        data_dir=node_dir,
+        config_path=config_path,
+    )
 
 
-class LocalCluster:
+class NodeGroup:
+    """Nodes started together (:meth:`nodes`), killed together by :meth:`close` or on
+    leaving a ``with`` block."""
+
+    def nodes(self) -> Iterable[NodeProcess]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Kill and reap every child process that is still running."""
+        for node in self.nodes():
+            with contextlib.suppress(Exception):
+                node.kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalCluster(NodeGroup):
     """N controllers on 127.0.0.1 under one data directory (brokers come later).
 
     ``base_port`` numbers the controllers' ports from it (9093, 9094, ...); ``ports``
@@ -299,7 +373,6 @@ class LocalCluster:
         self.controllers: dict[int, NodeProcess] = {}
         for node_id, port in zip(ids, ports, strict=True):
             node_dir = self.data_dir / f"controller-{node_id}"
-            node_dir.mkdir(parents=True, exist_ok=True)
             props = {
                 "node.id": str(node_id),
                 "process.roles": "controller",
@@ -310,16 +383,12 @@ class LocalCluster:
                 **LOCAL_QUORUM_PROPERTIES,
                 **(extra_properties or {}),
             }
-            config_path = node_dir / "controller.properties"
-            config_path.write_text(_properties_text(props))
-            self.controllers[node_id] = NodeProcess(
-                node_id=node_id,
-                role="controller",
-                host=host,
-                port=port,
-                data_dir=node_dir,
-                config_path=config_path,
+            self.controllers[node_id] = configured_node(
+                "controller", node_id=node_id, host=host, port=port, node_dir=node_dir, props=props
             )
+
+    def nodes(self) -> Iterable[NodeProcess]:
+        return self.controllers.values()
 
     @property
     def bootstrap_controllers(self) -> str:
@@ -347,15 +416,3 @@ class LocalCluster:
             return None
 
         return wait_for(find, timeout_s=timeout_s, message="no active controller")
-
-    def close(self) -> None:
-        """Kill and reap every child process that is still running."""
-        for node in self.controllers.values():
-            with contextlib.suppress(Exception):
-                node.kill()
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

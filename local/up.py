@@ -38,7 +38,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -585,28 +585,19 @@ def build_status(
                 epoch = node_epoch if type(node_epoch) is int else epoch
             elif active is None and type(node_epoch) is int:
                 epoch = max(epoch or 0, node_epoch)
-            controllers.append(
-                NodeStatus(
-                    id=n.id,
-                    role=n.role,
-                    address=n.address,
-                    pid=n.pid,
-                    state=state,
-                    quorum_role=quorum_role,
-                    exit_code=n.exit_code if exited else None,
-                )
-            )
         else:
-            brokers.append(
-                NodeStatus(
-                    id=n.id,
-                    role=n.role,
-                    address=n.address,
-                    pid=n.pid,
-                    state="exited" if exited else _broker_state(health),
-                    exit_code=n.exit_code if exited else None,
-                )
+            state, quorum_role = "exited" if exited else _broker_state(health), None
+        (controllers if n.role == "controller" else brokers).append(
+            NodeStatus(
+                id=n.id,
+                role=n.role,
+                address=n.address,
+                pid=n.pid,
+                state=state,
+                quorum_role=quorum_role,
+                exit_code=n.exit_code if exited else None,
             )
+        )
     newest: tuple[int, int, Mapping[str, Any]] | None = None
     for n in sorted(nodes, key=lambda n: n.id):
         if n.role != "broker":
@@ -1115,27 +1106,9 @@ def _with_file_pids(
     pids = {n.id: n.pid for n in _with_pids(plan, processes, None).nodes}
 
     def fill(nodes: tuple[NodeStatus, ...]) -> tuple[NodeStatus, ...]:
-        return tuple(
-            NodeStatus(
-                id=n.id,
-                role=n.role,
-                address=n.address,
-                pid=pids.get(n.id),
-                state=n.state,
-                quorum_role=n.quorum_role,
-                exit_code=n.exit_code,
-            )
-            for n in nodes
-        )
+        return tuple(replace(n, pid=pids.get(n.id)) for n in nodes)
 
-    return ClusterStatus(
-        controllers=fill(status.controllers),
-        brokers=fill(status.brokers),
-        partitions=status.partitions,
-        active_controller=status.active_controller,
-        leader_epoch=status.leader_epoch,
-        metadata_from=status.metadata_from,
-    )
+    return replace(status, controllers=fill(status.controllers), brokers=fill(status.brokers))
 
 
 # ---------------------------------------------------------------------------------------

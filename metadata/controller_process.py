@@ -17,7 +17,6 @@ stops serving last, after the engine resigned. Logging is process-wide
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import random
@@ -33,7 +32,7 @@ from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
 from raftka.server_common.node_config import NodeConfig
-from raftka.server_common.supervision import FATAL_SHUTDOWN_DEADLINE_S, install_process_fatal
+from raftka.server_common.supervision import install_process_fatal
 
 __all__ = ["ControllerServer", "create_engine", "run_controller", "serve_until_signalled"]
 
@@ -113,15 +112,7 @@ async def serve_until_signalled(server: ControllerServer) -> int:
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in waits:
         w.cancel()
-    if fatal.reason is None:
-        log.info("shutting down on a signal")
-        await server.stop()
-        return 0
-    log.error("shutting down on a fatal failure", extra={"fields": {"reason": fatal.reason}})
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(server.stop(), FATAL_SHUTDOWN_DEADLINE_S - 1)
-    fatal.cancel_watchdog()
-    return 1
+    return await fatal.shut_down(server.stop, log)
 
 
 def run_controller(config: NodeConfig) -> int:

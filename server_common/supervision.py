@@ -35,6 +35,7 @@ nothing sets it in normal operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -228,6 +229,21 @@ class ProcessFatal:
         """The clean shutdown finished in time (the process exits 1 by itself)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
+
+    async def shut_down(self, stop: Callable[[], Awaitable[None]], logger: logging.Logger) -> int:
+        """The end of a server process's main coroutine: run ``stop`` and return the
+        exit code, 0 after a signal; after a fatal failure 1, the shutdown bounded (the
+        watchdog thread ends the process if even this wait cannot run). ``logger`` is
+        the process's own, which says why it shuts down."""
+        if self.reason is None:
+            logger.info("shutting down on a signal")
+            await stop()
+            return 0
+        logger.error("shutting down on a fatal failure", extra={"fields": {"reason": self.reason}})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop(), self._deadline_s - 1)
+        self.cancel_watchdog()
+        return 1
 
 
 _process: ProcessFatal | None = None

@@ -34,12 +34,18 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 class _IndexFile:
-    """The file half of an index: how many entries have reached it, and appending."""
+    """The file half of an index: how many entries have reached it, and appending;
+    and what both indexes do to their two columns alike (``_columns``, in the order of
+    an entry's fields; ``_rel_offsets`` is one of them)."""
 
     entry_bytes: int
+    _entry: struct.Struct
+    _rel_offsets: array[int]
+    _columns: tuple[array[int], array[int]]
 
-    def __init__(self, path: Path, max_index_bytes: int) -> None:
+    def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
+        self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.entry_bytes)
         self._persisted = 0
         # An attribute kept in step with the length (every mutator below refreshes it),
@@ -52,8 +58,27 @@ class _IndexFile:
     def _refresh_full(self) -> None:
         self.is_full = len(self) >= self.max_entries
 
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop the entries of offsets >= ``offset``."""
+        i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
+        for column in self._columns:
+            del column[i:]
+        self._persisted = min(self._persisted, len(self))
+        self._refresh_full()
+
+    def reset(self) -> None:
+        for column in self._columns:
+            del column[:]
+        self._persisted = 0
+        self._refresh_full()
+
     def _encode(self, start: int) -> bytes:
-        raise NotImplementedError
+        first, second = self._columns
+        size, pack_into = self.entry_bytes, self._entry.pack_into
+        out = bytearray((len(self) - start) * size)
+        for k, i in enumerate(range(start, len(self))):
+            pack_into(out, k * size, first[i], second[i])
+        return bytes(out)
 
     def flush(self) -> None:
         """Write the entries not yet on disk, truncate stale ones, and fsync."""
@@ -86,12 +111,13 @@ class OffsetIndex(_IndexFile):
     """Relative offset -> file position, sparse and sorted."""
 
     entry_bytes = OFFSET_ENTRY_BYTES
+    _entry = _OFFSET_ENTRY
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
-        super().__init__(path, max_index_bytes)
-        self.base_offset = base_offset
-        self._rel_offsets: array[int] = array("i")
+        super().__init__(path, base_offset, max_index_bytes)
+        self._rel_offsets = array("i")
         self._positions: array[int] = array("i")
+        self._columns = (self._rel_offsets, self._positions)
 
     def __len__(self) -> int:
         return len(self._rel_offsets)
@@ -134,26 +160,6 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._rel_offsets[-1], self._positions[-1]
 
-    def truncate_to_offset(self, offset: int) -> None:
-        """Drop entries for offsets >= ``offset``."""
-        i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
-        del self._rel_offsets[i:], self._positions[i:]
-        self._persisted = min(self._persisted, len(self))
-        self._refresh_full()
-
-    def reset(self) -> None:
-        del self._rel_offsets[:], self._positions[:]
-        self._persisted = 0
-        self._refresh_full()
-
-    def _encode(self, start: int) -> bytes:
-        out = bytearray((len(self) - start) * OFFSET_ENTRY_BYTES)
-        for k, i in enumerate(range(start, len(self))):
-            _OFFSET_ENTRY.pack_into(
-                out, k * OFFSET_ENTRY_BYTES, self._rel_offsets[i], self._positions[i]
-            )
-        return bytes(out)
-
     def load(self, segment_size: int) -> bool:
         """Read the file. False if it is absent or fails the sanity check."""
         try:
@@ -180,12 +186,13 @@ class TimeIndex(_IndexFile):
     """Timestamp -> relative offset, both columns non-decreasing (strictly, timestamps)."""
 
     entry_bytes = TIME_ENTRY_BYTES
+    _entry = _TIME_ENTRY
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
-        super().__init__(path, max_index_bytes)
-        self.base_offset = base_offset
+        super().__init__(path, base_offset, max_index_bytes)
         self._timestamps: array[int] = array("q")
-        self._rel_offsets: array[int] = array("i")
+        self._rel_offsets = array("i")
+        self._columns = (self._timestamps, self._rel_offsets)
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -216,26 +223,6 @@ class TimeIndex(_IndexFile):
         if i == 0:
             return None
         return self.base_offset + self._rel_offsets[i - 1]
-
-    def truncate_to_offset(self, offset: int) -> None:
-        """Drop entries pointing at offsets >= ``offset``."""
-        i = bisect.bisect_left(self._rel_offsets, offset - self.base_offset)
-        del self._timestamps[i:], self._rel_offsets[i:]
-        self._persisted = min(self._persisted, len(self))
-        self._refresh_full()
-
-    def reset(self) -> None:
-        del self._timestamps[:], self._rel_offsets[:]
-        self._persisted = 0
-        self._refresh_full()
-
-    def _encode(self, start: int) -> bytes:
-        out = bytearray((len(self) - start) * TIME_ENTRY_BYTES)
-        for k, i in enumerate(range(start, len(self))):
-            _TIME_ENTRY.pack_into(
-                out, k * TIME_ENTRY_BYTES, self._timestamps[i], self._rel_offsets[i]
-            )
-        return bytes(out)
 
     def load(self) -> bool:
         try:

@@ -68,7 +68,7 @@ from raftka.broker.replication.data_plane import (
     Partition,
     ProduceResult,
 )
-from raftka.broker.replication.partition import Ready, Replica
+from raftka.broker.replication.partition import MetadataOutcome, Ready, Replica
 from raftka.broker.replication.partition_log import SegmentPartitionLog
 from raftka.broker.replication.partition_state import (
     VALID_ACKS,
@@ -216,18 +216,30 @@ class ReplicaManager:
         self.partitions[tp] = partition
         return partition
 
-    def _become_leader(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
+    def _take_role(
+        self, tip: TopicIdPartition, reg: PartitionRegistration, leader_id: int, now: int
+    ) -> tuple[Partition, MetadataOutcome] | None:
+        """The partition (opened if new) and what its replica made of ``reg`` with
+        ``leader_id`` leading; None while the cleaner holds it (its stop waits for the
+        cleaner; end_clean takes the role after it)."""
         if self._held_back(tip):
-            return  # its stop waits for the cleaner; end_clean takes the role after it
+            return None
         p = self._partition_for(tip)
         change = p.replica.on_metadata_change(
-            leader_id=self.broker_id,
+            leader_id=leader_id,
             leader_epoch=reg.leader_epoch,
             partition_epoch=reg.partition_epoch,
             replicas=reg.replicas,
             isr=reg.isr,
             now_ms=now,
         )
+        return p, change
+
+    def _become_leader(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
+        taken = self._take_role(tip, reg, self.broker_id, now)
+        if taken is None:
+            return
+        p, change = taken
         if not change.applied:
             log.log(
                 logging.ERROR if change.reason.startswith("cannot") else logging.DEBUG,
@@ -251,19 +263,10 @@ class ReplicaManager:
         self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
-        if self._held_back(tip):
-            return  # its stop waits for the cleaner; end_clean takes the role after it
-        p = self._partition_for(tip)
-        change = p.replica.on_metadata_change(
-            leader_id=reg.leader,
-            leader_epoch=reg.leader_epoch,
-            partition_epoch=reg.partition_epoch,
-            replicas=reg.replicas,
-            isr=reg.isr,
-            now_ms=now,
-        )
-        if not change.applied:
+        taken = self._take_role(tip, reg, reg.leader, now)
+        if taken is None or not taken[1].applied:
             return
+        p, change = taken
         log.info(
             change.reason,
             extra={

@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, Literal
 
+from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
@@ -66,7 +66,7 @@ __all__ = ["AsyncConsumer", "Consumer"]
 ITER_POLL_TIMEOUT_MS: Final = 1_000
 
 
-class AsyncConsumer:
+class AsyncConsumer(AsyncStartedOnEnter):
     """Kafka's consumer on asyncio (manual assignment or a group). Not thread-safe."""
 
     def __init__(
@@ -218,18 +218,6 @@ class AsyncConsumer:
             await self._fetcher.close()
         if self._transport is not None:
             await self._transport.close()
-
-    async def __aenter__(self) -> AsyncConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ assignment
 

@@ -75,6 +75,15 @@ class _LoadStats:
     partition_ids: tuple[int, ...]
 
 
+def _invalid_partition(partition: int, num_partitions: int) -> ValueError:
+    """A record's own partition outside its topic: Kafka's KafkaProducer.waitOnMetadata
+    message (the checks stay inline: they run for every record)."""
+    return ValueError(
+        f"Invalid partition given with record: {partition} is not in the "
+        f"range [0...{num_partitions})."
+    )
+
+
 def _random_int31(rng: random.Random) -> int:
     # Java's toPositive(ThreadLocalRandom.nextInt()): uniform over [0, 2**31).
     return to_positive(rng.getrandbits(32))
@@ -118,11 +127,7 @@ class BuiltInPartitioner:
             raise ValueError(f"topic {topic!r} has no partitions")
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                # Kafka's KafkaProducer.waitOnMetadata message.
-                raise ValueError(
-                    f"Invalid partition given with record: {partition} is not in the "
-                    f"range [0...{num_partitions})."
-                )
+                raise _invalid_partition(partition, num_partitions)
             return PartitionChoice(partition, sticky=False)
         if key_bytes is not None and not self._ignore_keys:
             return PartitionChoice(murmur2_partition(key_bytes, num_partitions), sticky=False)
@@ -221,10 +226,7 @@ class RoundRobinPartitioner:
             raise ValueError(f"topic {topic!r} has no partitions")
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                raise ValueError(
-                    f"Invalid partition given with record: {partition} is not in the "
-                    f"range [0...{num_partitions})."
-                )
+                raise _invalid_partition(partition, num_partitions)
             return partition
         value = self._counters.get(topic, 0)
         self._counters[topic] = (value + 1) % (2 * _INT31)

@@ -36,9 +36,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
+from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     MetadataCache,
@@ -103,7 +103,7 @@ def _serialize(what: str, fn: Serializer | None, data: Any) -> bytes | None:
     return None if out is None else bytes(out)
 
 
-class AsyncProducer:
+class AsyncProducer(AsyncStartedOnEnter):
     """Kafka's producer on asyncio. ``async with AsyncProducer(...) as p:`` or call
     ``start()``/``close()``; the first ``send`` starts it too. Not thread-safe."""
 
@@ -204,18 +204,6 @@ class AsyncProducer:
         if self._room is not None:
             self._room.set()
 
-    async def __aenter__(self) -> AsyncProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def close(self, *, timeout_ms: int | None = None) -> None:
         """Send what is buffered (waiting at most ``timeout_ms``; None: until
         delivered or expired), then stop. Records not sent by then fail. Idempotent.
@@ -264,15 +252,7 @@ class AsyncProducer:
             raise IllegalStateError("cannot send after the producer has been closed")
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = self._intercept(
-                ProducerRecord(
-                    topic,
-                    value,
-                    key,
-                    partition,
-                    timestamp_ms,
-                    None if headers is None else tuple(headers),
-                ),
-                callback,
+                topic, value, key, partition, timestamp_ms, headers, callback
             )
         if self._sender_task is None:
             await self.start()
@@ -402,12 +382,23 @@ class AsyncProducer:
             )
         return chosen
 
-    def _intercept(
-        self, record: ProducerRecord, callback: DeliveryCallback | None
+    def _intercept(  # noqa: PLR0917  (send's arguments, in send's order)
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: HeadersArg,
+        callback: DeliveryCallback | None,
     ) -> tuple[str, Any, Any, int | None, int | None, HeadersArg, DeliveryCallback | None]:
-        """The record after every interceptor's on_send, and a callback that runs their
-        on_acknowledgement before the application's own."""
+        """A send's arguments after every interceptor's on_send, and a callback that
+        runs their on_acknowledgement before the application's own (for the async and
+        the blocking send alike)."""
         interceptors = self._interceptors
+        record = ProducerRecord(
+            topic, value, key, partition, timestamp_ms, None if headers is None else tuple(headers)
+        )
         out = interceptors_on_send(interceptors, record)
 
         def acknowledged(metadata: RecordMetadata | None, exception: BaseException | None) -> None:
@@ -547,15 +538,7 @@ class Producer(ClosingOnExit):
             raise IllegalStateError("cannot send after the producer has been closed")
         if core._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = core._intercept(
-                ProducerRecord(
-                    topic,
-                    value,
-                    key,
-                    partition,
-                    timestamp_ms,
-                    None if headers is None else tuple(headers),
-                ),
-                callback,
+                topic, value, key, partition, timestamp_ms, headers, callback
             )
         loop = self._loop or self._start()
         metadata, sender, accumulator = core._metadata, core._sender, core._accumulator

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +35,7 @@ import pytest
 
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
-from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local import LocalCluster, http_json, http_post, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.storage import Log, LogConfig
 
@@ -49,18 +47,6 @@ DEADLINE_S = 20.0
 
 # ---------------------------------------------------------------------------------------
 # A minimal client
-
-
-def _post(
-    address: str, path: str, body: bytes, content_type: str, timeout_s: float
-) -> tuple[int, bytes, str]:
-    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
-    request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, response.read(), response.headers.get_content_type()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers.get_content_type()
 
 
 @dataclass
@@ -114,7 +100,7 @@ class _Client:
             [batch],
         )
         try:
-            status, raw, _ = _post(
+            status, raw, _ = http_post(
                 address, "/v1/produce", frame, FRAME_CONTENT_TYPE, timeout_ms / 1000 + 5
             )
         except (OSError, TimeoutError) as e:
@@ -169,7 +155,7 @@ class _Client:
                 "partitions": [{"topic": topic, "partition": partition, "fetch_offset": offset}],
             }
         )
-        status, raw, ctype = _post(address, "/v1/fetch", body, "application/json", 10)
+        status, raw, ctype = http_post(address, "/v1/fetch", body, "application/json", 10)
         assert status == 200 and ctype == FRAME_CONTENT_TYPE, raw[:300]
         header, payloads = decode_frame(raw, "responses")
         result = header["responses"][0]
@@ -198,7 +184,7 @@ class _Client:
         body = orjson.dumps(
             {"partitions": [{"topic": topic, "partition": partition, "timestamp": timestamp}]}
         )
-        status, raw, _ = _post(address, "/v1/list-offsets", body, "application/json", 10)
+        status, raw, _ = http_post(address, "/v1/list-offsets", body, "application/json", 10)
         assert status == 200, raw
         result: dict[str, Any] = orjson.loads(raw)["responses"][0]
         return result
@@ -333,7 +319,7 @@ def test_acks_all_read_back_list_offsets_and_metadata(env: _Env) -> None:
     assert result["current_leader"]["leader_id"] == p0["leader"]
     unknown = client.produce_once("nope", 0, [b"x"], acks=1, address=env.brokers[follower].address)
     assert unknown["error"]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
-    status, raw, _ = _post(
+    status, raw, _ = http_post(
         client.address("orders", 0) or "", "/v1/fetch", b"{", "application/json", 5
     )
     assert status == 400 and orjson.loads(raw)["error"] == "INVALID_REQUEST"

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from raftka.common.messages import broker as api
 from raftka.common.messages import decode, encode
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.common.wire import FRAME_CONTENT_TYPE
-from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local import LocalCluster, http_json, http_post, wait_for
 from raftka.local.brokers import LocalBrokers
 
 pytestmark = pytest.mark.slow
@@ -44,16 +42,6 @@ DEADLINE_S = 30.0
 TOPIC = "guarded"
 # Long enough that nothing but a credited fetch can move the HW during the test.
 PATIENCE_MS = "60000"
-
-
-def _post(address: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
-    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
-    request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read(), response.headers.get_content_type()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers.get_content_type()
 
 
 def _fetch(
@@ -66,7 +54,7 @@ def _fetch(
         min_bytes=0,
         partitions=(api.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset),),
     )
-    status, raw, ctype = _post(address, "/v1/fetch", encode(request), "application/json")
+    status, raw, ctype = http_post(address, "/v1/fetch", encode(request), "application/json", 10)
     assert status == 200 and ctype == FRAME_CONTENT_TYPE, raw[:300]
     header, _ = api.decode_frame(raw, api.FetchResponse)
     return header.responses[0]
@@ -86,8 +74,8 @@ def _produce(address: str, values: list[bytes], *, acks: int) -> int:
         timeout_ms=10_000,
         partitions=(api.ProducePartition(topic=TOPIC, partition=0, records_bytes=len(batch)),),
     )
-    status, raw, _ = _post(
-        address, "/v1/produce", api.encode_frame(header, [batch]), FRAME_CONTENT_TYPE
+    status, raw, _ = http_post(
+        address, "/v1/produce", api.encode_frame(header, [batch]), FRAME_CONTENT_TYPE, 10
     )
     assert status == 200, raw[:300]
     (result,) = decode(raw, api.ProduceResponse).responses
@@ -108,10 +96,13 @@ def _partition(brokers: LocalBrokers, only: int | None = None) -> dict[str, Any]
     return None
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+def _two_brokers(
+    tmp_path: Path, session_timeout_ms: str
+) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+    """One controller (broker sessions of ``session_timeout_ms``) and two brokers whose
+    ISR changes only by fencing, registration and catching up (lag bound a minute)."""
     with LocalCluster(
-        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": PATIENCE_MS}
+        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": session_timeout_ms}
     ) as controllers:
         controllers.start()
         controllers.wait_leader()
@@ -120,6 +111,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
         ) as brokers:
             brokers.start()
             yield controllers, brokers
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
+    yield from _two_brokers(tmp_path, PATIENCE_MS)
 
 
 def _create_topic(controllers: LocalCluster, brokers: LocalBrokers) -> dict[str, Any]:
@@ -197,7 +193,7 @@ def _read_all(address: str) -> list[bytes]:
         request = api.FetchRequest(
             partitions=(api.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset),),
         )
-        status, raw, _ = _post(address, "/v1/fetch", encode(request), "application/json")
+        status, raw, _ = http_post(address, "/v1/fetch", encode(request), "application/json", 10)
         assert status == 200, raw[:300]
         header, payloads = api.decode_frame(raw, api.FetchResponse)
         answer = header.responses[0]
@@ -212,18 +208,8 @@ def _read_all(address: str) -> list[bytes]:
 
 @pytest.fixture
 def quick_cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, LocalBrokers]]:
-    """Sessions expire in 2.5 s (a killed broker is fenced quickly); the ISR changes
-    only by fencing, registration and catching up (lag bound a minute)."""
-    with LocalCluster(
-        tmp_path, controllers=1, extra_properties={"broker.session.timeout.ms": "2500"}
-    ) as controllers:
-        controllers.start()
-        controllers.wait_leader()
-        with LocalBrokers(
-            controllers, count=2, extra_properties={"replica.lag.time.max.ms": PATIENCE_MS}
-        ) as brokers:
-            brokers.start()
-            yield controllers, brokers
+    """Sessions expire in 2.5 s: a killed broker is fenced quickly."""
+    yield from _two_brokers(tmp_path, "2500")
 
 
 def test_a_follower_restarted_with_an_empty_disk_rejoins_only_caught_up(

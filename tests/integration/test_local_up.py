@@ -14,7 +14,6 @@ Every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,33 +25,13 @@ import orjson
 import pytest
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from raftka.local import free_ports, http_json, wait_for
+from raftka.local import free_port_run, free_ports, http_json, wait_for
 from raftka.local.up import is_raftka_process
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 45.0
 API_TIMEOUT_MS = 20_000
-
-
-def _contiguous_free_ports(count: int) -> int:
-    """A base port with ``count`` free ports after it (checked by binding)."""
-    for candidate in free_ports(20):
-        if candidate + count > 65535:
-            continue
-        socks: list[socket.socket] = []
-        try:
-            for port in range(candidate, candidate + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return candidate
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports")
 
 
 def _raftka(*args: str, log: Path) -> subprocess.Popen[bytes]:
@@ -132,7 +111,7 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
     gone -> up again: same ports, the record is still there."""
     data = tmp_path / "data"
     log = tmp_path / "up.log"
-    base = _contiguous_free_ports(6)
+    base = free_port_run(6)
     up = _raftka("up", "--data-dir", str(data), "--base-port", str(base), log=log)
     procs.append(up)
     status = _wait_healthy(data, up, log)

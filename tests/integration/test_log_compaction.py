@@ -22,8 +22,6 @@ import random
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ import pytest
 
 from raftka.common.record import Record, build_batch, decode_batches
 from raftka.common.wire import FRAME_CONTENT_TYPE, decode_frame, encode_frame
-from raftka.local import LocalCluster, http_json, wait_for
+from raftka.local import LocalCluster, http_json, http_post, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.storage import Log, LogConfig
 from raftka.storage.cleaner import read_cleaner_checkpoint
@@ -60,16 +58,6 @@ TOPIC_CONFIGS = {
 }
 
 Acked = dict[int, tuple[bytes, bytes | None]]  # offset -> (key, value or None)
-
-
-def _post(address: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
-    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
-    request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            return response.status, response.read(), response.headers.get_content_type()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers.get_content_type()
 
 
 @dataclass
@@ -149,8 +137,8 @@ class _Env:
                 [batch],
             )
             try:
-                _status, raw, _ = _post(
-                    self.brokers[self.leader].address, "/v1/produce", frame, FRAME_CONTENT_TYPE
+                _status, raw, _ = http_post(
+                    self.brokers[self.leader].address, "/v1/produce", frame, FRAME_CONTENT_TYPE, 15
                 )
             except OSError as e:
                 last = e
@@ -180,7 +168,7 @@ class _Env:
                 }
             )
             address = self.brokers[self.leader].address
-            status, raw, ctype = _post(address, "/v1/fetch", body, "application/json")
+            status, raw, ctype = http_post(address, "/v1/fetch", body, "application/json", 15)
             assert status == 200 and ctype == FRAME_CONTENT_TYPE, raw[:300]
             header, payloads = decode_frame(raw, "responses")
             result = header["responses"][0]

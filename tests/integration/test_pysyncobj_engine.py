@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ pytest.importorskip("pysyncobj", reason="pysyncobj not installed (extra raftka[p
 pytest.importorskip("cryptography", reason="pysyncobj's password needs cryptography")
 
 from raftka.common.errors import KafkaTimeoutError
+from raftka.local import free_ports
 from raftka.raft.quorum.engine import CommittedRecord, NotLeaderError
 from raftka.raft.quorum.pysyncobj_engine import (
     PysyncobjQuorumEngine,
@@ -78,18 +78,6 @@ def sees(listener: Listener, want: list[bytes]) -> Callable[[], bool]:
 
 def holds(listener: Listener, count: int) -> Callable[[], bool]:
     return lambda: len(listener.records) == count
-
-
-def free_ports(count: int) -> list[int]:
-    socks = []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Cluster:

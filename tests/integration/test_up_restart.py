@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,30 +23,11 @@ from typing import Any
 import orjson
 import pytest
 
-from raftka.local import free_ports, wait_for
+from raftka.local import free_port_run, wait_for
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 60.0
-
-
-def _contiguous_free_ports(count: int) -> int:
-    for candidate in free_ports(20):
-        if candidate + count > 65535:
-            continue
-        socks: list[socket.socket] = []
-        try:
-            for port in range(candidate, candidate + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return candidate
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports")
 
 
 def _status(data_dir: Path) -> dict[str, Any] | None:
@@ -80,7 +60,7 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, P
     """Runs ``raftka up`` with the test's extra arguments (``request.param``) until it is
     healthy; stopped with SIGTERM afterwards."""
     data, log = tmp_path / "data", tmp_path / "up.log"
-    base = _contiguous_free_ports(2)
+    base = free_port_run(2)
     args = ["up", "--controllers", "1", "--brokers", "1", "--base-port", str(base)]
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -94,7 +74,9 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, P
 
         def healthy() -> bool:
             assert proc.poll() is None, f"raftka up exited:\n{log.read_text()}"
-            if not (data / "cluster.json").exists():
+            # up itself past its start-up wait (a node that exits during it fails the
+            # start, whatever the flag), not only the cluster healthy to `raftka status`
+            if "running; cluster.json in" not in log.read_text():
                 return False
             status = _status(data)
             return status is not None and status["healthy"]

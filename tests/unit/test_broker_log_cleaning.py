@@ -182,6 +182,18 @@ async def _fill(h: _Harness, rounds: int = 6, keys: int = 8) -> dict[bytes, tupl
     return latest
 
 
+async def _cleanable(
+    tmp_path: Path, cleaner: LogCleaner
+) -> tuple[_Harness, dict[bytes, tuple[int, bytes]], LogCleanerService]:
+    """A harness over ``cleaner`` whose ``t-0`` is filled (:func:`_fill`, its latest
+    values returned) and rolled past, so every filled segment is cleanable; and the
+    service to clean it."""
+    h = _Harness(tmp_path, COMPACT, cleaner)
+    latest = await _fill(h)
+    await h.produce((b"roll", b"r"))  # the fill's last segment is not the active one
+    return h, latest, LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+
+
 def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: Path) -> None:
     async def body() -> None:
         cleaner = LogCleaner()
@@ -234,11 +246,7 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
 
 def test_service_cleans_latest_values_at_original_offsets_and_counts(tmp_path: Path) -> None:
     async def body() -> None:
-        cleaner = LogCleaner()
-        h = _Harness(tmp_path, COMPACT, cleaner)
-        latest = await _fill(h)
-        await h.produce((b"roll", b"r"))  # the fill's last segment is not the active one
-        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        h, latest, service = await _cleanable(tmp_path, LogCleaner())
         assert service.choose(int(time.time() * 1000)) == TP
         before = h.log().size_bytes
         stats = await service.clean_one()
@@ -265,11 +273,7 @@ def test_service_cleans_latest_values_at_original_offsets_and_counts(tmp_path: P
 
 def test_truncation_moves_the_checkpoint_down_and_delete_forgets_it(tmp_path: Path) -> None:
     async def body() -> None:
-        cleaner = LogCleaner()
-        h = _Harness(tmp_path, COMPACT, cleaner)
-        await _fill(h)
-        await h.produce((b"roll", b"r"))
-        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        h, _, service = await _cleanable(tmp_path, LogCleaner())
         stats = await service.clean_one()
         assert stats is not None and stats.cleaned
         data_dir = h.log().path.parent
@@ -306,10 +310,7 @@ class _BlockingCleaner(LogCleaner):
 def test_shutdown_waits_for_a_running_pass(tmp_path: Path) -> None:
     async def body() -> None:
         cleaner = _BlockingCleaner()
-        h = _Harness(tmp_path, COMPACT, cleaner)
-        await _fill(h)
-        await h.produce((b"roll", b"r"))
-        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
+        h, _, service = await _cleanable(tmp_path, cleaner)
         run = asyncio.create_task(service.run())
         assert await asyncio.to_thread(cleaner.started.wait, 10)
         assert h.manager.is_cleaning(TP) and service.health()["cleaning"] == "t-0"
@@ -333,11 +334,8 @@ def test_a_storage_error_reopens_the_log(tmp_path: Path) -> None:
     async def body() -> None:
         cleaner = _BlockingCleaner(KafkaStorageError("disk on fire"))
         cleaner.release.set()
-        h = _Harness(tmp_path, COMPACT, cleaner)
-        latest = await _fill(h)
-        await h.produce((b"roll", b"r"))
+        h, latest, service = await _cleanable(tmp_path, cleaner)
         old = h.manager.partitions[TP]
-        service = LogCleanerService(h.manager, cleaner, backoff_ms=10_000)
         assert await service.clean_one() is None
         assert service.health()["storage_errors"] == 1
         new = h.manager.partitions[TP]

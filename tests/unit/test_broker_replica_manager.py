@@ -143,10 +143,19 @@ class _Harness:
             )
         self.commit(*records)
 
-    async def follower_fetch(self, replica: int, offset: int, last_epoch: int | None = 0) -> Any:
+    async def follower_fetch(
+        self,
+        replica: int,
+        offset: int,
+        last_epoch: int | None = 0,
+        *,
+        broker_epoch: int | None = None,
+    ) -> Any:
+        """A follower fetch by ``replica``, with its broker epoch (by default the one
+        ``_brokers()`` registered, equal to its id)."""
         (result,) = await self.manager.fetch(
             replica_id=replica,
-            broker_epoch=replica,
+            broker_epoch=replica if broker_epoch is None else broker_epoch,
             max_wait_ms=0,
             min_bytes=0,
             max_bytes=1 << 20,
@@ -530,15 +539,7 @@ def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: 
         assert (await h.consume(0)).high_watermark == 0
 
         async def fetch_as(replica: int, epoch: int) -> Any:
-            (result,) = await h.manager.fetch(
-                replica_id=replica,
-                broker_epoch=epoch,
-                max_wait_ms=0,
-                min_bytes=0,
-                max_bytes=1 << 20,
-                partitions=[FetchPartition("t", 0, 2, last_fetched_epoch=None)],
-            )
-            return result
+            return await h.follower_fetch(replica, 2, None, broker_epoch=epoch)
 
         # _brokers() registers broker b with epoch b.
         for replica, epoch, error in [

@@ -13,12 +13,14 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
 
+from raftka.local import free_port_run
 from raftka.local.up import (
     ClusterFile,
     ClusterFileError,
@@ -335,3 +337,15 @@ def test_controllers_from_brokers_asks_the_first_broker_that_answers() -> None:
     answers[("b3:3", "/v1/metadata")] = (200, {"controllers": []})
     with pytest.raises(ValueError, match="broker b3:3 names no controllers"):
         controllers_from_brokers("b3:3", get)
+
+
+def test_free_port_run_is_a_base_with_free_ports_after_it() -> None:
+    """Each port of the run binds (they were free when it was chosen)."""
+    base = free_port_run(3)
+    socks = [socket.socket() for _ in range(3)]
+    try:
+        for offset, s in enumerate(socks):
+            s.bind(("127.0.0.1", base + offset))
+    finally:
+        for s in socks:
+            s.close()

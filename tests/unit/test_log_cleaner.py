@@ -88,6 +88,26 @@ def produce(
     return info.first_offset
 
 
+def produce_txn(log: Log, rows: list[tuple[bytes | None, bytes | None]], producer_id: int) -> int:
+    """``rows`` as the first batch of a transaction of ``producer_id`` (epoch 0)."""
+    return produce(
+        log,
+        rows,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+
+
+def end_txn(log: Log, producer_id: int, kind: ControlRecordType) -> None:
+    """The marker that ends ``producer_id``'s transaction (coordinator epoch 1)."""
+    marker = build_end_transaction_batch(
+        EndTransactionMarker(kind, 1), producer_id=producer_id, producer_epoch=0, timestamp_ms=T0
+    )
+    log.append_as_leader(marker, 0)
+
+
 def read_all(log: Log) -> tuple[list[Row], list[BatchHeader]]:
     """Every record and batch header from the log start to the end, via Log.read."""
     rows: list[Row] = []
@@ -319,38 +339,10 @@ def test_control_batches_empty_producer_batches_and_transactions(
     )
     produce(log, [(b"a", b"a2")])  # plain: will be emptied and removed
     produce(log, [(b"b", b"b2"), (b"a", b"a3")])
-    aborted = produce(
-        log,
-        [(b"a", b"aborted")],
-        producer_id=9,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    marker = build_end_transaction_batch(
-        EndTransactionMarker(ControlRecordType.ABORT, 1),
-        producer_id=9,
-        producer_epoch=0,
-        timestamp_ms=T0,
-    )
-    log.append_as_leader(marker, 0)
-    committed = produce(
-        log,
-        [(b"b", b"b-txn")],
-        producer_id=11,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    log.append_as_leader(
-        build_end_transaction_batch(
-            EndTransactionMarker(ControlRecordType.COMMIT, 1),
-            producer_id=11,
-            producer_epoch=0,
-            timestamp_ms=T0,
-        ),
-        0,
-    )
+    aborted = produce_txn(log, [(b"a", b"aborted")], producer_id=9)
+    end_txn(log, 9, ControlRecordType.ABORT)
+    committed = produce_txn(log, [(b"b", b"b-txn")], producer_id=11)
+    end_txn(log, 11, ControlRecordType.COMMIT)
     for i in range(6):
         produce(log, [(b"x%d" % i, b"filler" * 20)])
     log.roll()
@@ -388,14 +380,7 @@ def test_control_batches_empty_producer_batches_and_transactions(
     # An open transaction: nothing from its first batch on is cleaned.
     log3 = open_log(log_dir.with_name("open-0"), opened, config(segment_bytes=400))
     produce(log3, [(b"k", b"1")])
-    open_txn = produce(
-        log3,
-        [(b"k", b"2")],
-        producer_id=5,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
+    open_txn = produce_txn(log3, [(b"k", b"2")], producer_id=5)
     for i in range(8):
         produce(log3, [(b"k", b"v%d" % i)])
     stats = LogCleaner().clean_once(log3, T0)

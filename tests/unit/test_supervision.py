@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -176,3 +177,22 @@ async def test_the_watchdog_is_disarmed_by_a_clean_shutdown() -> None:
     assert handler._watchdog is not None
     handler._watchdog.join(5)
     assert not handler._watchdog.is_alive() and codes == []
+
+
+@run
+async def test_shut_down_stops_and_returns_the_exit_code() -> None:
+    """0 after a signal; 1 after a fatal failure, with the watchdog disarmed."""
+    logger = logging.getLogger("test_supervision")
+    stops: list[str] = []
+
+    async def stop() -> None:
+        stops.append("stopped")
+
+    assert await ProcessFatal().shut_down(stop, logger) == 0
+    codes: list[int] = []
+    handler = ProcessFatal(deadline_s=60, hard_exit=codes.append, stream=io.StringIO())
+    handler.fatal("x died: y")
+    assert await handler.shut_down(stop, logger) == 1
+    assert handler._watchdog is not None
+    handler._watchdog.join(5)
+    assert stops == ["stopped", "stopped"] and codes == []

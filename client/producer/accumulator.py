@@ -215,10 +215,16 @@ class RecordAccumulator(Generic[H]):
             if self.closing:
                 raise IllegalStateError("cannot send after the producer has been closed")
             queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            new_batch = False
-            if not queue or not queue[-1].try_append(record, size, handle, self._batch_size):
+            if queue and queue[-1].try_append(record, size, handle, self._batch_size):
+                self.buffered_bytes += size
+                if not queue[-1].closed:
+                    # The common case, one record into an open batch that is not yet
+                    # full: nothing is due earlier than before, so no wake decision.
+                    return _APPEND_RESULTS[False, False, False]
+                new_batch = False
+            else:
+                if queue is None:
+                    queue = self._queues[tp] = deque()
                 if queue and queue[-1].created_ms > now_ms:
                     # Callers on several threads read the clock before taking the
                     # lock, so one may arrive with an older now_ms than the batch
@@ -230,7 +236,7 @@ class RecordAccumulator(Generic[H]):
                 queue.append(batch)
                 self._unreleased[batch] = None
                 new_batch = True
-            self.buffered_bytes += size
+                self.buffered_bytes += size
             full = queue[-1].closed
             wake = False
             if (new_batch or full) and tp not in self._muted:

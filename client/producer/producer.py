@@ -261,14 +261,43 @@ class AsyncProducer(AsyncStartedOnEnter):
         config = self.config
         start_ms = monotonic_ms()
         deadline = start_ms + config.max_block_ms
-        key_bytes, value_bytes, header_tuple, size = self._serialize_record(key, value, headers)
+        if (
+            headers is None
+            and config.key_serializer is None
+            and config.value_serializer is None
+            and (key is None or type(key) is bytes)
+            and (value is None or type(value) is bytes)
+        ):
+            # The hot path (bytes in, no headers, no serializers): the size without a
+            # call; anything over a limit takes _serialize_record for its error.
+            key_bytes, value_bytes = key, value
+            header_tuple: tuple[tuple[str, bytes | None], ...] = ()
+            size = (
+                RECORD_OVERHEAD_MAX
+                + (0 if key is None else len(key))
+                + (0 if value is None else len(value))
+            )
+            if size + HEADER_SIZE > config.max_request_size or size > config.buffer_memory:
+                self._serialize_record(key, value, headers)
+        else:
+            key_bytes, value_bytes, header_tuple, size = self._serialize_record(key, value, headers)
         # Fast path: fresh cached metadata needs no waiting machinery per record.
         topic_view = cached = metadata.cached_topic(topic, start_ms)
         if topic_view is None:
             topic_view = await self._wait_for_topic(topic, deadline)
         if partition is None and self._custom_partitioner is not None:
             partition = self._choose_partition(topic, key_bytes, topic_view)
-        choice = self._builtin_partition(topic, key_bytes, topic_view, partition)
+        try:
+            choice = self._partitioner.partition(
+                topic=topic,
+                key_bytes=key_bytes,
+                num_partitions=len(topic_view.partitions),
+                available_partitions=topic_view.available_partitions,
+                rng=self._rng,
+                partition=partition,
+            )
+        except ValueError as e:
+            raise KafkaError(str(e)) from None
         room_was_free = self._accumulator.has_room(size)
         if not room_was_free:
             await self._wait_for_room(size, deadline)

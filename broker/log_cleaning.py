@@ -47,7 +47,7 @@ from typing import Any
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import KafkaStorageError
 from raftka.storage.cleaner import CleanerStats, LogCleaner
-from raftka.storage.log_manager import TopicPartition
+from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["CleanerCounters", "LogCleanerService"]
 
@@ -114,10 +114,10 @@ class LogCleanerService:
 
     # ----------------------------------------------------------------- choice
 
-    def choose(self, now_ms: int) -> TopicPartition | None:
+    def choose(self, now_ms: int) -> PartitionKey | None:
         """The log to clean next: one forced by max.compaction.lag.ms, else the one with
         the highest dirty ratio among those that need cleaning (on the loop)."""
-        best: tuple[bool, float, TopicPartition] | None = None
+        best: tuple[bool, float, PartitionKey] | None = None
         for tp, lg in self._manager.logs.compacted():
             if self._manager.partitions.get(tp) is None or self._manager.is_cleaning(tp):
                 continue

@@ -45,7 +45,7 @@ __all__ = [
     "HW_CHECKPOINT_FILE",
     "PARTITIONS_MAX",
     "LogManager",
-    "TopicPartition",
+    "PartitionKey",
     "partition_dir_name",
     "read_hw_checkpoint",
     "write_hw_checkpoint",
@@ -60,14 +60,16 @@ PARTITIONS_MAX: Final = 100_000
 _DIR_RE: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 DELETE_SUFFIX: Final = "-delete"
 
-TopicPartition = tuple[str, int]
+#: A partition as the log manager keys it: (topic, partition). A plain tuple, equal to
+#: and hashed like ``raftka.common.structs.TopicPartition`` of the same values.
+PartitionKey = tuple[str, int]
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-def write_hw_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+def write_hw_checkpoint(path: Path, offsets: Mapping[PartitionKey, int]) -> None:
     """Kafka's offset checkpoint format, written atomically."""
     lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
     lines += [
@@ -82,7 +84,7 @@ def write_hw_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> No
     fsync_dir(path.parent)
 
 
-def read_hw_checkpoint(path: Path) -> dict[TopicPartition, int]:
+def read_hw_checkpoint(path: Path) -> dict[PartitionKey, int]:
     """The checkpointed offsets; {} when the file is missing or malformed (a HW of 0 is
     safe: it only delays consumers until the leader's next answer)."""
     try:
@@ -94,7 +96,7 @@ def read_hw_checkpoint(path: Path) -> dict[TopicPartition, int]:
         if int(lines[0]) != _CHECKPOINT_VERSION:
             raise ValueError(f"version {lines[0]}")
         count = int(lines[1])
-        out: dict[TopicPartition, int] = {}
+        out: dict[PartitionKey, int] = {}
         for line in lines[2 : 2 + count]:
             topic, partition, offset = line.rsplit(" ", 2)
             out[(topic, int(partition))] = int(offset)
@@ -127,9 +129,9 @@ class LogManager:
         self.cleaner = cleaner
         assert self.log_dirs, "at least one log dir"
         self._clock_ms = clock_ms or _wall_clock_ms
-        self._logs: dict[TopicPartition, Log] = {}
-        self._dir_of: dict[TopicPartition, Path] = {}
-        self._checkpointed: dict[TopicPartition, int] = {}
+        self._logs: dict[PartitionKey, Log] = {}
+        self._dir_of: dict[PartitionKey, Path] = {}
+        self._checkpointed: dict[PartitionKey, int] = {}
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             for entry in d.iterdir():
@@ -144,18 +146,18 @@ class LogManager:
 
     # ------------------------------------------------------------------ views
 
-    def get(self, tp: TopicPartition) -> Log | None:
+    def get(self, tp: PartitionKey) -> Log | None:
         return self._logs.get(tp)
 
-    def stored(self) -> list[TopicPartition]:
+    def stored(self) -> list[PartitionKey]:
         """Every partition with a directory on disk (open or not)."""
         return sorted(self._dir_of)
 
-    def compacted(self) -> list[tuple[TopicPartition, Log]]:
+    def compacted(self) -> list[tuple[PartitionKey, Log]]:
         """The open logs whose cleanup.policy includes compact (the cleaner's work)."""
         return [(tp, lg) for tp, lg in sorted(self._logs.items()) if lg.config.compact]
 
-    def checkpointed_high_watermark(self, tp: TopicPartition) -> int:
+    def checkpointed_high_watermark(self, tp: PartitionKey) -> int:
         return self._checkpointed.get(tp, 0)
 
     def __len__(self) -> int:
@@ -163,7 +165,7 @@ class LogManager:
 
     # ------------------------------------------------------------ open / close
 
-    def get_or_open(self, tp: TopicPartition, config: LogConfig) -> Log:
+    def get_or_open(self, tp: PartitionKey, config: LogConfig) -> Log:
         """The partition's log, opened (and recovered) or created on first use."""
         existing = self._logs.get(tp)
         if existing is not None:
@@ -182,12 +184,12 @@ class LogManager:
         self._dir_of[tp] = parent
         return opened
 
-    def close(self, tp: TopicPartition) -> None:
+    def close(self, tp: PartitionKey) -> None:
         opened = self._logs.pop(tp, None)
         if opened is not None:
             opened.close()
 
-    def delete(self, tp: TopicPartition) -> None:
+    def delete(self, tp: PartitionKey) -> None:
         """Close the partition's log and remove its directory."""
         opened = self._logs.pop(tp, None)
         if opened is not None:
@@ -220,7 +222,7 @@ class LogManager:
     def checkpoint_high_watermarks(self) -> None:
         """Write each log dir's HW checkpoint from the open logs (and keep the
         checkpointed value of partitions stored but not open, so it is not lost)."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        by_dir: dict[Path, dict[PartitionKey, int]] = {d: {} for d in self.log_dirs}
         for tp, parent in self._dir_of.items():
             opened = self._logs.get(tp)
             hw = opened.high_watermark if opened is not None else self._checkpointed.get(tp)

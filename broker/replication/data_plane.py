@@ -16,7 +16,7 @@ from raftka.common.errors import KafkaError
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.structs import EpochEndOffset
 from raftka.storage import Log
-from raftka.storage.log_manager import TopicPartition
+from raftka.storage.log_manager import PartitionKey
 
 __all__ = [
     "AlterPartitionSender",
@@ -62,7 +62,7 @@ class Partition:
     signal: Signal = field(default_factory=Signal)
 
     @property
-    def tp(self) -> TopicPartition:
+    def tp(self) -> PartitionKey:
         return (self.topic, self.index)
 
     @property
@@ -79,9 +79,9 @@ class Partition:
 class FetchTargets(Protocol):
     """Where followers fetch from (the replica fetcher manager)."""
 
-    def set_leader(self, tp: TopicPartition, leader_id: int) -> None: ...
+    def set_leader(self, tp: PartitionKey, leader_id: int) -> None: ...
 
-    def remove(self, tp: TopicPartition) -> None: ...
+    def remove(self, tp: PartitionKey) -> None: ...
 
 
 class AlterPartitionSender(Protocol):

@@ -40,7 +40,7 @@ from raftka.common.messages import encode
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
 from raftka.common.wire import FRAME_CONTENT_TYPE
-from raftka.storage.log_manager import TopicPartition
+from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
 
@@ -80,8 +80,8 @@ class ReplicaFetcher:
     ) -> None:
         self.leader_id = leader_id
         self._spawn = spawn
-        self.partitions: set[TopicPartition] = set()
-        self._backoff_until: dict[TopicPartition, int] = {}
+        self.partitions: set[PartitionKey] = set()
+        self._backoff_until: dict[PartitionKey, int] = {}
         self._manager = manager
         self._session = session
         self._address_of = address_of
@@ -99,16 +99,16 @@ class ReplicaFetcher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
-    def add(self, tp: TopicPartition) -> None:
+    def add(self, tp: PartitionKey) -> None:
         self.partitions.add(tp)
         self._backoff_until.pop(tp, None)
         self._wake.set()
 
-    def discard(self, tp: TopicPartition) -> None:
+    def discard(self, tp: PartitionKey) -> None:
         self.partitions.discard(tp)
         self._backoff_until.pop(tp, None)
 
-    def _due(self, now: int) -> list[TopicPartition]:
+    def _due(self, now: int) -> list[PartitionKey]:
         return sorted(tp for tp in self.partitions if self._backoff_until.get(tp, 0) <= now)
 
     async def run(self) -> None:
@@ -146,12 +146,12 @@ class ReplicaFetcher:
                 )
                 self._back_off(due, config.replica_fetch_backoff_ms)
 
-    def _back_off(self, tps: list[TopicPartition], backoff_ms: int) -> None:
+    def _back_off(self, tps: list[PartitionKey], backoff_ms: int) -> None:
         until = monotonic_ms() + backoff_ms
         for tp in tps:
             self._backoff_until[tp] = until
 
-    async def _fetch_once(self, address: str, due: list[TopicPartition]) -> None:
+    async def _fetch_once(self, address: str, due: list[PartitionKey]) -> None:
         config = self._manager.config
         sent: list[_Sent] = []
         entries: list[api.FetchPartition] = []
@@ -196,7 +196,7 @@ class ReplicaFetcher:
                 raise ValueError(f"fetch answered HTTP {response.status}: {raw[:200]!r}")
         self.fetches += 1
         header, payloads = api.decode_frame(raw, api.FetchResponse)
-        failed: list[TopicPartition] = []
+        failed: list[PartitionKey] = []
         for item, payload, s in zip(header.responses, payloads, sent, strict=True):
             if not self._apply(item, bytes(payload), s):
                 failed.append(s.partition.tp)
@@ -263,9 +263,9 @@ class ReplicaFetcherManager:
         self._broker_epoch = broker_epoch
         self._spawn = spawn
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._leader_of: dict[TopicPartition, int] = {}
+        self._leader_of: dict[PartitionKey, int] = {}
 
-    def set_leader(self, tp: TopicPartition, leader_id: int) -> None:
+    def set_leader(self, tp: PartitionKey, leader_id: int) -> None:
         self.remove(tp)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
@@ -282,7 +282,7 @@ class ReplicaFetcherManager:
         fetcher.add(tp)
         self._leader_of[tp] = leader_id
 
-    def remove(self, tp: TopicPartition) -> None:
+    def remove(self, tp: PartitionKey) -> None:
         leader_id = self._leader_of.pop(tp, None)
         if leader_id is not None and leader_id in self.fetchers:
             self.fetchers[leader_id].discard(tp)

@@ -91,7 +91,7 @@ from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.storage import Log
-from raftka.storage.log_manager import LogManager, TopicPartition
+from raftka.storage.log_manager import LogManager, PartitionKey
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -136,14 +136,14 @@ class ReplicaManager:
         self.broker_id = config.node_id
         self.logs = logs
         self.image = MetadataImage.EMPTY
-        self.partitions: dict[TopicPartition, Partition] = {}
-        self.purgatory: ProducePurgatory[TopicPartition] = ProducePurgatory()
+        self.partitions: dict[PartitionKey, Partition] = {}
+        self.purgatory: ProducePurgatory[PartitionKey] = ProducePurgatory()
         self.fetch_targets: FetchTargets | None = None
         self.alter_partition: AlterPartitionSender | None = None
         self.broker_epoch: Callable[[], int] = lambda: -1
         self._clock_ms = clock_ms
         self._request_ids = itertools.count(1)
-        self._waiting: dict[tuple[int, TopicPartition], asyncio.Future[KafkaError | None]] = {}
+        self._waiting: dict[tuple[int, PartitionKey], asyncio.Future[KafkaError | None]] = {}
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at_ms: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -151,9 +151,9 @@ class ReplicaManager:
         # Fetches parked in their long poll now (Kafka's fetch purgatory size).
         self.fetch_waiters = 0
         # Partitions whose log the cleaner thread holds now -> done when it gives it back.
-        self._cleaning: dict[TopicPartition, asyncio.Future[None]] = {}
+        self._cleaning: dict[PartitionKey, asyncio.Future[None]] = {}
         # stop_replica calls that waited for a clean: tp -> delete?
-        self._stop_after_clean: dict[TopicPartition, tuple[bool, str | None]] = {}
+        self._stop_after_clean: dict[PartitionKey, tuple[bool, str | None]] = {}
 
     # ================================================================ metadata
 
@@ -284,9 +284,7 @@ class ReplicaManager:
             elif change.ready.fetch_from_leader is not None:
                 self.fetch_targets.set_leader(p.tp, change.ready.fetch_from_leader)
 
-    def stop_replica(
-        self, tp: TopicPartition, *, delete: bool, topic_id: str | None = None
-    ) -> None:
+    def stop_replica(self, tp: PartitionKey, *, delete: bool, topic_id: str | None = None) -> None:
         if tp in self._cleaning:
             # The cleaner thread holds the log: stop when it gives it back (end_clean).
             # Until then the partition stays registered, so nothing reopens its log.
@@ -310,7 +308,7 @@ class ReplicaManager:
     def carry_out(self, p: Partition, ready: Ready) -> None:
         """Do what a core call asked (everything but fetcher changes, which depend on
         the metadata the caller holds)."""
-        done: list[Completion[TopicPartition]] = []
+        done: list[Completion[PartitionKey]] = []
         if ready.leadership_lost:
             done += self.purgatory.on_leadership_lost(partition=p.tp)
         if ready.high_watermark_moved:
@@ -377,7 +375,7 @@ class ReplicaManager:
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
         results: list[ProduceResult] = []
-        pending: list[tuple[int, TopicPartition, asyncio.Future[KafkaError | None]]] = []
+        pending: list[tuple[int, PartitionKey, asyncio.Future[KafkaError | None]]] = []
         for topic, index, data in entries:
             if (topic, index) in self._cleaning and not await self._clean_ended(
                 (topic, index), deadline_ms
@@ -401,7 +399,7 @@ class ReplicaManager:
                     )
         return results
 
-    def _leader_info(self, tp: TopicPartition, error: KafkaError) -> dict[str, Any] | None:
+    def _leader_info(self, tp: PartitionKey, error: KafkaError) -> dict[str, Any] | None:
         if isinstance(error, NotLeaderOrFollowerError | UnknownTopicOrPartitionError):
             return self.current_leader(*tp)
         return None
@@ -452,7 +450,7 @@ class ReplicaManager:
         self._waiting[(request_id, p.tp)] = future
         return ok, future
 
-    def _deliver(self, completions: Iterable[Completion[TopicPartition]]) -> None:
+    def _deliver(self, completions: Iterable[Completion[PartitionKey]]) -> None:
         for c in completions:
             future = self._waiting.pop((c.request_id, c.partition), None)
             if future is not None and not future.done():
@@ -831,7 +829,7 @@ class ReplicaManager:
     # module docstring), the truncation notice and the reopen after a storage error.
     # broker/log_cleaning.py is the only caller.
 
-    def begin_clean(self, tp: TopicPartition) -> tuple[Log, dict[int, int]] | None:
+    def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int]] | None:
         """Hand ``tp``'s log to the cleaner thread; with it, the active producers
         (producer id -> last offset of its last batch). None if ``tp`` is not here."""
         p = self.partitions.get(tp)
@@ -845,7 +843,7 @@ class ReplicaManager:
         }
         return p.log, active
 
-    def end_clean(self, tp: TopicPartition) -> None:
+    def end_clean(self, tp: PartitionKey) -> None:
         """The cleaner thread gave ``tp``'s log back: wake what waited for it."""
         done = self._cleaning.pop(tp, None)
         if done is not None and not done.done():
@@ -870,16 +868,16 @@ class ReplicaManager:
             self._stop_after_clean[tp] = (True, existing.topic_id)
         return tp in self._stop_after_clean
 
-    def is_cleaning(self, tp: TopicPartition) -> bool:
+    def is_cleaning(self, tp: PartitionKey) -> bool:
         return tp in self._cleaning
 
-    async def wait_clean_ended(self, tp: TopicPartition) -> None:
+    async def wait_clean_ended(self, tp: PartitionKey) -> None:
         """Until the cleaner gives ``tp``'s log back (at once if it does not hold it)."""
         done = self._cleaning.get(tp)
         if done is not None:
             await asyncio.shield(done)
 
-    async def _clean_ended(self, tp: TopicPartition, deadline_ms: int) -> bool:
+    async def _clean_ended(self, tp: PartitionKey, deadline_ms: int) -> bool:
         done = self._cleaning.get(tp)
         if done is None:
             return True
@@ -904,7 +902,7 @@ class ReplicaManager:
                 extra={"fields": {"path": str(segment_log.path), "error": str(e)}},
             )
 
-    def reopen_log(self, tp: TopicPartition) -> None:
+    def reopen_log(self, tp: PartitionKey) -> None:
         """After the cleaner raised KafkaStorageError on ``tp``: its files may be
         mid-swap, so close the log and open it again (``Log.open`` finishes or rolls back
         the swap), then take the partition's role from the current metadata again."""
@@ -928,7 +926,7 @@ class ReplicaManager:
             )
         self._take_role_from_image(tp)
 
-    def _take_role_from_image(self, tp: TopicPartition) -> None:
+    def _take_role_from_image(self, tp: PartitionKey) -> None:
         """Lead or follow ``tp`` as the current image says (after a reopen, or after a
         metadata change that waited for a clean)."""
         topic = self.image.topics.topic_by_name(tp[0])
@@ -985,5 +983,5 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     return min(req.partition_max_bytes, budget) if budget > 0 else None
 
 
-def _name(tp: TopicPartition) -> str:
+def _name(tp: PartitionKey) -> str:
     return f"{tp[0]}-{tp[1]}"

@@ -43,9 +43,10 @@ from raftka.client._transport import (
 from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
 from raftka.client.consumer.assignors import DEFAULT_ASSIGNMENT_STRATEGY
 from raftka.client.consumer.coordinator_client import ConsumerCoordinator
-from raftka.client.consumer.fetcher import Fetcher, SubscriptionState
+from raftka.client.consumer.fetcher import Fetcher
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.consumer.membership import GroupOptions, Subscription
+from raftka.client.consumer.subscription_state import SubscriptionState
 from raftka.client.interceptors import ConsumerInterceptor, check_interceptors
 from raftka.client.interceptors import close_all as close_interceptors
 from raftka.client.interceptors import on_commit as interceptors_on_commit

@@ -48,7 +48,6 @@ from raftka.client.consumer.assignors import (
     encode_subscription,
 )
 from raftka.client.consumer.assignors import Subscription as MemberSubscription
-from raftka.client.consumer.fetcher import SubscriptionState
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.consumer.membership import (
     PROTOCOL_TYPE,
@@ -61,6 +60,7 @@ from raftka.client.consumer.membership import (
     classify,
     rebalance_protocol,
 )
+from raftka.client.consumer.subscription_state import SubscriptionState
 from raftka.common.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,

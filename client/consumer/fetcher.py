@@ -27,15 +27,15 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
 from raftka.client.config import ConsumerConfig
+from raftka.client.consumer.subscription_state import SubscriptionState, TopicPartitionState
 from raftka.client.structs import ConsumerRecord, TopicPartition
 from raftka.common.errors import (
     FencedLeaderEpochError,
-    IllegalStateError,
     KafkaError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -47,45 +47,13 @@ from raftka.common.messages import broker as api
 from raftka.common.record import DecodedBatch, decode_batches
 from raftka.common.time import wait_event
 
-__all__ = ["CompletedFetch", "Fetcher", "PartitionState", "SubscriptionState"]
+__all__ = ["CompletedFetch", "Fetcher"]
 
 log = logging.getLogger(__name__)
 
 #: Completed fetches kept before ``poll`` takes them (one per partition at most, as
 #: a partition with buffered data is not fetched again; this bounds a bug).
 COMPLETED_FETCHES_MAX: Final = 100_000
-
-
-@dataclass(slots=True)
-class PartitionState:
-    position: int | None = None
-    paused: bool = False
-    #: The strategy to reset with ("earliest"/"latest"), or None to use
-    #: auto_offset_reset when the position is None.
-    reset_to: str | None = None
-    high_watermark: int = -1
-    leader_epoch: int | None = None
-
-
-@dataclass(slots=True)
-class SubscriptionState:
-    assignment: dict[TopicPartition, PartitionState] = field(default_factory=dict)
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        old = self.assignment
-        self.assignment = {tp: old.get(tp) or PartitionState() for tp in tps}
-
-    def state(self, tp: TopicPartition) -> PartitionState:
-        s = self.assignment.get(tp)
-        if s is None:
-            raise IllegalStateError(f"no current assignment for partition {tp}")
-        return s
-
-    def fetchable(self) -> list[TopicPartition]:
-        return [tp for tp, s in self.assignment.items() if s.position is not None and not s.paused]
-
-    def needing_reset(self) -> list[TopicPartition]:
-        return [tp for tp, s in self.assignment.items() if s.position is None]
 
 
 @dataclass(slots=True)
@@ -330,7 +298,7 @@ class Fetcher:
         return out
 
     def _records(
-        self, completed: CompletedFetch, state: PartitionState, limit: int
+        self, completed: CompletedFetch, state: TopicPartitionState, limit: int
     ) -> list[ConsumerRecord]:
         assert state.position is not None
         out: list[ConsumerRecord] = []
@@ -415,7 +383,7 @@ class Fetcher:
         epoch = topic.partitions[tp.partition].leader_epoch
         return epoch if epoch >= 0 else None
 
-    def _on_error(self, completed: CompletedFetch, state: PartitionState) -> None:
+    def _on_error(self, completed: CompletedFetch, state: TopicPartitionState) -> None:
         error = completed.error
         assert error is not None
         known = self._leader_epoch(completed.tp)

@@ -1,6 +1,9 @@
 """The log cleaner: Kafka's log compaction (its LogCleaner, Cleaner and the cleanable-range
 rules of LogCleanerManager) for one :class:`~raftka.storage.log.Log` at a time.
 
+(Over 700 lines: choosing the range, the offset map, the rewrite and the crash-safe
+swap are one pass whose steps share the group and checkpoint bookkeeping.)
+
 Theory of operation
 ===================
 

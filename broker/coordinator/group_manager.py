@@ -1,5 +1,8 @@
 """The group coordinator of one broker: many groups, their offsets, and loading.
 
+(Over 700 lines: the offsets, the group table and the load from __consumer_offsets
+replay the same records and share one set of invariants.)
+
 Theory of operation
 -------------------
 A broker coordinates the groups whose ``__consumer_offsets`` partition it leads

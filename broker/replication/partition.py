@@ -1,5 +1,8 @@
 """The partition core: one replica of one partition, pure of network, clock and files.
 
+(Over 700 lines: one core for the leader and the follower role, whose every method
+returns the same Ready; the state machine itself is in partition_state.py.)
+
 Theory of operation
 -------------------
 A :class:`Replica` owns everything one partition replica decides: the replication

@@ -25,6 +25,7 @@ thread, without a hop to the loop (see :meth:`Consumer.poll`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
@@ -722,11 +723,30 @@ class Consumer(ClosingOnExit):
         return result
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        # One record per poll, as AsyncConsumer._next_record explains: breaking out of
-        # the loop must not lose the rest of a fetched batch.
+        # A whole batch per poll (a poll per record would cost a loop-thread hop per
+        # record for a group member), and a loop that stops inside a batch loses
+        # nothing: leaving the generator (break, an exception, close; in CPython the
+        # moment the for loop drops it) seeks each partition back to its first record
+        # not handed over, so the next poll returns it.
         while True:
-            for records in self.poll(ITER_POLL_TIMEOUT_MS, max_records=1).values():
-                yield from records
+            records = [r for rs in self.poll(ITER_POLL_TIMEOUT_MS).values() for r in rs]
+            handed = 0
+            try:
+                for record in records:
+                    handed += 1
+                    yield record
+            finally:
+                if handed < len(records):
+                    self._rewind(records[handed:])
+
+    def _rewind(self, unhanded: list[ConsumerRecord]) -> None:
+        first: dict[TopicPartition, int] = {}
+        for record in unhanded:
+            first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
+        for tp, offset in first.items():
+            # A partition revoked or a consumer closed meanwhile: nothing to give back.
+            with contextlib.suppress(KafkaError):
+                self.seek(tp, offset)
 
     def close(self) -> None:
         try:

@@ -46,17 +46,13 @@ from typing import Any
 
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import KafkaStorageError
+from raftka.common.time import wall_clock_ms
 from raftka.storage.cleaner import CleanerStats, LogCleaner
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["CleanerCounters", "LogCleanerService"]
 
 log = logging.getLogger(__name__)
-
-
-def _wall_clock_ms() -> int:
-    # Wall clock: the cleaner compares it with record timestamps (lags, tombstone age).
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -91,7 +87,7 @@ class LogCleanerService:
         cleaner: LogCleaner,
         *,
         backoff_ms: int,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._manager = manager
         self.cleaner = cleaner

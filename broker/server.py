@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -49,6 +48,7 @@ from raftka.common.errors import (
 from raftka.common.messages import Message, decode, decode_value, encode
 from raftka.common.messages import broker as api
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
+from raftka.common.time import wall_clock_ms
 from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
@@ -252,7 +252,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(period_s)  # producer.id.expiration.check.interval.ms
             # Wall clock: the entries' times are batch timestamps (producers' clocks).
-            expired = self.manager.expire_producers(now_ms=int(time.time() * 1000))
+            expired = self.manager.expire_producers(now_ms=wall_clock_ms())
             if expired:
                 log.info("producer ids expired", extra={"fields": {"count": expired}})
 

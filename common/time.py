@@ -18,12 +18,18 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["monotonic_ms", "wait_event"]
+__all__ = ["monotonic_ms", "wait_event", "wall_clock_ms"]
 
 
 def monotonic_ms() -> int:
     """Milliseconds of the monotonic clock."""
     return time.monotonic_ns() // 1_000_000
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: for comparing with record timestamps (retention,
+    the timestamp window, tombstone age, offset expiry), never for timeouts."""
+    return time.time_ns() // 1_000_000
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:

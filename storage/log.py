@@ -60,7 +60,6 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple, NoReturn
@@ -90,6 +89,7 @@ from raftka.common.record.header import (
     compute_crc,
     parse_header,
 )
+from raftka.common.time import wall_clock_ms
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
 from raftka.storage.cleaner import (
     CLEANED_SUFFIX,
@@ -226,10 +226,6 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms: int
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Log:
     """One replica's log in one directory. Build with :meth:`open`."""
 
@@ -263,7 +259,7 @@ class Log:
         Never raises on bad data in the files: recovery keeps the longest valid prefix.
         Raises KafkaStorageError if the directory cannot be read or written.
         """
-        log = cls(Path(path), config, clock_ms or _wall_clock_ms)
+        log = cls(Path(path), config, clock_ms or wall_clock_ms)
         try:
             log._load()
         except OSError as e:

@@ -31,12 +31,12 @@ import logging
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from raftka.common.time import wall_clock_ms
 from raftka.storage import Log, LogConfig
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir
 from raftka.storage.cleaner import LogCleaner
@@ -111,10 +111,6 @@ def read_hw_checkpoint(path: Path) -> dict[PartitionKey, int]:
         return {}
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class LogManager:
     """The open partition logs of this broker, by (topic, partition)."""
 
@@ -128,7 +124,7 @@ class LogManager:
         self.log_dirs = tuple(Path(d) for d in log_dirs)
         self.cleaner = cleaner
         assert self.log_dirs, "at least one log dir"
-        self._clock_ms = clock_ms or _wall_clock_ms
+        self._clock_ms = clock_ms or wall_clock_ms
         self._logs: dict[PartitionKey, Log] = {}
         self._dir_of: dict[PartitionKey, Path] = {}
         self._checkpointed: dict[PartitionKey, int] = {}

@@ -83,6 +83,7 @@ from raftka.common.messages import coordinator as api
 from raftka.common.messages.broker import ErrorObject, error_object
 from raftka.common.record import Record, build_batch, decode_batches
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
+from raftka.common.time import wall_clock_ms
 from raftka.metadata.metadata_records import NO_LEADER
 
 __all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
@@ -110,10 +111,6 @@ TIMER_IDLE_MS_MAX: Final = 1_000
 OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 T = TypeVar("T")
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +145,7 @@ class GroupCoordinatorService:
         config: BrokerConfig,
         replicas: ReplicaManager,
         channel: Callable[[], ControllerChannel | None],
-        clock_ms: Callable[[], int] = _wall_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         rng: random.Random | None = None,
     ) -> None:
         self._config = config
@@ -366,7 +363,7 @@ class GroupCoordinatorService:
         self._wake.set()
 
     async def _append(self, out: AppendRecords) -> None:
-        now = _wall_ms()
+        now = wall_clock_ms()
         batch = build_batch([Record(r.value, r.key, now) for r in out.records])
         error: type[KafkaError] | None
         try:

@@ -37,7 +37,6 @@ module and the shell. Not thread safe: one replica is driven from one task.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
@@ -72,6 +71,7 @@ from raftka.common.errors import (
 )
 from raftka.common.record.header import iter_batches
 from raftka.common.structs import EpochEndOffset
+from raftka.common.time import wall_clock_ms
 from raftka.storage.log_validator import ValidationConfig, recompress, validate_client_batches
 
 __all__ = [
@@ -218,10 +218,6 @@ def low_watermark(state: PartitionState) -> int:
     return min(starts)
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Replica:
     """One partition replica. See the module docstring."""
 
@@ -236,7 +232,7 @@ class Replica:
         config: ReplicationConfig | None = None,
         producer_config: ProducerStateConfig | None = None,
         validation: ValidationConfig | None = None,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        wall_clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.log = log
         # What a producer's batches are checked against before any is appended (Kafka's

@@ -69,6 +69,7 @@ appends records in the order emitted and reports each with :meth:`append_complet
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeAlias, TypeVar
@@ -266,6 +267,13 @@ class TxnDecision(Generic[R]):
 
 # -- internals -------------------------------------------------------------------------
 
+
+@functools.lru_cache(maxsize=4096)
+def _partition_for(transactional_id: str, num_partitions: int) -> int:
+    # Every request asks; the Java string hash is a Python loop over the id.
+    return coordinator_partition(transactional_id, num_partitions)
+
+
 # Builds the answer of a parked request once its append succeeded, from the metadata
 # written (None: nobody waits for this append).
 _ReplyBuilder: TypeAlias = Callable[[TransactionMetadata], TxnResponse] | None
@@ -331,9 +339,7 @@ class TransactionCoordinator:
     # -- views -----------------------------------------------------------------------------
 
     def partition_for(self, transactional_id: str) -> int:
-        return coordinator_partition(
-            transactional_id, self._config.transaction_state_log_num_partitions
-        )
+        return _partition_for(transactional_id, self._config.transaction_state_log_num_partitions)
 
     def transaction(self, transactional_id: str) -> TransactionMetadata | None:
         """The durable metadata of an id this broker coordinates (None if unknown)."""

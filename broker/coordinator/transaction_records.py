@@ -127,7 +127,8 @@ class _Versioned(Message, frozen=True):
 
 class _TopicPartitions(Message, frozen=True):
     topic: TopicName
-    partitions: list[PartitionId]
+    # A topic is listed only with partitions (so "any entries" means "any partitions").
+    partitions: Annotated[list[PartitionId], msgspec.Meta(min_length=1)]
 
 
 class _ValueV0(Message, frozen=True):
@@ -182,15 +183,7 @@ def decode_transaction_value(transactional_id: str, data: bytes) -> TransactionM
     if value.state in (TransactionState.DEAD, TransactionState.PREPARE_EPOCH_FENCE):
         # Dead is written as a tombstone and PrepareEpochFence never (see transaction_state).
         raise TransactionRecordError(f"state {value.state.value} is never stored as a value")
-    problem = metadata_problem(
-        state=value.state,
-        producer_id=value.producer_id,
-        producer_epoch=value.producer_epoch,
-        last_producer_epoch=value.last_producer_epoch,
-        transaction_timeout_ms=value.transaction_timeout_ms,
-        transaction_start_time_ms=value.transaction_start_time_ms,
-        has_partitions=bool(partitions),
-    )
+    problem = metadata_problem(value)
     if problem is not None:
         raise TransactionRecordError(f"inconsistent transaction value: {problem}")
     return TransactionMetadata(

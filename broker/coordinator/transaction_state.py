@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from raftka.common.structs import TopicPartition
 
@@ -61,6 +61,7 @@ __all__ = [
     "NO_PRODUCER_ID",
     "PRODUCER_EPOCH_MAX",
     "IllegalTransactionTransitionError",
+    "MetadataFields",
     "TransactionMetadata",
     "TransactionResult",
     "TransactionState",
@@ -139,30 +140,41 @@ _OPEN_STATES: Final = frozenset(
 )
 
 
-def metadata_problem(
-    *,
-    state: TransactionState,
-    producer_id: int,
-    producer_epoch: int,
-    last_producer_epoch: int,
-    transaction_timeout_ms: int,
-    transaction_start_time_ms: int,
-    has_partitions: bool,
-) -> str | None:
-    """What makes metadata with these fields inconsistent, or None. One rule for the
-    constructor's assertion and for a decoded record (which is refused, not asserted)."""
-    if producer_id < NO_PRODUCER_ID:
-        return f"producer id {producer_id}"
-    for epoch in (producer_epoch, last_producer_epoch):
+class MetadataFields(Protocol):
+    """What :func:`metadata_problem` reads: a :class:`TransactionMetadata`, or a decoded
+    record value before it becomes one."""
+
+    @property
+    def state(self) -> TransactionState: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def last_producer_epoch(self) -> int: ...
+    @property
+    def transaction_timeout_ms(self) -> int: ...
+    @property
+    def transaction_start_time_ms(self) -> int: ...
+    @property
+    def partitions(self) -> Collection[object]: ...
+
+
+def metadata_problem(fields: MetadataFields) -> str | None:
+    """What makes these fields inconsistent, or None. One rule for the constructor's
+    assertion and for a decoded record (which is refused, not asserted)."""
+    if fields.producer_id < NO_PRODUCER_ID:
+        return f"producer id {fields.producer_id}"
+    for epoch in (fields.producer_epoch, fields.last_producer_epoch):
         if not NO_PRODUCER_EPOCH <= epoch <= PRODUCER_EPOCH_MAX:
             return f"producer epoch {epoch} out of range"
-    if transaction_timeout_ms <= 0:
-        return f"transaction timeout {transaction_timeout_ms} ms"
-    if state in _OPEN_STATES:
-        if transaction_start_time_ms < 0:
-            return f"state {state.value} without a transaction start time"
-    elif has_partitions:
-        return f"partitions in state {state.value}"
+    if fields.transaction_timeout_ms <= 0:
+        return f"transaction timeout {fields.transaction_timeout_ms} ms"
+    if fields.state in _OPEN_STATES:
+        if fields.transaction_start_time_ms < 0:
+            return f"state {fields.state.value} without a transaction start time"
+    elif fields.partitions:
+        return f"partitions in state {fields.state.value}"
     return None
 
 
@@ -198,15 +210,7 @@ class TransactionMetadata:
 
     def __post_init__(self) -> None:
         # Invariants every value holds (TigerBeetle style: a bug stops here).
-        problem = metadata_problem(
-            state=self.state,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            last_producer_epoch=self.last_producer_epoch,
-            transaction_timeout_ms=self.transaction_timeout_ms,
-            transaction_start_time_ms=self.transaction_start_time_ms,
-            has_partitions=bool(self.partitions),
-        )
+        problem = metadata_problem(self)
         assert problem is None, f"{problem}: {self}"
 
     @classmethod

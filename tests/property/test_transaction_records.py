@@ -125,6 +125,7 @@ GOOD = orjson.loads(
         ({"partitions": [{"topic": "t", "partitions": [0]}]}, "partitions in state Empty"),
         ({"state": "Ongoing"}, "without a transaction start time"),
         ({"transaction_timeout_ms": 0}, "transaction_timeout_ms"),
+        ({"partitions": [{"topic": "t", "partitions": []}]}, "length >= 1"),
     ],
 )
 def test_values_a_coordinator_never_writes_are_corrupt(

@@ -480,12 +480,14 @@ class ProducerNode:
         self.added = False
         self.end_retries = 0
 
-    # Every request carries a fresh id; an answer or timeout for an older one is ignored.
-    def _request(
+    def _ask(
         self,
-        send: Callable[[Callable[[object], None]], None],
+        call: Callable[[TransactionCoordinator], TxnDecision[Any]],
         on_answer: Callable[[object], None],
     ) -> None:
+        """A request to the coordinator. Each carries a fresh id: an answer (or the
+        timeout) of an older one is ignored."""
+        world = self.world
         self.request_id += 1
         rid, incarnation = self.request_id, self.incarnation
 
@@ -494,8 +496,8 @@ class ProducerNode:
                 self.request_id += 1
                 on_answer(response)
 
-        send(answer)
-        self.world.at(REQUEST_TIMEOUT_MS, lambda: answer(RequestTimedOutError))
+        world.send(lambda: world.coordinator.request(call, answer))
+        world.at(REQUEST_TIMEOUT_MS, lambda: answer(RequestTimedOutError))
 
     def _later(self, action: Callable[[], None]) -> None:
         """Retry ``action`` after the backoff if this incarnation is still on the same
@@ -549,9 +551,7 @@ class ProducerNode:
             else:
                 world.at(BACKOFF_MS, self.start)  # fenced: a new incarnation
 
-        self._request(
-            lambda reply: world.send(lambda: world.coordinator.request(call, reply)), on_answer
-        )
+        self._ask(call, on_answer)
 
     def begin(self) -> None:
         world = self.world
@@ -598,9 +598,7 @@ class ProducerNode:
                 self.failed = True
                 self._end(ABORT)
 
-        self._request(
-            lambda reply: world.send(lambda: world.coordinator.request(call, reply)), on_answer
-        )
+        self._ask(call, on_answer)
 
     def _produce_all(self) -> None:
         world = self.world
@@ -684,9 +682,7 @@ class ProducerNode:
             else:
                 world.at(BACKOFF_MS, self.start)
 
-        self._request(
-            lambda reply: world.send(lambda: world.coordinator.request(call, reply)), on_answer
-        )
+        self._ask(call, on_answer)
 
 
 # -- the checker ---------------------------------------------------------------------------

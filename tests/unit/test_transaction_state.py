@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 
@@ -114,11 +115,12 @@ def test_an_epoch_never_goes_down_for_one_producer_id() -> None:
         ({"producer_id": -2}, "producer id"),
         ({"transaction_timeout_ms": 0}, "timeout"),
         ({"state": S.ONGOING, "transaction_start_time_ms": -1}, "start time"),
-        ({"has_partitions": True}, "partitions in state Empty"),
+        ({"partitions": {TP}}, "partitions in state Empty"),
     ],
 )
 def test_inconsistent_metadata_is_named(changes: dict[str, object], problem: str) -> None:
-    """metadata_problem names what is wrong; the constructor asserts it is None."""
+    """metadata_problem names what is wrong (the constructor asserts it finds nothing, a
+    decoded record is refused with it)."""
     fields: dict[str, object] = {
         "state": S.EMPTY,
         "producer_id": 1,
@@ -126,9 +128,15 @@ def test_inconsistent_metadata_is_named(changes: dict[str, object], problem: str
         "last_producer_epoch": -1,
         "transaction_timeout_ms": 1000,
         "transaction_start_time_ms": -1,
-        "has_partitions": False,
+        "partitions": frozenset(),
     }
-    assert metadata_problem(**fields) is None  # type: ignore[arg-type]
-    fields.update(changes)
-    found = metadata_problem(**fields)  # type: ignore[arg-type]
+    assert metadata_problem(SimpleNamespace(**fields)) is None  # type: ignore[arg-type]
+    found = metadata_problem(SimpleNamespace(**{**fields, **changes}))  # type: ignore[arg-type]
     assert found is not None and problem in found
+    with pytest.raises(AssertionError, match=problem):
+        TransactionMetadata(
+            transactional_id="t",
+            last_producer_id=-1,
+            transaction_last_update_time_ms=0,
+            **{**fields, **changes},
+        )  # type: ignore[arg-type]

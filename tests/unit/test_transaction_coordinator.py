@@ -676,3 +676,56 @@ def test_config_refuses_what_it_cannot_honour() -> None:
 
 def _tid_of(record: TransactionLogRecord) -> str:
     return decode_transaction_key(record.key)
+
+
+# -- every command in every state --------------------------------------------------------
+
+
+def driver_in(state: TransactionState) -> Driver:
+    """A driver whose id is durably in ``state`` (markers not written for Prepare*)."""
+    d = Driver()
+    pid = d.init().producer_id
+    if state is S.EMPTY:
+        return d
+    ok(d.add(pid, 0, A))
+    if state is S.ONGOING:
+        return d
+    commit = state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
+    ok(d.end(pid, 0, COMMIT if commit else ABORT))
+    if state.is_complete:
+        d.write_markers()
+    d.markers.clear()
+    assert d.state().state is state
+    return d
+
+
+_C, _I = ConcurrentTransactionsError, InvalidTxnStateError
+# state -> (InitProducerId, AddPartitionsToTxn, EndTxn(commit), EndTxn(abort)), each
+# request made with the producer id and epoch the id holds in that state (None: done).
+COMMAND_MATRIX = {
+    S.EMPTY: (None, None, _I, None),
+    S.ONGOING: (_C, None, None, None),  # InitProducerId: the fencing abort first
+    S.PREPARE_COMMIT: (_C, _C, _C, _C),
+    S.PREPARE_ABORT: (_C, _C, _C, _C),
+    S.COMPLETE_COMMIT: (None, None, _I, None),  # abort: version 2's empty abort
+    S.COMPLETE_ABORT: (None, None, _I, None),
+}
+
+
+@pytest.mark.parametrize("state", list(COMMAND_MATRIX), ids=lambda s: s.value)
+@pytest.mark.parametrize("command", range(4), ids=["init", "add", "commit", "abort"])
+def test_every_command_in_every_state(state: TransactionState, command: int) -> None:
+    """Each client command, at the current producer id and epoch, in each durable state:
+    the answer Kafka gives, and a refusal writes nothing."""
+    d = driver_in(state)
+    before, writes = d.state(), len(d.log)
+    pid, epoch = before.producer_id, before.producer_epoch
+    if command == 0:
+        error = d.init().error
+    elif command == 1:
+        (error,) = set(d.add(pid, epoch, B).errors.values())
+    else:
+        error = d.end(pid, epoch, COMMIT if command == 2 else ABORT).error
+    assert error is COMMAND_MATRIX[state][command]
+    if error is not None and not (state is S.ONGOING and command == 0):
+        assert len(d.log) == writes and d.state() == before

@@ -278,7 +278,7 @@ class CoordinatorNode:
                     world.send(lambda r=reply, x=response: r(x))  # type: ignore[misc]
             else:
                 assert isinstance(out, SendTxnMarkers)
-                for tp in out.partitions:
+                for tp in sorted(out.partitions):
                     self._send_marker(out, tp, self.generation)
 
     def _append(self, out: AppendTransactionRecord) -> None:
@@ -455,8 +455,9 @@ def _error_of(response: object) -> type[KafkaError] | None:
     if isinstance(response, type):
         return response
     if isinstance(response, AddPartitionsToTxnResponse):
-        errors = set(response.errors.values())
-        return next((e for e in errors if e is not None), None)
+        return next(
+            (response.errors[tp] for tp in sorted(response.errors) if response.errors[tp]), None
+        )
     assert isinstance(response, InitProducerIdResponse | EndTxnResponse), response
     return response.error
 

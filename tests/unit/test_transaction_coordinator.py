@@ -623,15 +623,7 @@ def test_replaying_the_log_rebuilds_the_same_state_and_resends_markers() -> None
     ok(d.end(p1, 0, COMMIT, tid="t1"))  # markers never written
     p2 = d.init("t2").producer_id
     ok(d.add(p2, 0, C, tid="t2"))
-    fresh = TransactionCoordinator(config=d.config, allocate_producer_id=d.allocate)
-    outputs: list[TxnOutput] = []
-    for partition in range(NUM_PARTITIONS):
-        fresh.begin_loading(partition=partition, coordinator_epoch=6)
-        fresh.replay(
-            partition=partition,
-            records=[r for r in d.log if d.core.partition_for(_tid_of(r)) == partition],
-        )
-        outputs += fresh.complete_loading(partition=partition, now_ms=d.now_ms)
+    fresh, outputs = _reload(d, coordinator_epoch=6)
     for tid in ("t1", "t2"):
         assert fresh.transaction(tid) == d.core.transaction(tid)
     (markers,) = outputs
@@ -729,3 +721,69 @@ def test_every_command_in_every_state(state: TransactionState, command: int) -> 
     assert error is COMMAND_MATRIX[state][command]
     if error is not None and not (state is S.ONGOING and command == 0):
         assert len(d.log) == writes and d.state() == before
+
+
+def _reload(
+    d: Driver, coordinator_epoch: int = 7
+) -> tuple[TransactionCoordinator, list[TxnOutput]]:
+    """A new coordinator that loaded every partition from the driver's log."""
+    fresh = TransactionCoordinator(config=d.config, allocate_producer_id=d.allocate)
+    outputs: list[TxnOutput] = []
+    for partition in range(d.config.transaction_state_log_num_partitions):
+        fresh.begin_loading(partition=partition, coordinator_epoch=coordinator_epoch)
+        fresh.replay(
+            partition=partition,
+            records=[r for r in d.log if fresh.partition_for(_tid_of(r)) == partition],
+        )
+        outputs += fresh.complete_loading(partition=partition, now_ms=d.now_ms)
+    return fresh, outputs
+
+
+def test_replay_forgets_a_tombstoned_id_and_finishes_an_empty_abort() -> None:
+    """A tombstone after an id's records removes it on load; a PrepareAbort without
+    partitions (version 2's empty abort) found on load is completed at once."""
+    config = TransactionCoordinatorConfig(
+        transaction_state_log_num_partitions=NUM_PARTITIONS,
+        transactional_id_expiration_ms=1_000,
+        transaction_remove_expired_transaction_cleanup_interval_ms=1_000,
+    )
+    d = Driver(config=config)
+    d.init("gone")
+    d.now_ms += 1_000
+    d.handle(d.core.tick(now_ms=d.now_ms))
+    d.complete_appends()
+    pid = d.init("empty").producer_id
+    d.call(
+        d.core.end_txn(
+            transactional_id="empty", producer_id=pid, producer_epoch=0, result=ABORT, now_ms=0
+        ),
+        complete=False,
+    )
+    # The PrepareAbort reaches the log; the coordinator dies before its Complete.
+    d.log.append(d.inflight.pop().record)
+    fresh, outputs = _reload(d)
+    assert fresh.transaction("gone") is None
+    (complete,) = outputs
+    assert isinstance(complete, AppendTransactionRecord)
+    fresh.append_completed(append_id=complete.append_id, error=None, now_ms=d.now_ms)
+    metadata = fresh.transaction("empty")
+    assert metadata is not None and metadata.state is S.COMPLETE_ABORT
+    assert metadata.producer_epoch == 1
+
+
+def test_a_marker_report_for_another_epoch_is_ignored() -> None:
+    """markers_written names the producer id and epoch of its SendTxnMarkers: a late
+    report of an older transaction does not complete the current one."""
+    d = Driver()
+    pid = d.init().producer_id
+    ok(d.add(pid, 0, A))
+    ok(d.end(pid, 0, ABORT))
+    assert (
+        d.core.markers_written(
+            transactional_id=TID, producer_id=pid, producer_epoch=0, partitions=(A,), now_ms=0
+        )
+        == ()
+    )
+    assert d.state().state is S.PREPARE_ABORT
+    d.write_markers()
+    assert d.state().state is S.COMPLETE_ABORT

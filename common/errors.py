@@ -192,6 +192,27 @@ class InvalidProducerEpochError(KafkaError):
     name, code = "INVALID_PRODUCER_EPOCH", 47
 
 
+class InvalidTxnStateError(KafkaError):
+    name, code = "INVALID_TXN_STATE", 48
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    name, code = "INVALID_PRODUCER_ID_MAPPING", 49
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    name, code = "INVALID_TRANSACTION_TIMEOUT", 50
+
+
+class ConcurrentTransactionsError(KafkaError):
+    # Retriable in Kafka: the transaction in the way completes on its own.
+    name, code, retriable = "CONCURRENT_TRANSACTIONS", 51, True
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    name, code = "TRANSACTION_COORDINATOR_FENCED", 52
+
+
 class OperationNotAttemptedError(KafkaError):
     name, code = "OPERATION_NOT_ATTEMPTED", 55
 
@@ -283,6 +304,10 @@ class BrokerIdNotRegisteredError(KafkaError):
 
 class InconsistentClusterIdError(KafkaError):
     name, code = "INCONSISTENT_CLUSTER_ID", 104
+
+
+class TransactionalIdNotFoundError(KafkaError):
+    name, code = "TRANSACTIONAL_ID_NOT_FOUND", 105
 
 
 class IneligibleReplicaError(KafkaError):

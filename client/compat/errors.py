@@ -131,26 +131,6 @@ class PolicyViolationError(KafkaError):
     name, code = "POLICY_VIOLATION", 44
 
 
-class InvalidTxnStateError(KafkaError):
-    name, code = "INVALID_TXN_STATE", 48
-
-
-class InvalidProducerIdMappingError(KafkaError):
-    name, code = "INVALID_PRODUCER_ID_MAPPING", 49
-
-
-class InvalidTransactionTimeoutError(KafkaError):
-    name, code = "INVALID_TRANSACTION_TIMEOUT", 50
-
-
-class ConcurrentTransactionsError(KafkaError):
-    name, code, retriable = "CONCURRENT_TRANSACTIONS", 51, True
-
-
-class TransactionCoordinatorFencedError(KafkaError):
-    name, code = "TRANSACTION_COORDINATOR_FENCED", 52
-
-
 class TransactionalIdAuthorizationFailedError(AuthorizationError):
     name, code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 53
 
@@ -265,10 +245,6 @@ class UnknownTopicIdError(KafkaError):
 
 class InconsistentTopicIdError(KafkaError):
     name, code, retriable = "INCONSISTENT_TOPIC_ID", 103, True
-
-
-class TransactionalIdNotFoundError(KafkaError):
-    name, code = "TRANSACTIONAL_ID_NOT_FOUND", 105
 
 
 class FetchSessionTopicIdError(KafkaError):

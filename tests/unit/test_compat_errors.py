@@ -26,6 +26,9 @@ def test_names_shared_with_raftka_are_raftkas_classes() -> None:
         "NoOffsetForPartitionError",
         "OffsetOutOfRangeError",
         "RebalanceInProgressError",
+        "ConcurrentTransactionsError",
+        "InvalidTxnStateError",
+        "TransactionalIdNotFoundError",
     ):
         assert getattr(raftka.errors, name) is getattr(common, name), name
 

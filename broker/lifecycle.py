@@ -167,6 +167,7 @@ class BrokerLifecycle:
         metadata_offset: Callable[[], int],
         heartbeat_interval_ms: int,
         request_timeout_ms: int,
+        extra_endpoints: tuple[tuple[str, str, int], ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
@@ -175,6 +176,9 @@ class BrokerLifecycle:
         self.in_controlled_shutdown = False
         self._channel = channel
         self._endpoint = endpoint
+        # Registered after the HTTP endpoint, which stays first (peers fall back to
+        # endpoints[0] for it): the Kafka listener's (raftka.broker.kafka).
+        self._extra_endpoints = extra_endpoints
         self._rack = rack
         self._metadata_offset = metadata_offset
         self._interval_ms = heartbeat_interval_ms
@@ -190,7 +194,10 @@ class BrokerLifecycle:
             broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
             rack=self._rack,
-            endpoints=[EndpointData(name=name, host=host, port=port)],
+            endpoints=[
+                EndpointData(name=name, host=host, port=port),
+                *(EndpointData(name=n, host=h, port=p) for n, h, p in self._extra_endpoints),
+            ],
         )
         while True:
             try:

@@ -441,7 +441,7 @@ class KafkaApis:
                     log_start_offset=r.log_start_offset,
                     aborted_transactions=aborted,
                     preferred_read_replica=-1,
-                    records=r.records if r.records else None,
+                    records=r.records,
                 ),
             )
             for r in results

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: Requests one connection may have in flight (read, answer not yet written).
 IN_FLIGHT_MAX: Final = 64
+#: How long close() waits for the connections to wind down after their sockets close.
+CLOSE_WAIT_S: Final = 5.0
 
 
 class KafkaListener:
@@ -49,7 +51,8 @@ class KafkaListener:
         self._config = config
         self._apis = apis.KafkaApis(server)
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        #: open connections: their serving task and writer
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.connections_refused = 0
 
     @property
@@ -74,11 +77,13 @@ class KafkaListener:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Closing the sockets ends each connection's loop (never cancel the tasks
+        # asyncio's start_server made: Python 3.11 logs their cancellation as an error).
+        tasks = list(self._connections)
+        for writer in self._connections.values():
+            writer.transport.abort()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -93,7 +98,7 @@ class KafkaListener:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) else "unknown"
         try:
@@ -103,7 +108,7 @@ class KafkaListener:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
@@ -158,7 +163,7 @@ class KafkaListener:
                 {read, write_task}, timeout=idle_s, return_when=asyncio.FIRST_COMPLETED
             )
             if write_task in done:
-                read.cancel()
+                await _cancelled(read)
                 write_task.result()  # a write failed: raise it
                 return None
             if read in done:
@@ -168,12 +173,17 @@ class KafkaListener:
                     if e.partial:
                         raise FrameError("connection closed inside a size prefix") from None
                     return None
-            read.cancel()
-            with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError):
-                await read
+            await _cancelled(read)
             in_flight = IN_FLIGHT_MAX - _free(slots)
             if in_flight == 0:
                 raise FrameError(f"idle for connections.max.idle.ms ({int(idle_s * 1000)} ms)")
+
+
+async def _cancelled(read: asyncio.Future[bytes]) -> None:
+    """Cancel a pending read and collect its outcome (whatever it was)."""
+    read.cancel()
+    with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
+        await read
 
 
 def _free(slots: asyncio.Semaphore) -> int:

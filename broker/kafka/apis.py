@@ -16,7 +16,7 @@ import io
 import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from kio.index import load_request_schema, load_response_schema
@@ -154,7 +154,9 @@ class KafkaApis:
         }
         assert set(self._handlers) == set(SUPPORTED)
 
-    def prepare(self, frame: bytes, key: int, version: int, host: str) -> Awaitable[bytes | None]:
+    def prepare(
+        self, frame: bytes, key: int, version: int, host: str
+    ) -> Coroutine[Any, Any, bytes | None]:
         """The answer to one request frame, to be awaited (None: no answer, acks=0);
         FrameError (close the connection) for an unknown API or a version not served,
         except ApiVersions, which answers UNSUPPORTED_VERSION with our ranges."""
@@ -569,8 +571,8 @@ class KafkaApis:
             item = answers.get(t.name)
             error = failure
             if item is not None and item.get("error"):
-                e = item["error"]
-                code, message = e.get("error_code", -1), e.get("message")
+                refused = item["error"]
+                code, message = refused.get("error_code", -1), refused.get("message")
             elif error is not None or item is None:
                 code = -1 if error is None else error.code
                 message = "no answer" if error is None else error.message

@@ -65,7 +65,7 @@ class Header:
 def frame_size(prefix: bytes, max_bytes: int) -> int:
     """The size a 4-byte prefix declares; FrameError when it is negative, too small
     for a header, or above ``socket.request.max.bytes`` (``max_bytes``)."""
-    (size,) = SIZE.unpack(prefix)
+    size = int(SIZE.unpack(prefix)[0])
     if size < _FIXED.size:
         raise FrameError(f"request size {size} is smaller than a request header")
     if size > max_bytes:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Final
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final
 
 from raftka.broker.config import KafkaListenerConfig
 from raftka.broker.kafka import apis
@@ -129,11 +129,12 @@ class KafkaListener:
                 size = frame_size(prefix, self._config.socket_request_max_bytes)
                 frame = await reader.readexactly(size)
                 key, version, _ = parse_fixed(frame)
+                # A slot first: no coroutine is made that a close could leave unawaited.
+                await slots.acquire()
                 call = self._apis.prepare(frame, key, version, host)
                 if key == apis.PRODUCE_KEY:
                     # Produce requests of one connection append in the order sent.
                     call = _after(last_produce, call)
-                await slots.acquire()
                 task = asyncio.create_task(call)
                 if key == apis.PRODUCE_KEY:
                     last_produce = task
@@ -192,7 +193,7 @@ def _free(slots: asyncio.Semaphore) -> int:
 
 
 async def _after(
-    previous: asyncio.Task[bytes | None] | None, call: Awaitable[bytes | None]
+    previous: asyncio.Task[bytes | None] | None, call: Coroutine[Any, Any, bytes | None]
 ) -> bytes | None:
     if previous is not None and not previous.done():
         with contextlib.suppress(Exception, asyncio.CancelledError):

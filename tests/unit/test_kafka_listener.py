@@ -67,7 +67,7 @@ def listener(**limits: int) -> KafkaListener:
 
 def test_frame_size_bounds() -> None:
     assert frame_size(struct.pack(">i", 100), 1000) == 100
-    with pytest.raises(FrameError, match="socket.request.max.bytes"):
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
         frame_size(struct.pack(">i", 1001), 1000)
     with pytest.raises(FrameError, match="smaller than a request header"):
         frame_size(struct.pack(">i", -1), 1000)

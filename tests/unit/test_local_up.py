@@ -103,6 +103,10 @@ def test_plan_new_and_resumed(tmp_path: Path) -> None:
         plan, data_dir=tmp_path, controllers=1, brokers=2, base_port=31000, engine="native"
     )
     assert [n.port for n in moved.nodes] == [31000, 31001, 31002]
+    # Each broker's Kafka listener comes after every HTTP port, and moves with them.
+    assert [n.kafka_port for n in plan.nodes] == [None, 30003, 30004]
+    assert [n.kafka_port for n in moved.nodes] == [None, 31003, 31004]
+    assert plan.kafka_bootstrap_servers == "127.0.0.1:30003,127.0.0.1:30004"
     with pytest.raises(ValueError, match="--controllers 3 differs"):
         plan_cluster(
             plan, data_dir=tmp_path, controllers=3, brokers=None, base_port=None, engine=None

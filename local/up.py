@@ -895,12 +895,8 @@ def _with_pids(
     exits: Mapping[int, int] | None = None,
 ) -> ClusterFile:
     nodes = tuple(
-        NodeEntry(
-            id=n.id,
-            role=n.role,
-            host=n.host,
-            port=n.port,
-            data_dir=n.data_dir,
+        replace(
+            n,
             pid=(
                 processes[n.id].popen.pid  # type: ignore[union-attr]
                 if n.id in processes and processes[n.id].running

@@ -63,6 +63,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     16: (0, 4),  # ListGroups
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
+    20: (1, 5),  # DeleteTopics
     22: (0, 4),  # InitProducerId
 }
 
@@ -150,6 +151,7 @@ class KafkaApis:
             16: self.list_groups,
             18: self.api_versions,
             19: self.create_topics,
+            20: self.delete_topics,
             22: self.init_producer_id,
         }
         assert set(self._handlers) == set(SUPPORTED)
@@ -569,19 +571,7 @@ class KafkaApis:
         results = []
         for t in request.topics:
             item = answers.get(t.name)
-            error = failure
-            if item is not None and item.get("error"):
-                refused = item["error"]
-                code, message = refused.get("error_code", -1), refused.get("message")
-            elif error is not None or item is None:
-                code = -1 if error is None else error.code
-                message = "no answer" if error is None else error.message
-            else:
-                code, message = 0, None
-            try:
-                error_code = ErrorCode(code)
-            except ValueError:
-                error_code = ErrorCode.unknown_server_error
+            error_code, message = _controller_result(item, failure)
             results.append(
                 _build(
                     result_cls,
@@ -595,6 +585,32 @@ class KafkaApis:
                 )
             )
         return _build(cls, throttle_time=_NO_TIME, topics=tuple(results))
+
+    async def delete_topics(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(20, version)
+        result_cls = _nested(cls, "DeletableTopicResult")
+        names = list(request.topic_names)
+        answers: dict[str, Any] = {}
+        failure: KafkaError | None = None
+        channel = self._server.channel
+        if channel is None:
+            failure = RequestTimedOutError("the broker is starting")
+        else:
+            try:
+                answer = await channel.post(
+                    "/v1/topics",
+                    {"names": names},
+                    timeout_ms=_ms(request.timeout),
+                    method="DELETE",
+                )
+                answers = {item.get("name"): item for item in answer.get("topics", [])}
+            except KafkaError as e:
+                failure = e
+        results = []
+        for name in names:
+            code, message = _controller_result(answers.get(name), failure)
+            results.append(_build(result_cls, name=name, error_code=code, error_message=message))
+        return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
 
     # ------------------------------------------------------------------ groups
 
@@ -961,6 +977,25 @@ class KafkaApis:
                 for g in described
             ),
         )
+
+
+def _controller_result(
+    item: dict[str, Any] | None, failure: KafkaError | None
+) -> tuple[ErrorCode, str | None]:
+    """One topic's outcome in the controller's answer (its error object, if any), or
+    the request's failure when there is no answer for it."""
+    if item is not None and item.get("error"):
+        refused = item["error"]
+        code, message = refused.get("error_code", -1), refused.get("message")
+    elif failure is not None or item is None:
+        code = -1 if failure is None else failure.code
+        message = "the controller did not answer for it" if failure is None else failure.message
+    else:
+        return ErrorCode.none, None
+    try:
+        return ErrorCode(code), message
+    except ValueError:
+        return ErrorCode.unknown_server_error, message
 
 
 def _epoch(value: int) -> int | None:

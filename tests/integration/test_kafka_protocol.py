@@ -145,6 +145,34 @@ def test_confluent_kafka_idempotent_acks_all_and_group_commit(env: Env) -> None:
     consumer.close()
 
 
+def test_admin_topics_and_groups(env: Env) -> None:
+    """confluent-kafka's admin: CreateTopics and DeleteTopics forwarded to the active
+    controller from a broker; ListGroups and DescribeGroups show the group above."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": env.kafka})
+    create_topic_confluent(env, "doomed", partitions=2)
+    admin.delete_topics(["doomed"], request_timeout=20)["doomed"].result(timeout=30)
+    wait_for(
+        lambda: "doomed" not in admin.list_topics(timeout=10).topics,
+        timeout_s=DEADLINE_S,
+        message="deleted topic still listed",
+    )
+    # Deleting it again: Kafka's error for the topic, not a broken connection.
+    again = admin.delete_topics(["doomed"], request_timeout=20)["doomed"]
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PART"):
+        again.result(timeout=30)
+
+    groups = admin.list_consumer_groups(request_timeout=20).result(timeout=30)
+    ids = {g.group_id for g in groups.valid}
+    assert "ck-group" in ids, ids
+    described = admin.describe_consumer_groups(["ck-group"], request_timeout=20)
+    group = described["ck-group"].result(timeout=30)
+    assert group.group_id == "ck-group"
+    assert group.state == ConsumerGroupState.EMPTY  # its consumer closed above
+
+
 def test_kafka_python_acks_all_and_group_commit(env: Env) -> None:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KPTopicPartition

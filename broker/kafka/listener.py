@@ -121,10 +121,12 @@ class KafkaListener:
         write_task = asyncio.create_task(_write_in_order(answers, writer, slots))
         last_produce: asyncio.Task[bytes | None] | None = None
         idle_s = self._config.connections_max_idle_ms / 1000
+        ended = False
         try:
             while True:
                 prefix = await self._next_prefix(reader, slots, idle_s, write_task)
                 if prefix is None:
+                    ended = True
                     return
                 size = frame_size(prefix, self._config.socket_request_max_bytes)
                 frame = await reader.readexactly(size)
@@ -141,10 +143,13 @@ class KafkaListener:
                 answers.put_nowait(task)
         finally:
             answers.put_nowait(None)
-            if write_task.done():
+            if ended and not write_task.done():
+                # The client stopped sending: what it sent before still gets answered.
+                await write_task
+            elif write_task.done():
                 write_task.result()
             else:
-                # Stop writing: the connection is going away.
+                # The connection broke: stop writing (pending handlers are cancelled).
                 write_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await write_task

@@ -1,5 +1,8 @@
 """The Kafka APIs this broker answers, and their thin handlers (docs/kafka-protocol.md).
 
+(Over 700 lines: one short handler per API, each mapping kio's fields to a service's
+message and back; splitting them would only scatter the one table they share.)
+
 :data:`SUPPORTED` is the table ApiVersions advertises: exactly the APIs and versions a
 handler here serves. Each handler takes the request as ``kio`` decoded it (any version
 in its range: the fields of one API keep their names across versions, and a field a

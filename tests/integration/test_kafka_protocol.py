@@ -145,6 +145,30 @@ def test_confluent_kafka_idempotent_acks_all_and_group_commit(env: Env) -> None:
     consumer.close()
 
 
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_confluent_kafka_acks_0_and_1(env: Env, acks: str) -> None:
+    """acks=0 (no answer from the broker) and acks=1: every record arrives."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import Producer as CKProducer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
+    topic = f"acks-{acks}"
+    create_topic_confluent(env, topic, partitions=1)
+    producer = CKProducer({"bootstrap.servers": env.kafka, "acks": acks})
+    for i in range(300):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    consumer = CKConsumer({"bootstrap.servers": env.kafka, "group.id": f"acks-{acks}"})
+
+    def arrived() -> bool:
+        _, high = consumer.get_watermark_offsets(CKTopicPartition(topic, 0), timeout=10)
+        return bool(high == 300)
+
+    # acks=0: flush() returns once sent, so wait for the log to hold them all.
+    wait_for(arrived, timeout_s=DEADLINE_S, message=f"acks={acks}: not all 300 records arrived")
+    consumer.close()
+
+
 def test_admin_topics_and_groups(env: Env) -> None:
     """confluent-kafka's admin: CreateTopics and DeleteTopics forwarded to the active
     controller from a broker; ListGroups and DescribeGroups show the group above."""

@@ -542,6 +542,7 @@ class ClusterStatus:
             "active_controller": self.active_controller,
             "leader_epoch": self.leader_epoch,
             "bootstrap_servers": self.bootstrap_servers,
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "controllers": [c.to_json() for c in self.controllers],
             "brokers": [b.to_json() for b in self.brokers],
             "partitions": [p.to_json() for p in self.partitions],

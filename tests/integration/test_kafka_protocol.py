@@ -14,6 +14,8 @@ the real libraries:
   confluent-kafka;
 - kcat (when installed; CI installs it): ``-L`` lists the brokers' Kafka addresses,
   produce and consume round-trip;
+- a Fetch long-polling an empty partition holds the answer pipelined behind it on its
+  connection (request order) and no other connection's answers;
 - bad input (hypothesis): truncated frames, wrong and huge sizes, unknown API keys and
   versions, garbage bodies on a raw socket: each connection is closed or answered with
   Kafka's error, the broker stays up, and a connection opened before keeps working.
@@ -387,6 +389,63 @@ frames = st.one_of(
         st.binary(max_size=128),
     ),
 )
+
+
+def _fetch_frame(correlation_id: int, topic: str, max_wait_ms: int) -> bytes:
+    """A Fetch v4 (header v1) of partition 0 from offset 0, long-polling ``max_wait_ms``."""
+    import datetime
+    import io
+
+    from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.serial import entity_writer
+
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=1_048_576,
+        isolation_level=0,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=65536),
+                ),
+            ),
+        ),
+    )
+    body = io.BytesIO()
+    entity_writer(FetchRequest)(body, request)
+    return _framed(struct.pack(">hhih", 1, 4, correlation_id, -1) + body.getvalue())
+
+
+def test_a_long_poll_delays_only_its_own_connection(env: Env) -> None:
+    """A Fetch long-polling an empty partition holds the answers after it on its own
+    connection (responses in request order), and no other connection's."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = "long-poll"
+    create_topic_confluent(env, topic, partitions=1)
+    metadata = AdminClient({"bootstrap.servers": env.kafka}).list_topics(topic=topic, timeout=10)
+    leader = metadata.brokers[metadata.topics[topic].partitions[0].leader]
+    address = f"{leader.host}:{leader.port}"
+    wait_ms = 3000
+    with _connect(address) as polling, _connect(address) as other:
+        started = time.monotonic()
+        # Pipelined: the Fetch, then ApiVersions behind it on the same connection.
+        polling.sendall(
+            _fetch_frame(1, topic, wait_ms) + _framed(struct.pack(">hhih", 18, 0, 2, -1))
+        )
+        assert _api_versions(other, 3) == 0
+        other_s = time.monotonic() - started
+        first = _recv(polling, struct.unpack(">i", _recv(polling, 4))[0])
+        fetch_s = time.monotonic() - started
+        second = _recv(polling, struct.unpack(">i", _recv(polling, 4))[0])
+    assert struct.unpack_from(">i", first)[0] == 1 and struct.unpack_from(">i", second)[0] == 2
+    assert fetch_s >= (wait_ms - 500) / 1000, f"the fetch answered after {fetch_s:.2f} s"
+    assert other_s < fetch_s - 1.0, (
+        f"another connection waited {other_s:.2f} s behind a {fetch_s:.2f} s long poll"
+    )
 
 
 def test_fuzzed_frames_close_or_answer_and_hurt_nobody(env: Env) -> None:

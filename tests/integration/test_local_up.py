@@ -122,6 +122,7 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
         range(base + 6, base + 9)
     )
     assert status["bootstrap_servers"] == cluster["bootstrap_servers"]
+    assert status["kafka_bootstrap_servers"] == cluster["kafka_bootstrap_servers"]
     assert {b["state"] for b in status["brokers"]} == {"unfenced"}
     assert _produce_and_read(cluster["bootstrap_servers"], "kept", create=True) == [b"kept"]
 

@@ -40,7 +40,19 @@ log.cleaner.backoff.ms                     15000       cleaner's sleep when noth
 log.cleaner.dedupe.buffer.size             134217728   the cleaner's offset map bound
 log.cleaner.io.buffer.size                 524288      kept bytes buffered per write
 log.cleaner.threads                        1           only 1 (refused otherwise)
+socket.request.max.bytes                   104857600   largest Kafka-protocol request
+connections.max.idle.ms                    600000      idle Kafka connections close
+max.connections                            2147483647  open Kafka connections at most
+auto.create.topics.enable                  true        Metadata creates unknown topics
 ========================================== =========== ==================================
+
+Listeners: the first entry of ``listeners`` (and ``advertised.listeners``) is raftka's
+HTTP API, as before, whatever its name (``HTTP://host:port`` reads best). A
+``PLAINTEXT://host:port`` entry after it is the Kafka binary-protocol listener
+(``raftka.broker.kafka``); its advertised address is the ``PLAINTEXT`` entry of
+``advertised.listeners``, else its own. Other security protocols (SSL, SASL_PLAINTEXT,
+SASL_SSL) are refused by name: they are issue #17. A single-entry ``listeners`` has
+no Kafka listener (the configs written before it existed keep their meaning).
 
 ``log.cleaner.threads`` accepts only 1 (raftka runs one cleaner thread per broker, the
 whole dedupe buffer is its own); any other value is refused by name rather than
@@ -65,7 +77,7 @@ from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
-from raftka.server_common.process_config import ConfigError
+from raftka.server_common.process_config import ConfigError, parse_host_port
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
     IO_BUFFER_BYTES_DEFAULT,
@@ -75,7 +87,15 @@ from raftka.storage.cleaner import (
 from raftka.storage.log_config import LogConfig
 from raftka.storage.log_validator import ValidationConfig, compression_for
 
-__all__ = ["BROKER_KEYS", "LOG_KEY_PREFIX", "BrokerConfig", "broker_config", "load_broker_config"]
+__all__ = [
+    "BROKER_KEYS",
+    "LOG_KEY_PREFIX",
+    "BrokerConfig",
+    "KafkaListenerConfig",
+    "broker_config",
+    "kafka_listener_config",
+    "load_broker_config",
+]
 
 # Broker-wide log defaults are Kafka's ``log.``-prefixed topic keys.
 LOG_KEY_PREFIX: Final = "log."
@@ -134,13 +154,94 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "log.cleaner.dedupe.buffer.size": (DEDUPE_BUFFER_BYTES_DEFAULT, MAP_ENTRY_OVERHEAD_BYTES),
     "log.cleaner.io.buffer.size": (IO_BUFFER_BYTES_DEFAULT, HEADER_SIZE),
     "log.cleaner.threads": (1, 1),
+    # The Kafka listener (raftka.broker.kafka).
+    "socket.request.max.bytes": (104_857_600, 1),
+    "connections.max.idle.ms": (600_000, 1),
+    "max.connections": (2**31 - 1, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
     set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
+    | {"auto.create.topics.enable"}
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaListenerConfig:
+    """The Kafka binary-protocol listener (``PLAINTEXT://`` in ``listeners``)."""
+
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int
+    socket_request_max_bytes: int = 104_857_600
+    connections_max_idle_ms: int = 600_000
+    max_connections: int = 2**31 - 1
+
+
+#: Kafka's security protocols; only PLAINTEXT has a listener yet (SSL/SASL: issue #17).
+_SECURITY_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+_KAFKA_PROTOCOL: Final = "PLAINTEXT"
+
+
+def _listener_entries(text: str, key: str) -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` as (NAME, host, port); names unique (Kafka's rule)."""
+    out: list[tuple[str, str, int]] = []
+    for raw in (e.strip() for e in text.split(",")):
+        if not raw:
+            continue
+        name, sep, address = raw.partition("://")
+        if not sep:
+            name, address = "", raw
+        host, port = parse_host_port(address, key)
+        if name and any(name.upper() == n for n, _, _ in out):
+            raise ConfigError(f"{key}: listener name {name!r} appears twice")
+        out.append((name.upper(), host, port))
+    return out
+
+
+def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | None:
+    """The Kafka listener of ``listeners`` (every entry after the first, HTTP, one);
+    ConfigError naming the key for a security protocol raftka cannot serve yet."""
+    entries = _listener_entries(props.get("listeners", ""), "listeners")[1:]
+    if not entries:
+        return None
+    for name, _, _ in entries:
+        if name in _SECURITY_PROTOCOLS and name != _KAFKA_PROTOCOL:
+            raise ConfigError(
+                f"listeners: security protocol {name} is not supported yet "
+                "(only PLAINTEXT; SSL and SASL are issue #17)"
+            )
+        if name != _KAFKA_PROTOCOL:
+            raise ConfigError(
+                f"listeners: listener {name or '(unnamed)'!r} after the first (the HTTP API) "
+                "must be PLAINTEXT://host:port (listener.security.protocol.map is not supported)"
+            )
+    _, host, port = entries[0]
+    advertised = _listener_entries(props.get("advertised.listeners", ""), "advertised.listeners")
+    adv_host, adv_port = host, port
+    for name, a_host, a_port in advertised[1:]:
+        if name != _KAFKA_PROTOCOL:
+            raise ConfigError(
+                f"advertised.listeners: {name or '(unnamed)'!r} is not a listener of listeners"
+            )
+        adv_host, adv_port = a_host, a_port
+    if adv_host in ("0.0.0.0", "::", ""):
+        raise ConfigError(
+            "advertised.listeners: the PLAINTEXT listener binds to a wildcard address; "
+            "advertise a host clients can reach"
+        )
+    return KafkaListenerConfig(
+        host=host,
+        port=port,
+        advertised_host=adv_host,
+        advertised_port=adv_port,
+        socket_request_max_bytes=_int(props, "socket.request.max.bytes"),
+        connections_max_idle_ms=_int(props, "connections.max.idle.ms"),
+        max_connections=_int(props, "max.connections"),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +289,9 @@ class BrokerConfig:
     log_cleaner_dedupe_buffer_size: int = DEDUPE_BUFFER_BYTES_DEFAULT
     log_cleaner_io_buffer_size: int = IO_BUFFER_BYTES_DEFAULT
     log_level: str = "INFO"
+    # The Kafka binary-protocol listener: None when ``listeners`` names none.
+    kafka_listener: KafkaListenerConfig | None = None
+    auto_create_topics_enable: bool = True
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
 
@@ -351,6 +455,8 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         log_cleaner_dedupe_buffer_size=_int(props, "log.cleaner.dedupe.buffer.size"),
         log_cleaner_io_buffer_size=_int(props, "log.cleaner.io.buffer.size"),
         log_level=node.log_level,
+        kafka_listener=kafka_listener_config(props),
+        auto_create_topics_enable=_bool(props, "auto.create.topics.enable", True),
         log_defaults=log_defaults,
     )
 

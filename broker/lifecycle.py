@@ -89,9 +89,12 @@ class ControllerChannel:
         """The controller that last answered as the active one (None if unknown)."""
         return self._active
 
-    async def _post_once(self, address: str, path: str, body: bytes) -> tuple[int, Any]:
+    async def _post_once(
+        self, address: str, path: str, body: bytes, method: str = "POST"
+    ) -> tuple[int, Any]:
         timeout = aiohttp.ClientTimeout(total=self._attempt_timeout_ms / 1000)
-        async with self._session.post(
+        async with self._session.request(
+            method,
             f"http://{address}{path}",
             data=body,
             headers={"Content-Type": "application/json"},
@@ -107,10 +110,12 @@ class ControllerChannel:
         *,
         timeout_ms: int,
         retry_names: frozenset[str] = _RETRY_NAMES,
+        method: str = "POST",
     ) -> dict[str, Any]:
         """The answer of the active controller, or the KafkaError it sent (one not in
         ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed. ``body``
-        is a message of ``raftka.common.messages.controller`` (or its plain form)."""
+        is a message of ``raftka.common.messages.controller`` (or its plain form);
+        ``method`` is the route's (``DELETE /v1/topics``)."""
         data = encode(body)
         deadline_ms = monotonic_ms() + timeout_ms
         backoff_ms = RETRY_BACKOFF_MIN_MS
@@ -120,7 +125,7 @@ class ControllerChannel:
             redirects = 0
             while True:
                 try:
-                    status, answer = await self._post_once(address, path, data)
+                    status, answer = await self._post_once(address, path, data, method)
                 except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
                     last = f"{address}: {type(e).__name__}: {e}"
                     self._active = None
@@ -167,6 +172,7 @@ class BrokerLifecycle:
         metadata_offset: Callable[[], int],
         heartbeat_interval_ms: int,
         request_timeout_ms: int,
+        extra_endpoints: tuple[tuple[str, str, int], ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
@@ -175,6 +181,9 @@ class BrokerLifecycle:
         self.in_controlled_shutdown = False
         self._channel = channel
         self._endpoint = endpoint
+        # Registered after the HTTP endpoint, which stays first (peers fall back to
+        # endpoints[0] for it): the Kafka listener's (raftka.broker.kafka).
+        self._extra_endpoints = extra_endpoints
         self._rack = rack
         self._metadata_offset = metadata_offset
         self._interval_ms = heartbeat_interval_ms
@@ -190,7 +199,10 @@ class BrokerLifecycle:
             broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
             rack=self._rack,
-            endpoints=[EndpointData(name=name, host=host, port=port)],
+            endpoints=[
+                EndpointData(name=name, host=host, port=port),
+                *(EndpointData(name=n, host=h, port=p) for n, h, p in self._extra_endpoints),
+            ],
         )
         while True:
             try:

@@ -32,6 +32,8 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.kafka import KafkaListener
+from raftka.broker.kafka.apis import KAFKA_ENDPOINT
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.metadata_follower import MetadataFollower
@@ -99,6 +101,8 @@ class BrokerServer:
         self.follower: MetadataFollower | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self._runner: web.AppRunner | None = None
+        # Kafka's binary protocol (broker/kafka/), when `listeners` names a PLAINTEXT one.
+        self.kafka: KafkaListener | None = None
         # (supervise) every background task runs under it: restart or fail the process
         self.supervisor = Supervisor()
         self._stopping = False
@@ -158,6 +162,15 @@ class BrokerServer:
             channel=self.channel,
             endpoint=(LISTENER_NAME, config.advertised_host, config.advertised_port),
             rack=config.rack,
+            extra_endpoints=()
+            if config.kafka_listener is None
+            else (
+                (
+                    KAFKA_ENDPOINT,
+                    config.kafka_listener.advertised_host,
+                    config.kafka_listener.advertised_port,
+                ),
+            ),
             metadata_offset=lambda: self.manager.image.offset,
             heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
             request_timeout_ms=config.request_timeout_ms,
@@ -191,6 +204,9 @@ class BrokerServer:
                 }
             },
         )
+        if config.kafka_listener is not None:
+            self.kafka = KafkaListener(self, config.kafka_listener)
+            await self.kafka.start()
         await self.lifecycle.register()
         # (supervise) begin: the background tasks, each restarted or fatal (see
         # server_common/supervision.py and docs/operations.md, "Supervision")
@@ -268,6 +284,9 @@ class BrokerServer:
             await self.lifecycle.controlled_shutdown(
                 timeout_ms=self.config.controlled_shutdown_timeout_ms
             )
+        if self.kafka is not None:
+            # Kafka clients go first: nothing new arrives while the rest shuts down.
+            await self.kafka.close()
         self.coordinator.close()
         if self.cleaner is not None:
             # Before the logs close: a running pass ends and gives its log back first.

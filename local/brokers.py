@@ -61,21 +61,38 @@ class LocalBrokers(NodeGroup):
         first_id: int = BROKER_ID_BASE,
         ports: Sequence[int] | None = None,
         extra_properties: Mapping[str, str] | None = None,
+        kafka_ports: Sequence[int] | None = None,
+        kafka_listener: bool = False,
     ) -> None:
+        """``kafka_listener`` (or ``kafka_ports``, one per broker) gives every broker a
+        Kafka binary-protocol listener beside its HTTP API (free ports if not given)."""
         assert count >= 1
         assert ports is None or len(ports) == count
         self.cluster = cluster
         base = Path(data_dir) if data_dir is not None else cluster.data_dir
+        if kafka_ports is None and kafka_listener:
+            # One call, so that no port is picked twice.
+            picked = free_ports(count if ports is not None else 2 * count, host)
+            kafka_ports = picked[-count:]
+            ports = ports if ports is not None else picked[:count]
         ports = list(ports) if ports is not None else free_ports(count, host)
+        assert kafka_ports is None or len(kafka_ports) == count
+        #: broker id -> its Kafka listener's host:port (empty without one)
+        self.kafka_addresses: dict[int, str] = {}
         self.brokers: dict[int, NodeProcess] = {}
         for offset, port in enumerate(ports):
             broker_id = first_id + offset
             node_dir = base / f"broker-{broker_id}"
+            listeners = f"PLAINTEXT://{host}:{port}"
+            if kafka_ports is not None:
+                # The first listener is the HTTP API; PLAINTEXT after it speaks Kafka.
+                listeners = f"HTTP://{host}:{port},PLAINTEXT://{host}:{kafka_ports[offset]}"
+                self.kafka_addresses[broker_id] = f"{host}:{kafka_ports[offset]}"
             props = {
                 "node.id": str(broker_id),
                 "process.roles": "broker",
                 "controller.quorum.voters": cluster.voters,
-                "listeners": f"PLAINTEXT://{host}:{port}",
+                "listeners": listeners,
                 "log.dirs": str(node_dir / "logs"),
                 **LOCAL_BROKER_PROPERTIES,
                 **(extra_properties or {}),
@@ -97,6 +114,11 @@ class LocalBrokers(NodeGroup):
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for b in self.brokers.values())
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The Kafka listeners, for Kafka's own clients ("" without them)."""
+        return ",".join(self.kafka_addresses.values())
 
     def start(self, timeout_s: float = START_DEADLINE_S) -> None:
         """Start every broker and wait until each is registered and unfenced."""

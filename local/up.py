@@ -4,7 +4,8 @@
 processes on 127.0.0.1 through :class:`~raftka.local.processes.LocalCluster` and
 :class:`~raftka.local.brokers.LocalBrokers`, with every file under one data directory
 (default ``./raftka-data``). It records the layout in ``<data>/cluster.json`` (each
-node's id, role, host, port, pid and data dir; the bootstrap strings) for tools and
+node's id, role, host, port, pid and data dir, each broker's Kafka listener port; the
+bootstrap strings, the Kafka ones too) for tools and
 tests, waits until a controller is active and every broker is registered and
 unfenced, prints the bootstrap servers and a status screen, then stays in the
 foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
@@ -135,10 +136,16 @@ class NodeEntry:
     # The exit code of a node that exited without being asked (``raftka up`` records
     # it; None while running or after a requested stop).
     exit_code: int | None = None
+    # A broker's Kafka binary-protocol listener (None: it has none).
+    kafka_port: int | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else f"{self.host}:{self.kafka_port}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,6 +172,11 @@ class ClusterFile:
     def bootstrap_controllers(self) -> str:
         return ",".join(n.address for n in self.controllers)
 
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The brokers' Kafka listeners, for Kafka's own clients and tools."""
+        return ",".join(a for n in self.brokers if (a := n.kafka_address) is not None)
+
     def pids(self) -> list[int]:
         """Every pid recorded (the ``up`` process's first)."""
         pids = [] if self.up_pid is None else [self.up_pid]
@@ -177,6 +189,7 @@ class ClusterFile:
             "up_pid": self.up_pid,
             "bootstrap_servers": self.bootstrap_servers,
             "bootstrap_controllers": self.bootstrap_controllers,
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "nodes": [
                 {
                     "id": n.id,
@@ -186,6 +199,7 @@ class ClusterFile:
                     "pid": n.pid,
                     "data_dir": n.data_dir,
                     "exit_code": n.exit_code,
+                    "kafka_port": n.kafka_port,
                 }
                 for n in self.nodes
             ],
@@ -246,7 +260,16 @@ def _node_entry(item: object, i: int) -> NodeEntry:
         data_dir=data_dir,
         pid=_opt_int(item, "pid", f"{where}.pid"),
         exit_code=_exit_code(item, where),
+        kafka_port=_kafka_port(item, where),
     )
+
+
+def _kafka_port(item: Mapping[str, Any], where: str) -> int | None:
+    # Absent in files written before brokers had a Kafka listener.
+    value = item.get("kafka_port")
+    if value is not None and (type(value) is not int or not 0 < value <= 65535):
+        raise ClusterFileError(f"{where}.kafka_port: expected a port in 1..65535, got {value!r}")
+    return value
 
 
 def _exit_code(item: Mapping[str, Any], where: str) -> int | None:
@@ -313,6 +336,11 @@ def plan_cluster(
                 f"--engine {engine} cannot read its metadata log"
             )
         ordered = existing.controllers + existing.brokers
+        # Kafka listeners follow every HTTP port; a file from before they existed
+        # gets them after its highest port.
+        kafka_first = (
+            max(n.port for n in ordered) + 1 if base_port is None else base_port + len(ordered)
+        )
         nodes = tuple(
             NodeEntry(
                 id=n.id,
@@ -320,6 +348,11 @@ def plan_cluster(
                 host=n.host,
                 port=n.port if base_port is None else base_port + i,
                 data_dir=n.data_dir,
+                kafka_port=None
+                if n.role != "broker"
+                else n.kafka_port
+                if base_port is None and n.kafka_port is not None
+                else kafka_first + i - len(existing.controllers),
             )
             for i, n in enumerate(ordered)
         )
@@ -349,6 +382,7 @@ def plan_cluster(
                 host=HOST,
                 port=first + n_controllers + i,
                 data_dir=str(data_dir / f"broker-{node_id}"),
+                kafka_port=first + n_controllers + n_brokers + i,
             )
         )
     nodes = tuple(entries)
@@ -360,7 +394,9 @@ def _check_ports(nodes: Sequence[NodeEntry]) -> None:
     for n in nodes:
         if not 0 < n.port <= 65535:
             raise ValueError(f"port {n.port} of {n.role} {n.id} is outside 1..65535")
-    ports = [n.port for n in nodes]
+    ports = [n.port for n in nodes] + [n.kafka_port for n in nodes if n.kafka_port is not None]
+    if any(not 0 < p <= 65535 for p in ports):
+        raise ValueError("a Kafka listener port would be outside 1..65535")
     if len(set(ports)) != len(ports):
         raise ValueError("two nodes would share a port")
 
@@ -382,6 +418,8 @@ class NodeStatus:
     quorum_role: str | None = None
     # Set with state "exited": the code the node's process exited with.
     exit_code: int | None = None
+    # A broker's Kafka listener (host:port), when it has one.
+    kafka_address: str | None = None
 
     @property
     def shown_state(self) -> str:
@@ -397,6 +435,8 @@ class NodeStatus:
         }
         if self.exit_code is not None:
             out["exit_code"] = self.exit_code
+        if self.kafka_address is not None:
+            out["kafka_address"] = self.kafka_address
         if self.role == "controller":
             out["quorum_role"] = self.quorum_role
         return out
@@ -435,6 +475,10 @@ class ClusterStatus:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return ",".join(a for b in self.brokers if (a := b.kafka_address) is not None)
 
     @property
     def ready(self) -> bool:
@@ -498,6 +542,7 @@ class ClusterStatus:
             "active_controller": self.active_controller,
             "leader_epoch": self.leader_epoch,
             "bootstrap_servers": self.bootstrap_servers,
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "controllers": [c.to_json() for c in self.controllers],
             "brokers": [b.to_json() for b in self.brokers],
             "partitions": [p.to_json() for p in self.partitions],
@@ -596,6 +641,7 @@ def build_status(
                 state=state,
                 quorum_role=quorum_role,
                 exit_code=n.exit_code if exited else None,
+                kafka_address=n.kafka_address,
             )
         )
     newest: tuple[int, int, Mapping[str, Any]] | None = None
@@ -627,6 +673,8 @@ def render_status(status: ClusterStatus) -> str:
     else:
         lines.append("cluster: NOT healthy: " + "; ".join(status.problems()))
     lines.append(f"bootstrap servers: {status.bootstrap_servers or '(no brokers)'}")
+    if status.kafka_bootstrap_servers:
+        lines.append(f"kafka bootstrap servers: {status.kafka_bootstrap_servers}")
     leader = "none" if status.active_controller is None else str(status.active_controller)
     epoch = "unknown" if status.leader_epoch is None else str(status.leader_epoch)
     lines.append(f"quorum: active controller {leader}, epoch {epoch}")
@@ -848,12 +896,8 @@ def _with_pids(
     exits: Mapping[int, int] | None = None,
 ) -> ClusterFile:
     nodes = tuple(
-        NodeEntry(
-            id=n.id,
-            role=n.role,
-            host=n.host,
-            port=n.port,
-            data_dir=n.data_dir,
+        replace(
+            n,
             pid=(
                 processes[n.id].popen.pid  # type: ignore[union-attr]
                 if n.id in processes and processes[n.id].running
@@ -1003,6 +1047,7 @@ def _run(
         cluster,
         count=len(plan.brokers),
         ports=[n.port for n in plan.brokers],
+        kafka_ports=[n.kafka_port for n in plan.brokers if n.kafka_port is not None] or None,
         extra_properties=UP_LOCAL_PROPERTIES,
     )
     assert sorted(cluster.controllers) == [n.id for n in plan.controllers]
@@ -1044,7 +1089,8 @@ def _run(
 
         status = wait_for(ready, timeout_s=READY_DEADLINE_S, message=not_ready)
         click.echo(f"\nbootstrap servers: {status.bootstrap_servers}")
-        click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}\n")
+        click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}")
+        click.echo(f"kafka bootstrap servers: {plan.kafka_bootstrap_servers}\n")
         click.echo(render_status(_with_file_pids(status, plan, processes)))
         click.echo(f"\nrunning; cluster.json in {data_dir}. Ctrl-C (or SIGTERM) stops every node.")
         # Nodes that exited unasked: their exit codes (cluster.json, so that

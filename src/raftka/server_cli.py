@@ -47,17 +47,19 @@ METADATA_DIR_NAME: Final = "__cluster_metadata"
 def split_listeners(
     listeners: str, controller_names: str = "CONTROLLER"
 ) -> tuple[str | None, str | None]:
-    """(controller listener, broker listener) of a ``NAME://host:port,...`` list."""
+    """(controller listener, broker listeners) of a ``NAME://host:port,...`` list: the
+    broker keeps every other entry in order (its HTTP API first, then a Kafka listener,
+    see raftka.broker.config)."""
     names = {n.strip().upper() for n in controller_names.split(",") if n.strip()}
     controller: str | None = None
-    broker: str | None = None
+    broker: list[str] = []
     for entry in (e.strip() for e in listeners.split(",") if e.strip()):
         name = entry.split("://", 1)[0].upper() if "://" in entry else ""
         if name in names:
             controller = controller or entry
         else:
-            broker = broker or entry
-    return controller, broker
+            broker.append(entry)
+    return controller, ",".join(broker) or None
 
 
 def combined_configs(

@@ -47,7 +47,8 @@ from raftka.local import wait_for
 pytestmark = pytest.mark.slow
 
 HOST = "127.0.0.1"
-PORTS = range(9093, 9099)  # raftka up's defaults: controllers 9093-9095, brokers 9096-9098
+# raftka up's defaults: controllers 9093-9095, brokers 9096-9098, Kafka listeners 9099-9101
+PORTS = range(9093, 9102)
 BOOTSTRAP = "127.0.0.1:9096,127.0.0.1:9097,127.0.0.1:9098"
 UP_DEADLINE_S = 90.0
 COMMAND_TIMEOUT_S = 90.0
@@ -107,7 +108,7 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsEnv]:
     if taken:
         pytest.skip(
             f"ports {taken} on {HOST} are in use: the docs name raftka up's default ports "
-            "(9093-9098), so the test runs raftka up on exactly those"
+            "(9093-9101), so the test runs raftka up on exactly those"
         )
     raftka = BIN / "raftka"
     assert raftka.exists(), f"{raftka} missing: install raftka into {sys.prefix}"

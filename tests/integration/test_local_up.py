@@ -111,14 +111,18 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
     gone -> up again: same ports, the record is still there."""
     data = tmp_path / "data"
     log = tmp_path / "up.log"
-    base = free_port_run(6)
+    base = free_port_run(9)  # 3 controllers, 3 brokers, then the brokers' Kafka listeners
     up = _raftka("up", "--data-dir", str(data), "--base-port", str(base), log=log)
     procs.append(up)
     status = _wait_healthy(data, up, log)
     cluster = orjson.loads((data / "cluster.json").read_bytes())
     assert cluster["up_pid"] == up.pid
     assert [n["port"] for n in cluster["nodes"]] == list(range(base, base + 6))
+    assert [n["kafka_port"] for n in cluster["nodes"]] == [None] * 3 + list(
+        range(base + 6, base + 9)
+    )
     assert status["bootstrap_servers"] == cluster["bootstrap_servers"]
+    assert status["kafka_bootstrap_servers"] == cluster["kafka_bootstrap_servers"]
     assert {b["state"] for b in status["brokers"]} == {"unfenced"}
     assert _produce_and_read(cluster["bootstrap_servers"], "kept", create=True) == [b"kept"]
 

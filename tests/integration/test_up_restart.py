@@ -60,7 +60,7 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, P
     """Runs ``raftka up`` with the test's extra arguments (``request.param``) until it is
     healthy; stopped with SIGTERM afterwards."""
     data, log = tmp_path / "data", tmp_path / "up.log"
-    base = free_port_run(2)
+    base = free_port_run(3)  # a controller, a broker and its Kafka listener
     args = ["up", "--controllers", "1", "--brokers", "1", "--base-port", str(base)]
     with log.open("ab") as out:
         proc = subprocess.Popen(

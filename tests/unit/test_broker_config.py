@@ -78,3 +78,33 @@ def test_controller_only_process_is_rejected(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="broker"):
         load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\n"))
+
+
+def test_kafka_listener_keys(tmp_path: Path) -> None:
+    """A PLAINTEXT listener after the HTTP one is the Kafka listener, with Kafka's
+    limits; one listener alone means none; auto.create.topics.enable is read."""
+    assert load_broker_config(_write(tmp_path, BASE + "log.dirs=/tmp/x\n")).kafka_listener is None
+    text = BASE.replace(
+        "listeners=PLAINTEXT://127.0.0.1:9092",
+        "listeners=HTTP://127.0.0.1:8081,PLAINTEXT://127.0.0.1:9092",
+    )
+    config = load_broker_config(
+        _write(
+            tmp_path,
+            text
+            + "log.dirs=/tmp/x\nmax.connections=10\nconnections.max.idle.ms=1000\n"
+            + "auto.create.topics.enable=false\n",
+        )
+    )
+    assert config.address == "127.0.0.1:8081"  # the HTTP API stays first
+    kafka = config.kafka_listener
+    assert kafka is not None and (kafka.host, kafka.port) == ("127.0.0.1", 9092)
+    assert (kafka.max_connections, kafka.connections_max_idle_ms) == (10, 1000)
+    assert kafka.socket_request_max_bytes == 104_857_600
+    assert config.auto_create_topics_enable is False
+    with pytest.raises(ConfigError, match="security protocol SSL"):
+        load_broker_config(
+            _write(tmp_path, text.replace("PLAINTEXT://", "SSL://") + "log.dirs=/tmp/x\n")
+        )
+    with pytest.raises(ConfigError, match=r"max\.connections"):
+        load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\nmax.connections=0\n"))

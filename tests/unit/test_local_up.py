@@ -103,6 +103,10 @@ def test_plan_new_and_resumed(tmp_path: Path) -> None:
         plan, data_dir=tmp_path, controllers=1, brokers=2, base_port=31000, engine="native"
     )
     assert [n.port for n in moved.nodes] == [31000, 31001, 31002]
+    # Each broker's Kafka listener comes after every HTTP port, and moves with them.
+    assert [n.kafka_port for n in plan.nodes] == [None, 30003, 30004]
+    assert [n.kafka_port for n in moved.nodes] == [None, 31003, 31004]
+    assert plan.kafka_bootstrap_servers == "127.0.0.1:30003,127.0.0.1:30004"
     with pytest.raises(ValueError, match="--controllers 3 differs"):
         plan_cluster(
             plan, data_dir=tmp_path, controllers=3, brokers=None, base_port=None, engine=None
@@ -281,6 +285,13 @@ def test_combined_configs_split_the_listeners(tmp_path: Path) -> None:
     assert broker.replica_lag_time_max_ms == 5000
     assert controller.metadata_log_dir == tmp_path / "__cluster_metadata"
     assert split_listeners("CONTROLLER://a:1") == ("CONTROLLER://a:1", None)
+    # A combined process keeps the broker's Kafka listener too.
+    _, with_kafka = combined_configs(
+        {**props, "listeners": "HTTP://127.0.0.1:8081,CONTROLLER://127.0.0.1:9093,"
+         "PLAINTEXT://127.0.0.1:9092"}
+    )  # fmt: skip
+    assert with_kafka is not None and with_kafka.listen_port == 8081
+    assert with_kafka.kafka_listener is not None and with_kafka.kafka_listener.port == 9092
     with pytest.raises(ConfigError, match="must name a controller listener"):
         combined_configs({**props, "listeners": "PLAINTEXT://127.0.0.1:9092"})
     with pytest.raises(ConfigError, match="needs listeners for both roles"):

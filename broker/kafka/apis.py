@@ -1,0 +1,1010 @@
+"""The Kafka APIs this broker answers, and their thin handlers (docs/kafka-protocol.md).
+
+(Over 700 lines: one short handler per API, each mapping kio's fields to a service's
+message and back; splitting them would only scatter the one table they share.)
+
+:data:`SUPPORTED` is the table ApiVersions advertises: exactly the APIs and versions a
+handler here serves. Each handler takes the request as ``kio`` decoded it (any version
+in its range: the fields of one API keep their names across versions, and a field a
+version lacks reads as its default), calls the service the HTTP API calls for the same
+thing (the ReplicaManager, the group coordinator, the producer-id manager, the
+controller channel) and builds the answer with :func:`_build`, which keeps the fields
+the answer's version has. No semantics live here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from raftka.broker.coordinator.service import RequestContext
+from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
+from raftka.broker.replication.manager import FetchPartition
+from raftka.common.errors import KafkaError, RequestTimedOutError
+from raftka.common.messages import Message, decode_value
+from raftka.common.messages import coordinator as group_api
+from raftka.common.messages.broker import ErrorObject
+from raftka.metadata.metadata_records import NO_LEADER
+
+if TYPE_CHECKING:
+    from raftka.broker.server import BrokerServer
+
+__all__ = ["KAFKA_ENDPOINT", "PRODUCE_KEY", "SUPPORTED", "KafkaApis"]
+
+log = logging.getLogger(__name__)
+
+#: The name the Kafka listener's endpoint is registered under (the HTTP API's is first).
+KAFKA_ENDPOINT: Final = "KAFKA"
+PRODUCE_KEY: Final = 0
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+
+#: api key -> (min version, max version) served. Ranges are what kafka-python 2.x/3.x
+#: and librdkafka 2.x use, capped below the versions that need what raftka lacks
+#: (topic ids in Produce/Fetch, batched FindCoordinator/OffsetFetch).
+SUPPORTED: Final[dict[int, tuple[int, int]]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch
+    10: (0, 3),  # FindCoordinator
+    11: (0, 7),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
+    18: (0, 3),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 5),  # DeleteTopics
+    22: (0, 4),  # InitProducerId
+}
+
+_NO_TIME: Final = datetime.timedelta(0)
+
+
+def _code(error: KafkaError | ErrorObject | None) -> ErrorCode:
+    if error is None:
+        return ErrorCode.none
+    code = error.code if isinstance(error, KafkaError) else error.error_code
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
+
+def _message(error: KafkaError | ErrorObject | None) -> str | None:
+    return None if error is None else error.message
+
+
+def _build(cls: type[Any], **fields: Any) -> Any:
+    """``cls`` built from the ``fields`` it has (a version lacks some)."""
+    names = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def _nested(response_cls: type[Any], name: str) -> type[Any]:
+    """A nested entity class of the same schema module as ``response_cls``."""
+    cls: type[Any] = getattr(sys.modules[response_cls.__module__], name)
+    return cls
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _uuid(text: str | None) -> uuid.UUID:
+    try:
+        return uuid.UUID(text) if text else uuid.UUID(int=0)
+    except ValueError:
+        return uuid.UUID(int=0)
+
+
+def _by_topic(items: Iterable[tuple[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """Per-partition answers grouped by topic, topics in first-seen order."""
+    grouped: dict[str, list[Any]] = {}
+    for topic, item in items:
+        grouped.setdefault(topic, []).append(item)
+    return list(grouped.items())
+
+
+Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
+
+
+class Call:
+    """What a handler knows of its request besides the body."""
+
+    __slots__ = ("client_host", "client_id")
+
+    def __init__(self, client_id: str | None, client_host: str) -> None:
+        self.client_id = client_id
+        self.client_host = client_host
+
+
+class KafkaApis:
+    """Decode, dispatch, encode; one per listener."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+        self._handlers: dict[int, Handler] = {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: self.find_coordinator,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+            18: self.api_versions,
+            19: self.create_topics,
+            20: self.delete_topics,
+            22: self.init_producer_id,
+        }
+        assert set(self._handlers) == set(SUPPORTED)
+
+    def prepare(
+        self, frame: bytes, key: int, version: int, host: str
+    ) -> Coroutine[Any, Any, bytes | None]:
+        """The answer to one request frame, to be awaited (None: no answer, acks=0);
+        FrameError (close the connection) for an unknown API or a version not served,
+        except ApiVersions, which answers UNSUPPORTED_VERSION with our ranges."""
+        served = SUPPORTED.get(key)
+        if served is None:
+            raise FrameError(f"unknown or unsupported api key {key}")
+        low, high = served
+        if not low <= version <= high:
+            if key == API_VERSIONS_KEY:
+                return self._unsupported_api_versions(frame)
+            raise FrameError(f"api key {key} version {version} is not supported ({low}-{high})")
+        request_cls = load_request_schema(key, version)
+        header = parse_header(frame, flexible=request_cls.__flexible__)
+        try:
+            request, _ = entity_reader(request_cls)(frame, header.body_offset)
+        except Exception as e:  # kio's decoding errors have no common base
+            raise FrameError(f"api key {key} v{version}: bad body: {type(e).__name__}") from None
+        call = Call(header.client_id, host)
+        return self._answer(key, version, header.correlation_id, request, call)
+
+    async def _answer(
+        self, key: int, version: int, correlation_id: int, request: Any, call: Call
+    ) -> bytes | None:
+        response = await self._handlers[key](request, version, call)
+        if response is None:
+            return None
+        response_cls = type(response)
+        out = io.BytesIO()
+        entity_writer(response_cls)(out, response)
+        # ApiVersions answers with response header v0 whatever its version (KIP-511).
+        flexible = bool(response_cls.__flexible__) and key != API_VERSIONS_KEY
+        return encode_response(correlation_id, out.getvalue(), flexible_header=flexible)
+
+    async def _unsupported_api_versions(self, frame: bytes) -> bytes:
+        # The client's version is newer than ours: answer in v0, which every client
+        # reads, with UNSUPPORTED_VERSION and our ranges, so that it downgrades.
+        correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
+        response_cls = load_response_schema(API_VERSIONS_KEY, 0)
+        response = _build(
+            response_cls,
+            error_code=ErrorCode.unsupported_version,
+            api_keys=self._api_keys(response_cls),
+        )
+        out = io.BytesIO()
+        entity_writer(response_cls)(out, response)
+        return encode_response(correlation_id, out.getvalue(), flexible_header=False)
+
+    # ------------------------------------------------------------------ ApiVersions
+
+    @staticmethod
+    def _api_keys(response_cls: type[Any]) -> tuple[Any, ...]:
+        version_cls = _nested(response_cls, "ApiVersion")
+        return tuple(
+            version_cls(api_key=k, min_version=low, max_version=high)
+            for k, (low, high) in sorted(SUPPORTED.items())
+        )
+
+    async def api_versions(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(API_VERSIONS_KEY, version)
+        return _build(
+            cls, error_code=ErrorCode.none, api_keys=self._api_keys(cls), throttle_time=_NO_TIME
+        )
+
+    # ------------------------------------------------------------------ Metadata
+
+    def _kafka_address(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self._server.manager.image.cluster.broker(broker_id)
+        endpoint = None if broker is None else broker.endpoint(KAFKA_ENDPOINT)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    async def metadata(self, request: Any, version: int, call: Call) -> Any:
+        server = self._server
+        cls = load_response_schema(3, version)
+        broker_cls = _nested(cls, "MetadataResponseBroker")
+        topic_cls = _nested(cls, "MetadataResponseTopic")
+        partition_cls = _nested(cls, "MetadataResponsePartition")
+        wanted: list[str] | None = None
+        if request.topics is not None and (version > 0 or request.topics):
+            wanted = [t.name for t in request.topics if t.name is not None]
+        image = server.manager.image
+        missing = [n for n in (wanted or []) if n not in image.topics.by_name]
+        auto_create = server.config.auto_create_topics_enable and getattr(
+            request, "allow_auto_topic_creation", True
+        )
+        created = await self._auto_create(missing) if missing and auto_create else set()
+        brokers = []
+        for b in image.cluster.live_brokers():
+            endpoint = b.endpoint(KAFKA_ENDPOINT)
+            if endpoint is not None:  # a broker without a Kafka listener is unreachable
+                brokers.append(
+                    _build(
+                        broker_cls,
+                        node_id=b.broker_id,
+                        host=endpoint.host,
+                        port=endpoint.port,
+                        rack=b.rack,
+                    )
+                )
+        topics = []
+        names = sorted(image.topics.by_name) if wanted is None else wanted
+        for name in names:
+            topic = image.topics.by_name.get(name)
+            if topic is None:
+                error = (
+                    ErrorCode.leader_not_available
+                    if name in created
+                    else (ErrorCode.unknown_topic_or_partition)
+                )
+                topics.append(
+                    _build(
+                        topic_cls,
+                        error_code=error,
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        is_internal=False,
+                        partitions=(),
+                    )
+                )
+                continue
+            partitions = tuple(
+                _build(
+                    partition_cls,
+                    error_code=ErrorCode.none
+                    if reg.leader != NO_LEADER
+                    else ErrorCode.leader_not_available,
+                    partition_index=index,
+                    leader_id=reg.leader,
+                    leader_epoch=reg.leader_epoch,
+                    replica_nodes=tuple(reg.replicas),
+                    isr_nodes=tuple(reg.isr),
+                    offline_replicas=(),
+                )
+                for index, reg in sorted(topic.partitions.items())
+            )
+            topics.append(
+                _build(
+                    topic_cls,
+                    error_code=ErrorCode.none,
+                    name=name,
+                    topic_id=_uuid(topic.topic_id),
+                    is_internal=name == OFFSETS_TOPIC,
+                    partitions=partitions,
+                )
+            )
+        # Admin requests may go to any broker: this one forwards them to the active
+        # controller (Kafka's KRaft brokers name a live broker as the controller too).
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            brokers=tuple(brokers),
+            cluster_id=None,
+            controller_id=server.config.node_id,
+            topics=tuple(topics),
+        )
+
+    async def _auto_create(self, names: Sequence[str]) -> set[str]:
+        """auto.create.topics.enable: ask the controller for ``names`` with its default
+        partitions and replication; the names it accepted (or already had)."""
+        channel = self._server.channel
+        if channel is None:
+            return set()
+        body = {"topics": [{"name": n} for n in names]}
+        try:
+            answer = await channel.post(
+                "/v1/topics", body, timeout_ms=self._server.config.request_timeout_ms
+            )
+        except KafkaError as e:
+            log.warning("topic auto-creation failed", extra={"fields": {"error": str(e)}})
+            return set()
+        accepted = set()
+        for item in answer.get("topics", []):
+            error = item.get("error")
+            if not error or error.get("error") == "TOPIC_ALREADY_EXISTS":
+                accepted.add(item.get("name"))
+        return accepted
+
+    # ------------------------------------------------------------------ Produce
+
+    async def produce(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(0, version)
+        if request.transactional_id is not None:
+            error = ErrorCode.transactional_id_authorization_failed
+            results = [
+                (t.name, p.index, error, None) for t in request.topic_data for p in t.partition_data
+            ]
+            return self._produce_response(cls, [(t, i, e, None) for t, i, e, _ in results])
+        entries = [
+            (t.name, int(p.index), bytes(p.records or b""))
+            for t in request.topic_data
+            for p in t.partition_data
+        ]
+        produced = await self._server.manager.produce(
+            acks=int(request.acks), timeout_ms=_ms(request.timeout), entries=entries
+        )
+        if request.acks == 0:
+            return None
+        return self._produce_response(
+            cls, [(r.topic, r.partition, _code(r.error), r) for r in produced]
+        )
+
+    @staticmethod
+    def _produce_response(
+        response_cls: type[Any], results: list[tuple[str, int, ErrorCode, Any]]
+    ) -> Any:
+        partition_cls = _nested(response_cls, "PartitionProduceResponse")
+        topic_cls = _nested(response_cls, "TopicProduceResponse")
+
+        def partition(index: int, code: ErrorCode, r: Any) -> Any:
+            append_ms = -1 if r is None else r.log_append_time_ms
+            return _build(
+                partition_cls,
+                index=index,
+                error_code=code,
+                base_offset=-1 if r is None else r.base_offset,
+                log_append_time=None
+                if append_ms is None or append_ms < 0
+                else datetime.datetime.fromtimestamp(append_ms / 1000, datetime.UTC),
+                log_start_offset=-1 if r is None else r.log_start_offset,
+                record_errors=(),
+                error_message=None if r is None else _message(r.error),
+            )
+
+        topics = _by_topic((t, partition(i, c, r)) for t, i, c, r in results)
+        return _build(
+            response_cls,
+            responses=tuple(
+                _build(topic_cls, name=t, partition_responses=tuple(ps)) for t, ps in topics
+            ),
+            throttle_time=_NO_TIME,
+        )
+
+    # ------------------------------------------------------------------ Fetch
+
+    async def fetch(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(1, version)
+        session_id = getattr(request, "session_id", 0)
+        session_epoch = getattr(request, "session_epoch", -1)
+        if session_id != 0 or session_epoch > 0:
+            # No fetch sessions (KIP-227): we never hand out a session id, so an
+            # incremental fetch names one we do not know.
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.fetch_session_id_not_found,
+                session_id=0,
+                responses=(),
+            )
+        partitions = [
+            FetchPartition(
+                topic=t.topic,
+                partition=int(p.partition),
+                fetch_offset=int(p.fetch_offset),
+                partition_max_bytes=int(p.partition_max_bytes),
+                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                log_start_offset=getattr(p, "log_start_offset", -1),
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        results = await self._server.manager.fetch(
+            # Every Kafka-protocol fetch is a consumer's: followers fetch over HTTP.
+            replica_id=-1,
+            broker_epoch=-1,
+            max_wait_ms=_ms(request.max_wait),
+            min_bytes=int(request.min_bytes),
+            max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
+            partitions=partitions,
+        )
+        partition_cls = _nested(cls, "PartitionData")
+        topic_cls = _nested(cls, "FetchableTopicResponse")
+        # read_committed wants a (here always empty) aborted list; read_uncommitted null.
+        aborted = () if getattr(request, "isolation_level", 0) == 1 else None
+        items = (
+            (
+                r.topic,
+                _build(
+                    partition_cls,
+                    partition_index=r.partition,
+                    error_code=_code(r.error),
+                    high_watermark=r.high_watermark,
+                    # No transactions yet: the last stable offset is the high watermark.
+                    last_stable_offset=r.high_watermark,
+                    log_start_offset=r.log_start_offset,
+                    aborted_transactions=aborted,
+                    preferred_read_replica=-1,
+                    records=r.records,
+                ),
+            )
+            for r in results
+        )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(
+                _build(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
+            ),
+        )
+
+    # ------------------------------------------------------------------ ListOffsets
+
+    async def list_offsets(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(2, version)
+        results = self._server.manager.list_offsets(
+            [
+                (t.name, int(p.partition_index), int(p.timestamp))
+                for t in request.topics
+                for p in t.partitions
+            ]
+        )
+        partition_cls = _nested(cls, "ListOffsetsPartitionResponse")
+        topic_cls = _nested(cls, "ListOffsetsTopicResponse")
+        items = (
+            (
+                r.topic,
+                _build(
+                    partition_cls,
+                    partition_index=r.partition,
+                    error_code=_code(r.error),
+                    timestamp=r.timestamp,
+                    offset=r.offset,
+                    leader_epoch=r.leader_epoch,
+                ),
+            )
+            for r in results
+        )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            topics=tuple(
+                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
+            ),
+        )
+
+    # ------------------------------------------------------------------ InitProducerId
+
+    async def init_producer_id(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(22, version)
+        if request.transactional_id is not None:
+            # Transactions do not exist yet: a transactional producer gets a fatal error.
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        ids = self._server.producer_ids
+        if ids is None:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.broker_not_available,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        timeout_ms = self._server.config.request_timeout_ms
+        try:
+            producer_id = await ids.next_producer_id(timeout_ms=timeout_ms)
+        except TimeoutError:
+            error = RequestTimedOutError("no producer id block from the controller")
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=_code(error),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            producer_id=producer_id,
+            producer_epoch=0,
+        )
+
+    # ------------------------------------------------------------------ CreateTopics
+
+    async def create_topics(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(19, version)
+        result_cls = _nested(cls, "CreatableTopicResult")
+        channel = self._server.channel
+        topics = []
+        for t in request.topics:
+            topic: dict[str, Any] = {
+                "name": t.name,
+                "num_partitions": int(t.num_partitions),
+                "replication_factor": int(t.replication_factor),
+            }
+            if t.assignments:
+                topic["assignments"] = {
+                    str(a.partition_index): list(a.broker_ids) for a in t.assignments
+                }
+            if t.configs:
+                topic["configs"] = {c.name: c.value for c in t.configs if c.value is not None}
+            topics.append(topic)
+        body = {"topics": topics, "validate_only": bool(getattr(request, "validate_only", False))}
+        answers: dict[str, Any] = {}
+        failure: KafkaError | None = None
+        if channel is None:
+            failure = RequestTimedOutError("the broker is starting")
+        else:
+            try:
+                answer = await channel.post("/v1/topics", body, timeout_ms=_ms(request.timeout))
+                answers = {item["name"]: item for item in answer.get("topics", [])}
+            except KafkaError as e:
+                failure = e
+        results = []
+        for t in request.topics:
+            item = answers.get(t.name)
+            error_code, message = _controller_result(item, failure)
+            results.append(
+                _build(
+                    result_cls,
+                    name=t.name,
+                    topic_id=_uuid(None if item is None else item.get("topic_id")),
+                    error_code=error_code,
+                    error_message=message,
+                    num_partitions=-1 if item is None else item.get("num_partitions", -1),
+                    replication_factor=-1 if item is None else item.get("replication_factor", -1),
+                    configs=(),
+                )
+            )
+        return _build(cls, throttle_time=_NO_TIME, topics=tuple(results))
+
+    async def delete_topics(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(20, version)
+        result_cls = _nested(cls, "DeletableTopicResult")
+        names = list(request.topic_names)
+        answers: dict[str, Any] = {}
+        failure: KafkaError | None = None
+        channel = self._server.channel
+        if channel is None:
+            failure = RequestTimedOutError("the broker is starting")
+        else:
+            try:
+                answer = await channel.post(
+                    "/v1/topics",
+                    {"names": names},
+                    timeout_ms=_ms(request.timeout),
+                    method="DELETE",
+                )
+                answers = {item.get("name"): item for item in answer.get("topics", [])}
+            except KafkaError as e:
+                failure = e
+        results = []
+        for name in names:
+            code, message = _controller_result(answers.get(name), failure)
+            results.append(_build(result_cls, name=name, error_code=code, error_message=message))
+        return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
+
+    # ------------------------------------------------------------------ groups
+
+    def _context(self, call: Call) -> RequestContext:
+        return RequestContext(client_host=f"/{call.client_host}")
+
+    async def _group_call(self, method: str, message: Message, call: Call) -> Any:
+        service = self._server.coordinator
+        return await getattr(service, method)(message, self._context(call))
+
+    async def find_coordinator(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(10, version)
+        try:
+            message = decode_value(
+                {"key": request.key, "key_type": int(getattr(request, "key_type", 0))},
+                group_api.FindCoordinatorRequest,
+            )
+            found = await self._group_call("find_coordinator", message, call)
+        except KafkaError as e:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=_code(e),
+                error_message=e.message,
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        address = None if found.error is not None else self._kafka_address(found.node_id)
+        if found.error is None and address is None:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.coordinator_not_available,
+                error_message="the coordinator has no Kafka listener",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        host, port = address if address is not None else ("", -1)
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(found.error),
+            error_message=_message(found.error),
+            node_id=found.node_id if address else -1,
+            host=host,
+            port=port,
+        )
+
+    async def join_group(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(11, version)
+        rebalance = getattr(request, "rebalance_timeout", None)
+        fields: dict[str, Any] = {
+            "group_id": request.group_id,
+            "member_id": request.member_id,
+            "group_instance_id": getattr(request, "group_instance_id", None),
+            "session_timeout_ms": _ms(request.session_timeout),
+            "rebalance_timeout_ms": None if rebalance is None else _ms(rebalance),
+            "protocol_type": request.protocol_type,
+            "protocols": [
+                {"name": p.name, "metadata": bytes(p.metadata)} for p in request.protocols
+            ],
+            "client_id": call.client_id or "",
+        }
+        member_cls = _nested(cls, "JoinGroupResponseMember")
+        try:
+            # decode_value checks the bounds the HTTP API checks (group id, sizes).
+            message = _decode_group(fields, group_api.JoinGroupRequest)
+            r = await self._group_call("join_group", message, call)
+        except KafkaError as e:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=_code(e),
+                generation_id=-1,
+                protocol_type=None,
+                protocol_name="" if version < 7 else None,
+                leader="",
+                member_id="",
+                members=(),
+            )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(r.error),
+            generation_id=r.generation_id,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name if r.protocol_name is not None or version >= 7 else "",
+            leader=r.leader,
+            member_id=r.member_id,
+            members=tuple(
+                _build(
+                    member_cls,
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    metadata=m.metadata,
+                )
+                for m in r.members
+            ),
+        )
+
+    async def sync_group(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(14, version)
+        fields = {
+            "group_id": request.group_id,
+            "generation_id": int(request.generation_id),
+            "member_id": request.member_id,
+            "group_instance_id": getattr(request, "group_instance_id", None),
+            "protocol_type": getattr(request, "protocol_type", None),
+            "protocol_name": getattr(request, "protocol_name", None),
+            "assignments": [
+                {"member_id": a.member_id, "assignment": bytes(a.assignment)}
+                for a in request.assignments
+            ],
+        }
+        try:
+            r = await self._group_call(
+                "sync_group", _decode_group(fields, group_api.SyncGroupRequest), call
+            )
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), assignment=b"")
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(r.error),
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name,
+            assignment=r.assignment,
+        )
+
+    async def heartbeat(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(12, version)
+        fields = {
+            "group_id": request.group_id,
+            "generation_id": int(request.generation_id),
+            "member_id": request.member_id,
+            "group_instance_id": getattr(request, "group_instance_id", None),
+        }
+        try:
+            r = await self._group_call(
+                "heartbeat", _decode_group(fields, group_api.HeartbeatRequest), call
+            )
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e))
+        return _build(cls, throttle_time=_NO_TIME, error_code=_code(r.error))
+
+    async def leave_group(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(13, version)
+        if version < 3:
+            members = [{"member_id": request.member_id}]
+        else:
+            members = [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id}
+                for m in request.members
+            ]
+        member_cls = _nested(cls, "MemberResponse") if version >= 3 else None
+        try:
+            r = await self._group_call(
+                "leave_group",
+                _decode_group(
+                    {"group_id": request.group_id, "members": members}, group_api.LeaveGroupRequest
+                ),
+                call,
+            )
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), members=())
+        top = r.error
+        if version < 3 and top is None and r.members:
+            top = r.members[0].error  # one member: its error is the request's
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(top),
+            members=()
+            if member_cls is None
+            else tuple(
+                _build(
+                    member_cls,
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    error_code=_code(m.error),
+                )
+                for m in r.members
+            ),
+        )
+
+    async def offset_commit(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(8, version)
+        partition_cls = _nested(cls, "OffsetCommitResponsePartition")
+        topic_cls = _nested(cls, "OffsetCommitResponseTopic")
+        retention = getattr(request, "retention_time", None)
+        retention_ms = None if retention is None else _ms(retention)
+        fields = {
+            "group_id": request.group_id,
+            "generation_id": int(getattr(request, "generation_id_or_member_epoch", -1)),
+            "member_id": request.member_id,
+            "group_instance_id": getattr(request, "group_instance_id", None),
+            "retention_time_ms": None if retention_ms is None or retention_ms < 0 else retention_ms,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition": int(p.partition_index),
+                            "offset": int(p.committed_offset),
+                            "leader_epoch": _epoch(getattr(p, "committed_leader_epoch", -1)),
+                            "metadata": p.committed_metadata or "",
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+        try:
+            r = await self._group_call(
+                "offset_commit", _decode_group(fields, group_api.OffsetCommitRequest), call
+            )
+            answers = {
+                (t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions
+            }
+        except KafkaError as e:
+            answers = {}
+            failed = _code(e)
+        else:
+            failed = ErrorCode.unknown_server_error
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            topics=tuple(
+                _build(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        _build(
+                            partition_cls,
+                            partition_index=p.partition_index,
+                            error_code=answers.get((t.name, int(p.partition_index)), failed),
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.topics
+            ),
+        )
+
+    async def offset_fetch(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(9, version)
+        partition_cls = _nested(cls, "OffsetFetchResponsePartition")
+        topic_cls = _nested(cls, "OffsetFetchResponseTopic")
+        topics = None
+        if request.topics is not None:
+            topics = [
+                {"name": t.name, "partitions": [{"partition": int(i)} for i in t.partition_indexes]}
+                for t in request.topics
+            ]
+        try:
+            r = await self._group_call(
+                "offset_fetch",
+                _decode_group(
+                    {"group_id": request.group_id, "topics": topics}, group_api.OffsetFetchRequest
+                ),
+                call,
+            )
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, topics=(), error_code=_code(e))
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(r.error),
+            topics=tuple(
+                _build(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        _build(
+                            partition_cls,
+                            partition_index=p.partition,
+                            committed_offset=p.offset,
+                            committed_leader_epoch=-1 if p.leader_epoch is None else p.leader_epoch,
+                            metadata=p.metadata,
+                            error_code=_code(p.error),
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in r.topics
+            ),
+        )
+
+    async def list_groups(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(16, version)
+        group_cls = _nested(cls, "ListedGroup")
+        states = getattr(request, "states_filter", ())
+        try:
+            r = await self._group_call(
+                "list_groups",
+                _decode_group(
+                    {"states_filter": list(states) if states else None}, group_api.ListGroupsRequest
+                ),
+                call,
+            )
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), groups=())
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=_code(r.error),
+            groups=tuple(
+                _build(
+                    group_cls,
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type,
+                    group_state=g.state,
+                )
+                for g in r.groups
+            ),
+        )
+
+    async def describe_groups(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(15, version)
+        group_cls = _nested(cls, "DescribedGroup")
+        member_cls = _nested(cls, "DescribedGroupMember")
+        try:
+            r = await self._group_call(
+                "describe_groups",
+                _decode_group({"groups": list(request.groups)}, group_api.DescribeGroupsRequest),
+                call,
+            )
+            described = r.groups
+        except KafkaError as e:
+            described = tuple(
+                group_api.DescribedGroup(
+                    group_id=g, error=ErrorObject(error=e.name, error_code=e.code)
+                )
+                for g in request.groups
+            )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            groups=tuple(
+                _build(
+                    group_cls,
+                    error_code=_code(g.error),
+                    group_id=g.group_id,
+                    group_state=g.state,
+                    protocol_type=g.protocol_type,
+                    protocol_data=g.protocol,
+                    members=tuple(
+                        _build(
+                            member_cls,
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.member_metadata,
+                            member_assignment=m.member_assignment,
+                        )
+                        for m in g.members
+                    ),
+                    authorized_operations=-2147483648,
+                )
+                for g in described
+            ),
+        )
+
+
+def _controller_result(
+    item: dict[str, Any] | None, failure: KafkaError | None
+) -> tuple[ErrorCode, str | None]:
+    """One topic's outcome in the controller's answer (its error object, if any), or
+    the request's failure when there is no answer for it."""
+    if item is not None and item.get("error"):
+        refused = item["error"]
+        code, message = refused.get("error_code", -1), refused.get("message")
+    elif failure is not None or item is None:
+        code = -1 if failure is None else failure.code
+        message = "the controller did not answer for it" if failure is None else failure.message
+    else:
+        return ErrorCode.none, None
+    try:
+        return ErrorCode(code), message
+    except ValueError:
+        return ErrorCode.unknown_server_error, message
+
+
+def _epoch(value: int) -> int | None:
+    return None if value < 0 else int(value)
+
+
+def _decode_group(fields: dict[str, Any], message_type: type[Any]) -> Any:
+    """A group coordinator message, checked as the HTTP API checks it."""
+    return decode_value(fields, message_type)

@@ -1,0 +1,232 @@
+"""The Kafka listener: an asyncio server speaking Kafka's binary protocol.
+
+Theory of operation: each connection has a reader (this module's
+:meth:`KafkaListener._serve`) and a writer task. The reader takes one frame at a time
+(:mod:`.framing`), starts its handler as a task and queues that task; the writer
+awaits the queued tasks in order and writes each answer, so responses leave strictly in
+request order while later requests are already being handled (pipelining). Produce
+requests of one connection run one after another (each waits for the previous one to
+finish), as Kafka's muted channel runs them, so an idempotent producer's batches reach
+the log in the order it sent them. A connection holds at most
+:data:`IN_FLIGHT_MAX` requests; the reader stops reading until the writer catches up.
+
+Limits, with Kafka's names: ``socket.request.max.bytes`` (a larger declared size
+closes the connection, as Kafka does), ``connections.max.idle.ms`` (no request and
+none in flight for that long closes it), ``max.connections`` (a connection beyond it is
+closed at once; Kafka's acceptor waits instead, see docs/kafka-protocol.md).
+A frame that does not parse, an unknown API key or an unsupported version of an API
+other than ApiVersions closes the connection (Kafka's behaviour); nothing else of the
+broker is affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+from raftka.broker.config import KafkaListenerConfig
+from raftka.broker.kafka import apis
+from raftka.broker.kafka.framing import SIZE, FrameError, frame_size, parse_fixed
+
+if TYPE_CHECKING:
+    from raftka.broker.server import BrokerServer
+
+__all__ = ["IN_FLIGHT_MAX", "KafkaListener"]
+
+log = logging.getLogger(__name__)
+
+#: Requests one connection may have in flight (read, answer not yet written).
+IN_FLIGHT_MAX: Final = 64
+#: How long close() waits for the connections to wind down after their sockets close.
+CLOSE_WAIT_S: Final = 5.0
+
+
+class KafkaListener:
+    """One broker's Kafka listener; :meth:`start` binds, :meth:`close` stops."""
+
+    def __init__(self, server: BrokerServer, config: KafkaListenerConfig) -> None:
+        self._config = config
+        self._apis = apis.KafkaApis(server)
+        self._server: asyncio.Server | None = None
+        #: open connections: their serving task and writer
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.connections_refused = 0
+
+    @property
+    def port(self) -> int:
+        """The bound port (the configured one, or the kernel's pick for port 0)."""
+        assert self._server is not None and self._server.sockets
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._accept, self._config.host, self._config.port, reuse_address=True
+        )
+        log.info(
+            "kafka listener",
+            extra={"fields": {"listen": f"{self._config.host}:{self._config.port}"}},
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        # Closing the sockets ends each connection's loop (never cancel the tasks
+        # asyncio's start_server made: Python 3.11 logs their cancellation as an error).
+        tasks = list(self._connections)
+        for writer in self._connections.values():
+            writer.transport.abort()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self._config.max_connections:
+            self.connections_refused += 1
+            log.warning(
+                "kafka connection refused: max.connections",
+                extra={"fields": {"max_connections": self._config.max_connections}},
+            )
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) else "unknown"
+        try:
+            await self._serve(reader, writer, host)
+        except FrameError as e:
+            log.info("kafka connection closed", extra={"fields": {"peer": host, "reason": str(e)}})
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
+    ) -> None:
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(IN_FLIGHT_MAX)
+        write_task = asyncio.create_task(_write_in_order(answers, writer, slots))
+        last_produce: asyncio.Task[bytes | None] | None = None
+        idle_s = self._config.connections_max_idle_ms / 1000
+        ended = False
+        try:
+            while True:
+                prefix = await self._next_prefix(reader, slots, idle_s, write_task)
+                if prefix is None:
+                    ended = True
+                    return
+                size = frame_size(prefix, self._config.socket_request_max_bytes)
+                frame = await reader.readexactly(size)
+                key, version, _ = parse_fixed(frame)
+                # A slot first: no coroutine is made that a close could leave unawaited.
+                await slots.acquire()
+                call = self._apis.prepare(frame, key, version, host)
+                if key == apis.PRODUCE_KEY:
+                    # Produce requests of one connection append in the order sent.
+                    call = _after(last_produce, call)
+                task = asyncio.create_task(call)
+                if key == apis.PRODUCE_KEY:
+                    last_produce = task
+                answers.put_nowait(task)
+        finally:
+            answers.put_nowait(None)
+            if ended and not write_task.done():
+                # The client stopped sending: what it sent before still gets answered.
+                await write_task
+            elif write_task.done():
+                write_task.result()
+            else:
+                # The connection broke: stop writing (pending handlers are cancelled).
+                write_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await write_task
+
+    async def _next_prefix(
+        self,
+        reader: asyncio.StreamReader,
+        slots: asyncio.Semaphore,
+        idle_s: float,
+        write_task: asyncio.Task[None],
+    ) -> bytes | None:
+        """The next size prefix; None at end of stream or when the connection was idle
+        (nothing received and nothing in flight) for connections.max.idle.ms."""
+        while True:
+            read = asyncio.ensure_future(reader.readexactly(SIZE.size))
+            done, _ = await asyncio.wait(
+                {read, write_task}, timeout=idle_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if write_task in done:
+                await _cancelled(read)
+                write_task.result()  # a write failed: raise it
+                return None
+            if read in done:
+                try:
+                    return read.result()
+                except asyncio.IncompleteReadError as e:
+                    if e.partial:
+                        raise FrameError("connection closed inside a size prefix") from None
+                    return None
+            await _cancelled(read)
+            in_flight = IN_FLIGHT_MAX - _free(slots)
+            if in_flight == 0:
+                raise FrameError(f"idle for connections.max.idle.ms ({int(idle_s * 1000)} ms)")
+
+
+async def _cancelled(read: asyncio.Future[bytes]) -> None:
+    """Cancel a pending read and collect its outcome (whatever it was)."""
+    read.cancel()
+    with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
+        await read
+
+
+def _free(slots: asyncio.Semaphore) -> int:
+    # asyncio.Semaphore has no public count; its _value is stable CPython API.
+    return slots._value
+
+
+async def _after(
+    previous: asyncio.Task[bytes | None] | None, call: Coroutine[Any, Any, bytes | None]
+) -> bytes | None:
+    if previous is not None and not previous.done():
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.shield(previous)
+    return await call
+
+
+async def _write_in_order(
+    answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+    writer: asyncio.StreamWriter,
+    slots: asyncio.Semaphore,
+) -> None:
+    """Write each queued request's answer in request order (None: none, acks=0)."""
+    try:
+        while True:
+            task = await answers.get()
+            if task is None:
+                return
+            try:
+                frame = await task
+            finally:
+                slots.release()
+            if frame is not None:
+                writer.write(frame)
+                await writer.drain()
+    finally:
+        # Handlers still running belong to a closed connection.
+        while not answers.empty():
+            pending = answers.get_nowait()
+            if pending is not None:
+                pending.cancel()

@@ -1,0 +1,222 @@
+"""The Kafka listener's framing and limits, in process (no broker behind it).
+
+ApiVersions needs nothing of the broker, so a :class:`KafkaListener` over a stand-in
+server answers it; every other API is exercised against real brokers in
+tests/integration/test_kafka_protocol.py. Checked here: header/response framing
+round-trips through kio; pipelined requests are answered in order; an unsupported
+ApiVersions version gets UNSUPPORTED_VERSION with our ranges; ``socket.request.max.bytes``,
+``connections.max.idle.ms`` and ``max.connections`` close what they should and only that;
+the ``listeners`` keys are parsed and other security protocols refused by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import time
+from typing import Any, cast
+
+import pytest
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
+from kio.schema.api_versions.v3.response import ApiVersionsResponse as ApiVersionsV3
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from raftka.broker.config import KafkaListenerConfig, kafka_listener_config
+from raftka.broker.kafka import KafkaListener
+from raftka.broker.kafka.apis import SUPPORTED
+from raftka.broker.kafka.framing import FrameError, encode_response, frame_size, parse_header
+from raftka.server_common.process_config import ConfigError
+
+DEADLINE_S = 5.0
+
+
+def api_versions_frame(correlation_id: int, version: int = 3) -> bytes:
+    """An ApiVersions request as librdkafka sends it (v3: header v2, flexible body)."""
+    header = struct.pack(">hhi", 18, version, correlation_id) + struct.pack(">h", 4) + b"test"
+    if version >= 3:
+        header += b"\x00"  # header tagged fields
+        body = b"\x05raft" + b"\x021" + b"\x00"  # compact strings name, version; tags
+    else:
+        body = b""
+    frame = header + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), DEADLINE_S))
+    return await asyncio.wait_for(reader.readexactly(size), DEADLINE_S)
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    """True once the peer has closed the connection (EOF within the deadline)."""
+    try:
+        return await asyncio.wait_for(reader.read(1), DEADLINE_S) == b""
+    except ConnectionError:
+        return True
+
+
+def listener(**limits: int) -> KafkaListener:
+    config = KafkaListenerConfig(
+        host="127.0.0.1", port=0, advertised_host="127.0.0.1", advertised_port=9092, **limits
+    )
+    # ApiVersions touches nothing of the broker: a bare object stands in for it.
+    return KafkaListener(cast(Any, object()), config)
+
+
+def test_frame_size_bounds() -> None:
+    assert frame_size(struct.pack(">i", 100), 1000) == 100
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
+        frame_size(struct.pack(">i", 1001), 1000)
+    with pytest.raises(FrameError, match="smaller than a request header"):
+        frame_size(struct.pack(">i", -1), 1000)
+
+
+def test_header_v2_and_response_round_trip() -> None:
+    frame = api_versions_frame(7)[4:]
+    header = parse_header(frame, flexible=True)
+    assert (header.api_key, header.api_version, header.correlation_id) == (18, 3, 7)
+    assert header.client_id == "test"
+    assert frame[header.body_offset :] == b"\x05raft\x021\x00"
+    with pytest.raises(FrameError):
+        parse_header(frame[:9], flexible=True)
+    out = encode_response(7, b"body", flexible_header=True)
+    assert out == struct.pack(">i", 9) + struct.pack(">i", 7) + b"\x00" + b"body"
+
+
+def test_pipelined_requests_are_answered_in_order() -> None:
+    asyncio.run(_test_pipelined_requests_are_answered_in_order())
+
+
+async def _test_pipelined_requests_are_answered_in_order() -> None:
+    kafka = listener()
+    await kafka.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", kafka.port)
+        writer.write(b"".join(api_versions_frame(i) for i in range(20)))
+        # Half-closed right away: what was sent before is still answered.
+        writer.write_eof()
+        await writer.drain()
+        for i in range(20):
+            frame = await read_frame(reader)
+            assert struct.unpack_from(">i", frame)[0] == i
+            # Response header v0 for ApiVersions, whatever its version.
+            answer, _ = entity_reader(ApiVersionsV3)(frame, 4)
+            assert answer.error_code == ErrorCode.none
+            served = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
+            assert served == SUPPORTED
+        assert await closed(reader), "the broker closes once every answer is written"
+        writer.close()
+    finally:
+        await kafka.close()
+
+
+def test_unsupported_api_versions_version_gets_the_ranges() -> None:
+    asyncio.run(_test_unsupported_api_versions_version_gets_the_ranges())
+
+
+async def _test_unsupported_api_versions_version_gets_the_ranges() -> None:
+    kafka = listener()
+    await kafka.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", kafka.port)
+        writer.write(api_versions_frame(5, version=99))
+        frame = await read_frame(reader)
+        assert struct.unpack_from(">i", frame)[0] == 5
+        answer, _ = entity_reader(ApiVersionsV0)(frame, 4)
+        assert answer.error_code == ErrorCode.unsupported_version
+        assert {a.api_key for a in answer.api_keys} == set(SUPPORTED)
+        # The connection stays usable: the client downgrades and asks again.
+        writer.write(api_versions_frame(6, version=3))
+        assert struct.unpack_from(">i", await read_frame(reader))[0] == 6
+        writer.close()
+    finally:
+        await kafka.close()
+
+
+def test_limits_close_only_the_offending_connection() -> None:
+    asyncio.run(_test_limits_close_only_the_offending_connection())
+
+
+async def _test_limits_close_only_the_offending_connection() -> None:
+    kafka = listener(socket_request_max_bytes=1000, max_connections=2)
+    await kafka.start()
+    try:
+        good_r, good_w = await asyncio.open_connection("127.0.0.1", kafka.port)
+        bad_r, bad_w = await asyncio.open_connection("127.0.0.1", kafka.port)
+        bad_w.write(struct.pack(">i", 1001))  # above socket.request.max.bytes
+        assert await closed(bad_r), "an oversized request must close its connection"
+        # An unknown API key closes its connection too (Kafka's behaviour).
+        unknown_r, unknown_w = await asyncio.open_connection("127.0.0.1", kafka.port)
+        frame = struct.pack(">hhih", 999, 0, 1, -1)
+        unknown_w.write(struct.pack(">i", len(frame)) + frame)
+        assert await closed(unknown_r)
+        good_w.write(api_versions_frame(1))
+        assert struct.unpack_from(">i", await read_frame(good_r))[0] == 1
+        # max.connections=2: with two open, a third is closed at once.
+        second_r, second_w = await asyncio.open_connection("127.0.0.1", kafka.port)
+        second_w.write(api_versions_frame(2))
+        await read_frame(second_r)
+        third_r, third_w = await asyncio.open_connection("127.0.0.1", kafka.port)
+        assert await closed(third_r), "a connection beyond max.connections must be closed"
+        assert kafka.connections_refused >= 1
+        for w in (good_w, bad_w, unknown_w, second_w, third_w):
+            w.close()
+    finally:
+        await kafka.close()
+
+
+def test_idle_connections_close_after_connections_max_idle_ms() -> None:
+    asyncio.run(_test_idle_connections_close_after_connections_max_idle_ms())
+
+
+async def _test_idle_connections_close_after_connections_max_idle_ms() -> None:
+    kafka = listener(connections_max_idle_ms=200)
+    await kafka.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", kafka.port)
+        writer.write(api_versions_frame(1))
+        await read_frame(reader)
+        started = time.monotonic()
+        assert await closed(reader), "an idle connection must be closed"
+        assert time.monotonic() - started >= 0.15
+        writer.close()
+    finally:
+        await kafka.close()
+
+
+def test_listeners_config() -> None:
+    assert kafka_listener_config({"listeners": "PLAINTEXT://h:9092"}) is None
+    got = kafka_listener_config(
+        {
+            "listeners": "HTTP://0.0.0.0:8081,PLAINTEXT://0.0.0.0:9092",
+            "advertised.listeners": "HTTP://a:8081,PLAINTEXT://a:19092",
+            "socket.request.max.bytes": "5000",
+        }
+    )
+    assert got is not None
+    assert (got.host, got.port, got.advertised_host, got.advertised_port) == (
+        "0.0.0.0",
+        9092,
+        "a",
+        19092,
+    )
+    assert got.socket_request_max_bytes == 5000
+    for protocol in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        with pytest.raises(ConfigError, match=f"security protocol {protocol}"):
+            kafka_listener_config({"listeners": f"HTTP://h:1,{protocol}://h:2"})
+    with pytest.raises(ConfigError, match="appears twice"):
+        kafka_listener_config({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"})
+    with pytest.raises(ConfigError, match="wildcard"):
+        kafka_listener_config({"listeners": "HTTP://h:1,PLAINTEXT://0.0.0.0:2"})
+
+
+def test_kio_writes_what_it_reads() -> None:
+    # The response header v1 this listener writes is what kio reads back.
+    from kio.schema.response_header.v1.header import ResponseHeader
+
+    frame = encode_response(42, b"", flexible_header=True)
+    header, size = entity_reader(ResponseHeader)(frame, 4)  # kio returns the bytes read
+    assert header.correlation_id == 42 and 4 + size == len(frame)
+    assert io.BytesIO(frame).read(4) == struct.pack(">i", 5)

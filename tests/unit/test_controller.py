@@ -37,6 +37,7 @@ from raftka.metadata.controller import (
     ControllerResult,
     CreatablePartitions,
     CreatableTopic,
+    CreateTopicsResponse,
     InvalidUpdateVersionError,
     QuorumController,
     RegisterBrokerRequest,
@@ -180,6 +181,15 @@ class Harness:
         topic_id = response.topics[0].topic_id
         assert topic_id is not None
         return topic_id
+
+    def create_topics(
+        self, *topics: tuple[str, int, int]
+    ) -> tuple[ControllerResult[CreateTopicsResponse], list[KafkaError | None]]:
+        """One CreateTopics request of (name, partitions, replication factor), not run:
+        its result and each topic's error, in request order."""
+        creatable = [CreatableTopic(name, count, rf) for name, count, rf in topics]
+        result = self.ctl.create_topics(self.image, creatable, rng=self.rng)
+        return result, [t.error for t in result.response.topics]
 
     def partition(self, topic_id: str, index: int = 0) -> PartitionRegistration:
         p = self.image.topics.partition(topic_id, index)
@@ -552,17 +562,7 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("a.b")
-    result = h.ctl.create_topics(
-        h.image,
-        [
-            CreatableTopic("a.b", 1, 1),
-            CreatableTopic("a_b", 1, 1),
-            CreatableTopic("c_d", 1, 1),
-            CreatableTopic("c.d", 1, 1),
-        ],
-        rng=h.rng,
-    )
-    errors = [t.error for t in result.response.topics]
+    result, errors = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
     assert_error(errors[0], TopicAlreadyExistsError)
     assert_error(errors[1], InvalidTopicError)
     assert errors[2] is None
@@ -695,17 +695,7 @@ def test_one_bad_topic_does_not_fail_the_others_and_duplicates_fail() -> None:
     listed twice is INVALID_REQUEST for both entries."""
     h = Harness()
     h.add_brokers(1)
-    result = h.ctl.create_topics(
-        h.image,
-        [
-            CreatableTopic("bad", 1, 5),
-            CreatableTopic("good", 2, 1),
-            CreatableTopic("dup", 1, 1),
-            CreatableTopic("dup", 1, 1),
-        ],
-        rng=h.rng,
-    )
-    errors = [t.error for t in result.response.topics]
+    result, errors = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
     assert_error(errors[0], InvalidReplicationFactorError)
     assert errors[1] is None
     assert_error(errors[2], InvalidRequestError)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import click
 
-from raftka.server_common.cli import CommandError, config_file_option
-from raftka.server_common.process_config import ConfigError
+from raftka.server_common.cli import config_file_option, load_config
 
 __all__ = ["broker_command"]
 
@@ -23,10 +22,7 @@ def broker_command(config_path: Path) -> None:
     """Run a broker: partition logs, replication, produce and fetch."""
     from raftka.broker.config import load_broker_config  # noqa: PLC0415
 
-    try:
-        config = load_broker_config(config_path)
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
+    config = load_config(load_broker_config, config_path)
     # Imported here: the config check stays fast and its errors short.
     from raftka.broker.server import run_broker  # noqa: PLC0415
 

@@ -253,24 +253,17 @@ class AsyncAdmin(AdminClientBase):
                 )
         if not topics:
             return
-        answer = await self._controller_call(
-            "POST",
-            "/v1/topics",
-            body=msg.CreateTopicsRequest(topics=topics, validate_only=validate_only),
-            timeout_ms=timeout_ms,
-        )
-        results = decode_value(answer, msg.CreateTopicsResponse).topics
-        _raise_first({t.name: _item_error(t.error) for t in results})
+        request = msg.CreateTopicsRequest(topics=topics, validate_only=validate_only)
+        await self._topics_call("POST", "/v1/topics", request, msg.CreateTopicsResponse, timeout_ms)
 
     async def delete_topics(self, topics: Iterable[str], *, timeout_ms: int | None = None) -> None:
         names = list(topics)
         if not names:
             return
-        answer = await self._controller_call(
-            "DELETE", "/v1/topics", body=msg.DeleteTopicsRequest(names=names), timeout_ms=timeout_ms
+        request = msg.DeleteTopicsRequest(names=names)
+        await self._topics_call(
+            "DELETE", "/v1/topics", request, msg.DeleteTopicsResponse, timeout_ms
         )
-        results = decode_value(answer, msg.DeleteTopicsResponse).topics
-        _raise_first({str(t.name): _item_error(t.error) for t in results})
 
     async def create_partitions(
         self,
@@ -293,14 +286,26 @@ class AsyncAdmin(AdminClientBase):
         ]
         if not topics:
             return
-        answer = await self._controller_call(
-            "POST",
-            "/v1/partitions",
-            body=msg.CreatePartitionsRequest(topics=topics, validate_only=validate_only),
-            timeout_ms=timeout_ms,
+        request = msg.CreatePartitionsRequest(topics=topics, validate_only=validate_only)
+        await self._topics_call(
+            "POST", "/v1/partitions", request, msg.CreatePartitionsResponse, timeout_ms
         )
-        results = decode_value(answer, msg.CreatePartitionsResponse).topics
-        _raise_first({t.name: _item_error(t.error) for t in results})
+
+    async def _topics_call(
+        self,
+        method: str,
+        path: str,
+        body: Message,
+        response_type: type[
+            msg.CreateTopicsResponse | msg.DeleteTopicsResponse | msg.CreatePartitionsResponse
+        ],
+        timeout_ms: int | None,
+    ) -> None:
+        """One per-topic controller call (create, delete, add partitions): the first
+        topic's error is raised, named by its topic."""
+        answer = await self._controller_call(method, path, body=body, timeout_ms=timeout_ms)
+        results = decode_value(answer, response_type).topics
+        _raise_first({str(t.name): _item_error(t.error) for t in results})
 
     async def _broker_metadata(self, *, timeout_ms: int | None) -> Any:
         _, metadata = self._started()

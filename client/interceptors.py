@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from raftka.client.config import ClientConfigError
 from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
@@ -31,6 +31,7 @@ from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, RecordMetad
 __all__ = ["ConsumerInterceptor", "ProducerInterceptor", "ProducerRecord"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 Headers = tuple[tuple[str, bytes | None], ...] | None
 
@@ -83,18 +84,49 @@ def check_interceptors(option: str, value: object, kind: type) -> tuple[Any, ...
     return tuple(value)
 
 
-def on_send(interceptors: Sequence[ProducerInterceptor], record: ProducerRecord) -> ProducerRecord:
+def _chain(
+    interceptors: Sequence[ProducerInterceptor] | Sequence[ConsumerInterceptor],
+    hook: str,
+    value: _T,
+    kind: type,
+) -> _T:
+    """``value`` through each interceptor's ``hook`` in turn, each on the previous one's
+    output. User code: a hook that raises, or returns something not a ``kind``, is logged
+    and skipped (the previous output goes on), so an interceptor cannot break the client."""
     for interceptor in interceptors:
         try:
-            out: object = interceptor.on_send(record)  # user code: checked below
+            out: object = getattr(interceptor, hook)(value)  # user code: checked below
         except Exception:
-            log.exception("ProducerInterceptor.on_send of %r failed", interceptor)
+            log.exception("%s.%s of %r failed", _owner(interceptor), hook, interceptor)
             continue
-        if isinstance(out, ProducerRecord):
-            record = out
+        if isinstance(out, kind):
+            value = cast(_T, out)
         else:
-            log.error("%r.on_send returned %r, not a ProducerRecord: ignored", interceptor, out)
-    return record
+            log.error("%r.%s returned %r, not a %s: ignored", interceptor, hook, out, kind.__name__)
+    return value
+
+
+def _notify(
+    interceptors: Sequence[ProducerInterceptor] | Sequence[ConsumerInterceptor],
+    hook: str,
+    *args: object,
+) -> None:
+    """Call each interceptor's ``hook``; one that raises is logged and the others still run."""
+    for interceptor in interceptors:
+        try:
+            getattr(interceptor, hook)(*args)
+        except Exception:
+            log.exception("%s.%s of %r failed", _owner(interceptor), hook, interceptor)
+
+
+def _owner(interceptor: object) -> str:
+    if isinstance(interceptor, ProducerInterceptor):
+        return "ProducerInterceptor"
+    return "ConsumerInterceptor"
+
+
+def on_send(interceptors: Sequence[ProducerInterceptor], record: ProducerRecord) -> ProducerRecord:
+    return _chain(interceptors, "on_send", record, ProducerRecord)
 
 
 def on_acknowledgement(
@@ -102,39 +134,21 @@ def on_acknowledgement(
     metadata: RecordMetadata | None,
     exception: BaseException | None,
 ) -> None:
-    for interceptor in interceptors:
-        try:
-            interceptor.on_acknowledgement(metadata, exception)
-        except Exception:
-            log.exception("ProducerInterceptor.on_acknowledgement of %r failed", interceptor)
+    _notify(interceptors, "on_acknowledgement", metadata, exception)
 
 
 def on_consume(
     interceptors: Sequence[ConsumerInterceptor],
     records: dict[TopicPartition, list[ConsumerRecord]],
 ) -> dict[TopicPartition, list[ConsumerRecord]]:
-    for interceptor in interceptors:
-        try:
-            out: object = interceptor.on_consume(records)  # user code: checked below
-        except Exception:
-            log.exception("ConsumerInterceptor.on_consume of %r failed", interceptor)
-            continue
-        if isinstance(out, dict):
-            records = out
-        else:
-            log.error("%r.on_consume returned %r, not a dict: ignored", interceptor, out)
-    return records
+    return _chain(interceptors, "on_consume", records, dict)
 
 
 def on_commit(
     interceptors: Sequence[ConsumerInterceptor],
     offsets: Mapping[TopicPartition, OffsetAndMetadata],
 ) -> None:
-    for interceptor in interceptors:
-        try:
-            interceptor.on_commit(offsets)
-        except Exception:
-            log.exception("ConsumerInterceptor.on_commit of %r failed", interceptor)
+    _notify(interceptors, "on_commit", offsets)
 
 
 def close_all(interceptors: Sequence[ProducerInterceptor | ConsumerInterceptor]) -> None:

@@ -15,7 +15,7 @@ body without copying. Content type :data:`FRAME_CONTENT_TYPE`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import orjson
@@ -25,6 +25,7 @@ from raftka.common.errors import InvalidRequestError
 __all__ = [
     "FRAME_CONTENT_TYPE",
     "FRAME_HEADER_BYTES_MAX",
+    "cut_payloads",
     "decode_frame",
     "encode_frame",
     "join_frame",
@@ -57,17 +58,31 @@ def decode_frame(body: bytes, entries_key: str) -> tuple[dict[str, Any], list[me
         raise InvalidRequestError(f"frame header is not JSON: {e}") from None
     if not isinstance(header, dict) or not isinstance(header.get(entries_key), list):
         raise InvalidRequestError(f"frame header needs a list {entries_key!r}")
+    sizes = [
+        e.get("records_bytes", 0) if isinstance(e, dict) else None for e in header[entries_key]
+    ]
+    payloads = cut_payloads(
+        rest, sizes, lambda i, size: f"{entries_key}[{i}].records_bytes {size!r} does not fit"
+    )
+    return header, payloads
+
+
+def cut_payloads(
+    rest: memoryview, sizes: Sequence[object], misfit: Callable[[int, object], str]
+) -> list[memoryview]:
+    """``rest`` cut into one payload per entry of ``sizes``, in order. InvalidRequestError
+    with ``misfit(i, size)`` when entry ``i``'s size is not a length that fits what is
+    left, and when bytes are left after the last payload."""
     pos = 0
     payloads: list[memoryview] = []
-    for i, entry in enumerate(header[entries_key]):
-        size = entry.get("records_bytes", 0) if isinstance(entry, dict) else None
+    for i, size in enumerate(sizes):
         if type(size) is not int or size < 0 or pos + size > len(rest):
-            raise InvalidRequestError(f"{entries_key}[{i}].records_bytes {size!r} does not fit")
+            raise InvalidRequestError(misfit(i, size))
         payloads.append(rest[pos : pos + size])
         pos += size
     if pos != len(rest):
         raise InvalidRequestError(f"{len(rest) - pos} bytes after the last payload")
-    return header, payloads
+    return payloads
 
 
 def join_frame(head: bytes, payloads: Sequence[bytes | memoryview]) -> bytes:

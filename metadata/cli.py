@@ -33,9 +33,8 @@ from raftka.common.messages.controller import (
     FetchMetadataResponse,
     query_params,
 )
-from raftka.server_common.cli import CommandError, config_file_option
+from raftka.server_common.cli import CommandError, config_file_option, load_config
 from raftka.server_common.node_config import load_node_config
-from raftka.server_common.process_config import ConfigError
 
 __all__ = ["controller_command", "metadata_group", "quorum_group"]
 
@@ -93,10 +92,7 @@ def _first_reachable(addresses: str) -> tuple[str, DescribeQuorumResponse]:
 @config_file_option("A .properties or .toml file (Kafka's key names).")
 def controller_command(config_path: Path) -> None:
     """Run a controller: a quorum voter plus the controller API."""
-    try:
-        config = load_node_config(config_path)
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
+    config = load_config(load_node_config, config_path)
     if not config.is_controller:
         raise CommandError(f"{config_path}: process.roles does not include controller")
     # Imported here: the read-only tools must not pay for the server's imports.

@@ -1,5 +1,6 @@
 """What the server commands (``raftka broker|controller|server``) share on the command
-line: the ``--config FILE`` option and the one-line error they exit with."""
+line: the ``--config FILE`` option, reading the file, and the one-line error they exit
+with."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any, TypeVar
 
 import click
 
-__all__ = ["CommandError", "config_file_option"]
+from raftka.server_common.process_config import ConfigError
+
+__all__ = ["CommandError", "config_file_option", "load_config"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class CommandError(click.ClickException):
@@ -30,3 +34,11 @@ def config_file_option(help_text: str) -> Callable[[F], F]:
         type=click.Path(dir_okay=False, path_type=Path),
         help=help_text,
     )
+
+
+def load_config(loader: Callable[[Path], T], config_path: Path) -> T:
+    """``loader(config_path)``; a ConfigError becomes the command's one-line error."""
+    try:
+        return loader(config_path)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None

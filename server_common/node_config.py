@@ -120,6 +120,25 @@ class NodeConfig:
         return None if voter is None else f"{voter[0]}:{voter[1]}"
 
 
+def _endpoint(
+    props: Mapping[str, str],
+    key: str,
+    voter: tuple[str, int] | None,
+    otherwise: tuple[str, int] | None,
+    source: str,
+) -> tuple[str, int]:
+    """The (host, port) of ``key`` (``listeners`` or ``advertised.listeners``): as set,
+    else a controller's voter address, else ``otherwise``; a broker-only process without
+    ``otherwise`` must set it."""
+    if key in props:
+        return _listener(props[key], key)
+    if voter is not None:
+        return voter
+    if otherwise is None:
+        raise ConfigError(f"{source}: {key} is required for a broker-only process")
+    return otherwise
+
+
 def _listener(text: str, key: str) -> tuple[str, int]:
     """The first listener of ``NAME://host:port,...`` (or a bare ``host:port``)."""
     first = text.split(",", maxsplit=1)[0].strip()
@@ -170,23 +189,16 @@ def node_config_from_properties(
             f"{source}: node.id {node_id} is a controller but not in controller.quorum.voters "
             f"({sorted(voters)})"
         )
-    if "listeners" in props:
-        listen_host, listen_port = _listener(props["listeners"], "listeners")
-    elif is_controller:
-        listen_host, listen_port = voters[node_id]
-    else:
-        raise ConfigError(f"{source}: listeners is required for a broker-only process")
+    voter = voters[node_id] if is_controller else None
+    listen_host, listen_port = _endpoint(props, "listeners", voter, None, source)
     if is_controller and listen_port != voters[node_id][1]:
         raise ConfigError(
             f"{source}: listeners port {listen_port} differs from this node's voter port "
             f"{voters[node_id][1]} (a controller serves its API and Raft on one port)"
         )
-    if "advertised.listeners" in props:
-        adv_host, adv_port = _listener(props["advertised.listeners"], "advertised.listeners")
-    elif is_controller:
-        adv_host, adv_port = voters[node_id]
-    else:
-        adv_host, adv_port = listen_host, listen_port
+    adv_host, adv_port = _endpoint(
+        props, "advertised.listeners", voter, (listen_host, listen_port), source
+    )
     log_dir = props.get("metadata.log.dir") or props.get("log.dirs", "").split(",")[0].strip()
     if not log_dir:
         raise ConfigError(f"{source}: metadata.log.dir (or log.dirs) is required")

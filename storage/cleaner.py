@@ -123,7 +123,7 @@ import re
 import struct
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -670,14 +670,7 @@ class LogCleaner:
             map_keys=len(offset_map.offsets),
             segments_before=built.stop,
             segments_after=len(groups),
-            bytes_read=stats.bytes_read,
-            bytes_written=stats.bytes_written,
-            records_read=stats.records_read,
-            records_kept=stats.records_kept,
-            tombstones_removed=stats.tombstones_removed,
-            aborted_records_removed=stats.aborted_records_removed,
-            empty_batches_kept=stats.empty_batches_kept,
-            batches_removed=stats.batches_removed,
+            **asdict(stats),  # the counters, named as in CleanerStats
         )
 
     def _build_offset_map(
@@ -937,6 +930,8 @@ def _rename_suffix(seg: LogSegment, old: str, new: str) -> None:
 
 @dataclass(slots=True)
 class _Counters:
+    """CleanerStats' counters while a pass runs (CleanerStats is frozen; these count)."""
+
     bytes_read: int = 0
     bytes_written: int = 0
     records_read: int = 0

@@ -260,6 +260,17 @@ class ConsumerCoordinator:
             self.coordinator_unknown()
             raise
 
+    async def _call_retrying(
+        self, path: str, message: Message, answer_type: type[M], deadline_ms: int
+    ) -> M:
+        """``_call``, tried again after the backoff on a network failure or timeout
+        (the coordinator is looked up again) until ``deadline_ms``."""
+        while True:
+            try:
+                return await self._call(path, message, answer_type, deadline_ms)
+            except (NetworkError, RequestTimedOutError) as e:
+                await self._backoff(deadline_ms, e)
+
     # ------------------------------------------------------------------ poll
 
     async def poll(self, deadline_ms: int) -> None:
@@ -663,13 +674,9 @@ class ConsumerCoordinator:
             topics=offset_commit_topics(chosen),
         )
         while True:
-            try:
-                answer = await self._call(
-                    "/v1/offset-commit", request, api.OffsetCommitResponse, deadline_ms
-                )
-            except (NetworkError, RequestTimedOutError) as e:
-                await self._backoff(deadline_ms, e)
-                continue
+            answer = await self._call_retrying(
+                "/v1/offset-commit", request, api.OffsetCommitResponse, deadline_ms
+            )
             errors = [
                 error_from_message(p.error)
                 for t in answer.topics
@@ -762,13 +769,9 @@ class ConsumerCoordinator:
             ),
         )
         while True:
-            try:
-                answer = await self._call(
-                    "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
-                )
-            except (NetworkError, RequestTimedOutError) as e:
-                await self._backoff(deadline_ms, e)
-                continue
+            answer = await self._call_retrying(
+                "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
+            )
             error = _error_of(answer.error)
             if error is None:
                 break

@@ -19,7 +19,7 @@ from typing import Annotated, ClassVar, Final, Protocol, TypeVar
 
 import msgspec
 
-from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.common.errors import KafkaError
 from raftka.common.messages import (
     Int32,
     Message,
@@ -30,7 +30,7 @@ from raftka.common.messages import (
     decode,
     encode,
 )
-from raftka.common.wire import join_frame, split_frame
+from raftka.common.wire import cut_payloads, join_frame, split_frame
 
 __all__ = [
     "PARTITIONS_MAX",
@@ -144,17 +144,13 @@ def decode_frame(body: bytes, header_type: type[F]) -> tuple[F, list[memoryview]
     field) when the header breaks its bounds or the lengths do not fit the body."""
     head, rest = split_frame(body)
     header = decode(head, header_type)
-    pos = 0
-    payloads: list[memoryview] = []
-    for i, entry in enumerate(header.frame_entries()):
-        size = entry.records_bytes
-        if pos + size > len(rest):
-            where = f"$.{header.ENTRIES}[{i}].records_bytes"
-            raise InvalidRequestError(f"records_bytes {size} overruns the body - at `{where}`")
-        payloads.append(rest[pos : pos + size])
-        pos += size
-    if pos != len(rest):
-        raise InvalidRequestError(f"{len(rest) - pos} bytes after the last payload")
+    payloads = cut_payloads(
+        rest,
+        [entry.records_bytes for entry in header.frame_entries()],
+        lambda i, size: (
+            f"records_bytes {size} overruns the body - at `$.{header.ENTRIES}[{i}].records_bytes`"
+        ),
+    )
     return header, payloads
 
 

@@ -284,12 +284,9 @@ def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:
             timeout_s=DEADLINE_S,
             message="the produced line never arrived",
         )
-        produce.send_signal(signal.SIGINT)
-        _, stderr = produce.communicate(timeout=DEADLINE_S)
+        _interrupt(produce)
     finally:
         produce.kill()
-    assert produce.returncode == 0, stderr.decode()
-    assert b"Traceback" not in stderr, stderr.decode()
 
     consume = subprocess.Popen(
         [sys.executable, "-m", "raftka", "consume", topic, "--from-beginning", *bootstrap],
@@ -301,10 +298,16 @@ def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:
         ready, _, _ = select.select([consume.stdout], [], [], DEADLINE_S)
         assert ready, "consume printed nothing"
         assert consume.stdout.readline() == b"first\n"
-        consume.send_signal(signal.SIGINT)
-        _, stderr = consume.communicate(timeout=DEADLINE_S)
+        stderr = _interrupt(consume)
     finally:
         consume.kill()
-    assert consume.returncode == 0, stderr.decode()
-    assert b"Traceback" not in stderr, stderr.decode()
     assert b"Processed a total of 1 messages" in stderr, stderr.decode()
+
+
+def _interrupt(process: subprocess.Popen[bytes]) -> bytes:
+    """SIGINT to ``process``; its stderr, once it exited 0 without a traceback."""
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=DEADLINE_S)
+    assert process.returncode == 0, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
+    return stderr

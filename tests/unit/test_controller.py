@@ -37,6 +37,7 @@ from raftka.metadata.controller import (
     ControllerResult,
     CreatablePartitions,
     CreatableTopic,
+    CreateTopicsResponse,
     InvalidUpdateVersionError,
     QuorumController,
     RegisterBrokerRequest,
@@ -180,6 +181,26 @@ class Harness:
         topic_id = response.topics[0].topic_id
         assert topic_id is not None
         return topic_id
+
+    def create_topics(
+        self, *topics: tuple[str, int, int]
+    ) -> tuple[ControllerResult[CreateTopicsResponse], list[KafkaError | None]]:
+        """One CreateTopics request of (name, partitions, replication factor), not run:
+        its result and each topic's error, in request order."""
+        creatable = [CreatableTopic(name, count, rf) for name, count, rf in topics]
+        result = self.ctl.create_topics(self.image, creatable, rng=self.rng)
+        return result, [t.error for t in result.response.topics]
+
+    def fence_the_last_isr_member(self, configs: dict[str, str] | None = None) -> str:
+        """Topic ``t`` (``configs``) on brokers 1 and 2, its ISR shrunk to {1}, then broker
+        1's session expired (2 kept alive): its last ISR member is fenced. The topic id."""
+        self.add_brokers(1, 2)
+        t = self.create("t", assignments={0: [1, 2]}, configs=configs)
+        self.run(self.ctl.alter_partition(self.image, _alter(self, t, 1, (1,))))
+        self.now_ms = TIMEOUT_MS + 1
+        self.keep_alive(2)
+        self.run(self.ctl.expire_sessions(self.image, self.now_ms))
+        return t
 
     def partition(self, topic_id: str, index: int = 0) -> PartitionRegistration:
         p = self.image.topics.partition(topic_id, index)
@@ -348,12 +369,7 @@ def test_fencing_the_last_isr_member_keeps_it_and_leaves_no_leader() -> None:
     """Kafka's rule: the last ISR member stays in the ISR and the partition has no leader
     (an out-of-sync replica is not elected); when the broker comes back it leads again."""
     h = Harness()
-    h.add_brokers(1, 2)
-    t = h.create("t", assignments={0: [1, 2]})
-    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
-    h.now_ms = TIMEOUT_MS + 1
-    h.keep_alive(2)
-    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    t = h.fence_the_last_isr_member()
     p = h.partition(t)
     assert (p.leader, p.isr) == (NO_LEADER, (1,))
     # Broker 1 restarts: registers again and catches up; unfencing re-elects it.
@@ -370,13 +386,8 @@ def test_unclean_election_when_enabled_picks_a_live_replica_and_resets_isr(where
     becomes just that replica."""
     config = ControllerConfig(unclean_leader_election_enable=where == "controller")
     h = Harness(config)
-    h.add_brokers(1, 2)
     configs = {"unclean.leader.election.enable": "true"} if where == "topic" else {}
-    t = h.create("t", assignments={0: [1, 2]}, configs=configs)
-    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
-    h.now_ms = TIMEOUT_MS + 1
-    h.keep_alive(2)
-    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    t = h.fence_the_last_isr_member(configs=configs)
     p = h.partition(t)
     assert (p.leader, p.isr) == (2, (2,))
 
@@ -384,12 +395,7 @@ def test_unclean_election_when_enabled_picks_a_live_replica_and_resets_isr(where
 def test_topic_config_false_overrides_controller_unclean_default() -> None:
     """A topic's unclean.leader.election.enable=false wins over the controller's true."""
     h = Harness(ControllerConfig(unclean_leader_election_enable=True))
-    h.add_brokers(1, 2)
-    t = h.create("t", assignments={0: [1, 2]}, configs={"unclean.leader.election.enable": "false"})
-    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
-    h.now_ms = TIMEOUT_MS + 1
-    h.keep_alive(2)
-    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    t = h.fence_the_last_isr_member(configs={"unclean.leader.election.enable": "false"})
     assert h.partition(t).leader == NO_LEADER
 
 
@@ -398,12 +404,7 @@ def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> 
     replica as leader in the very command that sets unclean.leader.election.enable to
     true (Kafka re-evaluates on the config change); setting it false elects nothing."""
     h = Harness()
-    h.add_brokers(1, 2)
-    t = h.create("t", assignments={0: [1, 2]})
-    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
-    h.now_ms = TIMEOUT_MS + 1
-    h.keep_alive(2)
-    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    t = h.fence_the_last_isr_member()
     assert h.partition(t).leader == NO_LEADER
     off = [AlterConfigOp("unclean.leader.election.enable", "SET", "false")]
     h.run(h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", off)]))
@@ -552,17 +553,7 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("a.b")
-    result = h.ctl.create_topics(
-        h.image,
-        [
-            CreatableTopic("a.b", 1, 1),
-            CreatableTopic("a_b", 1, 1),
-            CreatableTopic("c_d", 1, 1),
-            CreatableTopic("c.d", 1, 1),
-        ],
-        rng=h.rng,
-    )
-    errors = [t.error for t in result.response.topics]
+    result, errors = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
     assert_error(errors[0], TopicAlreadyExistsError)
     assert_error(errors[1], InvalidTopicError)
     assert errors[2] is None
@@ -695,17 +686,7 @@ def test_one_bad_topic_does_not_fail_the_others_and_duplicates_fail() -> None:
     listed twice is INVALID_REQUEST for both entries."""
     h = Harness()
     h.add_brokers(1)
-    result = h.ctl.create_topics(
-        h.image,
-        [
-            CreatableTopic("bad", 1, 5),
-            CreatableTopic("good", 2, 1),
-            CreatableTopic("dup", 1, 1),
-            CreatableTopic("dup", 1, 1),
-        ],
-        rng=h.rng,
-    )
-    errors = [t.error for t in result.response.topics]
+    result, errors = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
     assert_error(errors[0], InvalidReplicationFactorError)
     assert errors[1] is None
     assert_error(errors[2], InvalidRequestError)

@@ -95,6 +95,28 @@ def _props(**overrides: str) -> dict[str, str]:
     return base
 
 
+def test_listener_addresses_default_by_role() -> None:
+    """A controller listens and advertises at its voter address unless told otherwise; a
+    broker-only process must set listeners, and advertises them unless
+    advertised.listeners says otherwise."""
+    controller = node_config_from_properties(_props(process_roles="controller"))
+    assert (controller.listen_host, controller.listen_port) == ("127.0.0.1", 9093)
+    assert (controller.advertised_host, controller.advertised_port) == ("127.0.0.1", 9093)
+    broker = {"node.id": "7", "process.roles": "broker", "controller.quorum.voters": VOTERS}
+    broker["log.dirs"] = "/d"
+    with pytest.raises(
+        ConfigError, match=re.escape("b.properties: listeners is required for a broker-only")
+    ):
+        node_config_from_properties(broker, source="b.properties")
+    broker["listeners"] = "PLAINTEXT://0.0.0.0:9092"
+    config = node_config_from_properties(broker)
+    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9092)
+    assert (config.advertised_host, config.advertised_port) == ("0.0.0.0", 9092)
+    broker["advertised.listeners"] = "PLAINTEXT://b7.example:19092"
+    config = node_config_from_properties(broker)
+    assert (config.advertised_host, config.advertised_port) == ("b7.example", 19092)
+
+
 def test_unknown_key_is_named() -> None:
     """A typo is an error naming the key, not a silently ignored setting; a layer that
     knows more keys passes them as extra_keys."""

@@ -10,9 +10,9 @@ mismatch, truncation, trailing garbage or inconsistent field raises
 :class:`CorruptMessageError`, and the caller tries the next older file, or rebuilds from
 the log start.
 
-Format, version 1 (big-endian)::
+Format, version 2 (big-endian)::
 
-    version           int16   = 1
+    version           int16   = 2 (1 is still read)
     crc               uint32  CRC-32C of every byte after this field
     snapshot_offset   int64   the offset in the file name (checked on load)
     producer_count    int32
@@ -23,8 +23,8 @@ Format, version 1 (big-endian)::
       last_offset               int64   -1 if no batch is retained
       offset_delta              int32   of the last batch; 0 if none
       timestamp                 int64   the entry's last timestamp
-      coordinator_epoch         int32   -1 until transactions exist
-      current_txn_first_offset  int64   -1 until transactions exist
+      coordinator_epoch         int32   of the producer's last marker here, or -1
+      current_txn_first_offset  int64   first offset of its open transaction, or -1
       flags                     int8    bit 0: transactional
       batch_count               int8    0..5, oldest first:
         last_sequence  int32
@@ -40,6 +40,15 @@ raftka also stores the whole retained window (at most 5 x 24 bytes per producer)
 de-duplication after a restart or a leader change through recovery is exactly what it
 was before. The redundant last-batch fields are kept and checked against the window:
 they cost 34 bytes and catch a bug in either copy.
+
+Versions: version 1 has the same layout, written before transactions existed, when
+the two transaction fields were always -1. Version 2 gives them meaning (an open
+transaction's start survives a restart: the last stable offset must not jump past it).
+The bytes did not change, the meaning did, so the version did: a raftka of the version
+1 era refuses a version 2 file as unknown and rebuilds from the log, instead of loading
+a transaction start it would never clear (it ignores markers), which would hold that
+producer forever. Version 1 files are still read, as they are. Decoding refuses an
+open transaction that starts at or above the snapshot offset (it covers the log below).
 """
 
 from __future__ import annotations
@@ -64,7 +73,8 @@ from raftka.broker.producer_state import (
 )
 from raftka.common.errors import CorruptMessageError
 
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
+_VERSIONS_READ: Final = frozenset({1, 2})
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 _OFFSET_DIGITS: Final = 20
 _NAME = re.compile(r"^(\d{20})\.snapshot$")
@@ -124,6 +134,7 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry], *, offset: int) -> by
     for entry in ordered:
         # The snapshot covers the log below ``offset``: no retained batch may lie above.
         assert entry.last_offset < offset, (entry, offset)
+        assert entry.current_txn_first_offset < offset, (entry, offset)
         last = entry.batches[-1] if entry.batches else None
         body += _ENTRY.pack(
             entry.producer_id,
@@ -153,7 +164,7 @@ def decode_snapshot(data: bytes, *, offset: int | None = None) -> list[ProducerS
     if len(data) < _HEADER.size + _BODY_HEADER.size:
         raise CorruptMessageError(f"producer snapshot truncated: {len(data)} bytes")
     version, crc = _HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
+    if version not in _VERSIONS_READ:
         raise CorruptMessageError(f"producer snapshot version {version} unknown")
     body = memoryview(data)[_HEADER.size :]
     if crc32c.crc32c(body) != crc:
@@ -202,7 +213,11 @@ def _decode_entry(
         raise CorruptMessageError(f"producer snapshot entry: producer {pid} epoch {epoch}")
     if flags & ~_FLAGS_KNOWN or not 0 <= batch_count <= NUM_BATCHES_TO_RETAIN:
         raise CorruptMessageError(f"producer {pid}: flags {flags}, {batch_count} batches")
-    if coordinator_epoch < NO_COORDINATOR_EPOCH or txn_first_offset < NO_OFFSET:
+    if (
+        coordinator_epoch < NO_COORDINATOR_EPOCH
+        or txn_first_offset < NO_OFFSET
+        or txn_first_offset >= covered_offset
+    ):
         raise CorruptMessageError(f"producer {pid}: bad transaction fields")
     if len(body) - pos < batch_count * _BATCH.size:
         raise CorruptMessageError("producer snapshot truncated in a batch window")

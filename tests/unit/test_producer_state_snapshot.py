@@ -138,7 +138,7 @@ def test_inconsistent_content_behind_a_valid_crc_is_rejected() -> None:
     with pytest.raises(CorruptMessageError, match="disagrees"):
         _decode_with_valid_crc(bytes(broken))
     with pytest.raises(CorruptMessageError, match="version"):
-        decode_snapshot(struct.pack(">h", 2) + data[2:])
+        decode_snapshot(struct.pack(">h", 3) + data[2:])
 
 
 def test_file_names_choice_and_deletion() -> None:

@@ -52,18 +52,28 @@ starts at the first transactional batch it appends after its last marker; the en
 the same producer ends it (:meth:`ProducerStateManager.validate_end_txn_marker` then
 :meth:`ProducerStateManager.update_end_txn_marker`, which answers a :class:`CompletedTxn`
 so the caller can append an aborted-transaction entry to the segment's ``.txnindex``).
-Kafka's rules, leader path only (followers and recovery apply what the log holds):
+Kafka's rules, leader path only (followers and recovery apply what the log holds),
+in the order they are applied:
 
 =========================================  ==========================================
-input                                      refused with
+input                                      answer
 =========================================  ==========================================
+marker, transaction version 2, same         Duplicate(the last marker's offset): the
+epoch and type as the producer's last       coordinator retried a marker whose answer
+marker, nothing written since               it lost; no second marker is written
 marker, epoch < the producer's epoch        INVALID_PRODUCER_EPOCH (Kafka >= 2.7 answers
-                                            this rather than PRODUCER_FENCED, so the
+(version 2: epoch <= it, KIP-890 part 2)    this rather than PRODUCER_FENCED; the
                                             coordinator treats it as being fenced)
 marker, coordinator epoch < the last one    TRANSACTION_COORDINATOR_FENCED
 non-transactional batch while the           INVALID_TXN_STATE
 producer's transaction is open
 =========================================  ==========================================
+
+The version-2 rules are those the coordinator's simulation
+(``tests/property/test_txn_coordinator_sim.py``) gives its partition leaders.
+KIP-890 part 1 (a leader verifies a producer's first transactional batch with the
+coordinator before appending it) needs a network call, so it is not in this pure
+module: it belongs to the shell that will call :meth:`validate_and_prepare`.
 
 A marker of a producer with no open transaction here is accepted and returns no
 :class:`CompletedTxn` (Kafka's rule: an empty transaction leaves nothing to index).
@@ -196,6 +206,21 @@ class BatchMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class LastMarker:
+    """The producer's last COMMIT/ABORT marker here: what a repeat of it is answered."""
+
+    producer_epoch: int
+    control_type: ControlRecordType
+    offset: int
+    timestamp: int
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.producer_epoch <= EPOCH_MAX, self
+        assert self.control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT), self
+        assert self.offset >= 0, self
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerStateEntry:
     """What the partition knows of one producer id. Immutable: updates replace it."""
 
@@ -208,6 +233,7 @@ class ProducerStateEntry:
     coordinator_epoch: int = NO_COORDINATOR_EPOCH
     # First offset of the producer's open transaction on this partition, or NO_OFFSET.
     current_txn_first_offset: int = NO_OFFSET
+    last_marker: LastMarker | None = None
 
     def __post_init__(self) -> None:
         assert self.producer_id >= 0, self
@@ -467,10 +493,18 @@ class ProducerStateManager:
     # -- transaction markers -------------------------------------------------------------
 
     def validate_end_txn_marker(
-        self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker
-    ) -> Rejected | None:
-        """Check a COMMIT/ABORT marker the coordinator asks the leader to write; None if
-        it may be appended. Does not change state."""
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTransactionMarker,
+        *,
+        transaction_version: int = 1,
+    ) -> Decision:
+        """Classify a COMMIT/ABORT marker the coordinator asks the leader to write: Append
+        it, answer a repeat of the last marker as a Duplicate (no second write), or refuse
+        it. ``transaction_version`` is the coordinator's (KIP-890): with 2 the marker's
+        epoch must be above the producer's, since EndTxn bumped it. Does not change state.
+        """
         if producer_id < 0 or not 0 <= producer_epoch <= EPOCH_MAX:
             return Rejected(
                 producer_id=producer_id,
@@ -480,13 +514,36 @@ class ProducerStateManager:
             )
         current = self._entries.get(producer_id)
         if current is None:
-            return None
-        if producer_epoch < current.producer_epoch:
+            return Append(producer_id=producer_id)
+        last = current.last_marker
+        if (
+            transaction_version >= 2
+            and last is not None
+            and (last.producer_epoch, last.control_type) == (producer_epoch, marker.control_type)
+            and last.producer_epoch == current.producer_epoch
+            and current.current_txn_first_offset == NO_OFFSET
+            and marker.coordinator_epoch >= current.coordinator_epoch
+        ):
+            # The coordinator retries a marker whose answer it lost; nothing was written
+            # since, so the same outcome stands.
+            return Duplicate(
+                producer_id=producer_id,
+                first_offset=last.offset,
+                last_offset=last.offset,
+                timestamp=last.timestamp,
+            )
+        fenced = (
+            producer_epoch <= current.producer_epoch
+            if transaction_version >= 2
+            else producer_epoch < current.producer_epoch
+        )
+        if fenced:
             return Rejected(
                 producer_id=producer_id,
                 error=InvalidProducerEpochError(
-                    f"producer {producer_id}: marker epoch {producer_epoch} is older than "
-                    f"the current epoch {current.producer_epoch}"
+                    f"producer {producer_id}: marker epoch {producer_epoch} is not "
+                    f"{'above' if transaction_version >= 2 else 'at or above'} the current "
+                    f"epoch {current.producer_epoch} (transaction version {transaction_version})"
                 ),
             )
         if marker.coordinator_epoch < current.coordinator_epoch:
@@ -497,7 +554,7 @@ class ProducerStateManager:
                     f"{marker.coordinator_epoch}, the last was {current.coordinator_epoch}"
                 ),
             )
-        return None
+        return Append(producer_id=producer_id)
 
     def update_end_txn_marker(
         self,
@@ -507,12 +564,16 @@ class ProducerStateManager:
         *,
         offset: int,
         timestamp: int,
+        transaction_version: int = 1,
     ) -> CompletedTxn | None:
         """Record a marker the leader appended at ``offset``; the transaction it ended,
         or None if the producer had none open here.
 
-        Call only after :meth:`validate_end_txn_marker` accepted it."""
-        assert self.validate_end_txn_marker(producer_id, producer_epoch, marker) is None
+        Call only after :meth:`validate_end_txn_marker` answered Append for it."""
+        decision = self.validate_end_txn_marker(
+            producer_id, producer_epoch, marker, transaction_version=transaction_version
+        )
+        assert isinstance(decision, Append), decision
         return self._apply_marker(
             producer_id, producer_epoch, marker, offset=offset, timestamp=timestamp
         )
@@ -567,9 +628,16 @@ class ProducerStateManager:
             txn_first = entry.current_txn_first_offset
             if txn_first >= offset:
                 txn_first = NO_OFFSET
-            if kept == entry.batches and txn_first == entry.current_txn_first_offset:
+            last_marker = entry.last_marker
+            if last_marker is not None and last_marker.offset >= offset:
+                last_marker = None
+            if (kept, txn_first, last_marker) == (
+                entry.batches,
+                entry.current_txn_first_offset,
+                entry.last_marker,
+            ):
                 continue
-            if not kept and txn_first == NO_OFFSET:
+            if not kept and txn_first == NO_OFFSET and last_marker is None:
                 del self._entries[pid]
                 continue
             self._entries[pid] = replace(
@@ -577,6 +645,7 @@ class ProducerStateManager:
                 batches=kept,
                 last_timestamp=kept[-1].timestamp if kept else entry.last_timestamp,
                 current_txn_first_offset=txn_first,
+                last_marker=last_marker,
             )
 
     def load_entries(self, entries: Iterable[ProducerStateEntry]) -> None:
@@ -626,6 +695,7 @@ class ProducerStateManager:
                 current.coordinator_epoch if current is not None else NO_COORDINATOR_EPOCH
             ),
             current_txn_first_offset=txn_first,
+            last_marker=current.last_marker if current is not None else None,
         )
 
     def _apply_marker(
@@ -669,6 +739,7 @@ class ProducerStateManager:
             last_timestamp=timestamp,
             coordinator_epoch=max(current.coordinator_epoch, marker.coordinator_epoch),
             current_txn_first_offset=NO_OFFSET,
+            last_marker=LastMarker(epoch, marker.control_type, offset, timestamp),
         )
         return completed
 

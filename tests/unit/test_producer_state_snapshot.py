@@ -110,7 +110,7 @@ def test_every_byte_flip_and_truncation_is_a_corrupt_message() -> None:
 
 def _decode_with_valid_crc(body: bytes) -> None:
     """Decode ``body`` under a correct CRC, to reach the checks behind the CRC."""
-    decode_snapshot(struct.pack(">hI", 1, crc32c.crc32c(body)) + body)
+    decode_snapshot(struct.pack(">hI", 2, crc32c.crc32c(body)) + body)
 
 
 def test_inconsistent_content_behind_a_valid_crc_is_rejected() -> None:

@@ -19,8 +19,11 @@ import pytest
 from raftka.broker.producer_state import (
     Append,
     CompletedTxn,
+    Duplicate,
+    LastMarker,
     ProducerBatch,
     ProducerStateConfig,
+    ProducerStateEntry,
     ProducerStateManager,
     Rejected,
 )
@@ -86,11 +89,14 @@ class Leader:
         epoch: int = 0,
         coordinator_epoch: int = 0,
         ts: int = 2_000,
-    ) -> Rejected | CompletedTxn | None:
+        version: int = 1,
+    ) -> Rejected | Duplicate | CompletedTxn | None:
         marker = EndTransactionMarker(kind, coordinator_epoch)
-        refused = self.producers.validate_end_txn_marker(pid, epoch, marker)
-        if refused is not None:
-            return refused
+        decision = self.producers.validate_end_txn_marker(
+            pid, epoch, marker, transaction_version=version
+        )
+        if not isinstance(decision, Append):
+            return decision
         offset = self.end
         self.log.append(
             decode_batch(
@@ -103,7 +109,9 @@ class Leader:
                 )
             )
         )
-        done = self.producers.update_end_txn_marker(pid, epoch, marker, offset=offset, timestamp=ts)
+        done = self.producers.update_end_txn_marker(
+            pid, epoch, marker, offset=offset, timestamp=ts, transaction_version=version
+        )
         if done is not None and (entry := aborted_entry(self.producers, done)) is not None:
             self.txn_index.append(entry)
         return done
@@ -269,16 +277,47 @@ def test_follower_and_recovery_rebuild_agree_with_the_leader() -> None:
         assert entries == [e for e in leader.txn_index if e.last_offset >= offset], cut
 
 
-def test_snapshot_v1_is_still_read_and_v2_checks_the_transaction_start() -> None:
-    """The same bytes under version 1 decode to the same entries; a transaction start
-    at or above the snapshot offset is corruption."""
+def _snapshot_v1(entries: list[ProducerStateEntry], *, offset: int) -> bytes:
+    """Version 1 bytes as raftka wrote them before transactions (no last marker)."""
+    body = bytearray(struct.pack(">qi", offset, len(entries)))
+    for e in entries:
+        last = e.batches[-1]
+        body += struct.pack(
+            ">qhiqiqiqbb",
+            e.producer_id,
+            e.producer_epoch,
+            last.last_sequence,
+            last.last_offset,
+            last.offset_delta,
+            e.last_timestamp,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+            1 if e.is_transactional else 0,
+            len(e.batches),
+        )
+        for b in e.batches:
+            body += struct.pack(
+                ">iqiq", b.last_sequence, b.last_offset, b.offset_delta, b.timestamp
+            )
+    return struct.pack(">hI", 1, crc32c.crc32c(bytes(body))) + bytes(body)
+
+
+def test_snapshot_v1_is_still_read_and_v2_keeps_the_last_marker() -> None:
+    """A version 1 file decodes to the same entries with no last marker; version 2 keeps
+    the open transaction and the last marker; a transaction start or a marker at or
+    above the snapshot offset is corruption."""
     leader = Leader()
     leader.send(1, count=2)
     leader.send(2, txn=False)
+    entries = list(leader.producers.entries.values())
+    assert decode_snapshot(_snapshot_v1(entries, offset=leader.end)) == entries
+    leader.marker(2, COMMIT, epoch=1, version=2)
     data = encode_snapshot(leader.producers.entries.values(), offset=leader.end)
     assert struct.unpack_from(">h", data)[0] == 2
-    v1 = struct.pack(">h", 1) + data[2:]  # the CRC covers only what follows it
-    assert decode_snapshot(v1) == decode_snapshot(data)
+    decoded = {e.producer_id: e for e in decode_snapshot(data)}
+    assert decoded == leader.producers.entries
+    assert decoded[2].last_marker == LastMarker(1, COMMIT, offset=3, timestamp=2_000)
+    assert decoded[1].current_txn_first_offset == 0
     body = bytearray(encode_snapshot([leader.producers.entries[1]], offset=2)[6:])
     # current_txn_first_offset: after the body header (offset q, count i: 12 bytes) and
     # pid q, epoch h, last seq i, last offset q, delta i, timestamp q, coordinator
@@ -286,6 +325,35 @@ def test_snapshot_v1_is_still_read_and_v2_checks_the_transaction_start() -> None
     struct.pack_into(">q", body, 12 + 38, 2)
     with pytest.raises(CorruptMessageError, match="transaction fields"):
         decode_snapshot(struct.pack(">hI", 2, crc32c.crc32c(bytes(body))) + bytes(body))
+    with pytest.raises(AssertionError):
+        encode_snapshot([leader.producers.entries[2]], offset=3)  # its marker is at 3
+
+
+def test_version_2_markers_need_a_bumped_epoch_and_a_repeat_is_a_duplicate() -> None:
+    """Transaction version 2 (KIP-890 part 2): a marker at the producer's current epoch
+    is fenced (version 1 accepts it); a retry of the last marker with nothing written
+    since is answered with its offset, also after a snapshot reload; once the next
+    transaction wrote, the same retry is fenced."""
+    leader = Leader()
+    leader.send(6)  # 0, epoch 0
+    same_epoch = leader.marker(6, COMMIT, epoch=0, version=2)
+    assert isinstance(same_epoch, Rejected) and same_epoch.error_name == "INVALID_PRODUCER_EPOCH"
+    assert leader.marker(6, COMMIT, epoch=1, version=2) == CompletedTxn(6, 0, 1, False)
+    assert leader.marker(6, COMMIT, epoch=1, version=2) == Duplicate(6, 1, 1, 2_000)
+    wrong_type = leader.marker(6, ABORT, epoch=1, version=2)
+    assert isinstance(wrong_type, Rejected)
+    reloaded = ProducerStateManager()
+    reloaded.load_entries(
+        decode_snapshot(encode_snapshot(leader.producers.entries.values(), offset=2))
+    )
+    marker = EndTransactionMarker(COMMIT, 0)
+    assert reloaded.validate_end_txn_marker(6, 1, marker, transaction_version=2) == Duplicate(
+        6, 1, 1, 2_000
+    )
+    leader.send(6, epoch=1)  # the next transaction writes at epoch 1
+    late = leader.marker(6, COMMIT, epoch=1, version=2)
+    assert isinstance(late, Rejected) and late.error_name == "INVALID_PRODUCER_EPOCH"
+    assert leader.end == 3  # no second marker was ever written
 
 
 def test_header_only_follower_path_still_skips_markers() -> None:

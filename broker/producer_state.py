@@ -450,13 +450,7 @@ class ProducerStateManager:
         if header.is_control:
             if marker is None or header.producer_id < 0:
                 return None
-            return self._apply_marker(
-                header.producer_id,
-                header.producer_epoch,
-                marker,
-                offset=header.base_offset,
-                timestamp=header.max_timestamp,
-            )
+            return self._apply_marker(header, marker)
         self._apply(
             ProducerBatch.from_header(header),
             first_offset=header.base_offset,
@@ -557,26 +551,21 @@ class ProducerStateManager:
         return Append(producer_id=producer_id)
 
     def update_end_txn_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        marker: EndTransactionMarker,
-        *,
-        offset: int,
-        timestamp: int,
-        transaction_version: int = 1,
+        self, header: BatchHeader, marker: EndTransactionMarker, *, transaction_version: int = 1
     ) -> CompletedTxn | None:
-        """Record a marker the leader appended at ``offset``; the transaction it ended,
-        or None if the producer had none open here.
+        """Record the control batch (``header``, holding ``marker``) the leader appended;
+        the transaction it ended, or None if the producer had none open here.
 
         Call only after :meth:`validate_end_txn_marker` answered Append for it."""
+        assert header.is_control, header
         decision = self.validate_end_txn_marker(
-            producer_id, producer_epoch, marker, transaction_version=transaction_version
+            header.producer_id,
+            header.producer_epoch,
+            marker,
+            transaction_version=transaction_version,
         )
         assert isinstance(decision, Append), decision
-        return self._apply_marker(
-            producer_id, producer_epoch, marker, offset=offset, timestamp=timestamp
-        )
+        return self._apply_marker(header, marker)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker is now below the high watermark:
@@ -699,14 +688,10 @@ class ProducerStateManager:
         )
 
     def _apply_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        marker: EndTransactionMarker,
-        *,
-        offset: int,
-        timestamp: int,
+        self, header: BatchHeader, marker: EndTransactionMarker
     ) -> CompletedTxn | None:
+        producer_id, producer_epoch = header.producer_id, header.producer_epoch
+        offset, timestamp = header.base_offset, header.max_timestamp
         current = self._entries.get(producer_id)
         if current is None:
             # Kafka keeps an entry for a marker-only producer: its epoch and coordinator

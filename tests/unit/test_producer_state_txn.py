@@ -97,20 +97,14 @@ class Leader:
         )
         if not isinstance(decision, Append):
             return decision
-        offset = self.end
-        self.log.append(
-            decode_batch(
-                build_end_transaction_batch(
-                    marker,
-                    producer_id=pid,
-                    producer_epoch=epoch,
-                    timestamp_ms=ts,
-                    base_offset=offset,
-                )
+        appended = decode_batch(
+            build_end_transaction_batch(
+                marker, producer_id=pid, producer_epoch=epoch, timestamp_ms=ts, base_offset=self.end
             )
         )
+        self.log.append(appended)
         done = self.producers.update_end_txn_marker(
-            pid, epoch, marker, offset=offset, timestamp=ts, transaction_version=version
+            appended.header, marker, transaction_version=version
         )
         if done is not None and (entry := aborted_entry(self.producers, done)) is not None:
             self.txn_index.append(entry)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftka.broker.producer_state import (
     Append,
@@ -359,3 +361,72 @@ def test_header_only_follower_path_still_skips_markers() -> None:
     follower = ProducerStateManager()
     follower.rebuild_from(b.header for b in leader.log)
     assert follower.ongoing_txns == {1: 0}
+
+
+_send = st.tuples(
+    st.just("send"), st.sampled_from((1, 2)), st.integers(1, 2), st.booleans(), st.integers(0, 1)
+)
+_end = st.tuples(
+    st.just("end"),
+    st.sampled_from((1, 2)),
+    st.sampled_from((COMMIT, ABORT)),
+    st.integers(-1, 1),  # epoch relative to the producer's
+    st.integers(-1, 1),  # coordinator epoch relative to the last
+    st.sampled_from((1, 2)),  # transaction version
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_send, _end), max_size=30))
+def test_random_leader_schedules_agree_with_replay_and_snapshot(
+    schedule: list[tuple[object, ...]],
+) -> None:
+    """Whatever the leader accepts or refuses (older epochs, bumped epochs, stale
+    coordinators, plain writes inside transactions, repeated markers): the transaction
+    starts and CompletedTxns match a plain tracker of accepted appends, and a follower
+    replaying the log, or a snapshot at the end, holds the leader's state and the same
+    .txnindex entries."""
+    leader = Leader()
+    coordinator_epoch = 0
+    open_first: dict[int, int] = {}
+    for op in schedule:
+        pid = op[1]
+        assert isinstance(pid, int)
+        entry = leader.producers.entry(pid)
+        epoch = entry.producer_epoch if entry is not None else 0
+        if op[0] == "send":
+            _, _, count, txn, bump = op
+            assert isinstance(count, int) and isinstance(txn, bool) and isinstance(bump, int)
+            offset = leader.end
+            if not isinstance(leader.send(pid, count=count, epoch=epoch + bump, txn=txn), Rejected):
+                assert txn or pid not in open_first
+                if txn:
+                    open_first.setdefault(pid, offset)
+        else:
+            _, _, kind, delta, coord_delta, version = op
+            assert isinstance(kind, ControlRecordType)
+            assert isinstance(delta, int) and isinstance(coord_delta, int)
+            assert isinstance(version, int)
+            coordinator_epoch = max(0, coordinator_epoch + coord_delta)
+            offset = leader.end
+            done = leader.marker(
+                pid,
+                kind,
+                epoch=max(0, epoch + delta),
+                coordinator_epoch=coordinator_epoch,
+                version=version,
+            )
+            if isinstance(done, (Rejected, Duplicate)):
+                assert leader.end == offset
+                continue
+            first = open_first.pop(pid, None)
+            expected = None if first is None else CompletedTxn(pid, first, offset, kind == ABORT)
+            assert done == expected
+        assert leader.producers.ongoing_txns == open_first
+    follower = ProducerStateManager()
+    assert rebuild_aborted(follower, leader.log) == leader.txn_index
+    assert follower.entries == leader.producers.entries
+    loaded = ProducerStateManager()
+    snapshot = encode_snapshot(leader.producers.entries.values(), offset=leader.end)
+    loaded.load_entries(decode_snapshot(snapshot))
+    assert loaded.entries == leader.producers.entries

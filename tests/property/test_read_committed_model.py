@@ -40,10 +40,7 @@ from raftka.storage.transaction_index import collect_aborted
 
 PIDS = (1, 2)
 
-Send = tuple[str, int, int, bool]  # ("send", pid, count, transactional)
-End = tuple[str, int, bool, bool]  # ("end", pid, commit, bump epoch)
-Plain = tuple[str, int]  # ("plain", count)
-
+# ("send", pid, count, transactional), ("end", pid, commit, bump epoch), ("plain", count)
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.sampled_from(PIDS), st.integers(1, 3), st.booleans()),
@@ -132,7 +129,7 @@ class Model:
     data=st.data(),
 )
 def test_read_committed_hands_out_exactly_the_committed_records(
-    schedule: list[Send | End | Plain], closing: list[bool], data: st.DataObject
+    schedule: list[tuple[object, ...]], closing: list[bool], data: st.DataObject
 ) -> None:
     model = Model()
     producers = ProducerStateManager()
@@ -149,13 +146,17 @@ def test_read_committed_hands_out_exactly_the_committed_records(
 
     for op in schedule:
         if op[0] == "send":
-            _, pid, count, txn = op  # type: ignore[misc]
+            _, pid, count, txn = op
+            assert isinstance(pid, int) and isinstance(count, int) and isinstance(txn, bool)
             append(model.data(pid, count, txn))
         elif op[0] == "end":
-            _, pid, commit, bump = op  # type: ignore[misc]
+            _, pid, commit, bump = op
+            assert isinstance(pid, int) and isinstance(commit, bool) and isinstance(bump, bool)
             append(model.marker(pid, commit, bump))
         else:
-            append(model.plain_batch(op[1]))
+            count = op[1]
+            assert isinstance(count, int)
+            append(model.plain_batch(count))
     for pid, commit in zip(PIDS, closing, strict=True):
         if pid in model.open_first:
             append(model.marker(pid, commit, bump=False))

@@ -132,8 +132,8 @@ def test_first_transactional_batch_opens_and_a_commit_closes() -> None:
     leader.producers.on_high_watermark_updated(5)
     assert leader.producers.last_stable_offset(high_watermark=5) == 0
     leader.producers.on_high_watermark_updated(6)
-    assert leader.producers.first_unstable_offset is None
     assert leader.producers.last_stable_offset(high_watermark=6) == 6
+    assert leader.producers.last_stable_offset(high_watermark=99) == 99  # nothing unstable
     # The next transactional batch opens a new transaction at its own offset.
     assert leader.send(7) == (6, 6)
     assert leader.producers.first_unstable_offset == 6

@@ -46,8 +46,44 @@ Time: an entry's ``last_timestamp`` is the batch's max timestamp, as in Kafka, n
 clock read: it is in the log, so a follower or a restarted broker rebuilds the same
 value. Expiry compares it with the ``now_ms`` given to :meth:`remove_expired_producers`.
 
-Transactions are out of scope; the entry keeps the transactional flag, the coordinator
-epoch and the first offset of the current transaction as placeholders so they slot in.
+Transactions (KIP-98, the partition side): a producer's transaction on this partition
+starts at the first transactional batch it appends after its last marker; the entry's
+``current_txn_first_offset`` holds that offset until a COMMIT or ABORT control batch of
+the same producer ends it (:meth:`ProducerStateManager.validate_end_txn_marker` then
+:meth:`ProducerStateManager.update_end_txn_marker`, which answers a :class:`CompletedTxn`
+so the caller can append an aborted-transaction entry to the segment's ``.txnindex``).
+Kafka's rules, leader path only (followers and recovery apply what the log holds),
+in the order they are applied:
+
+=========================================  ==========================================
+input                                      answer
+=========================================  ==========================================
+marker, transaction version 2, same         Duplicate(the last marker's offset): the
+epoch and type as the producer's last       coordinator retried a marker whose answer
+marker, nothing written since               it lost; no second marker is written
+marker, epoch < the producer's epoch        INVALID_PRODUCER_EPOCH (Kafka >= 2.7 answers
+(version 2: epoch <= it, KIP-890 part 2)    this rather than PRODUCER_FENCED; the
+                                            coordinator treats it as being fenced)
+marker, coordinator epoch < the last one    TRANSACTION_COORDINATOR_FENCED
+non-transactional batch while the           INVALID_TXN_STATE
+producer's transaction is open
+=========================================  ==========================================
+
+The version-2 rules are those the coordinator's simulation
+(``tests/property/test_txn_coordinator_sim.py``) gives its partition leaders.
+KIP-890 part 1 (a leader verifies a producer's first transactional batch with the
+coordinator before appending it) needs a network call, so it is not in this pure
+module: it belongs to the shell that will call :meth:`validate_and_prepare`.
+
+A marker of a producer with no open transaction here is accepted and returns no
+:class:`CompletedTxn` (Kafka's rule: an empty transaction leaves nothing to index).
+
+The last stable offset is ``min(first_unstable_offset, high watermark)``: the first
+unstable offset is the oldest first offset of the open transactions and of completed
+ones whose marker is not yet below the high watermark (Kafka's "unreplicated"
+transactions: until the marker is replicated, a leader change may lose it, so what the
+transaction wrote must stay unreadable for read_committed). The caller reports the high
+watermark with :meth:`ProducerStateManager.on_high_watermark_updated`.
 
 Pure: no I/O, no clock. Not thread-safe: one partition's appends are serialised by the
 caller (the partition lock), as in Kafka.
@@ -62,9 +98,17 @@ from typing import Final
 from raftka.common.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     KafkaError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
+)
+from raftka.common.record.batch import DecodedBatch
+from raftka.common.record.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    end_transaction_marker,
 )
 from raftka.common.record.header import NO_PRODUCER_ID, BatchHeader
 
@@ -162,6 +206,21 @@ class BatchMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class LastMarker:
+    """The producer's last COMMIT/ABORT marker here: what a repeat of it is answered."""
+
+    producer_epoch: int
+    control_type: ControlRecordType
+    offset: int
+    timestamp: int
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.producer_epoch <= EPOCH_MAX, self
+        assert self.control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT), self
+        assert self.offset >= 0, self
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerStateEntry:
     """What the partition knows of one producer id. Immutable: updates replace it."""
 
@@ -170,9 +229,11 @@ class ProducerStateEntry:
     batches: tuple[BatchMetadata, ...]  # oldest first, at most NUM_BATCHES_TO_RETAIN
     last_timestamp: int
     is_transactional: bool = False
-    # Placeholders for transactions (not implemented yet); kept in snapshots.
+    # The epoch of the coordinator that wrote this producer's last marker here.
     coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    # First offset of the producer's open transaction on this partition, or NO_OFFSET.
     current_txn_first_offset: int = NO_OFFSET
+    last_marker: LastMarker | None = None
 
     def __post_init__(self) -> None:
         assert self.producer_id >= 0, self
@@ -236,12 +297,25 @@ class Rejected:
 Decision = Append | Duplicate | Rejected
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended on this partition: ``first_offset`` is its first
+    batch's offset, ``last_offset`` the marker's (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerStateManager:
     """The producer-state table of one partition (see the module docstring)."""
 
     config: ProducerStateConfig = field(default_factory=ProducerStateConfig)
     _entries: dict[int, ProducerStateEntry] = field(default_factory=dict)
+    # Completed transactions whose marker is at or above the high watermark, oldest first.
+    _unreplicated: list[CompletedTxn] = field(default_factory=list)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -252,6 +326,37 @@ class ProducerStateManager:
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._entries.get(producer_id)
+
+    @property
+    def ongoing_txns(self) -> Mapping[int, int]:
+        """Producer id -> first offset of its open transaction here."""
+        return {
+            pid: e.current_txn_first_offset
+            for pid, e in self._entries.items()
+            if e.current_txn_first_offset != NO_OFFSET
+        }
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The oldest first offset of an open transaction or of a completed one whose
+        marker is not yet below the high watermark; None if there is none."""
+        firsts = [*self.ongoing_txns.values(), *(t.first_offset for t in self._unreplicated)]
+        return min(firsts) if firsts else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's last stable offset: read_committed fetches stop below it."""
+        first_unstable = self.first_unstable_offset
+        if first_unstable is None:
+            return high_watermark
+        return min(first_unstable, high_watermark)
+
+    def last_stable_offset_for(self, completed: CompletedTxn) -> int:
+        """The ``last_stable_offset`` field of the .txnindex entry for ``completed``,
+        computed right after its marker was applied (Kafka's rule): the first offset of
+        the oldest transaction of another producer still open, else the offset after
+        the marker. A consumer that has read past it has seen every abort before it."""
+        others = [first for pid, first in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     # -- leader --------------------------------------------------------------------------
 
@@ -290,26 +395,35 @@ class ProducerStateManager:
                 ),
             )
         if batch.producer_epoch > current.producer_epoch:
-            if batch.base_sequence == 0:
-                return Append(producer_id=pid)
+            if batch.base_sequence != 0:
+                return Rejected(
+                    producer_id=pid,
+                    error=OutOfOrderSequenceNumberError(
+                        f"producer {pid}: new epoch {batch.producer_epoch} must start at "
+                        f"sequence 0, got {batch.base_sequence}"
+                    ),
+                )
+        # An entry with no batches (only a transaction marker) has no sequence to
+        # continue; Kafka accepts any sequence there too.
+        elif current.batches and not in_sequence(current.last_sequence, batch.base_sequence):
             return Rejected(
                 producer_id=pid,
                 error=OutOfOrderSequenceNumberError(
-                    f"producer {pid}: new epoch {batch.producer_epoch} must start at "
-                    f"sequence 0, got {batch.base_sequence}"
+                    f"producer {pid}: base sequence {batch.base_sequence}, expected "
+                    f"{next_sequence(current.last_sequence)}"
                 ),
             )
-        # An entry with no batches (a future transaction marker only) has no sequence to
-        # continue; Kafka accepts any sequence there too.
-        if not current.batches or in_sequence(current.last_sequence, batch.base_sequence):
-            return Append(producer_id=pid)
-        return Rejected(
-            producer_id=pid,
-            error=OutOfOrderSequenceNumberError(
-                f"producer {pid}: base sequence {batch.base_sequence}, expected "
-                f"{next_sequence(current.last_sequence)}"
-            ),
-        )
+        if current.current_txn_first_offset != NO_OFFSET and not batch.is_transactional:
+            # Kafka: a plain write in the middle of the producer's transaction means the
+            # producer lost track of it; appending would mix it into the transaction.
+            return Rejected(
+                producer_id=pid,
+                error=InvalidTxnStateError(
+                    f"producer {pid}: non-transactional batch while its transaction from "
+                    f"offset {current.current_txn_first_offset} is open"
+                ),
+            )
+        return Append(producer_id=pid)
 
     def update(self, batch: ProducerBatch, *, first_offset: int, last_offset: int) -> None:
         """Record a batch the leader appended at ``first_offset..last_offset``.
@@ -324,23 +438,139 @@ class ProducerStateManager:
 
     # -- follower / recovery -------------------------------------------------------------
 
-    def update_from_follower_batch(self, header: BatchHeader) -> None:
+    def update_from_follower_batch(
+        self, header: BatchHeader, marker: EndTransactionMarker | None = None
+    ) -> CompletedTxn | None:
         """Apply a batch copied from the leader or read back from the log: no validation.
 
-        Control batches (transaction markers) are skipped until transactions exist.
+        A control batch needs its decoded ``marker`` (see :meth:`apply_batch`); given
+        the header alone it is skipped, which is right only while no transaction
+        reaches this partition (the header does not say COMMIT or ABORT).
         """
         if header.is_control:
-            return
+            if marker is None or header.producer_id < 0:
+                return None
+            return self._apply_marker(header, marker)
         self._apply(
             ProducerBatch.from_header(header),
             first_offset=header.base_offset,
             last_offset=header.last_offset,
         )
+        return None
+
+    def apply_batch(self, batch: DecodedBatch) -> CompletedTxn | None:
+        """:meth:`update_from_follower_batch` for a decoded batch, markers included.
+
+        Raises CorruptMessageError for a control batch with a malformed record."""
+        return self.update_from_follower_batch(batch.header, end_transaction_marker(batch))
 
     def rebuild_from(self, headers: Iterable[BatchHeader]) -> None:
-        """Apply batch headers in log order (after a snapshot load or from empty)."""
+        """Apply batch headers in log order (after a snapshot load or from empty).
+
+        Headers carry no marker: use :meth:`rebuild_from_batches` where transactional
+        batches may be in the log."""
         for header in headers:
             self.update_from_follower_batch(header)
+
+    def rebuild_from_batches(self, batches: Iterable[DecodedBatch]) -> list[CompletedTxn]:
+        """Apply decoded batches in log order, markers included; the transactions their
+        markers completed, in log order (recovery rebuilds the .txnindex from them).
+
+        They also count as unreplicated until :meth:`on_high_watermark_updated`."""
+        completed = []
+        for batch in batches:
+            done = self.apply_batch(batch)
+            if done is not None:
+                completed.append(done)
+        return completed
+
+    # -- transaction markers -------------------------------------------------------------
+
+    def validate_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTransactionMarker,
+        *,
+        transaction_version: int = 1,
+    ) -> Decision:
+        """Classify a COMMIT/ABORT marker the coordinator asks the leader to write: Append
+        it, answer a repeat of the last marker as a Duplicate (no second write), or refuse
+        it. ``transaction_version`` is the coordinator's (KIP-890): with 2 the marker's
+        epoch must be above the producer's, since EndTxn bumped it. Does not change state.
+        """
+        if producer_id < 0 or not 0 <= producer_epoch <= EPOCH_MAX:
+            return Rejected(
+                producer_id=producer_id,
+                error=InvalidRecordError(
+                    f"marker of producer {producer_id} epoch {producer_epoch}: invalid"
+                ),
+            )
+        current = self._entries.get(producer_id)
+        if current is None:
+            return Append(producer_id=producer_id)
+        last = current.last_marker
+        if (
+            transaction_version >= 2
+            and last is not None
+            and (last.producer_epoch, last.control_type) == (producer_epoch, marker.control_type)
+            and last.producer_epoch == current.producer_epoch
+            and current.current_txn_first_offset == NO_OFFSET
+            and marker.coordinator_epoch >= current.coordinator_epoch
+        ):
+            # The coordinator retries a marker whose answer it lost; nothing was written
+            # since, so the same outcome stands.
+            return Duplicate(
+                producer_id=producer_id,
+                first_offset=last.offset,
+                last_offset=last.offset,
+                timestamp=last.timestamp,
+            )
+        fenced = (
+            producer_epoch <= current.producer_epoch
+            if transaction_version >= 2
+            else producer_epoch < current.producer_epoch
+        )
+        if fenced:
+            return Rejected(
+                producer_id=producer_id,
+                error=InvalidProducerEpochError(
+                    f"producer {producer_id}: marker epoch {producer_epoch} is not "
+                    f"{'above' if transaction_version >= 2 else 'at or above'} the current "
+                    f"epoch {current.producer_epoch} (transaction version {transaction_version})"
+                ),
+            )
+        if marker.coordinator_epoch < current.coordinator_epoch:
+            return Rejected(
+                producer_id=producer_id,
+                error=TransactionCoordinatorFencedError(
+                    f"producer {producer_id}: marker from coordinator epoch "
+                    f"{marker.coordinator_epoch}, the last was {current.coordinator_epoch}"
+                ),
+            )
+        return Append(producer_id=producer_id)
+
+    def update_end_txn_marker(
+        self, header: BatchHeader, marker: EndTransactionMarker, *, transaction_version: int = 1
+    ) -> CompletedTxn | None:
+        """Record the control batch (``header``, holding ``marker``) the leader appended;
+        the transaction it ended, or None if the producer had none open here.
+
+        Call only after :meth:`validate_end_txn_marker` answered Append for it."""
+        assert header.is_control, header
+        decision = self.validate_end_txn_marker(
+            header.producer_id,
+            header.producer_epoch,
+            marker,
+            transaction_version=transaction_version,
+        )
+        assert isinstance(decision, Append), decision
+        return self._apply_marker(header, marker)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is now below the high watermark:
+        they no longer hold the last stable offset back."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
 
     @classmethod
     def rebuilt_from(
@@ -370,26 +600,47 @@ class ProducerStateManager:
 
     def truncate_to(self, offset: int) -> None:
         """Drop retained batches at or above ``offset`` (the log was truncated there), and
-        producers left with no batch.
+        producers left with no batch and no open transaction; a transaction that started
+        at or above ``offset`` is no longer open.
 
         Exact only for what the window held: a producer whose batches all lie above
         ``offset`` is forgotten even if older batches of it remain below, and so accepts
-        any sequence next (the unknown-producer rule). Where that matters, reload the
-        newest snapshot at or below ``offset`` and :meth:`rebuild_from` the log after it.
+        any sequence next (the unknown-producer rule); a marker above ``offset`` that
+        ended a transaction begun below it is not undone. Where that matters, reload the
+        newest snapshot at or below ``offset`` and :meth:`rebuild_from_batches` the log
+        after it.
         """
         assert offset >= 0, offset
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset < offset]
         for pid, entry in list(self._entries.items()):
             kept = tuple(b for b in entry.batches if b.last_offset < offset)
-            if kept == entry.batches:
+            txn_first = entry.current_txn_first_offset
+            if txn_first >= offset:
+                txn_first = NO_OFFSET
+            last_marker = entry.last_marker
+            if last_marker is not None and last_marker.offset >= offset:
+                last_marker = None
+            if (kept, txn_first, last_marker) == (
+                entry.batches,
+                entry.current_txn_first_offset,
+                entry.last_marker,
+            ):
                 continue
-            if not kept:
+            if not kept and txn_first == NO_OFFSET and last_marker is None:
                 del self._entries[pid]
                 continue
-            self._entries[pid] = replace(entry, batches=kept, last_timestamp=kept[-1].timestamp)
+            self._entries[pid] = replace(
+                entry,
+                batches=kept,
+                last_timestamp=kept[-1].timestamp if kept else entry.last_timestamp,
+                current_txn_first_offset=txn_first,
+                last_marker=last_marker,
+            )
 
     def load_entries(self, entries: Iterable[ProducerStateEntry]) -> None:
         """Replace the whole table (from a decoded snapshot)."""
         self._entries = {}
+        self._unreplicated = []
         for entry in entries:
             assert entry.producer_id not in self._entries, entry.producer_id
             self._entries[entry.producer_id] = entry
@@ -420,6 +671,9 @@ class ProducerStateManager:
             batches = (metadata,)
         else:
             batches = (*current.batches, metadata)[-NUM_BATCHES_TO_RETAIN:]
+        txn_first = current.current_txn_first_offset if current is not None else NO_OFFSET
+        if batch.is_transactional and txn_first == NO_OFFSET:
+            txn_first = first_offset  # the producer's transaction starts here
         self._entries[batch.producer_id] = ProducerStateEntry(
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
@@ -429,7 +683,50 @@ class ProducerStateManager:
             coordinator_epoch=(
                 current.coordinator_epoch if current is not None else NO_COORDINATOR_EPOCH
             ),
+            current_txn_first_offset=txn_first,
+            last_marker=current.last_marker if current is not None else None,
         )
+
+    def _apply_marker(
+        self, header: BatchHeader, marker: EndTransactionMarker
+    ) -> CompletedTxn | None:
+        producer_id, producer_epoch = header.producer_id, header.producer_epoch
+        offset, timestamp = header.base_offset, header.max_timestamp
+        current = self._entries.get(producer_id)
+        if current is None:
+            # Kafka keeps an entry for a marker-only producer: its epoch and coordinator
+            # epoch fence older markers and batches from then on.
+            current = ProducerStateEntry(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                batches=(),
+                last_timestamp=timestamp,
+                is_transactional=True,
+            )
+        # Never lower the epoch: the leader refuses an older marker, so in any log a
+        # leader wrote the marker's epoch is >= the entry's and max() is Kafka's "set if
+        # different"; on a damaged log it keeps fencing by the newest epoch seen.
+        epoch = max(current.producer_epoch, producer_epoch)
+        completed = None
+        if current.current_txn_first_offset != NO_OFFSET:
+            completed = CompletedTxn(
+                producer_id=producer_id,
+                first_offset=current.current_txn_first_offset,
+                last_offset=offset,
+                is_aborted=marker.control_type == ControlRecordType.ABORT,
+            )
+            self._unreplicated.append(completed)
+        self._entries[producer_id] = replace(
+            current,
+            producer_epoch=epoch,
+            # A new epoch starts new sequences: the old window cannot match a retry.
+            batches=current.batches if epoch == current.producer_epoch else (),
+            last_timestamp=timestamp,
+            coordinator_epoch=max(current.coordinator_epoch, marker.coordinator_epoch),
+            current_txn_first_offset=NO_OFFSET,
+            last_marker=LastMarker(epoch, marker.control_type, offset, timestamp),
+        )
+        return completed
 
 
 def _malformed(batch: ProducerBatch) -> str:

@@ -10,9 +10,9 @@ mismatch, truncation, trailing garbage or inconsistent field raises
 :class:`CorruptMessageError`, and the caller tries the next older file, or rebuilds from
 the log start.
 
-Format, version 1 (big-endian)::
+Format, version 2 (big-endian)::
 
-    version           int16   = 1
+    version           int16   = 2 (1 is still read)
     crc               uint32  CRC-32C of every byte after this field
     snapshot_offset   int64   the offset in the file name (checked on load)
     producer_count    int32
@@ -23,8 +23,12 @@ Format, version 1 (big-endian)::
       last_offset               int64   -1 if no batch is retained
       offset_delta              int32   of the last batch; 0 if none
       timestamp                 int64   the entry's last timestamp
-      coordinator_epoch         int32   -1 until transactions exist
-      current_txn_first_offset  int64   -1 until transactions exist
+      coordinator_epoch         int32   of the producer's last marker here, or -1
+      current_txn_first_offset  int64   first offset of its open transaction, or -1
+      last_marker_epoch         int16   the producer's last marker here: its epoch,  (v2)
+      last_marker_type          int8    0 ABORT, 1 COMMIT, -1 none (then all -1)     (v2)
+      last_marker_offset        int64                                                (v2)
+      last_marker_timestamp     int64                                                (v2)
       flags                     int8    bit 0: transactional
       batch_count               int8    0..5, oldest first:
         last_sequence  int32
@@ -40,6 +44,17 @@ raftka also stores the whole retained window (at most 5 x 24 bytes per producer)
 de-duplication after a restart or a leader change through recovery is exactly what it
 was before. The redundant last-batch fields are kept and checked against the window:
 they cost 34 bytes and catch a bug in either copy.
+
+Versions: version 1 lacks the four ``last_marker`` fields and was written before
+transactions existed, when the two transaction fields were always -1. Version 2 gives
+them meaning (an open transaction's start survives a restart: the last stable offset
+must not jump past it) and adds the last marker, so that after a restart a retried
+marker is still answered as a duplicate instead of being fenced (transaction version
+2). A raftka of the version 1 era refuses a version 2 file as unknown and rebuilds
+from the log, instead of loading a transaction start it would never clear (it ignores
+markers), which would hold that producer forever. Version 1 files are still read, with
+no last marker. Decoding refuses an open transaction or a last marker at or above the
+snapshot offset (the snapshot covers the log below it).
 """
 
 from __future__ import annotations
@@ -54,24 +69,30 @@ import crc32c
 from raftka.broker.producer_state import (
     EPOCH_MAX,
     NO_COORDINATOR_EPOCH,
+    NO_EPOCH,
     NO_OFFSET,
     NO_SEQUENCE,
     NUM_BATCHES_TO_RETAIN,
     SEQUENCE_MAX,
     BatchMetadata,
+    LastMarker,
     ProducerStateEntry,
     next_sequence,
 )
 from raftka.common.errors import CorruptMessageError
+from raftka.common.record.control import ControlRecordType
 
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
+_VERSIONS_READ: Final = frozenset({1, 2})
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 _OFFSET_DIGITS: Final = 20
 _NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 _HEADER = struct.Struct(">hI")  # version, crc
 _BODY_HEADER = struct.Struct(">qi")  # snapshot_offset, producer_count
-_ENTRY = struct.Struct(">qhiqiqiqbb")
+_ENTRY_V1 = struct.Struct(">qhiqiqiqbb")
+_ENTRY = struct.Struct(">qhiqiqiqhbqqbb")  # v2: the last marker before flags
+_NO_MARKER: Final = (NO_EPOCH, -1, NO_OFFSET, -1)
 _BATCH = struct.Struct(">iqiq")
 _TRANSACTIONAL_FLAG: Final = 0x01
 _FLAGS_KNOWN: Final = _TRANSACTIONAL_FLAG
@@ -124,7 +145,15 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry], *, offset: int) -> by
     for entry in ordered:
         # The snapshot covers the log below ``offset``: no retained batch may lie above.
         assert entry.last_offset < offset, (entry, offset)
+        assert entry.current_txn_first_offset < offset, (entry, offset)
         last = entry.batches[-1] if entry.batches else None
+        marker = entry.last_marker
+        assert marker is None or marker.offset < offset, (entry, offset)
+        marker_fields = (
+            _NO_MARKER
+            if marker is None
+            else (marker.producer_epoch, int(marker.control_type), marker.offset, marker.timestamp)
+        )
         body += _ENTRY.pack(
             entry.producer_id,
             entry.producer_epoch,
@@ -134,6 +163,7 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry], *, offset: int) -> by
             entry.last_timestamp,
             entry.coordinator_epoch,
             entry.current_txn_first_offset,
+            *marker_fields,
             _TRANSACTIONAL_FLAG if entry.is_transactional else 0,
             len(entry.batches),
         )
@@ -153,7 +183,7 @@ def decode_snapshot(data: bytes, *, offset: int | None = None) -> list[ProducerS
     if len(data) < _HEADER.size + _BODY_HEADER.size:
         raise CorruptMessageError(f"producer snapshot truncated: {len(data)} bytes")
     version, crc = _HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
+    if version not in _VERSIONS_READ:
         raise CorruptMessageError(f"producer snapshot version {version} unknown")
     body = memoryview(data)[_HEADER.size :]
     if crc32c.crc32c(body) != crc:
@@ -164,13 +194,14 @@ def decode_snapshot(data: bytes, *, offset: int | None = None) -> list[ProducerS
             f"producer snapshot holds offset {stored_offset}, its name says {offset}"
         )
     pos = _BODY_HEADER.size
+    entry_struct = _ENTRY if version == SNAPSHOT_VERSION else _ENTRY_V1
     # Bound the count by the bytes present before building anything.
-    if count < 0 or count * _ENTRY.size > len(body) - pos:
+    if count < 0 or count * entry_struct.size > len(body) - pos:
         raise CorruptMessageError(f"producer snapshot claims {count} producers")
     entries: list[ProducerStateEntry] = []
     seen: set[int] = set()
     for _ in range(count):
-        entry, pos = _decode_entry(body, pos, stored_offset)
+        entry, pos = _decode_entry(body, pos, stored_offset, entry_struct)
         if entry.producer_id in seen:
             raise CorruptMessageError(f"producer {entry.producer_id} twice in snapshot")
         seen.add(entry.producer_id)
@@ -181,10 +212,14 @@ def decode_snapshot(data: bytes, *, offset: int | None = None) -> list[ProducerS
 
 
 def _decode_entry(
-    body: memoryview, pos: int, covered_offset: int
+    body: memoryview, pos: int, covered_offset: int, entry_struct: struct.Struct
 ) -> tuple[ProducerStateEntry, int]:
-    if len(body) - pos < _ENTRY.size:
+    if len(body) - pos < entry_struct.size:
         raise CorruptMessageError("producer snapshot truncated in an entry")
+    fields = entry_struct.unpack_from(body, pos)
+    pos += entry_struct.size
+    # Version 1 has no last marker: read it as none.
+    marker_fields = _NO_MARKER if entry_struct is _ENTRY_V1 else fields[8:12]
     (
         pid,
         epoch,
@@ -194,15 +229,18 @@ def _decode_entry(
         timestamp,
         coordinator_epoch,
         txn_first_offset,
-        flags,
-        batch_count,
-    ) = _ENTRY.unpack_from(body, pos)
-    pos += _ENTRY.size
+    ) = fields[:8]
+    flags, batch_count = fields[-2:]
+    last_marker = _decode_last_marker(pid, marker_fields, covered_offset)
     if pid < 0 or not 0 <= epoch <= EPOCH_MAX:
         raise CorruptMessageError(f"producer snapshot entry: producer {pid} epoch {epoch}")
     if flags & ~_FLAGS_KNOWN or not 0 <= batch_count <= NUM_BATCHES_TO_RETAIN:
         raise CorruptMessageError(f"producer {pid}: flags {flags}, {batch_count} batches")
-    if coordinator_epoch < NO_COORDINATOR_EPOCH or txn_first_offset < NO_OFFSET:
+    if (
+        coordinator_epoch < NO_COORDINATOR_EPOCH
+        or txn_first_offset < NO_OFFSET
+        or txn_first_offset >= covered_offset
+    ):
         raise CorruptMessageError(f"producer {pid}: bad transaction fields")
     if len(body) - pos < batch_count * _BATCH.size:
         raise CorruptMessageError("producer snapshot truncated in a batch window")
@@ -246,8 +284,24 @@ def _decode_entry(
         is_transactional=bool(flags & _TRANSACTIONAL_FLAG),
         coordinator_epoch=coordinator_epoch,
         current_txn_first_offset=txn_first_offset,
+        last_marker=last_marker,
     )
     return entry, pos
+
+
+def _decode_last_marker(
+    pid: int, fields: tuple[int, ...], covered_offset: int
+) -> LastMarker | None:
+    if tuple(fields) == _NO_MARKER:
+        return None
+    marker_epoch, marker_type, marker_offset, marker_timestamp = fields
+    if not (
+        0 <= marker_epoch <= EPOCH_MAX
+        and marker_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT)
+        and 0 <= marker_offset < covered_offset
+    ):
+        raise CorruptMessageError(f"producer {pid}: bad last marker in snapshot")
+    return LastMarker(marker_epoch, ControlRecordType(marker_type), marker_offset, marker_timestamp)
 
 
 def load_newest(

@@ -12,6 +12,12 @@ offset), and every gap in the offsets, between batches and (with ``--print-data`
 inside them, where the cleaner removed records. Offsets never change, so a gap is the
 only trace of a removed record; a batch whose records were all removed but whose
 producer state matters shows as ``count: 0``.
+
+Transactions: a control batch's marker is always shown (``endTxnMarker: COMMIT
+coordinatorEpoch: 4``, as kafka-dump-log prints it), and a segment's ``.txnindex``
+(Kafka's aborted-transaction index) is printed after the segment when it exists, or on
+its own when given as a FILE. A torn last index entry is reported, not repaired: this
+command never writes.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ import orjson
 
 from raftka.common.errors import KafkaError
 from raftka.common.record.batch import DecodedRecord, decode_batch
+from raftka.common.record.control import (
+    ControlRecordType,
+    parse_control_key,
+    parse_end_transaction_marker,
+)
 from raftka.common.record.header import (
     HEADER_SIZE,
     BatchHeader,
@@ -35,6 +46,12 @@ from raftka.common.record.header import (
     peek_batch_size,
 )
 from raftka.storage.cleaner import partition_of, read_cleaner_checkpoint
+from raftka.storage.transaction_index import (
+    ENTRY_BYTES,
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    decode_entries,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +61,9 @@ class DumpedBatch:
     crc_ok: bool
     records: tuple[DecodedRecord, ...] | None  # None unless asked for and decodable
     error: str | None  # why the records could not be decoded
+    # A control batch's record: its type name and, for COMMIT/ABORT, the coordinator
+    # epoch (None for KRaft's own control types or a record that did not decode).
+    control: tuple[str, int | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +93,9 @@ def walk_segment(data: bytes | mmap.mmap, *, decode: bool) -> Iterator[DumpedBat
         crc_ok = crc_valid(view, pos)
         records: tuple[DecodedRecord, ...] | None = None
         error: str | None = None
-        if decode:
+        control: tuple[str, int | None] | None = None
+        # A control batch holds one small record: always decoded, to show the marker.
+        if decode or header.is_control:
             if crc_ok:
                 try:
                     records = decode_batch(view[pos : pos + size]).records
@@ -81,8 +103,21 @@ def walk_segment(data: bytes | mmap.mmap, *, decode: bool) -> Iterator[DumpedBat
                     error = str(exc)
             else:
                 error = "CRC mismatch: records not decoded"
-        yield DumpedBatch(pos, header, crc_ok, records, error)
+        if header.is_control and records:
+            control = _control_of(records[0])
+        yield DumpedBatch(pos, header, crc_ok, records if decode else None, error, control)
         pos += size
+
+
+def _control_of(record: DecodedRecord) -> tuple[str, int | None]:
+    try:
+        control_type = parse_control_key(record.key)
+        if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return control_type.name, None
+        marker = parse_end_transaction_marker(record.key, record.value)
+    except KafkaError as exc:
+        return f"unreadable ({exc})", None
+    return marker.control_type.name, marker.coordinator_epoch
 
 
 def _text(data: bytes | None) -> str:
@@ -148,6 +183,8 @@ def _json_item(item: DumpedBatch | TrailingBytes) -> dict[str, object]:
     }
     if item.error is not None:
         out["error"] = item.error
+    if item.control is not None:
+        out["control"] = {"type": item.control[0], "coordinator_epoch": item.control[1]}
     if item.records is not None:
         out["records"] = [
             {
@@ -176,6 +213,59 @@ def cleaner_checkpoint_for(segment: Path) -> int | None:
     return read_cleaner_checkpoint(log_dir.parent).get(partition_of(log_dir))
 
 
+def _control_line(b: DumpedBatch) -> str:
+    assert b.control is not None
+    kind, coordinator_epoch = b.control
+    if coordinator_epoch is None:
+        return f"| offset: {b.header.base_offset} controlType: {kind}"
+    return (
+        f"| offset: {b.header.base_offset} endTxnMarker: {kind} "
+        f"coordinatorEpoch: {coordinator_epoch}"
+    )
+
+
+def _txn_entry_line(e: AbortedTxn) -> str:
+    """kafka-dump-log's line for a .txnindex entry."""
+    return (
+        f"version: {e.version} producerId: {e.producer_id} firstOffset: {e.first_offset} "
+        f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}"
+    )
+
+
+def _dump_txn_index(path: Path, *, as_json: bool, must_exist: bool) -> bool:
+    """Print a .txnindex file's entries; False if it could not be read."""
+    try:
+        entries, partial = decode_entries(path.read_bytes())
+    except FileNotFoundError:
+        if must_exist:
+            click.echo(f"error: cannot read {path}: no such file", err=True)
+        return not must_exist
+    except (OSError, KafkaError) as exc:
+        click.echo(f"error: cannot read {path}: {exc}", err=True)
+        return False
+    if not as_json:
+        click.echo(f"Dumping {path}")
+    for entry in entries:
+        if as_json:
+            row = {
+                "version": entry.version,
+                "producer_id": entry.producer_id,
+                "first_offset": entry.first_offset,
+                "last_offset": entry.last_offset,
+                "last_stable_offset": entry.last_stable_offset,
+            }
+            click.echo(orjson.dumps({"file": str(path), "aborted_txn": row}).decode())
+        else:
+            click.echo(_txn_entry_line(entry))
+    if partial:
+        if as_json:
+            tail = {"position": len(entries) * ENTRY_BYTES, "size": partial, "reason": "torn entry"}
+            click.echo(orjson.dumps({"file": str(path), "trailing_bytes": tail}).decode())
+        else:
+            click.echo(f"Found {partial} bytes at the end that are not a whole entry (torn)")
+    return True
+
+
 def _gap_line(first: int, last: int, where: str) -> str:
     return f"{where}Gap: offsets {first} to {last} absent (removed by the log cleaner)"
 
@@ -185,9 +275,13 @@ def _gap_line(first: int, last: int, where: str) -> str:
 @click.option("--print-data", is_flag=True, help="Also print every record's key, value, headers.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per batch (JSON lines).")
 def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -> None:
-    """Print the record batches of segment FILES (*.log), like kafka-dump-log."""
+    """Print the record batches of segment FILES (*.log) and the entries of aborted-
+    transaction indexes (*.txnindex), like kafka-dump-log."""
     failed = False
     for path in files:
+        if path.name.endswith(TXN_INDEX_SUFFIX):
+            failed |= not _dump_txn_index(path, as_json=as_json, must_exist=True)
+            continue
         try:
             data = _open_bytes(path)
         except OSError as exc:
@@ -229,6 +323,9 @@ def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -
                 click.echo(_batch_line(item))
                 if item.error is not None:
                     click.echo(f"| error: {item.error}")
+                if item.control is not None:
+                    click.echo(_control_line(item))
+                    continue
                 next_record = item.header.base_offset
                 for record in item.records or ():
                     if record.offset > next_record:
@@ -237,5 +334,8 @@ def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -
                     next_record = record.offset + 1
                 if item.records is not None and next_record <= item.header.last_offset:
                     click.echo(_gap_line(next_record, item.header.last_offset, "| "))
+        if path.suffix == ".log":
+            txn_index = path.with_suffix(TXN_INDEX_SUFFIX)
+            failed |= not _dump_txn_index(txn_index, as_json=as_json, must_exist=False)
     if failed:
         raise SystemExit(1)

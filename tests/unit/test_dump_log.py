@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -12,7 +14,15 @@ from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from raftka.common.record.batch import Record, build_batch
+from raftka.common.record.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_transaction_batch,
+)
 from raftka.storage.dump import dump_log_command
+from raftka.storage.transaction_index import AbortedTxn
+
+COMMIT, ABORT = ControlRecordType.COMMIT, ControlRecordType.ABORT
 
 # kafka-python's compression type ids are Kafka's: none, gzip, snappy, lz4, zstd.
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -127,3 +137,84 @@ def test_console_script_runs(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "baseOffset: 0 lastOffset: 0 count: 1" in out.stdout
+
+
+def _transactional_segment(tmp_path: Path) -> Path:
+    """Offsets 0-1 a transaction of producer 7, 2 its COMMIT (coordinator epoch 4), 3 a
+    transaction of producer 8, 4 its ABORT; the .txnindex beside it holds the abort and
+    20 bytes of a torn next entry."""
+    segment = tmp_path / "00000000000000000000.log"
+    marker = partial(build_end_transaction_batch, timestamp_ms=5)
+    segment.write_bytes(
+        build_batch(
+            [Record(value=b"a"), Record(value=b"b")],
+            producer_id=7,
+            producer_epoch=1,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        + marker(EndTransactionMarker(COMMIT, 4), producer_id=7, producer_epoch=1, base_offset=2)
+        + build_batch(
+            [Record(value=b"c")],
+            base_offset=3,
+            producer_id=8,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        + marker(EndTransactionMarker(ABORT, 4), producer_id=8, producer_epoch=0, base_offset=4)
+    )
+    entry = AbortedTxn(producer_id=8, first_offset=3, last_offset=4, last_stable_offset=5)
+    index = tmp_path / "00000000000000000000.txnindex"
+    index.write_bytes(entry.encode() + entry.encode()[:20])
+    return segment
+
+
+def test_shows_markers_and_the_txnindex(tmp_path: Path) -> None:
+    """Markers show as kafka-dump-log prints them, even without --print-data; the
+    segment's .txnindex follows it; the torn tail is reported and left in the file."""
+    segment = _transactional_segment(tmp_path)
+    result = CliRunner().invoke(dump_log_command, [str(segment)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "| offset: 2 endTxnMarker: COMMIT coordinatorEpoch: 4" in lines
+    assert "| offset: 4 endTxnMarker: ABORT coordinatorEpoch: 4" in lines
+    assert "isTransactional: true isControl: true" in result.output
+    assert f"Dumping {tmp_path / '00000000000000000000.txnindex'}" in lines
+    assert "version: 0 producerId: 8 firstOffset: 3 lastOffset: 4 lastStableOffset: 5" in lines
+    assert "Found 20 bytes at the end that are not a whole entry (torn)" in lines
+    assert (tmp_path / "00000000000000000000.txnindex").stat().st_size == 34 + 20
+    rows = _run("--json", str(segment))
+    assert [r.get("control") for r in rows if r.get("is_control")] == [
+        {"type": "COMMIT", "coordinator_epoch": 4},
+        {"type": "ABORT", "coordinator_epoch": 4},
+    ]
+    assert [r["aborted_txn"] for r in rows if "aborted_txn" in r] == [
+        {
+            "version": 0,
+            "producer_id": 8,
+            "first_offset": 3,
+            "last_offset": 4,
+            "last_stable_offset": 5,
+        }
+    ]
+    assert "records" not in rows[1]  # decoded for the marker, not printed unasked
+
+
+def test_a_txnindex_given_alone_and_a_corrupt_one(tmp_path: Path) -> None:
+    segment = _transactional_segment(tmp_path)
+    index = segment.with_suffix(".txnindex")
+    rows = _run("--json", str(index))
+    assert len(rows) == 2 and "aborted_txn" not in rows[1]
+    assert rows[0]["aborted_txn"] == {
+        "version": 0,
+        "producer_id": 8,
+        "first_offset": 3,
+        "last_offset": 4,
+        "last_stable_offset": 5,
+    }
+    assert rows[1]["trailing_bytes"] == {"position": 34, "size": 20, "reason": "torn entry"}
+    index.write_bytes(struct.pack(">hqqqq", 5, 8, 3, 4, 5))
+    bad = CliRunner().invoke(dump_log_command, [str(index)])
+    assert bad.exit_code == 1
+    assert "cannot read" in bad.output and "version 5" in bad.output

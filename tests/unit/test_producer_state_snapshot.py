@@ -110,7 +110,7 @@ def test_every_byte_flip_and_truncation_is_a_corrupt_message() -> None:
 
 def _decode_with_valid_crc(body: bytes) -> None:
     """Decode ``body`` under a correct CRC, to reach the checks behind the CRC."""
-    decode_snapshot(struct.pack(">hI", 1, crc32c.crc32c(body)) + body)
+    decode_snapshot(struct.pack(">hI", 2, crc32c.crc32c(body)) + body)
 
 
 def test_inconsistent_content_behind_a_valid_crc_is_rejected() -> None:
@@ -138,7 +138,7 @@ def test_inconsistent_content_behind_a_valid_crc_is_rejected() -> None:
     with pytest.raises(CorruptMessageError, match="disagrees"):
         _decode_with_valid_crc(bytes(broken))
     with pytest.raises(CorruptMessageError, match="version"):
-        decode_snapshot(struct.pack(">h", 2) + data[2:])
+        decode_snapshot(struct.pack(">h", 3) + data[2:])
 
 
 def test_file_names_choice_and_deletion() -> None:

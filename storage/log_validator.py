@@ -15,6 +15,8 @@ what                                            Kafka's error          why it ma
 ==============================================  =====================  ===============
 a control batch (transaction marker) from a     INVALID_RECORD         only a partition's
 client                                                                 leader writes them
+a transactional batch (until transactions are   INVALID_TXN_STATE      no coordinator could
+wired to the produce path)                                             ever end it
 CRC mismatch, a payload that does not           CORRUPT_MESSAGE        no consumer could
 decompress, records that do not fill their                             decode it
 batch exactly
@@ -52,6 +54,7 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
+    InvalidTxnStateError,
 )
 from raftka.common.record import DECOMPRESSED_BYTES_MAX_DEFAULT, Compression
 from raftka.common.record.batch import Record, build_batch, decode_records
@@ -64,6 +67,7 @@ from raftka.common.record.header import (
     MAGIC_V2,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     crc_valid,
     parse_header,
     peek_batch_size,
@@ -159,6 +163,12 @@ def _validate_batch(batch: memoryview, pos: int, now_ms: int, config: Validation
         raise CorruptMessageError(f"{where} fails its CRC-32C check")
     if header.attributes & CONTROL_BIT:
         raise InvalidRecordError(f"{where} is a control batch: clients may not write them")
+    if header.attributes & TRANSACTIONAL_BIT:
+        # Producer state would open a transaction for it that no marker could close
+        # (the coordinator is not wired to the produce path yet, issue #14).
+        raise InvalidTxnStateError(
+            f"{where} is transactional: raftka does not support transactions yet"
+        )
     count = header.records_count
     if count < 1 or count != header.last_offset_delta + 1:
         raise InvalidRecordError(

@@ -12,8 +12,9 @@ NoOffsetForPartitionError when it is ``none``), returns buffered records and kee
 next fetches in flight (:mod:`.fetcher`). ``commit``/``commit_async``/``committed``
 need a ``group_id``.
 
-``isolation_level="read_committed"`` is accepted and reads like read_uncommitted:
-raftka has no transactions yet, so both read every record below the high watermark.
+``isolation_level="read_committed"`` is refused (INVALID_CONFIG) until transactions
+are wired to the brokers' fetch path; ``read_uncommitted`` reads every record below the
+high watermark.
 
 Thread safety: ``AsyncConsumer`` belongs to one event loop. ``Consumer`` may be called
 from any thread (calls are serialised on its loop thread), but as in Kafka a consumer

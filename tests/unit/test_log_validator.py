@@ -78,6 +78,16 @@ def test_a_control_batch_from_a_client_is_invalid_record() -> None:
     assert "control batch" in str(error)
 
 
+def test_a_transactional_batch_is_invalid_txn_state_until_transactions_are_wired() -> None:
+    """Producer state would open a transaction for it that nothing could end."""
+    from raftka.common.errors import InvalidTxnStateError
+
+    batch = build_batch(records(1), producer_id=5, producer_epoch=0, is_transactional=True)
+    error = error_of(batch)
+    assert isinstance(error, InvalidTxnStateError)
+    assert "transactional" in str(error)
+
+
 def test_garbage_gzip_with_a_right_crc_is_corrupt_message() -> None:
     """The issue's case: the CRC covers the garbage, so only decoding finds it."""
     template = build_batch(records(2), compression=Compression.GZIP)

@@ -141,7 +141,11 @@ class BrokerServer:
             connector=aiohttp.TCPConnector(limit=0),
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
-        self.channel = ControllerChannel(config.controllers, self._session)
+        self.channel = ControllerChannel(
+            config.controllers,
+            self._session,
+            attempt_timeout_ms=config.controller_quorum_request_timeout_ms,
+        )
         channel = self.channel
 
         async def post(path: str, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:

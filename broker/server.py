@@ -181,6 +181,8 @@ class BrokerServer:
             controllers=config.controllers,
             session=self._session,
             listener=self._on_metadata,
+            # The first image must include our registration (its offset is the epoch).
+            catch_up_to=self._broker_epoch,
         )
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()

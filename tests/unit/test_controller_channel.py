@@ -83,9 +83,7 @@ async def _post(channel: ControllerChannel, timeout_ms: int) -> dict[str, object
     return await channel.post("/v1/brokers/heartbeat", {"x": 1}, timeout_ms=timeout_ms)
 
 
-def test_a_silent_controller_costs_one_bounded_attempt_and_stale_redirects_are_skipped() -> (
-    None
-):
+def test_a_silent_controller_costs_one_bounded_attempt_and_stale_redirects_are_skipped() -> None:
     """A (the old leader, epoch 5) is silent; B still believes in A at epoch 5; C is the
     new active controller at epoch 6. The heartbeat reaches C well within a deadline
     shorter than the old 5 s attempt, and A is tried only once: B's redirect back to A
@@ -152,9 +150,7 @@ def test_the_callers_deadline_bounds_every_attempt(attempt_timeout_ms: int) -> N
     async def scenario() -> None:
         fakes = [FakeController("silent", 1) for _ in range(3)]
         async with controllers(*fakes) as addresses, aiohttp.ClientSession() as session:
-            channel = ControllerChannel(
-                addresses, session, attempt_timeout_ms=attempt_timeout_ms
-            )
+            channel = ControllerChannel(addresses, session, attempt_timeout_ms=attempt_timeout_ms)
             start = monotonic_ms()
             with pytest.raises(RequestTimedOutError, match="no controller answered in time"):
                 await _post(channel, timeout_ms=700)

@@ -207,6 +207,74 @@ def test_consumer_never_goes_back_when_a_deposed_leader_answers(
     assert not backwards, f"consumer went back: {backwards[:5]} (read {len(offsets)})"
 
 
+def test_producer_with_default_timeouts_leaves_an_isolated_leader(
+    cluster: ChaosCluster, tmp_path: Path
+) -> None:
+    """Issue #19, 2: a producer with Kafka's default request.timeout.ms (30 s) writes
+    acks=all to a one-partition topic; its leader's host is cut off. The producer must
+    not wait for the zombie's answer: its first acknowledgement after the isolation
+    (through the new leader) comes within FIRST_ACK_BOUND_S, and the records it had in
+    flight keep their sequence numbers (no duplicate offset for a value)."""
+    topic = "zombie30"
+    assert cluster.netns is not None
+    with HistoryWriter.open(tmp_path / "setup.jsonl") as history:
+        setup = QueueWorkload(
+            history=history,
+            bootstrap_servers=cluster.bootstrap_servers,
+            bootstrap_controllers=cluster.bootstrap_controllers,
+            config=QueueConfig(topic=topic, partitions=1),
+        ).setup()
+        asyncio.run(setup)
+    leader = wait_for(lambda: cluster.leader_of(topic, 0), timeout_s=20, message="no leader")
+
+    async def body() -> tuple[float, dict[int, list[int]]]:
+        loop = asyncio.get_running_loop()
+        acked: list[tuple[float, int, int]] = []
+        producer = AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0)
+        stop = asyncio.Event()
+
+        async def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                futures = [await producer.send(topic, str(i + k).encode()) for k in range(5)]
+                for k, future in enumerate(futures):
+                    md = await future
+                    acked.append((loop.time(), i + k, md.offset))
+                i += 5
+
+        task = asyncio.create_task(produce())
+        isolate = Isolate(cluster.netns, cluster.host_of(leader), log=FaultLog())
+        try:
+            await asyncio.to_thread(
+                lambda: wait_for(lambda: len(acked) >= 50, timeout_s=20, message="no load")
+            )
+            await asyncio.to_thread(isolate.apply)
+            cut_at = loop.time()
+            first = await asyncio.to_thread(
+                lambda: wait_for(
+                    lambda: next((t for t, _, _ in acked if t > cut_at + 0.3), None),
+                    timeout_s=30,
+                    message="no acknowledgement after the isolation",
+                )
+            )
+        finally:
+            stop.set()
+            await asyncio.to_thread(isolate.heal)
+        async with asyncio.timeout(60):
+            await task
+            await producer.close()
+        by_value: dict[int, list[int]] = {}
+        for _, value, offset in acked:
+            by_value.setdefault(value, []).append(offset)
+        return first - cut_at, by_value
+
+    took, by_value = asyncio.run(body())
+    print(f"first ack {took:.2f} s after isolating the leader (request.timeout.ms 30 s)")
+    assert took <= FIRST_ACK_BOUND_S, f"first ack {took:.2f} s after the isolation"
+    offsets = [o for offs in by_value.values() for o in offs]
+    assert len(offsets) == len(set(offsets)), "an offset was acknowledged for two values"
+
+
 # Last in the file: this scenario once left a follower busy-looping (fixed in
 # Log.truncate_to; tests/unit/test_log_truncate_epochs.py), which slowed what followed.
 def test_jepsen_2013_isr_shrinks_to_leader_then_leader_isolated(

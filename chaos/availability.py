@@ -7,7 +7,7 @@
   run's ``history.jsonl``.
 - :class:`FencingWatch`: the "fenced brokers whose sessions expired" lines the
   controllers logged after the watch began (their process logs, read from the offset
-  each had then).
+  each had then), found by :func:`log_events`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FENCED_MESSAGE", "FencingWatch", "first_ack_after_fault"]
+__all__ = ["FENCED_MESSAGE", "FencingWatch", "first_ack_after_fault", "log_events"]
 
 #: What the active controller logs when it fences brokers whose sessions expired
 #: (raftka.metadata.controller_events).
@@ -52,6 +52,25 @@ def first_ack_after_fault(history: Path, partition: int, grace_s: float = 0.3) -
     return None
 
 
+def log_events(path: Path, message: str, since_bytes: int = 0) -> list[dict[str, Any]]:
+    """The JSON log lines of a raftka process log whose message is ``message``, from
+    byte ``since_bytes`` on (lines that are not JSON are skipped)."""
+    with path.open("rb") as f:
+        f.seek(since_bytes)
+        lines = f.read().splitlines()
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        if message.encode() not in line:
+            continue
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and event.get("message") == message:
+            out.append(event)
+    return out
+
+
 class FencingWatch:
     """Fencing by session expiry logged by controllers after ``__init__``."""
 
@@ -59,18 +78,8 @@ class FencingWatch:
         self._from = {path: path.stat().st_size if path.exists() else 0 for path in logs}
 
     def fenced(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for path, offset in self._from.items():
-            with path.open("rb") as f:
-                f.seek(offset)
-                lines = f.read().splitlines()
-            for line in lines:
-                if FENCED_MESSAGE.encode() not in line:
-                    continue
-                try:
-                    event = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(event, dict) and event.get("message") == FENCED_MESSAGE:
-                    out.append({"log": str(path), **event})
-        return out
+        return [
+            {"log": str(path), **event}
+            for path, offset in self._from.items()
+            for event in log_events(path, FENCED_MESSAGE, offset)
+        ]

@@ -83,6 +83,21 @@ def fault_details(result: RunResult) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in lines]
 
 
+def one_partition_topic(cluster: ChaosCluster, tmp_path: Path, topic: str) -> str:
+    """Create a one-partition queue topic; the name of its leader broker."""
+    assert cluster.netns is not None
+    with HistoryWriter.open(tmp_path / "setup.jsonl") as history:
+        setup = QueueWorkload(
+            history=history,
+            bootstrap_servers=cluster.bootstrap_servers,
+            bootstrap_controllers=cluster.bootstrap_controllers,
+            config=QueueConfig(topic=topic, partitions=1),
+        ).setup()
+        asyncio.run(setup)
+    leader: str = wait_for(lambda: cluster.leader_of(topic, 0), timeout_s=20, message="no leader")
+    return leader
+
+
 def controller_logs(cluster: ChaosCluster) -> list[Path]:
     return [cluster.specs[n].data_dir / "process.log" for n in cluster.controller_names]
 
@@ -133,16 +148,7 @@ def test_consumer_never_goes_back_when_a_deposed_leader_answers(
     current_leader_epoch, and an OFFSET_OUT_OF_RANGE from a leader older than the records
     already read refreshes metadata instead of resetting the position."""
     topic = "deposed"
-    assert cluster.netns is not None
-    with HistoryWriter.open(tmp_path / "setup.jsonl") as history:
-        setup = QueueWorkload(
-            history=history,
-            bootstrap_servers=cluster.bootstrap_servers,
-            bootstrap_controllers=cluster.bootstrap_controllers,
-            config=QueueConfig(topic=topic, partitions=1),
-        ).setup()
-        asyncio.run(setup)
-    leader = wait_for(lambda: cluster.leader_of(topic, 0), timeout_s=20, message="no leader")
+    leader = one_partition_topic(cluster, tmp_path, topic)
     others = [b for b in cluster.broker_names if b != leader]
     servers = [cluster.specs[b].address for b in others]
 
@@ -216,16 +222,7 @@ def test_producer_with_default_timeouts_leaves_an_isolated_leader(
     (through the new leader) comes within FIRST_ACK_BOUND_S, and the records it had in
     flight keep their sequence numbers (no duplicate offset for a value)."""
     topic = "zombie30"
-    assert cluster.netns is not None
-    with HistoryWriter.open(tmp_path / "setup.jsonl") as history:
-        setup = QueueWorkload(
-            history=history,
-            bootstrap_servers=cluster.bootstrap_servers,
-            bootstrap_controllers=cluster.bootstrap_controllers,
-            config=QueueConfig(topic=topic, partitions=1),
-        ).setup()
-        asyncio.run(setup)
-    leader = wait_for(lambda: cluster.leader_of(topic, 0), timeout_s=20, message="no leader")
+    leader = one_partition_topic(cluster, tmp_path, topic)
 
     async def body() -> tuple[float, dict[int, list[int]]]:
         loop = asyncio.get_running_loop()

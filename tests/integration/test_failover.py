@@ -25,11 +25,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
+from raftka.chaos.availability import FENCED_MESSAGE, log_events
 from raftka.client import Admin, NewTopic, Producer
 from raftka.common.errors import KafkaError
 from raftka.local import LocalCluster, wait_for
@@ -153,23 +152,6 @@ class Load:
         )
 
 
-def _log_events(path: Path, message: str, since_bytes: int = 0) -> list[dict[str, Any]]:
-    with path.open("rb") as f:
-        f.seek(since_bytes)
-        lines = f.read().splitlines()
-    out = []
-    for line in lines:
-        if message.encode() not in line:
-            continue
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and event.get("message") == message:
-            out.append(event)
-    return out
-
-
 def test_pausing_the_active_controller_fences_no_live_broker(env: Env) -> None:
     """Three times: SIGSTOP the active controller until another has been active for
     longer than a broker session, then SIGCONT it. Every broker stays unfenced, no
@@ -199,7 +181,7 @@ def test_pausing_the_active_controller_fences_no_live_broker(env: Env) -> None:
     fenced = [
         (node_id, event.get("fields"))
         for node_id, c in env.cluster.controllers.items()
-        for event in _log_events(c.log_path, "fenced brokers whose sessions expired", logs[node_id])
+        for event in log_events(c.log_path, FENCED_MESSAGE, logs[node_id])
     ]
     assert not fenced, f"live brokers were fenced: {fenced}"
     assert not load.errors, load.errors[:5]
@@ -265,7 +247,7 @@ def test_restarted_broker_never_truncates_below_its_checkpointed_hw(env: Env) ->
                 return bool(parts) and all(victim in p["isr"] for p in parts[0])
 
             wait_for(rejoined, timeout_s=DEADLINE_S, message=f"round {round_}: no rejoin")
-            for event in _log_events(node.log_path, "truncated a diverging log", since):
+            for event in log_events(node.log_path, "truncated a diverging log", since):
                 fields = event.get("fields", {})
                 name = str(fields.get("partition", ""))
                 partition = int(name.rsplit("-", 1)[1]) if name.startswith(topic) else -1

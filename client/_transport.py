@@ -26,6 +26,7 @@ timeout as a disconnect and refreshes its metadata).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
@@ -61,6 +62,8 @@ __all__ = [
     "list_offsets",
     "monotonic_ms",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Bound on one response body (a fetch answer holds at most fetch_max_bytes plus one
 #: batch; this is a guard against a runaway peer, not a tuning knob).
@@ -514,6 +517,17 @@ class MetadataCache:
                 self._refreshing = None
         future.set_result(view)
         return view
+
+    async def refresh_with_backoff(self) -> None:
+        """A refresh for a background loop (the producer's sender, the consumer's
+        fetcher): a failure is not raised but followed by a ``retry_backoff_ms`` pause,
+        so a loop that starts the next refresh when this one ends does not spin while
+        every broker refuses."""
+        try:
+            await self.refresh()
+        except KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+            await asyncio.sleep(self._backoff_ms / 1000)  # a backoff, not synchronisation
 
     async def _fetch(self, all_topics: bool) -> ClusterView:
         params = None if all_topics else {"topics": ",".join(sorted(self._topics))}

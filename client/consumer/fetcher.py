@@ -135,10 +135,7 @@ class Fetcher:
             return
 
         async def refresh() -> None:
-            try:
-                await self._metadata.refresh()
-            except KafkaError as e:
-                log.debug("metadata refresh failed: %s", e)
+            await self._metadata.refresh_with_backoff()
             self._arrived.set()
 
         self._refresh_task = asyncio.create_task(refresh())

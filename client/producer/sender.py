@@ -324,10 +324,7 @@ class Sender:
             return
 
         async def refresh() -> None:
-            try:
-                await self._metadata.refresh()
-            except KafkaError as e:
-                log.debug("metadata refresh failed: %s", e)
+            await self._metadata.refresh_with_backoff()
             self._leader_hints.clear()
             self._wake.set()
 

@@ -264,6 +264,9 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 2_000
     broker_session_timeout_ms: int = 9_000
     request_timeout_ms: int = 30_000
+    # controller.quorum.request.timeout.ms: bounds each attempt at one controller, so a
+    # silent controller cannot use up a heartbeat's whole deadline.
+    controller_quorum_request_timeout_ms: int = 2_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1024 * 1024
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
@@ -426,6 +429,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         broker_heartbeat_interval_ms=_int(props, "broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=node.controller.broker_session_timeout_ms,
         request_timeout_ms=_int(props, "request.timeout.ms"),
+        controller_quorum_request_timeout_ms=node.quorum.request_timeout_ms,
         replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms"),
         replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes"),
         replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes"),

@@ -1,10 +1,11 @@
 """A broker's life with the controllers: registration, heartbeats, controlled shutdown.
 
 :class:`ControllerChannel` sends a write to the *active* controller: it remembers the
-last one that answered, follows ``NOT_CONTROLLER`` redirects (``leader_address``), and
-on a connection error or an election in progress moves to the next controller after a
-backoff, until the request's deadline. Errors other than those come back as the
-matching :class:`KafkaError`.
+last one that answered, follows ``NOT_CONTROLLER`` redirects (``leader_address``) of
+the newest quorum epoch it knows, and on a connection error, a silent controller (each
+attempt has its own timeout within the request's deadline) or an election in progress
+moves to the next controller after a backoff, until the request's deadline. Errors
+other than those come back as the matching :class:`KafkaError`.
 
 :class:`BrokerLifecycle` (Kafka's BrokerLifecycleManager):
 
@@ -44,6 +45,7 @@ from raftka.common.errors import (
 )
 from raftka.common.messages import Message, decode_value, encode
 from raftka.common.messages.controller import (
+    QUORUM_EPOCH_HEADER,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     EndpointData,
@@ -61,6 +63,9 @@ RETRY_BACKOFF_MIN_MS: Final = 50
 RETRY_BACKOFF_MAX_MS: Final = 1_000
 #: Bound on redirects followed for one attempt (a redirect loop during an election).
 REDIRECTS_MAX: Final = 3
+#: Default bound on one attempt at one controller (Kafka's
+#: ``controller.quorum.request.timeout.ms`` default); the broker passes its setting.
+ATTEMPT_TIMEOUT_MS: Final = 2_000
 # Errors after which trying again (elsewhere, or later) may succeed.
 _RETRY_NAMES: Final = frozenset(
     {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "LEADER_NOT_AVAILABLE", "UNKNOWN_SERVER_ERROR"}
@@ -68,31 +73,62 @@ _RETRY_NAMES: Final = frozenset(
 
 
 class ControllerChannel:
-    """Writes to the active controller, with redirects and retries."""
+    """Writes to the active controller, with redirects and retries.
+
+    What it knows of the quorum: the highest quorum epoch any controller's answer named
+    (the ``Raftka-Quorum-Epoch`` header of every answer, ``leader_epoch`` of a
+    NOT_CONTROLLER body), the controller that last answered as the active one, and each
+    controller that last failed to answer, with the epoch known then. A redirect is
+    followed only when it is of the known epoch or newer and does not name a controller
+    that already failed us in that epoch: voters that have not yet noticed a dead
+    leader keep pointing at it until they elect another, and following them there
+    would spend every attempt on the dead node (issue #19, brokers fenced after a
+    controller failover). Each attempt gets at most ``attempt_timeout_ms`` and never
+    more than what is left of the caller's deadline, so a silent controller costs one
+    short attempt, not the whole heartbeat.
+    """
 
     def __init__(
         self,
         controllers: Sequence[str],
         session: aiohttp.ClientSession,
         *,
-        attempt_timeout_ms: int = 5_000,
+        attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
     ) -> None:
         assert controllers
+        assert attempt_timeout_ms > 0, attempt_timeout_ms
         self._controllers = list(controllers)
         self._active: str | None = None
         self._index = 0
         self._session = session
         self._attempt_timeout_ms = attempt_timeout_ms
+        #: The highest quorum epoch seen in any controller's answer (-1 before any).
+        self.known_epoch = -1
+        #: Controllers that did not answer, with the epoch known when they failed.
+        self._failed_in_epoch: dict[str, int] = {}
 
     @property
     def active_address(self) -> str | None:
         """The controller that last answered as the active one (None if unknown)."""
         return self._active
 
+    def _learn_epoch(self, epoch: object) -> None:
+        if isinstance(epoch, int) and epoch > self.known_epoch:
+            self.known_epoch = epoch
+
+    def _should_follow(self, leader: object, leader_epoch: object, address: str) -> bool:
+        """Whether a NOT_CONTROLLER answer's redirect is worth an attempt."""
+        if not isinstance(leader, str) or leader == address:
+            return False
+        epoch = leader_epoch if isinstance(leader_epoch, int) else -1
+        if epoch < self.known_epoch:
+            return False  # an older leadership than one we have seen: not active
+        return self._failed_in_epoch.get(leader, -1) < epoch
+
     async def _post_once(
-        self, address: str, path: str, body: bytes, method: str = "POST"
+        self, address: str, path: str, body: bytes, timeout_ms: int, method: str = "POST"
     ) -> tuple[int, Any]:
-        timeout = aiohttp.ClientTimeout(total=self._attempt_timeout_ms / 1000)
+        timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         async with self._session.request(
             method,
             f"http://{address}{path}",
@@ -101,6 +137,9 @@ class ControllerChannel:
             timeout=timeout,
         ) as response:
             raw = await response.read()
+            epoch = response.headers.get(QUORUM_EPOCH_HEADER, "")
+            if epoch.lstrip("-").isdigit():
+                self._learn_epoch(int(epoch))
             return response.status, orjson.loads(raw) if raw else {}
 
     async def post(
@@ -124,13 +163,21 @@ class ControllerChannel:
             address = self._active or self._controllers[self._index % len(self._controllers)]
             redirects = 0
             while True:
+                remaining = deadline_ms - monotonic_ms()
+                if remaining <= 0:
+                    break
                 try:
-                    status, answer = await self._post_once(address, path, data, method)
+                    status, answer = await self._post_once(
+                        address, path, data, min(self._attempt_timeout_ms, remaining), method
+                    )
                 except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
                     last = f"{address}: {type(e).__name__}: {e}"
-                    self._active = None
+                    self._failed_in_epoch[address] = self.known_epoch
+                    if self._active == address:
+                        self._active = None
                     self._index += 1
                     break
+                self._failed_in_epoch.pop(address, None)
                 if status == 200 and isinstance(answer, dict):
                     self._active = address
                     return answer
@@ -139,8 +186,12 @@ class ControllerChannel:
                 last = f"{address}: {name}: {message}"
                 if name == NotControllerError.name:
                     leader = answer.get("leader_address")
+                    leader_epoch = answer.get("leader_epoch")
+                    follow = self._should_follow(leader, leader_epoch, address)
+                    self._learn_epoch(leader_epoch)
                     self._active = None
-                    if isinstance(leader, str) and leader != address and redirects < REDIRECTS_MAX:
+                    if follow and redirects < REDIRECTS_MAX:
+                        assert isinstance(leader, str)
                         redirects += 1
                         address = leader
                         continue

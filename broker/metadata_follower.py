@@ -11,6 +11,9 @@ payload, and a payload that does not replay is skipped, exactly as the controlle
 skip it, so every node's image is the same. After each payload the new image and
 ``delta.local_changes(broker_id)`` go to the listener, in log order, before the next
 payload is replayed (invariant 5: every broker applies metadata records in log order).
+Except at start-up: a starting broker replays up to the high watermark and past its own
+registration before the listener hears anything, and then gets the whole image at
+once (see :class:`MetadataApplier`), so it never acts on a stale intermediate image.
 
 An answer that carries a snapshot (we were behind the controller's log start) replaces
 the image; the local changes are then the difference between the old and the new
@@ -100,13 +103,36 @@ def local_changes_between(
 
 
 class MetadataApplier:
-    """Pure: decoded ``/v1/metadata`` answers in, ``(image, local changes)`` out."""
+    """Pure: decoded ``/v1/metadata`` answers in, ``(image, local changes)`` out.
 
-    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY) -> None:
+    With ``catch_up_first`` (a starting broker) nothing is handed out until the log is
+    replayed up to the high watermark of the answer being applied and past
+    ``catch_up_to`` (the broker's registration offset): the first update is then the
+    whole image at once, with the roles it gives this broker and every delete met on
+    the way. A starting broker must not act on an intermediate image: replaying a
+    partition's history payload by payload made it leader at old epochs of partitions
+    it no longer led, writing those epochs into its leader-epoch cache and truncating
+    replicated data later (issue #19, 3). Kafka's broker publishes its first image only
+    once caught up, too. Afterwards every payload is an update of its own, in order.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        image: MetadataImage = MetadataImage.EMPTY,
+        *,
+        catch_up_first: bool = False,
+        catch_up_to: Callable[[], int] = lambda: -1,
+    ) -> None:
         self.broker_id = broker_id
         self.image = image
         self.next_offset = 0 if image.offset < 0 else image.offset + 1
         self.skipped_payloads = 0
+        #: Whether updates flow (False while a starting broker catches up).
+        self.published = not catch_up_first
+        self._catch_up_to = catch_up_to
+        self._published_image = image
+        self._held_deletes: set[TopicIdPartition] = set()
 
     def apply_answer(
         self, answer: FetchMetadataResponse | Mapping[str, Any]
@@ -125,12 +151,53 @@ class MetadataApplier:
             log.info(
                 "loaded a metadata snapshot", extra={"fields": {"end_offset": snapshot.end_offset}}
             )
-            yield new, changes
+            yield from self._publish(new, changes)
         for batch in answer.batches:
             if batch.offset < self.next_offset:
                 continue  # already applied (an overlapping answer after a failover)
-            yield self._apply_payload(batch.offset, batch.epoch, bytes(batch.records))
+            yield from self._publish(
+                *self._apply_payload(batch.offset, batch.epoch, bytes(batch.records))
+            )
         self.next_offset = max(self.next_offset, answer.next_offset)
+        if (
+            not self.published
+            and self.next_offset >= answer.high_watermark
+            and self.image.offset >= self._catch_up_to()
+        ):
+            yield self._first_update()
+
+    def _publish(
+        self, image: MetadataImage, changes: LocalReplicaChanges
+    ) -> Iterator[MetadataUpdate]:
+        if self.published:
+            yield image, changes
+        else:
+            # Only deletes are kept: they act on directories left from before the
+            # restart, which the final image may no longer name at all.
+            self._held_deletes |= changes.deletes
+
+    def _first_update(self) -> MetadataUpdate:
+        image = self.image
+        roles = local_changes_between(self._published_image, image, self.broker_id)
+        changes = LocalReplicaChanges(
+            leaders=roles.leaders,
+            followers=roles.followers,
+            deletes=frozenset(self._held_deletes | roles.deletes),
+        )
+        self.published = True
+        self._held_deletes.clear()
+        log.info(
+            "metadata caught up; applying the first image",
+            extra={
+                "fields": {
+                    "metadata_offset": image.offset,
+                    "leaders": len(changes.leaders),
+                    "followers": len(changes.followers),
+                    "deletes": len(changes.deletes),
+                }
+            },
+        )
+        return image, changes
 
     def _apply_payload(self, offset: int, epoch: int, payload: bytes) -> MetadataUpdate:
         # The controllers' rule itself, not a copy of it: skipped alike on every node.
@@ -154,9 +221,11 @@ class MetadataFollower:
         session: aiohttp.ClientSession,
         listener: Callable[[MetadataImage, LocalReplicaChanges], Awaitable[None]],
         wait_ms: int = METADATA_WAIT_MS,
+        catch_up_to: Callable[[], int] = lambda: -1,
     ) -> None:
         assert controllers
-        self.applier = MetadataApplier(broker_id)
+        # A broker starts from nothing: it catches up before acting (MetadataApplier).
+        self.applier = MetadataApplier(broker_id, catch_up_first=True, catch_up_to=catch_up_to)
         self._controllers = list(controllers)
         self._index = 0
         self._session = session

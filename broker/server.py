@@ -145,7 +145,11 @@ class BrokerServer:
             connector=aiohttp.TCPConnector(limit=0),
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
-        self.channel = ControllerChannel(config.controllers, self._session)
+        self.channel = ControllerChannel(
+            config.controllers,
+            self._session,
+            attempt_timeout_ms=config.controller_quorum_request_timeout_ms,
+        )
         channel = self.channel
 
         async def post(path: str, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
@@ -190,6 +194,8 @@ class BrokerServer:
             controllers=config.controllers,
             session=self._session,
             listener=self._on_metadata,
+            # The first image must include our registration (its offset is the epoch).
+            catch_up_to=self._broker_epoch,
         )
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()

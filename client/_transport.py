@@ -13,12 +13,21 @@ answer as an immutable :class:`ClusterView`; a refresh replaces it whole. It is
 refreshed when older than ``metadata_max_age_ms``, when a caller asks for a topic it
 does not know, and when a request meets NOT_LEADER_OR_FOLLOWER or
 UNKNOWN_TOPIC_OR_PARTITION (``invalidate``). Concurrent refreshes share one request.
+
+A broker that timed out, refused or reset a connection, or sits on a request for long
+(:func:`await_unless_leader_moved`), is *suspect* (``mark_suspect``): a refresh asks
+it last, so a dead or isolated node cannot hold up the metadata that names its
+successor, and a request parked at a leader the refreshed metadata no longer names is
+given up (NetworkError, retried at the new leader) instead of waiting out
+``request_timeout_ms`` at a zombie (issue #19, 2; Kafka's client treats a request
+timeout as a disconnect and refreshes its metadata).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -49,15 +58,22 @@ __all__ = [
     "MetadataCache",
     "TopicView",
     "Transport",
+    "await_unless_leader_moved",
     "list_offsets",
     "monotonic_ms",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Bound on one response body (a fetch answer holds at most fetch_max_bytes plus one
 #: batch; this is a guard against a runaway peer, not a tuning knob).
 RESPONSE_BYTES_MAX: Final = 256 * 1024 * 1024
 #: Connections per host the session keeps; requests past it queue in aiohttp.
 CONNECTIONS_PER_HOST_MAX: Final = 32
+#: How long a produce or fetch may wait (beyond a fetch's own long poll) before the
+#: client looks up whether its leader is still the leader, and how often it looks again
+#: while the request waits. A metadata request per second per slow broker is the cost.
+LEADER_CHECK_MS: Final = 1_000
 
 
 async def _read_body(response: aiohttp.ClientResponse, where: str) -> bytes:
@@ -433,6 +449,8 @@ class MetadataCache:
         self._refreshing: asyncio.Future[ClusterView] | None = None
         self._stale = True
         self._next_address = 0
+        #: Brokers that failed to answer, asked last until one answers a refresh.
+        self._suspects: set[str] = set()
 
     @property
     def topics(self) -> frozenset[str]:
@@ -446,6 +464,15 @@ class MetadataCache:
 
     def invalidate(self) -> None:
         self._stale = True
+
+    def mark_suspect(self, address: str) -> None:
+        """``address`` timed out or failed a connection: refresh, asking it last."""
+        self._suspects.add(address)
+        self._stale = True
+
+    @property
+    def suspects(self) -> frozenset[str]:
+        return frozenset(self._suspects)
 
     def needs_refresh(self, now_ms: int) -> bool:
         return (
@@ -462,10 +489,13 @@ class MetadataCache:
     def _addresses(self) -> list[str]:
         known = [f"{n.host}:{n.port}" for n in self.view.brokers.values()]
         ordered = list(dict.fromkeys([*known, *self._bootstrap]))
-        # Rotate so that a dead broker is not always asked first.
+        # Rotate so that a dead broker is not always asked first; suspects go last.
         start = self._next_address % len(ordered)
         self._next_address += 1
-        return ordered[start:] + ordered[:start]
+        rotated = ordered[start:] + ordered[:start]
+        return [a for a in rotated if a not in self._suspects] + [
+            a for a in rotated if a in self._suspects
+        ]
 
     async def refresh(self, *, all_topics: bool = False) -> ClusterView:
         """Fetch metadata (sharing an in-flight refresh). Tries every known broker once
@@ -488,6 +518,17 @@ class MetadataCache:
         future.set_result(view)
         return view
 
+    async def refresh_with_backoff(self) -> None:
+        """A refresh for a background loop (the producer's sender, the consumer's
+        fetcher): a failure is not raised but followed by a ``retry_backoff_ms`` pause,
+        so a loop that starts the next refresh when this one ends does not spin while
+        every broker refuses."""
+        try:
+            await self.refresh()
+        except KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+            await asyncio.sleep(self._backoff_ms / 1000)  # a backoff, not synchronisation
+
     async def _fetch(self, all_topics: bool) -> ClusterView:
         params = None if all_topics else {"topics": ",".join(sorted(self._topics))}
         last: KafkaError = NetworkError("no broker to ask for metadata")
@@ -498,7 +539,10 @@ class MetadataCache:
                 )
             except KafkaError as e:
                 last = e
+                if isinstance(e, NetworkError | RequestTimedOutError):
+                    self._suspects.add(address)
                 continue
+            self._suspects.discard(address)
             view = keep_newer_leaders(self.view, parse_cluster_view(answer, monotonic_ms()))
             if not all_topics:
                 self.view = view
@@ -555,6 +599,67 @@ class MetadataCache:
             if found is not None and found.error is not None:
                 last = found.error
             await asyncio.sleep(min(self._backoff_ms, max(deadline_ms - monotonic_ms(), 0)) / 1000)
+
+
+# ---------------------------------------------------------------------------------------
+# Leaving a silent leader
+
+
+async def await_unless_leader_moved(
+    request: Awaitable[M],
+    *,
+    metadata: MetadataCache,
+    broker_id: int,
+    address: str,
+    partitions: Collection[TopicPartition],
+    check_after_ms: int,
+) -> M:
+    """The answer of ``request`` to the leader ``broker_id`` of ``partitions``; but if
+    it has not come after ``check_after_ms``, the broker is suspect and the metadata is
+    refreshed (every LEADER_CHECK_MS while it waits): once the metadata names another
+    leader for one of ``partitions``, the request is cancelled and NetworkError raised,
+    so the caller retries at the new leader (an idempotent producer's batch under the
+    same sequence) instead of waiting for a zombie. A request that fails to connect, is
+    reset or times out marks the broker suspect too."""
+    task = asyncio.ensure_future(request)
+    wait_ms = check_after_ms
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=wait_ms / 1000)
+            if done:
+                break
+            metadata.mark_suspect(address)
+            refresh = asyncio.ensure_future(metadata.refresh())
+            # The refresh may outlive this request: never leave its error unretrieved.
+            refresh.add_done_callback(_retrieve)
+            await asyncio.wait({task, refresh}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                break
+            moved = [
+                tp
+                for tp in partitions
+                if (leader := metadata.view.leader_address(tp)) is not None
+                and leader[0] != broker_id
+            ]
+            if moved:
+                raise NetworkError(
+                    f"{address} (broker {broker_id}) gave no answer and is no longer the "
+                    f"leader of {', '.join(str(tp) for tp in moved)}; retrying at the new leader"
+                )
+            wait_ms = LEADER_CHECK_MS
+    finally:
+        if not task.done():
+            task.cancel()
+    try:
+        return task.result()
+    except (NetworkError, RequestTimedOutError):
+        metadata.mark_suspect(address)
+        raise
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 # ---------------------------------------------------------------------------------------

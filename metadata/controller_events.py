@@ -99,12 +99,22 @@ _Item = _Command | _Activate | _Tick
 
 
 class NotControllerRedirectError(NotControllerError):
-    """NOT_CONTROLLER with where the active controller is, for the response body."""
+    """NOT_CONTROLLER with where the active controller is, for the response body, and
+    the quorum epoch this node knows (``leader_epoch``): a broker never follows a
+    redirect of an epoch older than one it has seen, which would lead it back to a
+    controller that is no longer active."""
 
-    def __init__(self, message: str, leader_id: int | None, leader_address: str | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        leader_id: int | None,
+        leader_address: str | None,
+        leader_epoch: int = -1,
+    ) -> None:
         super().__init__(message)
         self.leader_id = leader_id
         self.leader_address = leader_address
+        self.leader_epoch = leader_epoch
 
 
 @dataclass(slots=True)
@@ -248,6 +258,7 @@ class ControllerEventLoop:
             f"node {self.config.node_id} is not the active controller; {where}",
             leader_id,
             address,
+            self.engine.epoch,
         )
 
     @property

@@ -33,6 +33,7 @@ from aiohttp import web
 from raftka.common.errors import InvalidRequestError, KafkaError, NotControllerError
 from raftka.common.messages import controller as msg
 from raftka.common.messages import decode, decode_value, encode
+from raftka.common.messages.controller import QUORUM_EPOCH_HEADER
 from raftka.metadata import controller_api as qc
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.controller_api import ControllerResult
@@ -78,6 +79,14 @@ def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> we
         middlewares=[error_middleware(error_response, log)], client_max_size=REQUEST_BYTES_MAX
     )
     app[_EVENTS_KEY] = events
+
+    async def stamp_epoch(_request: web.Request, response: web.StreamResponse) -> None:
+        # Every answer names the quorum epoch it was given in: a broker learns the
+        # active controller together with its epoch from any answer (see
+        # raftka.broker.lifecycle) and ignores redirects older than that.
+        response.headers[QUORUM_EPOCH_HEADER] = str(events.engine.epoch)
+
+    app.on_response_prepare.append(stamp_epoch)
     app.add_routes(list(events.engine.routes()))
     app.add_routes(
         [
@@ -156,14 +165,17 @@ def _answer(message: object, status: int = 200) -> web.Response:
 
 
 def error_response(error: KafkaError) -> web.Response:
-    """The error contract, with NOT_CONTROLLER's ``leader_id`` and ``leader_address``."""
+    """The error contract, with NOT_CONTROLLER's ``leader_id``, ``leader_address`` and
+    ``leader_epoch`` (the quorum epoch they belong to; -1 when unknown)."""
     body: dict[str, Any] = dict(error.to_wire())
     if isinstance(error, NotControllerRedirectError):
         body["leader_id"] = error.leader_id
         body["leader_address"] = error.leader_address
+        body["leader_epoch"] = error.leader_epoch
     elif isinstance(error, NotControllerError):
         body.setdefault("leader_id", None)
         body.setdefault("leader_address", None)
+        body.setdefault("leader_epoch", -1)
     return json_response(body, STATUS.get(error.name, 400))
 
 

@@ -16,7 +16,9 @@ Theory of operation (Kafka's Fetcher, simplified):
   trailing partial batch is skipped by the codec, and the next fetch starts after the
   last whole record.
 - Errors per partition: NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION /
-  FENCED/UNKNOWN_LEADER_EPOCH refresh metadata and fetch again; OFFSET_OUT_OF_RANGE
+  FENCED/UNKNOWN_LEADER_EPOCH refresh metadata and fetch again, and so does a leader
+  that fails to connect, times out, or stays silent past the long poll once the
+  metadata names another leader (``await_unless_leader_moved``); OFFSET_OUT_OF_RANGE
   resets the position by ``auto_offset_reset`` (or raises OffsetOutOfRangeError when
   it is ``none``); other errors are raised from ``poll``.
 """
@@ -30,7 +32,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
+from raftka.client._transport import (
+    LEADER_CHECK_MS,
+    MetadataCache,
+    Transport,
+    await_unless_leader_moved,
+    error_from_message,
+    monotonic_ms,
+)
 from raftka.client.config import ConsumerConfig
 from raftka.client.consumer.subscription_state import SubscriptionState, TopicPartitionState
 from raftka.client.structs import ConsumerRecord, TopicPartition
@@ -126,10 +135,7 @@ class Fetcher:
             return
 
         async def refresh() -> None:
-            try:
-                await self._metadata.refresh()
-            except KafkaError as e:
-                log.debug("metadata refresh failed: %s", e)
+            await self._metadata.refresh_with_backoff()
             self._arrived.set()
 
         self._refresh_task = asyncio.create_task(refresh())
@@ -190,12 +196,21 @@ class Fetcher:
             ),
         )
         try:
-            answer = await self._transport.request_frame(
-                address,
-                "/v1/fetch",
-                api.FetchResponse,
-                message=request,
-                timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
+            # A leader silent past its long poll is checked against fresh metadata and
+            # left once another broker leads (see await_unless_leader_moved).
+            answer = await await_unless_leader_moved(
+                self._transport.request_frame(
+                    address,
+                    "/v1/fetch",
+                    api.FetchResponse,
+                    message=request,
+                    timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
+                ),
+                metadata=self._metadata,
+                broker_id=broker_id,
+                address=address,
+                partitions=list(offsets),
+                check_after_ms=config.fetch_max_wait_ms + LEADER_CHECK_MS,
             )
             assert answer is not None
             self._handle(answer[0], answer[1], offsets)

@@ -28,7 +28,11 @@ A retriable error puts the batch back with backoff while ``retries`` and
 ``delivery_timeout_ms`` allow; NOT_LEADER_OR_FOLLOWER and UNKNOWN_TOPIC_OR_PARTITION
 refresh the metadata. A network error or a client-side timeout is retried the same way
 (the outcome is unknown: without idempotence a retry may duplicate, as in Kafka; with
-it the broker recognises the retry by its sequence and answers the original offsets).
+it the broker recognises the retry by its sequence and answers the original offsets);
+it also marks the broker suspect (asked last for metadata). A request its leader sits
+on for LEADER_CHECK_MS makes the sender look up the leader (every LEADER_CHECK_MS
+while it waits) and give up on the request once another broker leads: the batches
+are retried there under their sequences (``await_unless_leader_moved``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from raftka.client._transport import MetadataCache, Transport, error_from_message, monotonic_ms
+from raftka.client._transport import (
+    LEADER_CHECK_MS,
+    MetadataCache,
+    Transport,
+    await_unless_leader_moved,
+    error_from_message,
+    monotonic_ms,
+)
 from raftka.client.config import ProducerConfig
 from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from raftka.client.producer.idempotence import IdempotenceState
@@ -313,10 +324,7 @@ class Sender:
             return
 
         async def refresh() -> None:
-            try:
-                await self._metadata.refresh()
-            except KafkaError as e:
-                log.debug("metadata refresh failed: %s", e)
+            await self._metadata.refresh_with_backoff()
             self._leader_hints.clear()
             self._wake.set()
 
@@ -326,7 +334,7 @@ class Sender:
 
     async def _send(self, broker_id: int, address: str, groups: list[list[Batch]]) -> None:
         try:
-            await self._send_unguarded(address, groups)
+            await self._send_unguarded(broker_id, address, groups)
         except asyncio.CancelledError:
             for group in groups:
                 for batch in group:
@@ -348,7 +356,9 @@ class Sender:
             self._requests.discard(asyncio.current_task())
             self._wake.set()
 
-    async def _send_unguarded(self, address: str, groups: list[list[Batch]]) -> None:
+    async def _send_unguarded(
+        self, broker_id: int, address: str, groups: list[list[Batch]]
+    ) -> None:
         config = self._config
         payloads = [
             b"".join(
@@ -375,12 +385,21 @@ class Sender:
         )
         frame = api.encode_frame(header, payloads)
         try:
-            answer = await self._transport.request_frame(
-                address,
-                "/v1/produce",
-                api.ProduceResponse,
-                frame_body=frame,
-                timeout_ms=config.request_timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
+            # A leader that sits on the request (cut off, paused) is left as soon as the
+            # metadata names its successor, not after request_timeout_ms.
+            answer = await await_unless_leader_moved(
+                self._transport.request_frame(
+                    address,
+                    "/v1/produce",
+                    api.ProduceResponse,
+                    frame_body=frame,
+                    timeout_ms=config.request_timeout_ms + CLIENT_TIMEOUT_MARGIN_MS,
+                ),
+                metadata=self._metadata,
+                broker_id=broker_id,
+                address=address,
+                partitions=[g[0].tp for g in groups],
+                check_after_ms=LEADER_CHECK_MS,
             )
         except KafkaError as e:
             self._metadata.invalidate()

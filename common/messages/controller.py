@@ -26,8 +26,9 @@ hands them to the metadata loader undecoded.
 
 Errors are not messages here: every failed call answers the error contract of
 ``raftka.server_common.http_errors`` (``{"error", "error_code", "message"}``, plus
-``leader_id`` / ``leader_address`` with NOT_CONTROLLER); per-item errors inside an
-answer are :class:`ErrorData`.
+``leader_id`` / ``leader_address`` / ``leader_epoch`` with NOT_CONTROLLER); per-item
+errors inside an answer are :class:`ErrorData`. Every answer of a controller carries
+the quorum epoch it was given in as the header :data:`QUORUM_EPOCH_HEADER`.
 """
 
 from __future__ import annotations
@@ -40,10 +41,15 @@ from msgspec import Meta
 from raftka.common.errors import KafkaError
 from raftka.common.messages import INT32_MAX, INT64_MAX, Message, NonNegInt32, PartitionId
 
+#: Response header of every controller answer: the quorum epoch (a decimal integer) of
+#: the node that gave it, so a broker learns which epoch an answer belongs to.
+QUORUM_EPOCH_HEADER: Final = "Raftka-Quorum-Epoch"
+
 __all__ = [
     "METADATA_RECORDS_DEFAULT",
     "METADATA_RECORDS_MAX",
     "METADATA_WAIT_MS_MAX",
+    "QUORUM_EPOCH_HEADER",
     "REQUEST_ITEMS_MAX",
     "AllocateProducerIdsRequest",
     "AllocateProducerIdsResponse",

@@ -117,3 +117,38 @@ def test_local_changes_between_matches_a_delta() -> None:
     assert local_changes_between(old, new, 2) == delta.local_changes(2)
     gone = local_changes_between(new, MetadataImage.EMPTY, 1)
     assert {tp.topic for tp in gone.deletes} == {"t2"}
+
+
+def test_a_starting_broker_gets_one_first_image_once_caught_up_and_registered() -> None:
+    """catch_up_first: nothing until the answer reaches the high watermark and the
+    image includes the registration offset; then one update with the final roles (t1
+    led at first, moved away: only its delete; t2 followed) and every delete met on the
+    way; after that, one update per payload again."""
+    registered_at = [3]
+    applier = MetadataApplier(1, catch_up_first=True, catch_up_to=lambda: registered_at[0])
+    moved = [
+        PartitionChangeRecord(partition_id=0, topic_id=T1, replicas=(2, 3), isr=(2,), leader=2)
+    ]
+    assert list(applier.apply_answer(_answer(1, _topic(T1, "t1", 1)))) == []
+    assert not applier.published, "the answer's HW (2) is below the registration (3)"
+    (first,) = applier.apply_answer(_answer(2, _topic(T2, "t2", 2), moved))
+    image, changes = first
+    assert image.offset == 3 and applier.published
+    assert not changes.leaders and [tp.topic for tp in changes.followers] == ["t2"]
+    assert [tp.topic for tp in changes.deletes] == ["t1"]
+    (after,) = applier.apply_answer(
+        _answer(4, [PartitionChangeRecord(partition_id=0, topic_id=T2, leader=1)])
+    )
+    assert [tp.topic for tp in after[1].leaders] == ["t2"]
+
+
+def test_a_starting_broker_waits_for_the_high_watermark_not_just_the_answer() -> None:
+    applier = MetadataApplier(1, catch_up_first=True)
+    answer = _answer(1, _topic(T1, "t1", 1))
+    behind = FetchMetadataResponse(
+        snapshot=None,
+        batches=answer.batches,
+        next_offset=answer.next_offset,
+        high_watermark=answer.high_watermark + 5,
+    )
+    assert list(applier.apply_answer(behind)) == [] and not applier.published

@@ -1106,3 +1106,23 @@ def test_failover_gives_every_registered_broker_a_fresh_session() -> None:
     ctl = QuorumController(ControllerConfig(), h.image, 50_000)
     assert ctl.expire_sessions(h.image, 50_000 + TIMEOUT_MS).records == ()
     assert ctl.expire_sessions(h.image, 50_001 + TIMEOUT_MS).response.fenced_brokers == (1, 2)
+
+
+def test_a_new_controller_fences_no_one_within_a_session_of_its_activation() -> None:
+    """Issue #19: brokers last heard by the old controller long ago (its failover took
+    longer than a session) still get a whole session from the new controller's
+    activation; a broker whose heartbeat reaches the new controller in that time stays
+    unfenced, one that stays silent is fenced just after it, and the first expiry
+    deadline is the end of that grace."""
+    h = Harness()
+    h.add_brokers(1, 2, 3)
+    activated = 10 * TIMEOUT_MS  # every session the old controller held is long over
+    h.ctl = QuorumController(h.config, h.image, activated)
+    assert h.ctl.deadlines(h.image, activated).session_expiry_ms == activated + TIMEOUT_MS + 1
+    assert h.ctl.expire_sessions(h.image, activated + TIMEOUT_MS).records == ()
+    h.now_ms = activated + TIMEOUT_MS - 1
+    h.heartbeat(1)
+    h.heartbeat(2)
+    fenced = h.run(h.ctl.expire_sessions(h.image, activated + TIMEOUT_MS + 1)).fenced_brokers
+    assert fenced == (3,)
+    assert [b for b in (1, 2, 3) if h.image.cluster.brokers[b].fenced] == [3]

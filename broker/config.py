@@ -40,7 +40,17 @@ log.cleaner.backoff.ms                     15000       cleaner's sleep when noth
 log.cleaner.dedupe.buffer.size             134217728   the cleaner's offset map bound
 log.cleaner.io.buffer.size                 524288      kept bytes buffered per write
 log.cleaner.threads                        1           only 1 (refused otherwise)
+num.io.threads                             8           I/O worker threads (disk work)
+queued.max.requests                        500         disk jobs waiting for a worker
+log.flush.scheduler.interval.ms            1000        flush.ms check period (see below)
 ========================================== =========== ==================================
+
+``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
+(broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
+snapshots and HW checkpoint writes run there, off the event loop.
+``log.flush.scheduler.interval.ms`` is how often the broker looks for logs whose
+``flush.ms`` has passed with unflushed records (Kafka's default, Long.MAX_VALUE, never
+looks, so an idle partition would never be flushed by time; raftka looks every second).
 
 ``log.cleaner.threads`` accepts only 1 (raftka runs one cleaner thread per broker, the
 whole dedupe buffer is its own); any other value is refused by name rather than
@@ -134,6 +144,10 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "log.cleaner.dedupe.buffer.size": (DEDUPE_BUFFER_BYTES_DEFAULT, MAP_ENTRY_OVERHEAD_BYTES),
     "log.cleaner.io.buffer.size": (IO_BUFFER_BYTES_DEFAULT, HEADER_SIZE),
     "log.cleaner.threads": (1, 1),
+    # The I/O workers (broker/io_workers.py) and the flush.ms timer.
+    "num.io.threads": (8, 1),
+    "queued.max.requests": (500, 1),
+    "log.flush.scheduler.interval.ms": (1_000, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
@@ -187,6 +201,9 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_dedupe_buffer_size: int = DEDUPE_BUFFER_BYTES_DEFAULT
     log_cleaner_io_buffer_size: int = IO_BUFFER_BYTES_DEFAULT
+    num_io_threads: int = 8
+    queued_max_requests: int = 500
+    log_flush_scheduler_interval_ms: int = 1_000
     log_level: str = "INFO"
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
@@ -350,6 +367,9 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         log_cleaner_backoff_ms=_int(props, "log.cleaner.backoff.ms"),
         log_cleaner_dedupe_buffer_size=_int(props, "log.cleaner.dedupe.buffer.size"),
         log_cleaner_io_buffer_size=_int(props, "log.cleaner.io.buffer.size"),
+        num_io_threads=_int(props, "num.io.threads"),
+        queued_max_requests=_int(props, "queued.max.requests"),
+        log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms"),
         log_level=node.log_level,
         log_defaults=log_defaults,
     )

@@ -120,6 +120,8 @@ PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
 FETCH_WAIT_MS_MAX: Final = 30_000
 #: Bound on partitions in one produce or fetch request.
 REQUEST_PARTITIONS_MAX: Final = 10_000
+#: Who holds a log during a cleaner pass (the I/O workers' jobs name themselves).
+CLEANER: Final = "the log cleaner"
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -939,8 +941,8 @@ class ReplicaManager:
         at a time (each holds its log meanwhile); returns the segments deleted."""
         total = 0
         for tp in list(self.partitions):
-            if tp in self._held:
-                continue  # its turn comes at the next check
+            if self._holders.get(tp) == CLEANER:
+                continue  # its turn comes at the next check (a worker's job: wait for it)
             deleted = await self._on_worker(
                 tp,
                 "log retention",
@@ -956,7 +958,7 @@ class ReplicaManager:
         returns how many were flushed."""
         flushed = 0
         for tp, p in list(self.partitions.items()):
-            if tp in self._held or not p.log.flush_due():
+            if self._holders.get(tp) == CLEANER or not p.log.flush_due():
                 continue
             if await self._on_worker(tp, "a flush", _flush_job):
                 flushed += 1
@@ -1041,7 +1043,7 @@ class ReplicaManager:
         """Hand ``tp``'s log to the cleaner thread; with it, the active producers
         (producer id -> last offset of its last batch). None if ``tp`` is not here or
         an I/O worker holds it (the cleaner chooses again later)."""
-        if not self._hold(tp, "the log cleaner"):
+        if not self._hold(tp, CLEANER):
             return None
         p = self.partitions[tp]
         active = {
@@ -1116,9 +1118,7 @@ class ReplicaManager:
         """Until no I/O worker holds any of ``tps`` (a metadata change then applies to
         logs only the loop touches; the cleaner's holds are handled as before)."""
         for tp in tps:
-            while (done := self._held.get(tp)) is not None and self._holders.get(
-                tp
-            ) != "the log cleaner":
+            while (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER:
                 await asyncio.shield(done)
 
     def _on_truncate(self, segment_log: Log, offset: int) -> None:

@@ -94,8 +94,9 @@ def test_a_strand_keeps_submission_order_while_strands_run_in_parallel() -> None
             with lock:
                 running -= 1
 
+        pauses = {(k, i): rng.random() / 200 for i in range(30) for k in seen}
         submitted = [
-            pool.run_in_strand(key, lambda k=key, i=i, p=rng.random() / 200: job(k, i, p))
+            pool.run_in_strand(key, lambda k=key, i=i: job(k, i, pauses[(k, i)]))
             for i in range(30)
             for key in seen
         ]

@@ -246,12 +246,12 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
         self._closed = False
-        # Set by an owner that fsyncs rolled segments itself, off the appending thread
-        # (the broker's I/O workers): roll() then leaves the old segment and the
-        # directory entry to the next flush(), as Kafka's roll schedules that flush.
-        # The recovery point stays below the unflushed segment, so a crash meanwhile
-        # recovers it.
-        self.defer_roll_flush = False
+        # Set by an owner that runs fsyncs itself, off the appending thread (the
+        # broker's I/O workers): roll() then leaves the old segment and the directory
+        # entry to the next flush(), as Kafka's roll schedules that flush (the recovery
+        # point stays below the unflushed segment, so a crash meanwhile recovers it);
+        # and flush.ms is left to the owner's timer (flush_due), as Kafka's scheduler.
+        self.defer_flushes = False
         self._dir_fsync_due = False
         self.leader_epoch_cache = LeaderEpochFileCache(path / LEADER_EPOCH_CHECKPOINT)
 
@@ -751,7 +751,9 @@ class Log:
         unflushed = self._unflushed_messages = self._unflushed_messages + records
         if unflushed >= config.flush_messages:
             self.flush()
-        elif config.flush_ms < LONG_MAX:
+        elif config.flush_ms < LONG_MAX and not self.defer_flushes:
+            # (An owner that defers fsyncs runs flush.ms on a timer, as Kafka's
+            # scheduler does: see flush_due.)
             if now < 0:
                 now = self._clock_ms()
             if now - self._last_flush_ms >= config.flush_ms:
@@ -768,7 +770,7 @@ class Log:
             return
         try:
             active.on_become_inactive()
-            if self.defer_roll_flush:
+            if self.defer_flushes:
                 seg = self._new_segment(self._log_end_offset)
                 self._dir_fsync_due = True
                 self._roll_done(seg)

@@ -10,9 +10,10 @@ state, producer state, and the segment log behind :class:`SegmentPartitionLog`) 
 the shell's own per-partition things: the topic id and a wake-up signal for parked
 fetches. The manager is a thin shell: it turns requests into core calls and carries
 out the :class:`Ready` each returns (purgatory completions, fetch wake-ups,
-AlterPartition proposals, fetcher changes, producer snapshots). Everything runs on one
-asyncio loop and every method that touches a partition is synchronous, so a core and
-the purgatory change together between two awaits (no locks needed).
+AlterPartition proposals, fetcher changes, producer snapshots). Everything but the
+disk jobs below runs on one asyncio loop and every method that touches a partition is
+synchronous, so a core and the purgatory change together between two awaits (no locks
+needed).
 
 - **Metadata** (:meth:`apply_metadata`): committed local changes, in log order. Deletes
   first (a topic deleted and recreated under the same name reuses the directory name),
@@ -34,15 +35,30 @@ the purgatory change together between two awaits (no locks needed).
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
   :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
-- **Log cleaner exclusion** (:meth:`begin_clean` / :meth:`end_clean`, used by
-  :mod:`raftka.broker.log_cleaning`): while the cleaner's worker thread runs
-  ``clean_once`` on a partition's log, that ``Log`` belongs to the thread and the loop
-  does not touch it (no append, read, truncation, retention, close). Produces to it
-  wait for the pass to end (queued in arrival order, bounded by their timeout); fetches
-  read nothing from it and park until the pass ends; a follower's fetched records for
-  it are dropped and fetched again; a ListOffsets by timestamp answers
-  OFFSET_NOT_AVAILABLE (retriable); a stop or delete waits for the pass. Ownership is
-  handed over on the loop, so the flag needs no lock.
+- **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
+  a while: the cleaner's pass (:meth:`begin_clean` / :meth:`end_clean`, used by
+  :mod:`raftka.broker.log_cleaning`) or an I/O worker's job (:meth:`_on_worker`:
+  the fsync and producer-state snapshot after a roll, a flush.ms flush, a retention
+  delete; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
+  thread and the loop does not touch it (no append, read, truncation, retention,
+  close). Produces to it wait for the hold to end (bounded by their timeout); fetches
+  read nothing from it and park until it ends; a follower's fetched records for it are
+  dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
+  (retriable); a stop or delete waits for it. Worker jobs of one partition run in
+  submission order (its strand), one at a time, never beside a cleaner's pass; a job's
+  ``prepare`` runs on the loop once the log is held (it reads the state the job
+  writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
+  changed (a new log start) before the log is given back. Ownership is handed over on
+  the loop, so the flags need no lock. Metadata changes and DeleteRecords wait for
+  the worker jobs on their partitions (short), not for a cleaner's pass (long).
+- **Start-up recovery** (:meth:`on_metadata`): the logs a metadata change makes new
+  here are opened (recovered, producer state loaded) in parallel on the I/O workers
+  before the change applies, so the loop keeps answering and heartbeating.
+- **What still runs on the loop**: appends (their writes go to the page cache; the
+  fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
+  flush.messages, still done in the appending call), reads for fetches (from the page
+  cache as a rule; Kafka cannot tell a miss either), truncation, and the small
+  checkpoint files a leader-epoch change writes.
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).
@@ -248,7 +264,7 @@ class ReplicaManager:
             else:
                 opened = self.logs.open_detached(log_or_path, log_config)
             # Rolled segments are fsynced by a worker (the snapshot job at a roll).
-            opened.defer_roll_flush = True
+            opened.defer_flushes = True
             try:
                 replica = Replica(
                     topic=tip.topic,
@@ -421,6 +437,7 @@ class ReplicaManager:
         elif p is not None:
             return  # a newer topic of the same name lives here now
         if delete:
+            self.io.forget(tp)
             self.logs.delete(tp)
             log.info("deleted replica", extra={"fields": {"partition": _name(tp)}})
         else:

@@ -178,6 +178,8 @@ class ReplicaManager:
         # when it gives it back; and who holds it.
         self._held: dict[PartitionKey, asyncio.Future[None]] = {}
         self._holders: dict[PartitionKey, str] = {}
+        # Within on_metadata: the partitions whose new leader epoch a worker writes.
+        self._epoch_writes: list[Partition] | None = None
         # Partitions opened on the I/O workers for the metadata change being applied.
         self._prepared: dict[PartitionKey, Partition] = {}
         # Disk work off the loop (broker/io_workers.py); owned and closed here.
@@ -271,7 +273,10 @@ class ReplicaManager:
                     partition=tip.partition,
                     local_broker_id=self.broker_id,
                     log=SegmentPartitionLog(
-                        opened, on_truncate=self._on_truncate, held=lambda: tp in self._held
+                        opened,
+                        on_truncate=self._on_truncate,
+                        held=lambda: tp in self._held,
+                        defer_epoch_writes=True,  # see _persist_epochs
                     ),
                     high_watermark=high_watermark,
                     config=replication,
@@ -346,12 +351,15 @@ class ReplicaManager:
             (tip.topic, tip.partition)
             for tip in (*changes.deletes, *changes.leaders, *changes.followers)
         )
+        self._epoch_writes = []
         try:
             self.apply_metadata(image, changes)
         finally:
             # Prepared but not taken (a role change held back by the cleaner): the log
             # stays open in the log manager, and the replica is built again from it.
             self._prepared.clear()
+            held, self._epoch_writes = self._epoch_writes, None
+            await self._write_epochs(held)
 
     def _take_role(
         self, tip: TopicIdPartition, reg: PartitionRegistration, leader_id: int, now: int
@@ -397,6 +405,7 @@ class ReplicaManager:
                 }
             },
         )
+        self._persist_epochs(p)
         self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
@@ -833,6 +842,41 @@ class ReplicaManager:
         if self.alter_partition is None or self._stopping:
             return
         self._spawn(self._alter(p, proposal))
+
+    def _persist_epochs(self, p: Partition) -> None:
+        """Write the leader-epoch checkpoint a new leadership changed. Within
+        :meth:`on_metadata` the log is held now and the write (an fsync) is left to a
+        worker (:meth:`_write_epochs`), so nothing appends under the new epoch before
+        the file is durable and a broker taking the leadership of hundreds of
+        partitions does not fsync hundreds of files on the loop. Otherwise (a direct
+        apply_metadata, or the cleaner holds the log: it does not touch the epochs) it
+        is written here, as before."""
+        plog = p.replica.log
+        if not isinstance(plog, SegmentPartitionLog) or not plog.epoch_write_due:
+            return
+        plog.epoch_write_due = False
+        if self._epoch_writes is not None and self._hold(p.tp, "a leader-epoch checkpoint"):
+            self._epoch_writes.append(p)
+        else:
+            p.log.leader_epoch_cache.flush()
+
+    async def _write_epochs(self, held: list[Partition]) -> None:
+        """The epoch checkpoints :meth:`_persist_epochs` left, in parallel on the
+        workers; each log is given back when its file is written."""
+
+        async def one(p: Partition) -> None:
+            try:
+                await self.io.run(p.log.leader_epoch_cache.flush)
+            except (OSError, KafkaError) as e:
+                # Recovery rebuilds the epochs of the records it keeps from the batches.
+                log.error(
+                    "leader-epoch checkpoint failed",
+                    extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
+                )
+            finally:
+                self._release(p.tp)
+
+        await asyncio.gather(*(one(p) for p in held))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

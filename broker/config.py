@@ -43,11 +43,15 @@ log.cleaner.threads                        1           only 1 (refused otherwise
 num.io.threads                             8           I/O worker threads (disk work)
 queued.max.requests                        500         disk jobs waiting for a worker
 log.flush.scheduler.interval.ms            1000        flush.ms check period (see below)
+num.recovery.threads.per.data.dir          1           logs opened at once, per log dir
 ========================================== =========== ==================================
 
 ``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
 (broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
-snapshots and HW checkpoint writes run there, off the event loop.
+snapshots and HW checkpoint writes run there, off the event loop; at most
+``num.recovery.threads.per.data.dir`` logs per log dir are opened (recovered) at once
+(recovery is mostly Python work holding the GIL: more at once would not finish sooner,
+only take the GIL from the event loop more often).
 ``log.flush.scheduler.interval.ms`` is how often the broker looks for logs whose
 ``flush.ms`` has passed with unflushed records (Kafka's default, Long.MAX_VALUE, never
 looks, so an idle partition would never be flushed by time; raftka looks every second).
@@ -148,6 +152,7 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "num.io.threads": (8, 1),
     "queued.max.requests": (500, 1),
     "log.flush.scheduler.interval.ms": (1_000, 1),
+    "num.recovery.threads.per.data.dir": (1, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
@@ -204,6 +209,7 @@ class BrokerConfig:
     num_io_threads: int = 8
     queued_max_requests: int = 500
     log_flush_scheduler_interval_ms: int = 1_000
+    num_recovery_threads_per_data_dir: int = 1
     log_level: str = "INFO"
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
@@ -370,6 +376,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         num_io_threads=_int(props, "num.io.threads"),
         queued_max_requests=_int(props, "queued.max.requests"),
         log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms"),
+        num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir"),
         log_level=node.log_level,
         log_defaults=log_defaults,
     )

@@ -52,8 +52,9 @@ needed).
   the loop, so the flags need no lock. Metadata changes and DeleteRecords wait for
   the worker jobs on their partitions (short), not for a cleaner's pass (long).
 - **Start-up recovery** (:meth:`on_metadata`): the logs a metadata change makes new
-  here are opened (recovered, producer state loaded) in parallel on the I/O workers
-  before the change applies, so the loop keeps answering and heartbeating.
+  here are opened (recovered, producer state loaded) on the I/O workers,
+  ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
+  applies, so the loop keeps answering and heartbeating.
 - **What still runs on the loop**: appends (their writes go to the page cache; the
   fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
   flush.messages, still done in the appending call), reads for fetches (from the page
@@ -294,7 +295,8 @@ class ReplicaManager:
 
     async def prepare_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
         """Before :meth:`apply_metadata`: open (recover) the logs of the partitions
-        ``changes`` makes new here, in parallel on the I/O workers, so a broker
+        ``changes`` makes new here, on the I/O workers (num.recovery.threads.per.data.dir
+        per log dir at once), so a broker
         recovering hundreds of logs keeps answering and heartbeating meanwhile. A log
         that fails to open here is opened again by apply_metadata, which reports it."""
         gone = {(tip.topic, tip.partition) for tip in changes.deletes}
@@ -309,9 +311,16 @@ class ReplicaManager:
         if not new:
             return
         started = self._clock_ms()
-        outcomes = await asyncio.gather(
-            *(self._prepare_one(tip, image) for tip in new), return_exceptions=True
+        # num.recovery.threads.per.data.dir logs per dir at once (Kafka's bound).
+        at_once = asyncio.Semaphore(
+            self.config.num_recovery_threads_per_data_dir * len(self.logs.log_dirs)
         )
+
+        async def bounded(tip: TopicIdPartition) -> None:
+            async with at_once:
+                await self._prepare_one(tip, image)
+
+        outcomes = await asyncio.gather(*(bounded(tip) for tip in new), return_exceptions=True)
         failed = sum(1 for o in outcomes if isinstance(o, BaseException))
         log.info(
             "logs opened on the I/O workers",

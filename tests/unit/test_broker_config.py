@@ -65,6 +65,7 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
         ("log.dirs=/tmp/x\nlog.segment.bytes=1\n", "segment.bytes"),
         ("log.dirs=/tmp/x\nnum.io.threads=0\n", "num.io.threads"),
         ("log.dirs=/tmp/x\nqueued.max.requests=many\n", "queued.max.requests"),
+        ("log.dirs=/tmp/x\nnum.recovery.threads.per.data.dir=0\n", "num.recovery.threads"),
         ("log.dirs=/tmp/x\nlog.flush.scheduler.interval.ms=0\n", "log.flush.scheduler.interval.ms"),
     ],
 )

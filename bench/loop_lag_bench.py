@@ -10,7 +10,7 @@ wall-clock time, to a file. The probe needs nothing from the broker, so the same
 measures any tree (run it with each tree's Python for a before/after).
 
 - ``recovery``: a topic of ``--partitions`` partitions (RF 1) is filled with
-  ``--recovery-mb`` MB (``raftka perf produce``, acks=1, 1000-byte records), the broker
+  ``--recovery-mb`` MB (``raftka perf produce``, acks=1, 100-byte records), the broker
   is killed with SIGKILL (nothing flushed: flush.ms is Kafka's default) and started
   again. The window is from the restart until /health shows every partition led by it
   and the broker unfenced. Reported: the probe's p99 and max lag in the window, the
@@ -33,8 +33,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
+from broker_bench import RECORD_SIZE, produce  # this folder's (sys.path[0])
 
 from raftka.client import Admin, NewTopic, Producer
 from raftka.local import LocalCluster
@@ -98,6 +97,9 @@ def _lags(lag_file: Path, start: float, end: float) -> dict[str, float]:
         return {"samples": 0}
     return {
         "samples": len(lags),
+        # A blocked loop yields one sample for its whole stall, so percentiles of
+        # samples understate it; the time spent late says how long it did not answer.
+        "late_s": round(sum(lags) / 1000, 2),
         "lag_p50_ms": round(lags[len(lags) // 2], 2),
         "lag_p99_ms": round(lags[min(len(lags) - 1, int(0.99 * len(lags)))], 2),
         "lag_max_ms": round(lags[-1], 2),
@@ -169,29 +171,8 @@ def recovery(base: Path, brokers: LocalBrokers, admin: Admin, partitions: int, m
     node = next(iter(brokers.nodes()))
     topic = "recovery"
     admin.create_topics([NewTopic(topic, partitions, 1)], timeout_ms=API_TIMEOUT_MS)
-    records = mb * 1_000_000 // RECORD_BYTES
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "raftka",
-            "perf",
-            "produce",
-            "--topic",
-            topic,
-            "--num-records",
-            str(records),
-            "--record-size",
-            str(RECORD_BYTES),
-            "--acks",
-            "1",
-            "--bootstrap-server",
-            brokers.bootstrap_servers,
-        ],
-        check=True,
-        capture_output=True,
-        timeout=1800,
-    )
+    # broker_bench's perf produce run (100-byte records), acks=1.
+    produce(brokers.bootstrap_servers, topic, mb * 1_000_000 // RECORD_SIZE, "1")
     node.kill()  # kill -9: nothing flushed
     start = time.time()
     node.start()

@@ -33,6 +33,7 @@ from raftka.metadata.metadata_records import (
     ConfigRecord,
     Endpoint,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
@@ -262,6 +263,33 @@ def test_logs_are_recovered_on_the_workers_before_the_metadata_applies(tmp_path:
             p = again.manager.partitions[("t", i)]
             assert p.log.log_end_offset == i + 1 and p.state.is_leader
         await again.manager.close()
+
+    _run(body)
+
+
+def test_a_new_leaderships_epoch_is_written_by_a_worker_before_the_change_returns(
+    tmp_path: Path,
+) -> None:
+    """Broker 1 leads, then leads again at a new leader epoch: the metadata change
+    returns with the leader-epoch checkpoint written (by a worker) and the log given
+    back, and the next append carries the new epoch."""
+
+    async def body() -> None:
+        clock = _Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic()
+        await b.produce(0, b"a")
+        p = b.manager.partitions[("t", 0)]
+        checkpoint = p.log.path / "leader-epoch-checkpoint"
+        jobs = b.manager.io.counters.completed
+        await b.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        assert p.state.leader_epoch == 1
+        assert b.manager.io.counters.completed == jobs + 1, "not written by a worker"
+        assert checkpoint.read_text().splitlines()[-1] == "1 1", "the new epoch is not durable"
+        assert not b.manager.is_cleaning(("t", 0)), "the log was not given back"
+        await b.produce(0, b"b")
+        assert p.log.latest_epoch == 1
+        await b.manager.close()
 
     _run(body)
 

@@ -58,8 +58,9 @@ needed).
 - **What still runs on the loop**: appends (their writes go to the page cache; the
   fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
   flush.messages, still done in the appending call), reads for fetches (from the page
-  cache as a rule; Kafka cannot tell a miss either), truncation, and the small
-  checkpoint files a leader-epoch change writes.
+  cache as a rule; Kafka cannot tell a miss either), truncation, and the leader-epoch
+  file a follower's append writes when its leader's epoch changes (a new leadership's
+  is written by the workers, see :meth:`_persist_epochs`).
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).

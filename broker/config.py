@@ -44,6 +44,10 @@ socket.request.max.bytes                   104857600   largest Kafka-protocol re
 connections.max.idle.ms                    600000      idle Kafka connections close
 max.connections                            2147483647  open Kafka connections at most
 auto.create.topics.enable                  true        Metadata creates unknown topics
+num.io.threads                             8           I/O worker threads (disk work)
+queued.max.requests                        500         disk jobs waiting for a worker
+log.flush.scheduler.interval.ms            1000        flush.ms check period (see below)
+num.recovery.threads.per.data.dir          1           logs opened at once, per log dir
 ========================================== =========== ==================================
 
 Listeners: the first entry of ``listeners`` (and ``advertised.listeners``) is raftka's
@@ -53,6 +57,16 @@ HTTP API, as before, whatever its name (``HTTP://host:port`` reads best). A
 ``advertised.listeners``, else its own. Other security protocols (SSL, SASL_PLAINTEXT,
 SASL_SSL) are refused by name: they are issue #17. A single-entry ``listeners`` has
 no Kafka listener (the configs written before it existed keep their meaning).
+
+``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
+(broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
+snapshots and HW checkpoint writes run there, off the event loop; at most
+``num.recovery.threads.per.data.dir`` logs per log dir are opened (recovered) at once
+(recovery is mostly Python work holding the GIL: more at once would not finish sooner,
+only take the GIL from the event loop more often).
+``log.flush.scheduler.interval.ms`` is how often the broker looks for logs whose
+``flush.ms`` has passed with unflushed records (Kafka's default, Long.MAX_VALUE, never
+looks, so an idle partition would never be flushed by time; raftka looks every second).
 
 ``log.cleaner.threads`` accepts only 1 (raftka runs one cleaner thread per broker, the
 whole dedupe buffer is its own); any other value is refused by name rather than
@@ -158,6 +172,11 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "socket.request.max.bytes": (104_857_600, 1),
     "connections.max.idle.ms": (600_000, 1),
     "max.connections": (2**31 - 1, 1),
+    # The I/O workers (broker/io_workers.py) and the flush.ms timer.
+    "num.io.threads": (8, 1),
+    "queued.max.requests": (500, 1),
+    "log.flush.scheduler.interval.ms": (1_000, 1),
+    "num.recovery.threads.per.data.dir": (1, 1),
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
@@ -291,6 +310,10 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_dedupe_buffer_size: int = DEDUPE_BUFFER_BYTES_DEFAULT
     log_cleaner_io_buffer_size: int = IO_BUFFER_BYTES_DEFAULT
+    num_io_threads: int = 8
+    queued_max_requests: int = 500
+    log_flush_scheduler_interval_ms: int = 1_000
+    num_recovery_threads_per_data_dir: int = 1
     log_level: str = "INFO"
     # The Kafka binary-protocol listener: None when ``listeners`` names none.
     kafka_listener: KafkaListenerConfig | None = None
@@ -458,6 +481,10 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         log_cleaner_backoff_ms=_int(props, "log.cleaner.backoff.ms"),
         log_cleaner_dedupe_buffer_size=_int(props, "log.cleaner.dedupe.buffer.size"),
         log_cleaner_io_buffer_size=_int(props, "log.cleaner.io.buffer.size"),
+        num_io_threads=_int(props, "num.io.threads"),
+        queued_max_requests=_int(props, "queued.max.requests"),
+        log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms"),
+        num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir"),
         log_level=node.log_level,
         kafka_listener=kafka_listener_config(props),
         auto_create_topics_enable=_bool(props, "auto.create.topics.enable", True),

@@ -97,6 +97,8 @@ async def delete_records(
     results: list[DeleteRecordsResult | None] = []
     waiting: dict[int, tuple[Partition, int]] = {}
     for i, (topic, index, requested) in enumerate(entries):
+        # An I/O worker's job (retention, a flush) moves the log start too: after it.
+        await manager.wait_io_released([(topic, index)])
         p = manager.partitions.get((topic, index))
         if p is None:
             error: KafkaError = (

@@ -18,6 +18,11 @@ Theory of operation
   taken on the loop would block the whole broker for the length of a pass; the flag is
   only read and written on the loop, so it needs no lock of its own. Other partitions
   are not affected.
+- **I/O workers.** The cleaner keeps its own thread (``log.cleaner.threads``, as Kafka
+  keeps its cleaner threads apart from ``num.io.threads``): a pass takes minutes on a
+  large log and would hold one of the request-handling workers all that time. Short
+  worker jobs (broker/io_workers.py) hold a log the same way; the cleaner skips a log
+  one holds and comes back to it when the job ends.
 - **Which log.** Every ``log.cleaner.backoff.ms`` while idle, among the open logs with
   ``cleanup.policy`` including compact: a log forced by ``max.compaction.lag.ms`` first,
   else the one with the highest dirty ratio above its ``min.cleanable.dirty.ratio``.
@@ -99,6 +104,8 @@ class LogCleanerService:
         self._wake = asyncio.Event()
         self._closing = False
         self._running: asyncio.Future[CleanerStats] | None = None
+        # A log choose() skipped because an I/O worker held it (see run()).
+        self._skipped_held: PartitionKey | None = None
         self.counters = CleanerCounters()
 
     def health(self) -> dict[str, Any]:
@@ -114,8 +121,14 @@ class LogCleanerService:
         """The log to clean next: one forced by max.compaction.lag.ms, else the one with
         the highest dirty ratio among those that need cleaning (on the loop)."""
         best: tuple[bool, float, PartitionKey] | None = None
+        self._skipped_held = None
         for tp, lg in self._manager.logs.compacted():
-            if self._manager.partitions.get(tp) is None or self._manager.is_cleaning(tp):
+            if self._manager.partitions.get(tp) is None:
+                continue
+            if self._manager.is_cleaning(tp):
+                # An I/O worker holds it (a flush, a snapshot, retention): not rated now,
+                # but run() comes back when the job ends instead of after the backoff.
+                self._skipped_held = tp
                 continue
             try:
                 if not self.cleaner.needs_cleaning(lg, now_ms):
@@ -222,6 +235,11 @@ class LogCleanerService:
             stats = await self.clean_one()
             if stats is not None and stats.cleaned:
                 await asyncio.sleep(0)  # let the loop serve what queued meanwhile
+                continue
+            skipped = self._skipped_held
+            if stats is None and skipped is not None:
+                # A worker's job on a log is short: rate that log once it ends.
+                await self._manager.wait_clean_ended(skipped)
                 continue
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

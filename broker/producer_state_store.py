@@ -37,7 +37,13 @@ from raftka.common.record.header import iter_batches
 from raftka.storage import Log
 from raftka.storage.checkpoint import write_file_durably
 
-__all__ = ["load_producer_state", "prune_snapshots", "write_producer_snapshot"]
+__all__ = [
+    "encode_producer_snapshot",
+    "load_producer_state",
+    "prune_snapshots",
+    "write_encoded_snapshot",
+    "write_producer_snapshot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +61,22 @@ def _snapshot_names(log_: Log) -> list[str]:
 def write_producer_snapshot(log_: Log, producers: ProducerStateManager) -> int:
     """Write ``<log end>.snapshot`` for ``producers`` (which must cover every batch
     below the log end), then prune; returns the snapshot's offset."""
+    offset, data = encode_producer_snapshot(log_, producers)
+    write_encoded_snapshot(log_, offset, data)
+    return offset
+
+
+def encode_producer_snapshot(log_: Log, producers: ProducerStateManager) -> tuple[int, bytes]:
+    """The snapshot of ``producers`` at the log end, encoded (memory only): the part
+    that must see the state no append changes, before a worker writes it."""
     offset = log_.log_end_offset
-    data = encode_snapshot(producers.entries.values(), offset=offset)
+    return offset, encode_snapshot(producers.entries.values(), offset=offset)
+
+
+def write_encoded_snapshot(log_: Log, offset: int, data: bytes) -> None:
+    """Write an :func:`encode_producer_snapshot` durably, then prune (the disk part)."""
     write_file_durably(log_.path / snapshot_file_name(offset), data)
     prune_snapshots(log_)
-    return offset
 
 
 def prune_snapshots(log_: Log) -> None:

@@ -32,6 +32,7 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
@@ -105,6 +106,9 @@ class BrokerServer:
         self.kafka: KafkaListener | None = None
         # (supervise) every background task runs under it: restart or fail the process
         self.supervisor = Supervisor()
+        # The event loop's lag (broker/io_workers.py), started before anything else so
+        # it sees log recovery at start-up.
+        self.loop_lag = LoopLagMonitor()
         self._stopping = False
         self.coordinator = GroupCoordinatorService(
             config=config, replicas=self.manager, channel=lambda: self.channel
@@ -125,7 +129,7 @@ class BrokerServer:
         return f"{endpoint.host}:{endpoint.port}"
 
     async def _on_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
-        self.manager.apply_metadata(image, changes)
+        await self.manager.on_metadata(image, changes)
         self.coordinator.on_metadata()
 
     async def _send_alter_partition(
@@ -141,6 +145,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         config = self.config
+        self.supervisor.spawn("loop-lag", self.loop_lag.run)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             json_serialize=lambda o: orjson.dumps(o).decode(),
@@ -226,6 +231,7 @@ class BrokerServer:
         spawn("isr-shrink", self._isr_timer)
         spawn("hw-checkpoint", self._checkpoint_timer)
         spawn("log-retention", self._retention_timer)
+        spawn("log-flusher", self._flush_timer)
         spawn("producer-expiry", self._producer_expiry_timer)
         spawn("group-coordinator", self.coordinator.run)
         if self.cleaner is not None:
@@ -253,7 +259,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(period_s)  # the HW checkpoint period
             try:
-                self.manager.checkpoint_high_watermarks()
+                await self.manager.checkpoint_high_watermarks_on_workers()
             except OSError as e:
                 log.error("HW checkpoint failed", extra={"fields": {"error": str(e)}})
 
@@ -262,12 +268,21 @@ class BrokerServer:
         while True:
             await asyncio.sleep(period_s)  # log.retention.check.interval.ms
             try:
-                deleted = self.manager.enforce_retention()
-            except KafkaError as e:  # a storage error: log it, try again next period
+                deleted = await self.manager.enforce_retention_on_workers()
+            except (KafkaError, OSError) as e:  # a storage error: log it, try again next period
                 log.error("log retention failed", extra={"fields": {"error": str(e)}})
                 continue
             if deleted:
                 log.info("log retention", extra={"fields": {"segments_deleted": deleted}})
+
+    async def _flush_timer(self) -> None:
+        period_s = self.config.log_flush_scheduler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period_s)  # log.flush.scheduler.interval.ms
+            try:
+                await self.manager.flush_due_logs()  # flush.ms, on the I/O workers
+            except KafkaError as e:  # a storage error: log it, try again next period
+                log.error("log flush failed", extra={"fields": {"error": str(e)}})
 
     async def _producer_expiry_timer(self) -> None:
         period_s = self.config.producer_id_expiration_check_interval_ms / 1000
@@ -352,6 +367,8 @@ class BrokerServer:
             # (supervise) task_restarts (per task) and tasks_failed
             **self.supervisor.health(),
             "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
+            "io_workers": self.manager.io.health(),
+            "loop_lag": self.loop_lag.health(),
         }
 
 

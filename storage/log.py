@@ -246,6 +246,13 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
         self._closed = False
+        # Set by an owner that runs fsyncs itself, off the appending thread (the
+        # broker's I/O workers): roll() then leaves the old segment and the directory
+        # entry to the next flush(), as Kafka's roll schedules that flush (the recovery
+        # point stays below the unflushed segment, so a crash meanwhile recovers it);
+        # and flush.ms is left to the owner's timer (flush_due), as Kafka's scheduler.
+        self.defer_flushes = False
+        self._dir_fsync_due = False
         self.leader_epoch_cache = LeaderEpochFileCache(path / LEADER_EPOCH_CHECKPOINT)
 
     # ------------------------------------------------------------------ opening
@@ -744,7 +751,9 @@ class Log:
         unflushed = self._unflushed_messages = self._unflushed_messages + records
         if unflushed >= config.flush_messages:
             self.flush()
-        elif config.flush_ms < LONG_MAX:
+        elif config.flush_ms < LONG_MAX and not self.defer_flushes:
+            # (An owner that defers fsyncs runs flush.ms on a timer, as Kafka's
+            # scheduler does: see flush_due.)
             if now < 0:
                 now = self._clock_ms()
             if now - self._last_flush_ms >= config.flush_ms:
@@ -761,15 +770,23 @@ class Log:
             return
         try:
             active.on_become_inactive()
+            if self.defer_flushes:
+                seg = self._new_segment(self._log_end_offset)
+                self._dir_fsync_due = True
+                self._roll_done(seg)
+                return
             active.flush()
             seg = self._new_segment(self._log_end_offset)
             fsync_dir(self.path)
         except OSError as e:
             raise KafkaStorageError(f"roll of {self.path} failed: {e}") from e
+        self._roll_done(seg)
+        self._recovery_point = max(self._recovery_point, seg.base_offset)
+
+    def _roll_done(self, seg: LogSegment) -> None:
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._ts_prefix_max.append(self._ts_prefix_max[-1])
-        self._recovery_point = max(self._recovery_point, seg.base_offset)
 
     # -------------------------------------------------------------------- reading
 
@@ -1017,12 +1034,24 @@ class Log:
         try:
             for seg in self._segments[first : last + 1]:
                 seg.flush()
+            if self._dir_fsync_due:
+                self._dir_fsync_due = False
+                fsync_dir(self.path)  # the entries of segments a deferred roll made
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.path} failed: {e}") from e
         self._recovery_point = target
         self._last_flush_ms = self._clock_ms()
         if target == self._log_end_offset:
             self._unflushed_messages = 0
+
+    def flush_due(self) -> bool:
+        """True if flush.ms has passed since the last flush with records unflushed
+        (memory only: the broker's flush timer asks every log)."""
+        return (
+            self._unflushed_messages > 0
+            and self.config.flush_ms < LONG_MAX
+            and self._clock_ms() - self._last_flush_ms >= self.config.flush_ms
+        )
 
     def maybe_flush(self) -> bool:
         """Flush if flush.messages or flush.ms says so. Returns True if it flushed."""

@@ -20,8 +20,13 @@ A deleted partition's directory is renamed to ``<topic>-<partition>.<uuid>-delet
 (atomic, so a crash mid-delete leaves no half partition under the live name) and then
 removed.
 
-Synchronous file I/O, called from the broker's event loop: the calls are short (open,
-rename, a small file) and happen on metadata changes and timers, not per record.
+The bookkeeping (which log is open, in which dir) is the event loop's; the broker runs
+the slow parts on its I/O workers (broker/io_workers.py): opening (recovering) a log
+through :meth:`LogManager.place` / :meth:`LogManager.open_detached` /
+:meth:`LogManager.adopt`, and HW checkpoint writes through
+:meth:`LogManager.high_watermarks_by_dir` / :meth:`LogManager.write_high_watermarks`
+(a lock keeps two writers of one checkpoint file apart). :meth:`LogManager.get_or_open`
+and :meth:`LogManager.checkpoint_high_watermarks` do both halves in the caller's thread.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -128,6 +134,9 @@ class LogManager:
         self._logs: dict[PartitionKey, Log] = {}
         self._dir_of: dict[PartitionKey, Path] = {}
         self._checkpointed: dict[PartitionKey, int] = {}
+        # Two writers of one HW checkpoint file (a worker's timer, the loop's reopen)
+        # would share its temp file.
+        self._checkpoint_lock = threading.Lock()
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             for entry in d.iterdir():
@@ -166,6 +175,13 @@ class LogManager:
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
+        path = self.place(tp)
+        return self.adopt(tp, self.open_detached(path, config))
+
+    def place(self, tp: PartitionKey) -> Path:
+        """The directory of ``tp``'s log: where it is stored, else a new one in the log
+        dir holding the fewest partitions (reserved now, so partitions placed before
+        they are opened spread over the dirs too)."""
         if len(self._logs) >= PARTITIONS_MAX:
             raise RuntimeError(f"more than PARTITIONS_MAX={PARTITIONS_MAX} partitions")
         parent = self._dir_of.get(tp)
@@ -174,15 +190,28 @@ class LogManager:
             for d in self._dir_of.values():
                 counts[d] = counts.get(d, 0) + 1
             parent = min(self.log_dirs, key=lambda d: (counts[d], str(d)))
-        path = parent / partition_dir_name(*tp)
-        opened = Log.open(path, config, clock_ms=self._clock_ms)
+            self._dir_of[tp] = parent
+        return parent / partition_dir_name(*tp)
+
+    def open_detached(self, path: Path, config: LogConfig) -> Log:
+        """Open (recover) the log in ``path`` without registering it: the slow part of
+        opening, safe on any thread (it touches only that directory)."""
+        return Log.open(path, config, clock_ms=self._clock_ms)
+
+    def adopt(self, tp: PartitionKey, opened: Log) -> Log:
+        """Register a log :meth:`open_detached` opened at :meth:`place`'s path."""
+        existing = self._logs.get(tp)
+        if existing is not None:
+            opened.close()
+            return existing
         self._logs[tp] = opened
-        self._dir_of[tp] = parent
         return opened
 
     def close(self, tp: PartitionKey) -> None:
         opened = self._logs.pop(tp, None)
         if opened is not None:
+            # Kept for the checkpoints written while it is closed (see write_high_watermarks).
+            self._checkpointed[tp] = opened.high_watermark
             opened.close()
 
     def delete(self, tp: PartitionKey) -> None:
@@ -218,16 +247,28 @@ class LogManager:
     def checkpoint_high_watermarks(self) -> None:
         """Write each log dir's HW checkpoint from the open logs (and keep the
         checkpointed value of partitions stored but not open, so it is not lost)."""
+        by_dir = self.high_watermarks_by_dir()
+        self.write_high_watermarks(by_dir)
+        for offsets in by_dir.values():
+            self._checkpointed.update(offsets)
+
+    def high_watermarks_by_dir(self) -> dict[Path, dict[PartitionKey, int]]:
+        """What :meth:`checkpoint_high_watermarks` writes, read now (in memory)."""
         by_dir: dict[Path, dict[PartitionKey, int]] = {d: {} for d in self.log_dirs}
         for tp, parent in self._dir_of.items():
             opened = self._logs.get(tp)
             hw = opened.high_watermark if opened is not None else self._checkpointed.get(tp)
             if hw is not None:
                 by_dir.setdefault(parent, {})[tp] = hw
-        for parent, offsets in by_dir.items():
-            write_hw_checkpoint(parent / HW_CHECKPOINT_FILE, offsets)
-            for tp, hw in offsets.items():
-                self._checkpointed[tp] = hw
+        return by_dir
+
+    def write_high_watermarks(self, by_dir: Mapping[Path, Mapping[PartitionKey, int]]) -> None:
+        """Write :meth:`high_watermarks_by_dir`'s answer (fsyncs: any thread). The
+        in-memory copy is not updated here (a worker must not race the loop's deletes):
+        an open log's HW is read again at every checkpoint and recorded when it closes."""
+        with self._checkpoint_lock:
+            for parent, offsets in by_dir.items():
+                write_hw_checkpoint(parent / HW_CHECKPOINT_FILE, offsets)
 
     def close_all(self) -> None:
         """Checkpoint the HWs, then close every log cleanly (clean-shutdown markers)."""

@@ -10,9 +10,10 @@ state, producer state, and the segment log behind :class:`SegmentPartitionLog`) 
 the shell's own per-partition things: the topic id and a wake-up signal for parked
 fetches. The manager is a thin shell: it turns requests into core calls and carries
 out the :class:`Ready` each returns (purgatory completions, fetch wake-ups,
-AlterPartition proposals, fetcher changes, producer snapshots). Everything runs on one
-asyncio loop and every method that touches a partition is synchronous, so a core and
-the purgatory change together between two awaits (no locks needed).
+AlterPartition proposals, fetcher changes, producer snapshots). Everything but the
+disk jobs below runs on one asyncio loop and every method that touches a partition is
+synchronous, so a core and the purgatory change together between two awaits (no locks
+needed).
 
 - **Metadata** (:meth:`apply_metadata`): committed local changes, in log order. Deletes
   first (a topic deleted and recreated under the same name reuses the directory name),
@@ -34,15 +35,32 @@ the purgatory change together between two awaits (no locks needed).
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
   :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
-- **Log cleaner exclusion** (:meth:`begin_clean` / :meth:`end_clean`, used by
-  :mod:`raftka.broker.log_cleaning`): while the cleaner's worker thread runs
-  ``clean_once`` on a partition's log, that ``Log`` belongs to the thread and the loop
-  does not touch it (no append, read, truncation, retention, close). Produces to it
-  wait for the pass to end (queued in arrival order, bounded by their timeout); fetches
-  read nothing from it and park until the pass ends; a follower's fetched records for
-  it are dropped and fetched again; a ListOffsets by timestamp answers
-  OFFSET_NOT_AVAILABLE (retriable); a stop or delete waits for the pass. Ownership is
-  handed over on the loop, so the flag needs no lock.
+- **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
+  a while: the cleaner's pass (:meth:`begin_clean` / :meth:`end_clean`, used by
+  :mod:`raftka.broker.log_cleaning`) or an I/O worker's job (:meth:`_on_worker`:
+  the fsync and producer-state snapshot after a roll, a flush.ms flush, a retention
+  delete; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
+  thread and the loop does not touch it (no append, read, truncation, retention,
+  close). Produces to it wait for the hold to end (bounded by their timeout); fetches
+  read nothing from it and park until it ends; a follower's fetched records for it are
+  dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
+  (retriable); a stop or delete waits for it. Worker jobs of one partition run in
+  submission order (its strand), one at a time, never beside a cleaner's pass; a job's
+  ``prepare`` runs on the loop once the log is held (it reads the state the job
+  writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
+  changed (a new log start) before the log is given back. Ownership is handed over on
+  the loop, so the flags need no lock. Metadata changes and DeleteRecords wait for
+  the worker jobs on their partitions (short), not for a cleaner's pass (long).
+- **Start-up recovery** (:meth:`on_metadata`): the logs a metadata change makes new
+  here are opened (recovered, producer state loaded) on the I/O workers,
+  ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
+  applies, so the loop keeps answering and heartbeating.
+- **What still runs on the loop**: appends (their writes go to the page cache; the
+  fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
+  flush.messages, still done in the appending call), reads for fetches (from the page
+  cache as a rule; Kafka cannot tell a miss either), truncation, and the leader-epoch
+  file a follower's append writes when its leader's epoch changes (a new leadership's
+  is written by the workers, see :meth:`_persist_epochs`).
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).
@@ -54,11 +72,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
+from raftka.broker.io_workers import IoWorkers
 from raftka.broker.producer_state import ProducerStateConfig
+from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
     AlterPartitionSender,
     FetchPartition,
@@ -106,6 +127,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: ListOffsets' special timestamps (Kafka's).
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
@@ -115,6 +138,8 @@ PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
 FETCH_WAIT_MS_MAX: Final = 30_000
 #: Bound on partitions in one produce or fetch request.
 REQUEST_PARTITIONS_MAX: Final = 10_000
+#: Who holds a log during a cleaner pass (the I/O workers' jobs name themselves).
+CLEANER: Final = "the log cleaner"
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -128,6 +153,7 @@ class ReplicaManager:
         config: BrokerConfig,
         logs: LogManager,
         clock_ms: Callable[[], int] = monotonic_ms,
+        io: IoWorkers | None = None,
     ) -> None:
         self.config = config
         self._producer_config = ProducerStateConfig(
@@ -150,10 +176,21 @@ class ReplicaManager:
         self._stopping = False
         # Fetches parked in their long poll now (Kafka's fetch purgatory size).
         self.fetch_waiters = 0
-        # Partitions whose log the cleaner thread holds now -> done when it gives it back.
-        self._cleaning: dict[PartitionKey, asyncio.Future[None]] = {}
-        # stop_replica calls that waited for a clean: tp -> delete?
-        self._stop_after_clean: dict[PartitionKey, tuple[bool, str | None]] = {}
+        # Partitions whose log a thread (the cleaner, an I/O worker) holds now -> done
+        # when it gives it back; and who holds it.
+        self._held: dict[PartitionKey, asyncio.Future[None]] = {}
+        self._holders: dict[PartitionKey, str] = {}
+        # Within on_metadata: the partitions whose new leader epoch a worker writes.
+        self._epoch_writes: list[Partition] | None = None
+        # Partitions opened on the I/O workers for the metadata change being applied.
+        self._prepared: dict[PartitionKey, Partition] = {}
+        # Disk work off the loop (broker/io_workers.py); owned and closed here.
+        self.io = io or IoWorkers(
+            num_io_threads=config.num_io_threads,
+            queued_max_requests=config.queued_max_requests,
+        )
+        # stop_replica calls that waited for a held log: tp -> delete?
+        self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
 
     # ================================================================ metadata
 
@@ -197,24 +234,142 @@ class ReplicaManager:
             existing = None
         if existing is not None:
             return existing
-        topic_config = self.image.configs.topic_config(tip.topic)
-        log_config = self.config.log_config(topic_config)
-        opened = self.logs.get_or_open(tp, log_config)
-        replica = Replica(
-            topic=tip.topic,
-            partition=tip.partition,
-            local_broker_id=self.broker_id,
-            log=SegmentPartitionLog(
-                opened, on_truncate=self._on_truncate, held=lambda: tp in self._cleaning
-            ),
-            high_watermark=self.logs.checkpointed_high_watermark(tp),
-            config=self.config.replication_config(topic_config),
-            producer_config=self._producer_config,
-            validation=self.config.validation_config(log_config, topic_config),
-        )
-        partition = Partition(tip.topic_id, tip.topic, tip.partition, replica, opened)
+        prepared = self._prepared.pop(tp, None)
+        if prepared is not None and prepared.topic_id == tip.topic_id:
+            partition = prepared  # opened by an I/O worker (prepare_metadata)
+        else:
+            opened = self.logs.get(tp)
+            if opened is not None:
+                partition = self._partition_builder(tip, self.image, opened)()
+            else:
+                path = self.logs.place(tp)
+                partition = self._partition_builder(tip, self.image, path)()
+                self.logs.adopt(tp, partition.log)
         self.partitions[tp] = partition
         return partition
+
+    def _partition_builder(
+        self, tip: TopicIdPartition, image: MetadataImage, log_or_path: Log | Path
+    ) -> Callable[[], Partition]:
+        """A call that opens (recovers) the partition's log at ``log_or_path`` (unless
+        it is open already) and builds its core (loading the producer state): the slow
+        part of a new partition, which touches nothing but that log, so an I/O worker
+        may run it. Settings are read now, on the loop."""
+        tp = (tip.topic, tip.partition)
+        topic_config = image.configs.topic_config(tip.topic)
+        log_config = self.config.log_config(topic_config)
+        high_watermark = self.logs.checkpointed_high_watermark(tp)
+        replication = self.config.replication_config(topic_config)
+        validation = self.config.validation_config(log_config, topic_config)
+
+        def build() -> Partition:
+            if isinstance(log_or_path, Log):
+                opened = log_or_path
+            else:
+                opened = self.logs.open_detached(log_or_path, log_config)
+            # Rolled segments are fsynced by a worker (the snapshot job at a roll).
+            opened.defer_flushes = True
+            try:
+                replica = Replica(
+                    topic=tip.topic,
+                    partition=tip.partition,
+                    local_broker_id=self.broker_id,
+                    log=SegmentPartitionLog(
+                        opened,
+                        on_truncate=self._on_truncate,
+                        held=lambda: tp in self._held,
+                        defer_epoch_writes=True,  # see _persist_epochs
+                    ),
+                    high_watermark=high_watermark,
+                    config=replication,
+                    producer_config=self._producer_config,
+                    validation=validation,
+                )
+            except BaseException:
+                if opened is not log_or_path:
+                    with contextlib.suppress(Exception):
+                        opened.close()
+                raise
+            return Partition(tip.topic_id, tip.topic, tip.partition, replica, opened)
+
+        return build
+
+    async def prepare_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
+        """Before :meth:`apply_metadata`: open (recover) the logs of the partitions
+        ``changes`` makes new here, on the I/O workers (num.recovery.threads.per.data.dir
+        per log dir at once), so a broker
+        recovering hundreds of logs keeps answering and heartbeating meanwhile. A log
+        that fails to open here is opened again by apply_metadata, which reports it."""
+        gone = {(tip.topic, tip.partition) for tip in changes.deletes}
+        new = [
+            tip
+            for tip in sorted({*changes.leaders, *changes.followers})
+            if (tp := (tip.topic, tip.partition)) not in gone
+            and tp not in self.partitions
+            and tp not in self._prepared
+            and self.logs.get(tp) is None
+        ]
+        if not new:
+            return
+        started = self._clock_ms()
+        # num.recovery.threads.per.data.dir logs per dir at once (Kafka's bound).
+        at_once = asyncio.Semaphore(
+            self.config.num_recovery_threads_per_data_dir * len(self.logs.log_dirs)
+        )
+
+        async def bounded(tip: TopicIdPartition) -> None:
+            async with at_once:
+                await self._prepare_one(tip, image)
+
+        outcomes = await asyncio.gather(*(bounded(tip) for tip in new), return_exceptions=True)
+        failed = sum(1 for o in outcomes if isinstance(o, BaseException))
+        log.info(
+            "logs opened on the I/O workers",
+            extra={
+                "fields": {
+                    "logs": len(new) - failed,
+                    "failed": failed,
+                    "ms": self._clock_ms() - started,
+                }
+            },
+        )
+
+    async def _prepare_one(self, tip: TopicIdPartition, image: MetadataImage) -> None:
+        tp = (tip.topic, tip.partition)
+        build = self._partition_builder(tip, image, self.logs.place(tp))
+        try:
+            partition = await self.io.run(build)
+        except Exception as e:
+            log.warning(
+                "opening a log on an I/O worker failed",
+                extra={"fields": {"partition": _name(tp), "error": str(e)}},
+            )
+            raise
+        if self.logs.get(tp) is not None or self._stopping:
+            with contextlib.suppress(Exception):
+                partition.log.close()  # opened meanwhile on the loop (cannot today)
+            return
+        self.logs.adopt(tp, partition.log)
+        self._prepared[tp] = partition
+
+    async def on_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
+        """Committed metadata, with the disk work off the loop: new logs are opened on
+        the I/O workers, and the changes wait for the worker jobs holding the logs they
+        touch; then :meth:`apply_metadata`."""
+        await self.prepare_metadata(image, changes)
+        await self.wait_io_released(
+            (tip.topic, tip.partition)
+            for tip in (*changes.deletes, *changes.leaders, *changes.followers)
+        )
+        self._epoch_writes = []
+        try:
+            self.apply_metadata(image, changes)
+        finally:
+            # Prepared but not taken (a role change held back by the cleaner): the log
+            # stays open in the log manager, and the replica is built again from it.
+            self._prepared.clear()
+            held, self._epoch_writes = self._epoch_writes, None
+            await self._write_epochs(held)
 
     def _take_role(
         self, tip: TopicIdPartition, reg: PartitionRegistration, leader_id: int, now: int
@@ -260,6 +415,7 @@ class ReplicaManager:
                 }
             },
         )
+        self._persist_epochs(p)
         self.carry_out(p, change.ready)
 
     def _become_follower(self, tip: TopicIdPartition, reg: PartitionRegistration, now: int) -> None:
@@ -285,11 +441,11 @@ class ReplicaManager:
                 self.fetch_targets.set_leader(p.tp, change.ready.fetch_from_leader)
 
     def stop_replica(self, tp: PartitionKey, *, delete: bool, topic_id: str | None = None) -> None:
-        if tp in self._cleaning:
+        if tp in self._held:
             # The cleaner thread holds the log: stop when it gives it back (end_clean).
             # Until then the partition stays registered, so nothing reopens its log.
-            previous = self._stop_after_clean.get(tp, (False, None))
-            self._stop_after_clean[tp] = (delete or previous[0], topic_id)
+            previous = self._stop_after_hold.get(tp, (False, None))
+            self._stop_after_hold[tp] = (delete or previous[0], topic_id)
             return
         p = self.partitions.get(tp)
         if p is not None and (topic_id is None or p.topic_id == topic_id):
@@ -300,6 +456,7 @@ class ReplicaManager:
         elif p is not None:
             return  # a newer topic of the same name lives here now
         if delete:
+            self.io.forget(tp)
             self.logs.delete(tp)
             log.info("deleted replica", extra={"fields": {"partition": _name(tp)}})
         else:
@@ -321,7 +478,9 @@ class ReplicaManager:
             )
         self._deliver(done)
         if ready.snapshot_due:
-            self._snapshot_producers(p)
+            # The log rolled: fsync the rolled segment and write the producer-state
+            # snapshot on an I/O worker, holding the log (appends to it wait).
+            self._spawn(self._snapshot_on_worker(p))
         if ready.isr_proposal is not None:
             self._propose(p, ready.isr_proposal)
         if ready.wake_fetches:
@@ -377,10 +536,10 @@ class ReplicaManager:
         results: list[ProduceResult] = []
         pending: list[tuple[int, PartitionKey, asyncio.Future[KafkaError | None]]] = []
         for topic, index, data in entries:
-            if (topic, index) in self._cleaning and not await self._clean_ended(
+            if (topic, index) in self._held and not await self._clean_ended(
                 (topic, index), deadline_ms
             ):
-                held = RequestTimedOutError(f"{topic}-{index}: the log cleaner holds the log")
+                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of((topic, index))}")
                 results.append(ProduceResult(topic, index, held))
                 continue
             result, future = self._produce_one(
@@ -525,7 +684,7 @@ class ReplicaManager:
         now = self._clock_ms()
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
-            if p is not None and p.tp in self._cleaning:
+            if p is not None and p.tp in self._held:
                 # Nothing from a log the cleaner holds; end_clean fires the signal this
                 # fetch parks on, so it reads again as soon as the pass ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
@@ -655,8 +814,8 @@ class ReplicaManager:
                 )
             elif timestamp == LATEST_TIMESTAMP:
                 out.append(ListOffsetsResult(topic, index, None, hw, -1, epoch))
-            elif p.tp in self._cleaning:
-                err = OffsetNotAvailableError(f"{_name(p.tp)}: the log cleaner holds the log")
+            elif p.tp in self._held:
+                err = OffsetNotAvailableError(f"{_name(p.tp)}: {self._holder_of(p.tp)}")
                 out.append(ListOffsetsResult(topic, index, err))
             else:
                 found_ts = p.replica.log.offset_for_timestamp(timestamp)
@@ -692,7 +851,45 @@ class ReplicaManager:
     def _propose(self, p: Partition, proposal: IsrProposal) -> None:
         if self.alter_partition is None or self._stopping:
             return
-        task = asyncio.get_running_loop().create_task(self._alter(p, proposal))
+        self._spawn(self._alter(p, proposal))
+
+    def _persist_epochs(self, p: Partition) -> None:
+        """Write the leader-epoch checkpoint a new leadership changed. Within
+        :meth:`on_metadata` the log is held now and the write (an fsync) is left to a
+        worker (:meth:`_write_epochs`), so nothing appends under the new epoch before
+        the file is durable and a broker taking the leadership of hundreds of
+        partitions does not fsync hundreds of files on the loop. Otherwise (a direct
+        apply_metadata, or the cleaner holds the log: it does not touch the epochs) it
+        is written here, as before."""
+        plog = p.replica.log
+        if not isinstance(plog, SegmentPartitionLog) or not plog.epoch_write_due:
+            return
+        plog.epoch_write_due = False
+        if self._epoch_writes is not None and self._hold(p.tp, "a leader-epoch checkpoint"):
+            self._epoch_writes.append(p)
+        else:
+            p.log.leader_epoch_cache.flush()
+
+    async def _write_epochs(self, held: list[Partition]) -> None:
+        """The epoch checkpoints :meth:`_persist_epochs` left, in parallel on the
+        workers; each log is given back when its file is written."""
+
+        async def one(p: Partition) -> None:
+            try:
+                await self.io.run(p.log.leader_epoch_cache.flush)
+            except (OSError, KafkaError) as e:
+                # Recovery rebuilds the epochs of the records it keeps from the batches.
+                log.error(
+                    "leader-epoch checkpoint failed",
+                    extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
+                )
+            finally:
+                self._release(p.tp)
+
+        await asyncio.gather(*(one(p) for p in held))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -752,7 +949,7 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        if p.tp in self._cleaning:
+        if p.tp in self._held:
             return  # the cleaner holds the log: the fetcher asks again from the same LEO
         answer = p.replica.on_fetch_answer(
             records=records,
@@ -770,7 +967,7 @@ class ReplicaManager:
         leader_log_start_offset: int,
     ) -> None:
         """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        if p.tp in self._cleaning:
+        if p.tp in self._held:
             return  # the cleaner holds the log: the next fetch says it again
         answer = p.replica.on_fetch_answer(
             records=b"",
@@ -794,7 +991,7 @@ class ReplicaManager:
 
     def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
         """Our fetch offset is below the leader's log start: restart empty there."""
-        if p.tp in self._cleaning:
+        if p.tp in self._held:
             return  # the cleaner holds the log: the next fetch says it again
         self.carry_out(
             p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
@@ -807,8 +1004,64 @@ class ReplicaManager:
         return sum(
             p.replica.enforce_retention()
             for p in list(self.partitions.values())
-            if p.tp not in self._cleaning  # its turn comes at the next check
+            if p.tp not in self._held  # its turn comes at the next check
         )
+
+    async def enforce_retention_on_workers(self) -> int:
+        """:meth:`enforce_retention` with the deletes on the I/O workers, one partition
+        at a time (each holds its log meanwhile); returns the segments deleted."""
+        total = 0
+        for tp in list(self.partitions):
+            if self._holders.get(tp) == CLEANER:
+                continue  # its turn comes at the next check (a worker's job: wait for it)
+            deleted = await self._on_worker(
+                tp,
+                "log retention",
+                lambda p: p.replica.log.delete_retention_segments,
+                finish=lambda p, deleted: p.replica.on_log_start_moved() if deleted else None,
+            )
+            total += deleted or 0
+        return total
+
+    async def flush_due_logs(self) -> int:
+        """fsync, on the I/O workers, every log whose flush.ms has passed with records
+        unflushed (the flush.ms timer: an idle partition is flushed by time too);
+        returns how many were flushed."""
+        flushed = 0
+        for tp, p in list(self.partitions.items()):
+            if self._holders.get(tp) == CLEANER or not p.log.flush_due():
+                continue
+            if await self._on_worker(tp, "a flush", _flush_job):
+                flushed += 1
+        return flushed
+
+    async def checkpoint_high_watermarks_on_workers(self) -> None:
+        """:meth:`checkpoint_high_watermarks` with the file writes (fsyncs) on a worker."""
+        by_dir = self.logs.high_watermarks_by_dir()
+        await self.io.run_in_strand(
+            "hw-checkpoint", lambda: self.logs.write_high_watermarks(by_dir)
+        )
+
+    async def _snapshot_on_worker(self, p: Partition) -> None:
+        def prepare(q: Partition) -> Callable[[], None]:
+            flush_to = q.log.active_segment_base_offset  # the segments the roll left
+            offset, data = encode_producer_snapshot(q.log, q.producers)
+
+            def job() -> None:
+                q.log.flush(up_to_offset=flush_to)
+                write_encoded_snapshot(q.log, offset, data)
+
+            return job
+
+        try:
+            await self._on_worker(p.tp, "a producer-state snapshot", prepare)
+        except (OSError, KafkaError) as e:
+            # Only recovery time suffers: it replays from an older snapshot or the start
+            # (and from the older recovery point if the flush failed).
+            log.error(
+                "roll flush or producer-state snapshot failed",
+                extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
+            )
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
@@ -824,31 +1077,27 @@ class ReplicaManager:
                 extra={"fields": {"partition": _name(p.tp), "error": str(e)}},
             )
 
-    # ====================================================== log cleaner hooks
-    # The exclusion between the event loop and the cleaner's worker thread (see the
-    # module docstring), the truncation notice and the reopen after a storage error.
-    # broker/log_cleaning.py is the only caller.
+    # ====================================================== holds: cleaner and I/O workers
+    # The exclusion between the event loop and a thread that owns a partition's log for
+    # a while (the cleaner's pass, an I/O worker's job; see the module docstring), the
+    # truncation notice and the reopen after a storage error.
 
-    def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int]] | None:
-        """Hand ``tp``'s log to the cleaner thread; with it, the active producers
-        (producer id -> last offset of its last batch). None if ``tp`` is not here."""
-        p = self.partitions.get(tp)
-        if p is None or tp in self._cleaning or self._stopping:
-            return None
-        self._cleaning[tp] = asyncio.get_running_loop().create_future()
-        active = {
-            pid: entry.last_offset
-            for pid, entry in p.producers.entries.items()
-            if entry.last_offset >= 0
-        }
-        return p.log, active
+    def _hold(self, tp: PartitionKey, holder: str) -> bool:
+        """Hand ``tp``'s log to a thread (``holder`` names it in errors); False if it is
+        not here, already held, or the manager stops."""
+        if self.partitions.get(tp) is None or tp in self._held or self._stopping:
+            return False
+        self._held[tp] = asyncio.get_running_loop().create_future()
+        self._holders[tp] = holder
+        return True
 
-    def end_clean(self, tp: PartitionKey) -> None:
-        """The cleaner thread gave ``tp``'s log back: wake what waited for it."""
-        done = self._cleaning.pop(tp, None)
+    def _release(self, tp: PartitionKey) -> None:
+        """The thread gave ``tp``'s log back: wake what waited for it."""
+        done = self._held.pop(tp, None)
+        self._holders.pop(tp, None)
         if done is not None and not done.done():
             done.set_result(None)
-        stop = self._stop_after_clean.pop(tp, None)
+        stop = self._stop_after_hold.pop(tp, None)
         if stop is not None:
             self.stop_replica(tp, delete=stop[0], topic_id=stop[1])
             # A leader or follower change that came meanwhile (a topic recreated under
@@ -858,35 +1107,90 @@ class ReplicaManager:
         if p is not None:
             p.signal.fire()  # parked fetches read again
 
+    def _holder_of(self, tp: PartitionKey) -> str:
+        return f"the log is held by {self._holders.get(tp, 'a worker')}"
+
+    def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int]] | None:
+        """Hand ``tp``'s log to the cleaner thread; with it, the active producers
+        (producer id -> last offset of its last batch). None if ``tp`` is not here or
+        an I/O worker holds it (the cleaner chooses again later)."""
+        if not self._hold(tp, CLEANER):
+            return None
+        p = self.partitions[tp]
+        active = {
+            pid: entry.last_offset
+            for pid, entry in p.producers.entries.items()
+            if entry.last_offset >= 0
+        }
+        return p.log, active
+
+    def end_clean(self, tp: PartitionKey) -> None:
+        """The cleaner thread gave ``tp``'s log back."""
+        self._release(tp)
+
+    async def _on_worker(
+        self,
+        tp: PartitionKey,
+        holder: str,
+        prepare: Callable[[Partition], Callable[[], T]],
+        finish: Callable[[Partition, T], object] | None = None,
+    ) -> T | None:
+        """Run a disk job for ``tp`` on an I/O worker while it holds the log: after the
+        jobs submitted before it for ``tp`` (the partition's strand) and after a
+        cleaner's pass. ``prepare`` runs on the loop once the log is held (so it sees a
+        state no append changes until the job ends) and returns the job; ``finish``
+        runs on the loop with the job's result before the log is given back (to tell
+        the core what the job changed). None if the partition went away (or the
+        manager stops) before its turn."""
+        async with self.io.strand(tp):
+            while tp in self._held:
+                await self.wait_clean_ended(tp)
+            if not self._hold(tp, holder):
+                return None
+            try:
+                p = self.partitions[tp]
+                result = await self.io.run(prepare(p))
+                if finish is not None:
+                    finish(p, result)
+                return result
+            finally:
+                self._release(tp)
+
     def _held_back(self, tip: TopicIdPartition) -> bool:
-        """True if a role change for ``tip`` must wait for the cleaner: the replica's
+        """True if a role change for ``tip`` must wait for a held log: the replica's
         stop is already deferred, or ``tip`` is a new topic of the same name as the
-        one whose log the cleaner holds (the old replica is deleted first)."""
+        one whose log a thread holds (the old replica is deleted first)."""
         tp = (tip.topic, tip.partition)
         existing = self.partitions.get(tp)
-        if tp in self._cleaning and existing is not None and existing.topic_id != tip.topic_id:
-            self._stop_after_clean[tp] = (True, existing.topic_id)
-        return tp in self._stop_after_clean
+        if tp in self._held and existing is not None and existing.topic_id != tip.topic_id:
+            self._stop_after_hold[tp] = (True, existing.topic_id)
+        return tp in self._stop_after_hold
 
     def is_cleaning(self, tp: PartitionKey) -> bool:
-        return tp in self._cleaning
+        """True while a thread (the cleaner or an I/O worker) holds ``tp``'s log."""
+        return tp in self._held
 
     async def wait_clean_ended(self, tp: PartitionKey) -> None:
-        """Until the cleaner gives ``tp``'s log back (at once if it does not hold it)."""
-        done = self._cleaning.get(tp)
-        if done is not None:
+        """Until no thread holds ``tp``'s log (at once if none does)."""
+        while (done := self._held.get(tp)) is not None:
             await asyncio.shield(done)
 
     async def _clean_ended(self, tp: PartitionKey, deadline_ms: int) -> bool:
-        done = self._cleaning.get(tp)
-        if done is None:
-            return True
-        remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
-        try:
-            await asyncio.wait_for(asyncio.shield(done), remaining_s)
-        except TimeoutError:
-            return False
+        """Until no thread holds ``tp``'s log; False if ``deadline_ms`` passes first."""
+        while (done := self._held.get(tp)) is not None:
+            remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+            try:
+                await asyncio.wait_for(asyncio.shield(done), remaining_s)
+            except TimeoutError:
+                return False
         return True
+
+    async def wait_io_released(self, tps: Iterable[PartitionKey]) -> None:
+        """Until no I/O worker holds any of ``tps`` (a metadata change then applies to
+        logs only the loop touches; the cleaner's holds are handled as before)."""
+        for tp in tps:
+            while (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER:
+                await asyncio.shield(done)
 
     def _on_truncate(self, segment_log: Log, offset: int) -> None:
         cleaner = self.logs.cleaner
@@ -907,7 +1211,7 @@ class ReplicaManager:
         mid-swap, so close the log and open it again (``Log.open`` finishes or rolls back
         the swap), then take the partition's role from the current metadata again."""
         p = self.partitions.get(tp)
-        if p is None or tp in self._cleaning:
+        if p is None or tp in self._held:
             return
         # The reopened replica starts from the checkpointed HW: write the current one
         # first, so consumers do not see it move back.
@@ -947,7 +1251,7 @@ class ReplicaManager:
     async def close(self) -> None:
         """Fail waiting produces, stop AlterPartition tasks, close the logs cleanly."""
         self._stopping = True
-        for done in list(self._cleaning.values()):
+        for done in list(self._held.values()):
             # The log cleaner service is closed first (server.stop); this is a backstop
             # so no log is closed under a running pass.
             with contextlib.suppress(Exception):
@@ -961,10 +1265,16 @@ class ReplicaManager:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        # Every hold has ended and nothing takes one any more (_stopping): the logs are
+        # the worker's now. The clean shutdown's snapshots, then every log closed.
+        await self.io.run(self._close_logs)
+        self.partitions.clear()
+        await self.io.close()
+
+    def _close_logs(self) -> None:
         for p in self.partitions.values():
             self._snapshot_producers(p)  # a clean shutdown's snapshot
         self.logs.close_all()
-        self.partitions.clear()
 
 
 async def _wait_any(events: Sequence[asyncio.Event], timeout_ms: int) -> None:
@@ -981,6 +1291,14 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     """What one partition may add to a fetch response; None once the response's budget
     is spent (a partition limit of 0 still reads: the log may return one batch)."""
     return min(req.partition_max_bytes, budget) if budget > 0 else None
+
+
+def _flush_job(p: Partition) -> Callable[[], bool]:
+    def job() -> bool:
+        p.log.flush()
+        return True
+
+    return job
 
 
 def _name(tp: PartitionKey) -> str:

@@ -558,8 +558,13 @@ class Replica:
         """Delete the segments retention allows; returns how many."""
         deleted = self.log.delete_retention_segments()
         if deleted:
-            self.state.on_log_start_offset(log_start_offset=self.log.log_start_offset)
+            self.on_log_start_moved()
         return deleted
+
+    def on_log_start_moved(self) -> None:
+        """The log's start moved under the core (retention run by the shell on a worker
+        while it held the log): take the new log start."""
+        self.state.on_log_start_offset(log_start_offset=self.log.log_start_offset)
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms; returns how many."""

@@ -109,7 +109,7 @@ class PartitionLog(Protocol):
 class SegmentPartitionLog:
     """:class:`PartitionLog` over the segment log (``raftka.storage.Log``)."""
 
-    __slots__ = ("held", "on_truncate", "segment_log")
+    __slots__ = ("defer_epoch_writes", "epoch_write_due", "held", "on_truncate", "segment_log")
 
     def __init__(
         self,
@@ -117,8 +117,15 @@ class SegmentPartitionLog:
         *,
         on_truncate: Callable[[Log, int], None] | None = None,
         held: Callable[[], bool] | None = None,
+        defer_epoch_writes: bool = False,
     ) -> None:
         self.segment_log = segment_log
+        # Shell hook (the broker's I/O workers): with defer_epoch_writes, an epoch the
+        # core assigns (becoming leader) is kept in memory and epoch_write_due set; the
+        # shell then writes the leader-epoch checkpoint on a worker while it holds the
+        # log, so nothing is appended under the new epoch before the file is durable.
+        self.defer_epoch_writes = defer_epoch_writes
+        self.epoch_write_due = False
         # Log cleaner hook: True while the cleaner's thread holds this log. The shell
         # keeps every other call away meanwhile; DeleteRecords (broker/delete_records.py)
         # still moves the log start (a number and a checkpoint file, which the cleaner
@@ -150,7 +157,10 @@ class SegmentPartitionLog:
         return self.segment_log.leader_epoch_cache.end_offset_for(requested_epoch, log_end_offset)
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        self.segment_log.leader_epoch_cache.assign(epoch, start_offset)
+        cache = self.segment_log.leader_epoch_cache
+        defer = self.defer_epoch_writes and not (self.held is not None and self.held())
+        if cache.assign(epoch, start_offset, persist=not defer) and defer:
+            self.epoch_write_due = True
 
     def persist_high_watermark(self, high_watermark: int) -> None:
         stored = self.segment_log.update_high_watermark(high_watermark)

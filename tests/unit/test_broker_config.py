@@ -44,6 +44,8 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
     assert config.controllers == ("127.0.0.1:9093", "127.0.0.1:9094")
     assert config.replica_lag_time_max_ms == 30_000 and config.request_timeout_ms == 30_000
     assert config.broker_heartbeat_interval_ms == 2_000
+    # The I/O workers: Kafka's num.io.threads and queued.max.requests defaults.
+    assert (config.num_io_threads, config.queued_max_requests) == (8, 500)
     assert config.min_insync_replicas == 2
     assert config.replication_config({}).min_insync_replicas == 2
     assert config.replication_config({"min.insync.replicas": "3"}).min_insync_replicas == 3
@@ -61,6 +63,10 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
         ("", "log.dirs"),
         ("log.dirs=/tmp/x\nmin.insync.replicas=0\n", "min.insync.replicas"),
         ("log.dirs=/tmp/x\nlog.segment.bytes=1\n", "segment.bytes"),
+        ("log.dirs=/tmp/x\nnum.io.threads=0\n", "num.io.threads"),
+        ("log.dirs=/tmp/x\nqueued.max.requests=many\n", "queued.max.requests"),
+        ("log.dirs=/tmp/x\nnum.recovery.threads.per.data.dir=0\n", "num.recovery.threads"),
+        ("log.dirs=/tmp/x\nlog.flush.scheduler.interval.ms=0\n", "log.flush.scheduler.interval.ms"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, extra: str, needle: str) -> None:

@@ -1,0 +1,232 @@
+"""The broker's I/O workers: disk work off the event loop (Kafka's ``num.io.threads``).
+
+Theory of operation
+-------------------
+Kafka keeps its network threads apart from its request-handler ("I/O") threads so that
+a slow disk never stops the broker from talking. raftka's event loop plays the network
+threads' part: it parses, routes and answers. Disk work that can take long (opening and
+recovering logs at start-up, fsyncs, retention deletes, producer-state snapshots, HW
+checkpoint writes) runs on :class:`IoWorkers`, a bounded pool of ``num.io.threads``
+threads, and the loop only waits for it.
+
+- **Bound** (``queued.max.requests``). At most ``num.io.threads`` jobs run and at most
+  ``queued.max.requests`` more wait for a thread; a caller beyond that waits on the loop
+  (its coroutine does not get a place in the executor's queue), as Kafka's network
+  threads stop reading when the request queue is full. Nothing queues without bound.
+- **Strands.** :meth:`IoWorkers.strand` is a per-key FIFO lock (an ``asyncio.Lock``
+  wakes its waiters in arrival order); :meth:`IoWorkers.run_in_strand` runs jobs of
+  one key one after the other, in submission order, while jobs of other keys run in
+  parallel. The replica manager keys them by partition.
+- **Cancellation.** A thread cannot be interrupted: a caller cancelled while its job
+  runs still waits for the job to end before the cancellation goes on, so whatever the
+  job owns (a partition's log) is never handed back under a running job.
+- **Errors** raised by a job are raised to its caller, unchanged.
+
+:class:`LoopLagMonitor` measures the event loop itself: a timer that should fire every
+``interval_ms``; how late it fires is the loop's lag (time spent in callbacks that did
+not yield, or GIL contention with the workers). ``/health`` shows both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+__all__ = [
+    "NUM_IO_THREADS_DEFAULT",
+    "QUEUED_MAX_REQUESTS_DEFAULT",
+    "IoWorkers",
+    "LoopLagMonitor",
+]
+
+T = TypeVar("T")
+
+#: Kafka's defaults for ``num.io.threads`` and ``queued.max.requests``.
+NUM_IO_THREADS_DEFAULT: Final = 8
+QUEUED_MAX_REQUESTS_DEFAULT: Final = 500
+#: The lag monitor's period and how many samples it keeps (2 minutes at 20 ms).
+LAG_INTERVAL_MS_DEFAULT: Final = 20
+LAG_SAMPLES_MAX: Final = 6_000
+
+
+@dataclass(slots=True)
+class IoCounters:
+    """What the pool has done (``/health``)."""
+
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    waiting_for_queue: int = 0  # callers held back by queued.max.requests now
+    max_waiting_for_queue: int = 0
+
+
+class IoWorkers:
+    """See the module docstring."""
+
+    def __init__(self, *, num_io_threads: int, queued_max_requests: int) -> None:
+        if num_io_threads < 1:
+            raise ValueError(f"num.io.threads must be at least 1, got {num_io_threads}")
+        if queued_max_requests < 1:
+            raise ValueError(f"queued.max.requests must be at least 1, got {queued_max_requests}")
+        self.num_io_threads = num_io_threads
+        self.queued_max_requests = queued_max_requests
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=num_io_threads, thread_name_prefix="io-worker"
+        )
+        # Places for running + queued jobs: taking one is what admits a job.
+        self._places = asyncio.Semaphore(num_io_threads + queued_max_requests)
+        self._admitted = 0  # on the loop: jobs running or queued in the executor
+        self._busy = 0  # in the threads, under _busy_lock
+        self._busy_lock = threading.Lock()
+        self._strands: dict[Hashable, asyncio.Lock] = {}
+        self._closed = False
+        self.counters = IoCounters()
+
+    # ----------------------------------------------------------------- views
+
+    @property
+    def busy(self) -> int:
+        """Jobs a thread runs now."""
+        with self._busy_lock:
+            return self._busy
+
+    @property
+    def queued(self) -> int:
+        """Jobs admitted and waiting for a thread."""
+        return max(0, self._admitted - self.busy)
+
+    def health(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "num_io_threads": self.num_io_threads,
+            "queued_max_requests": self.queued_max_requests,
+            "busy": self.busy,
+            "queued": self.queued,
+            "waiting_for_queue": c.waiting_for_queue,
+            "max_waiting_for_queue": c.max_waiting_for_queue,
+            "submitted": c.submitted,
+            "completed": c.completed,
+            "failed": c.failed,
+        }
+
+    # ----------------------------------------------------------------- jobs
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            return fn()
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on a worker thread and return (or raise) what it did."""
+        if self._closed:
+            raise RuntimeError("the I/O workers are closed")
+        c = self.counters
+        c.waiting_for_queue += 1
+        c.max_waiting_for_queue = max(c.max_waiting_for_queue, c.waiting_for_queue)
+        try:
+            await self._places.acquire()
+        finally:
+            c.waiting_for_queue -= 1
+        c.submitted += 1
+        self._admitted += 1
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+            try:
+                result = await asyncio.shield(job)
+            except asyncio.CancelledError:
+                if not job.done():
+                    # The thread goes on: what the job owns stays owned until it ends.
+                    with contextlib.suppress(Exception):
+                        await job
+                raise
+        except BaseException:
+            c.failed += 1
+            raise
+        finally:
+            self._admitted -= 1
+            self._places.release()
+        c.completed += 1
+        return result
+
+    def strand(self, key: Hashable) -> asyncio.Lock:
+        """The FIFO lock of ``key`` (created on first use)."""
+        lock = self._strands.get(key)
+        if lock is None:
+            lock = self._strands[key] = asyncio.Lock()
+        return lock
+
+    def forget(self, key: Hashable) -> None:
+        """Drop ``key``'s strand if nobody holds or waits for it (a deleted partition)."""
+        lock = self._strands.get(key)
+        if lock is not None and not lock.locked():
+            del self._strands[key]
+
+    async def run_in_strand(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on a worker after every job submitted earlier for ``key``."""
+        async with self.strand(key):
+            return await self.run(fn)
+
+    async def close(self) -> None:
+        """Refuse new jobs; wait for the running and queued ones; stop the threads."""
+        self._closed = True
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+
+class LoopLagMonitor:
+    """How late a periodic timer fires on this loop (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        interval_ms: int = LAG_INTERVAL_MS_DEFAULT,
+        samples_max: int = LAG_SAMPLES_MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert interval_ms >= 1 and samples_max >= 1
+        self.interval_ms = interval_ms
+        self._clock = clock
+        self._lags_ms: collections.deque[float] = collections.deque(maxlen=samples_max)
+        self.max_ms = 0.0  # since start, beyond the kept window
+        self.samples = 0
+
+    def record(self, lag_ms: float) -> None:
+        lag_ms = max(0.0, lag_ms)
+        self._lags_ms.append(lag_ms)
+        self.samples += 1
+        self.max_ms = max(self.max_ms, lag_ms)
+
+    async def run(self) -> None:
+        interval_s = self.interval_ms / 1000
+        while True:
+            due = self._clock() + interval_s
+            await asyncio.sleep(interval_s)  # the probe itself: how late does it wake?
+            self.record((self._clock() - due) * 1000)
+
+    def health(self) -> dict[str, Any]:
+        window = sorted(self._lags_ms)
+        return {
+            "interval_ms": self.interval_ms,
+            "samples": self.samples,
+            "window_samples": len(window),
+            "p50_ms": round(_percentile(window, 0.50), 2),
+            "p99_ms": round(_percentile(window, 0.99), 2),
+            "window_max_ms": round(window[-1], 2) if window else 0.0,
+            "max_ms": round(self.max_ms, 2),
+        }
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -1,0 +1,371 @@
+"""The broker's I/O workers (broker/io_workers.py) and the disk work the replica manager
+hands them.
+
+Checks: the pool runs at most num.io.threads jobs and admits at most
+queued.max.requests more (the rest wait on the loop); jobs of one strand run one after
+the other in submission order while other strands run beside them; a job's error
+reaches its caller; a cancelled caller still waits for its running job; the loop-lag
+monitor sees a blocked loop. Through the ReplicaManager: new logs are opened (recovered)
+on the workers before a metadata change applies; an idle partition is flushed by
+flush.ms; retention runs on a worker while produces to that partition wait; a roll's
+fsync is done by a worker, not the appending call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.broker.config import BrokerConfig
+from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
+from raftka.broker.metadata_follower import MetadataApplier
+from raftka.broker.replication.manager import ReplicaManager
+from raftka.common.record import Record, build_batch
+from raftka.metadata.metadata_records import (
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+from raftka.storage.log_manager import LogManager
+
+DEADLINE_S = 10.0
+
+
+def _run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(body())  # type: ignore[arg-type]
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    """Wait (on the loop) until ``check()``; fail naming ``what`` after the deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)  # a poll of a condition with a deadline
+
+
+# ---------------------------------------------------------------------- the pool
+
+
+def test_the_pool_runs_num_io_threads_and_admits_queued_max_requests_more() -> None:
+    async def body() -> None:
+        pool = IoWorkers(num_io_threads=2, queued_max_requests=1)
+        gate = threading.Event()
+        jobs = [asyncio.create_task(pool.run(lambda: gate.wait(DEADLINE_S))) for _ in range(5)]
+        await _until(lambda: pool.busy == 2, "two busy workers")
+        await _until(lambda: pool.counters.waiting_for_queue == 2, "two callers held back")
+        assert pool.queued == 1, "one admitted job waits for a thread"
+        assert pool.counters.submitted == 3, "no more than threads + queued.max.requests"
+        gate.set()
+        assert await asyncio.gather(*jobs) == [True] * 5
+        assert pool.counters.completed == 5 and pool.busy == 0 and pool.queued == 0
+        assert pool.health()["max_waiting_for_queue"] == 2
+        await pool.close()
+
+    _run(body)
+
+
+def test_a_strand_keeps_submission_order_while_strands_run_in_parallel() -> None:
+    async def body() -> None:
+        pool = IoWorkers(num_io_threads=4, queued_max_requests=100)
+        seen: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+        running = 0
+        overlap = 0
+        lock = threading.Lock()
+        rng = random.Random(7)
+
+        def job(key: str, i: int, pause: float) -> None:
+            nonlocal running, overlap
+            with lock:
+                running += 1
+                overlap = max(overlap, running)
+            time.sleep(pause)  # the disk work being simulated, not synchronisation
+            seen[key].append(i)
+            with lock:
+                running -= 1
+
+        pauses = {(k, i): rng.random() / 200 for i in range(30) for k in seen}
+        submitted = [
+            pool.run_in_strand(key, lambda k=key, i=i: job(k, i, pauses[(k, i)]))
+            for i in range(30)
+            for key in seen
+        ]
+        await asyncio.gather(*submitted)
+        for key, order in seen.items():
+            assert order == list(range(30)), f"strand {key} ran out of order: {order}"
+        assert overlap > 1, "jobs of different strands never ran side by side"
+        pool.forget("a")
+        await pool.close()
+
+    _run(body)
+
+
+def test_a_jobs_error_reaches_its_caller_and_a_cancelled_caller_waits_for_its_job() -> None:
+    async def body() -> None:
+        pool = IoWorkers(num_io_threads=1, queued_max_requests=1)
+
+        def fail() -> None:
+            raise ValueError("disk says no")
+
+        with pytest.raises(ValueError, match="disk says no"):
+            await pool.run(fail)
+        assert pool.counters.failed == 1
+
+        gate = threading.Event()
+        done = threading.Event()
+
+        def slow() -> None:
+            gate.wait(DEADLINE_S)
+            done.set()
+
+        caller = asyncio.create_task(pool.run_in_strand("p", slow))
+        await _until(lambda: pool.busy == 1, "the job to start")
+        caller.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not caller.done(), "the cancellation went on under a running job"
+        assert pool.strand("p").locked(), "the strand was given up under a running job"
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert done.is_set() and not pool.strand("p").locked()
+        await pool.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await pool.run(lambda: None)
+
+    _run(body)
+
+
+def test_bad_pool_sizes_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"num\.io\.threads"):
+        IoWorkers(num_io_threads=0, queued_max_requests=1)
+    with pytest.raises(ValueError, match=r"queued\.max\.requests"):
+        IoWorkers(num_io_threads=1, queued_max_requests=0)
+
+
+def test_the_lag_monitor_sees_a_blocked_loop() -> None:
+    async def body() -> None:
+        monitor = LoopLagMonitor(interval_ms=5)
+        task = asyncio.create_task(monitor.run())
+        await _until(lambda: monitor.samples >= 3, "the first samples")
+        time.sleep(0.2)  # the loop blocked: what the monitor must report
+        await _until(lambda: monitor.max_ms >= 150, "the blocked loop's lag")
+        health = monitor.health()
+        assert health["max_ms"] >= 150 and health["window_max_ms"] >= 150
+        task.cancel()
+
+    _run(body)
+
+
+# ------------------------------------------------------- through the ReplicaManager
+
+TOPIC_ID = str(uuid.uuid4())
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class _Broker:
+    """Broker 1 alone, leading topic ``t`` (ISR {1}); its logs' clock is ``clock``."""
+
+    def __init__(self, tmp_path: Path, clock: _Clock, *, partitions: int = 1) -> None:
+        self.config = BrokerConfig(
+            node_id=1,
+            listen_host="127.0.0.1",
+            listen_port=1,
+            advertised_host="127.0.0.1",
+            advertised_port=1,
+            log_dirs=(tmp_path / "logs",),
+            controllers=("127.0.0.1:2",),
+            num_io_threads=4,
+        )
+        self.logs = LogManager(self.config.log_dirs, clock_ms=clock)
+        self.manager = ReplicaManager(config=self.config, logs=self.logs, clock_ms=clock)
+        self.manager.broker_epoch = lambda: 1
+        self.applier = MetadataApplier(broker_id=1)
+        self.offset = 0
+        self.partitions = partitions
+
+    async def commit(self, *records: MetadataRecord) -> None:
+        self.offset += 1
+        answer = {
+            "snapshot": None,
+            "batches": [
+                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
+            ],
+            "next_offset": self.offset + 1,
+            "high_watermark": self.offset + 1,
+        }
+        for image, changes in self.applier.apply_answer(answer):
+            await self.manager.on_metadata(image, changes)  # what the broker calls
+
+    async def topic(self, **configs: str) -> None:
+        await self.commit(
+            RegisterBrokerRecord(
+                broker_id=1,
+                incarnation_id=str(uuid.uuid4()),
+                broker_epoch=1,
+                endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9001),),
+                fenced=False,
+            ),
+            TopicRecord(name="t", topic_id=TOPIC_ID),
+            *[ConfigRecord("topic", "t", k.replace("_", "."), v) for k, v in configs.items()],
+            *[
+                PartitionRecord(
+                    partition_id=i, topic_id=TOPIC_ID, replicas=(1,), isr=(1,), leader=1
+                )
+                for i in range(self.partitions)
+            ],
+        )
+
+    async def produce(self, partition: int, *values: bytes) -> Any:
+        batch = build_batch([Record(v, timestamp_ms=1_000) for v in values])
+        (result,) = await self.manager.produce(
+            acks=1, timeout_ms=5_000, entries=[("t", partition, batch)]
+        )
+        assert result.error is None, result.error
+        return result
+
+
+def test_logs_are_recovered_on_the_workers_before_the_metadata_applies(tmp_path: Path) -> None:
+    """Twenty partitions with data, a restart: the new broker opens every log on the
+    I/O workers (one job each) and the replicas start from what the logs hold."""
+
+    async def body() -> None:
+        clock = _Clock()
+        first = _Broker(tmp_path, clock, partitions=20)
+        await first.topic()
+        for i in range(20):
+            for _ in range(i + 1):
+                await first.produce(i, b"v" * 50)
+        await first.manager.close()
+
+        again = _Broker(tmp_path, clock, partitions=20)
+        await again.topic()
+        assert again.manager.io.counters.completed >= 20, "the logs were not opened on workers"
+        for i in range(20):
+            p = again.manager.partitions[("t", i)]
+            assert p.log.log_end_offset == i + 1 and p.state.is_leader
+        await again.manager.close()
+
+    _run(body)
+
+
+def test_a_new_leaderships_epoch_is_written_by_a_worker_before_the_change_returns(
+    tmp_path: Path,
+) -> None:
+    """Broker 1 leads, then leads again at a new leader epoch: the metadata change
+    returns with the leader-epoch checkpoint written (by a worker) and the log given
+    back, and the next append carries the new epoch."""
+
+    async def body() -> None:
+        clock = _Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic()
+        await b.produce(0, b"a")
+        p = b.manager.partitions[("t", 0)]
+        checkpoint = p.log.path / "leader-epoch-checkpoint"
+        jobs = b.manager.io.counters.completed
+        await b.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        assert p.state.leader_epoch == 1
+        assert b.manager.io.counters.completed == jobs + 1, "not written by a worker"
+        assert checkpoint.read_text().splitlines()[-1] == "1 1", "the new epoch is not durable"
+        assert not b.manager.is_cleaning(("t", 0)), "the log was not given back"
+        await b.produce(0, b"b")
+        assert p.log.latest_epoch == 1
+        await b.manager.close()
+
+    _run(body)
+
+
+def test_an_idle_partition_is_flushed_by_flush_ms(tmp_path: Path) -> None:
+    async def body() -> None:
+        clock = _Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic(flush_ms="1000")
+        await b.produce(0, b"a", b"b")
+        log = b.manager.partitions[("t", 0)].log
+        assert log.recovery_point == 0, "nothing fsynced yet"
+        assert await b.manager.flush_due_logs() == 0, "flush.ms has not passed"
+        clock.now_ms += 1_000  # no append since: only the timer can flush it
+        assert await b.manager.flush_due_logs() == 1
+        assert log.recovery_point == log.log_end_offset == 2
+        assert await b.manager.flush_due_logs() == 0, "nothing left to flush"
+        await b.manager.close()
+
+    _run(body)
+
+
+def test_retention_runs_on_a_worker_while_produces_to_its_partition_wait(tmp_path: Path) -> None:
+    async def body() -> None:
+        clock = _Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic(segment_bytes="1000", retention_bytes="2000")
+        for _ in range(40):
+            await b.produce(0, b"x" * 100, b"y" * 100)
+        p = b.manager.partitions[("t", 0)]
+        leo = p.log.log_end_offset
+        gate = threading.Event()
+        entered = threading.Event()
+        real = p.log.delete_retention_segments
+
+        def slow_delete() -> int:
+            entered.set()
+            gate.wait(DEADLINE_S)  # a slow disk
+            return real()
+
+        p.log.delete_retention_segments = slow_delete  # type: ignore[method-assign]
+        # The rolls' snapshot jobs first (they hold the log too).
+        await _until(lambda: not b.manager.is_cleaning(("t", 0)), "the roll snapshots")
+        retention = asyncio.create_task(b.manager.enforce_retention_on_workers())
+        await _until(entered.is_set, "retention to run on a worker")
+        assert b.manager.is_cleaning(("t", 0)), "retention runs without holding the log"
+        produce = asyncio.create_task(b.produce(0, b"z"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done(), "a produce appended under a worker's job"
+        gate.set()
+        assert await retention > 0
+        assert p.state.log_start_offset == p.log.log_start_offset > 0, "the core saw the move"
+        assert (await produce).base_offset == leo
+        await b.manager.close()
+
+    _run(body)
+
+
+def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
+    async def body() -> None:
+        clock = _Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic(segment_bytes="1000")
+        log = b.manager.partitions[("t", 0)].log
+        while log.segment_count < 3:
+            await b.produce(0, b"x" * 300)
+        assert log.recovery_point == 0, "the appending call fsynced the rolled segment"
+
+        def jobs_done() -> bool:
+            snapshots = [n for n in log.path.iterdir() if n.suffix == ".snapshot"]
+            return log.recovery_point == log.active_segment_base_offset and bool(snapshots)
+
+        # The appends rolled twice; the workers' jobs fsync what the rolls left and
+        # write the rolls' producer-state snapshots.
+        await _until(jobs_done, "the rolled segments' fsync and the snapshots")
+        await b.manager.close()
+
+    _run(body)

@@ -104,7 +104,7 @@ def _metadata(md: RaftkaRecordMetadata) -> RecordMetadata:
     )
 
 
-def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
+def _record(r: RaftkaConsumerRecord, headers: bool = True) -> ConsumerRecord:
     return ConsumerRecord(
         r.topic,
         r.partition,
@@ -116,7 +116,7 @@ def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
         None,
         r.serialized_key_size,
         r.serialized_value_size,
-        tuple(r.headers),
+        tuple(r.headers) if headers else (),
     )
 
 
@@ -314,6 +314,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     opts["partition_assignment_strategy"] = assignment_strategy(
         opts.get("partition_assignment_strategy", ("roundrobin",))
     )
+    opts["_client"] = client
     return opts
 
 
@@ -330,6 +331,8 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options(configs)
+        #: Before 0.11 records travel as message format v1, which has no headers.
+        self._headers = opts.pop("_client").supports(HEADERS_SINCE)
         self._consumer = AsyncConsumer(**opts)
         self.config = self._consumer.config
         self._group_id: str | None = opts.get("group_id")
@@ -410,7 +413,8 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
         """Records by partition (of ``partitions`` only, when given), waiting at most
         ``timeout_ms`` for some; ``{}`` when none arrive."""
         batch = await self._poll(partitions, timeout_ms, max_records)
-        return {tp: [_record(r) for r in records] for tp, records in batch.items()}
+        headers = self._headers
+        return {tp: [_record(r, headers) for r in records] for tp, records in batch.items()}
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` only, when given), waiting as long as it
@@ -419,7 +423,7 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
             batch = await self._poll(partitions, GETONE_POLL_TIMEOUT_MS, 1)
             for records in batch.values():
                 if records:
-                    return _record(records[0])
+                    return _record(records[0], self._headers)
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self

@@ -1000,6 +1000,19 @@ _ADMIN_MAPPED: Final = frozenset(
 )
 
 
+#: The Kafka release that brought each admin request, as kafka-python checks against
+#: ``api_version`` (the rest, metadata and ListGroups, predate 0.10).
+_ADMIN_SINCE: Final = {
+    "create_topics": (0, 10, 1),
+    "delete_topics": (0, 10, 1),
+    "create_partitions": (1, 0),
+    "delete_records": (0, 11),
+    "describe_configs": (0, 11),
+    "alter_configs": (0, 11),
+    "delete_consumer_groups": (1, 1),
+}
+
+
 class KafkaAdminClient(ClosingOnExit):
     """kafka-python's ``KafkaAdminClient`` over raftka's :class:`Admin` (thread-safe).
     Each call's bound is its ``timeout_ms`` or else ``request_timeout_ms``; errors are
@@ -1044,10 +1057,12 @@ class KafkaAdminClient(ClosingOnExit):
         timeout_ms: int | None = None,
         validate_only: bool = False,
     ) -> None:
+        self._client.require(_ADMIN_SINCE["create_topics"], "create_topics")
         topics = [t.to_raftka() if isinstance(t, NewTopic) else t for t in new_topics]
         self._admin.create_topics(topics, validate_only=validate_only, timeout_ms=timeout_ms)
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        self._client.require(_ADMIN_SINCE["delete_topics"], "delete_topics")
         self._admin.delete_topics(list(topics), timeout_ms=timeout_ms)
 
     def list_topics(self) -> list[str]:
@@ -1086,6 +1101,7 @@ class KafkaAdminClient(ClosingOnExit):
         timeout_ms: int | None = None,
         validate_only: bool = False,
     ) -> None:
+        self._client.require(_ADMIN_SINCE["create_partitions"], "create_partitions")
         self._admin.create_partitions(
             dict(topic_partitions), validate_only=validate_only, timeout_ms=timeout_ms
         )
@@ -1097,6 +1113,7 @@ class KafkaAdminClient(ClosingOnExit):
         partition_leader_id: int | None = None,
     ) -> dict[TopicPartition, dict[str, int]]:
         """Delete the records below each offset; ``{tp: {"low_watermark": n}}``."""
+        self._client.require(_ADMIN_SINCE["delete_records"], "delete_records")
         if partition_leader_id is not None:
             raise ValueError("delete_records(partition_leader_id=...): raftka finds the leader")
         done = self._admin.delete_records(dict(records_to_delete), timeout_ms=timeout_ms)
@@ -1121,6 +1138,7 @@ class KafkaAdminClient(ClosingOnExit):
         """Topic configs only: ``{topic: {name: value}}`` (every config, or those named
         in the resource's ``configs``). A raftka shape: kafka-python returns protocol
         response objects."""
+        self._client.require(_ADMIN_SINCE["describe_configs"], "describe_configs")
         if include_synonyms:
             raise ValueError("describe_configs(include_synonyms=True) is not supported")
         out: dict[str, dict[str, str | None]] = {}
@@ -1134,6 +1152,7 @@ class KafkaAdminClient(ClosingOnExit):
     def alter_configs(self, config_resources: Iterable[ConfigResource]) -> None:
         """Set each resource's ``configs`` (a value of None resets one to its default);
         configs not named are left alone (raftka's incremental semantics)."""
+        self._client.require(_ADMIN_SINCE["alter_configs"], "alter_configs")
         self._admin.alter_configs(
             {resource.topic(): dict(resource.configs or {}) for resource in config_resources}
         )
@@ -1167,6 +1186,7 @@ class KafkaAdminClient(ClosingOnExit):
         self, group_ids: Iterable[str], group_coordinator_id: int | None = None
     ) -> list[tuple[str, None]]:
         """Delete the groups; ``[(group_id, None)]`` (a failure is raised, typed)."""
+        self._client.require(_ADMIN_SINCE["delete_consumer_groups"], "delete_consumer_groups")
         ids = list(group_ids)
         self._group_admin().delete_groups(ids)
         return [(g, None) for g in ids]

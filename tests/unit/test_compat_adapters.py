@@ -228,6 +228,19 @@ def test_iteration_converts_records_and_ends_after_consumer_timeout() -> None:
     assert consumer.metrics()["consumer-fetch-manager-metrics"]["records-consumed-total"] == 4
 
 
+def test_records_read_with_api_version_before_0_11_have_no_headers() -> None:
+    """Message format v1 (what a 0.10 client reads) has no record headers."""
+    consumer = _consumer(
+        FakeConsumer([_raftka_record(0)]), consumer_timeout_ms=0, api_version=(0, 10)
+    )
+    consumer.assign([TP0])
+    (record,) = list(consumer)
+    assert record.headers == []
+    newer = _consumer(FakeConsumer([_raftka_record(0)]), consumer_timeout_ms=0)
+    newer.assign([TP0])
+    assert [r.headers for r in newer] == [[("h", b"x")]]
+
+
 def test_consumer_timeout_zero_polls_once() -> None:
     fake = FakeConsumer()
     consumer = _consumer(fake, consumer_timeout_ms=0)

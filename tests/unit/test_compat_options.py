@@ -227,6 +227,14 @@ def test_api_version_limits_the_features_a_program_may_use() -> None:
     pre_3.close()
     with pytest.raises(KafkaConfigurationError, match=r"enable_idempotence.*\(0, 11\)"):
         AIOKafkaProducer(bootstrap_servers=BOOT, api_version="0.10.2", enable_idempotence=True)
+    admin = KafkaAdminClient(bootstrap_servers=BOOT, api_version=(0, 11))
+    with pytest.raises(
+        UnsupportedVersionError, match=r"create_partitions needs api_version >= \(1, 0\)"
+    ):
+        admin.create_partitions({})
+    with pytest.raises(UnsupportedVersionError, match="delete_consumer_groups"):
+        admin.delete_consumer_groups(["g"])
+    admin.close()
 
 
 def test_unknown_keywords_are_refused() -> None:

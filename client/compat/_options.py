@@ -309,7 +309,7 @@ def take_client_options(
     for entry in given.get("socket_options", [(*_NODELAY, 1)]):
         if not (isinstance(entry, tuple | list) and len(entry) == 3):
             raise ClientConfigError(
-                f"socket_options: {entry!r}: {face} expects (level, option, value) tuples"
+                f"socket_options={entry!r}: {face} expects (level, option, value) tuples"
             )
         level, option, value = entry
         if (level, option) == _NODELAY and value:

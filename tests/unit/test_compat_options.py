@@ -65,6 +65,25 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (AIOKafkaProducer, "sasl_mechanism", "SCRAM-SHA-256", "SASL"),
         (AIOKafkaConsumer, "rebalance_timeout_ms", 10_000, "max_poll_interval_ms"),
         (AIOKafkaConsumer, "ssl_context", object(), "TLS"),
+        (KafkaProducer, "api_version", (0, 9), "0.10"),
+        (KafkaProducer, "api_version", "x.y", "expects a version"),
+        (KafkaProducer, "bootstrap_timeout_ms", 5_000, "no I/O"),
+        (KafkaProducer, "client_dns_lookup", "resolve_canonical_bootstrap_servers_only", "every"),
+        (KafkaProducer, "metrics_num_samples", 3, "totals"),
+        (KafkaConsumer, "metrics_sample_window_ms", 1_000, "totals"),
+        (KafkaProducer, "socket_options", [], "TCP_NODELAY"),
+        (KafkaProducer, "socket_options", [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)], "only"),
+        (KafkaProducer, "receive_message_max_bytes", 100_000_000, "up to"),
+        (KafkaProducer, "reconnect_backoff_max_ms", 50, "retry_backoff_ms=100"),
+        (KafkaProducer, "selector", selectors.SelectSelector, "DefaultSelector"),
+        (KafkaProducer, "send_buffer_bytes", -5, "integer >= 1"),
+        (KafkaConsumer, "enable_incremental_fetch_sessions", True, "KIP-227"),
+        (KafkaConsumer, "legacy_iterator", True, "iterator"),
+        (KafkaConsumer, "sock_chunk_bytes", 4096, "aiohttp"),
+        (KafkaConsumer, "max_in_flight_requests_per_connection", 0, ">= 1"),
+        (KafkaAdminClient, "socket_options", [(1, 2, 3, 4)], "tuples"),
+        (AIOKafkaProducer, "api_version", "0.9", "0.10"),
+        (AIOKafkaConsumer, "consumer_timeout_ms", -1, ">= 0"),
     ],
 )
 def test_keywords_raftka_cannot_honour_are_refused_by_name(
@@ -152,37 +171,6 @@ def test_client_sockets_get_the_buffer_sizes_before_they_connect() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= 65_536
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= 32_768
     assert Transport(client_id="t", request_timeout_ms=1, idle_ms=1)._socket_options == ()
-
-
-@pytest.mark.parametrize(
-    ("cls", "keyword", "value", "why"),
-    [
-        (KafkaProducer, "api_version", (0, 9), "0.10"),
-        (KafkaProducer, "api_version", "x.y", "expects a version"),
-        (KafkaProducer, "bootstrap_timeout_ms", 5_000, "no I/O"),
-        (KafkaProducer, "client_dns_lookup", "resolve_canonical_bootstrap_servers_only", "every"),
-        (KafkaProducer, "metrics_num_samples", 3, "totals"),
-        (KafkaConsumer, "metrics_sample_window_ms", 1_000, "totals"),
-        (KafkaProducer, "socket_options", [], "TCP_NODELAY"),
-        (KafkaProducer, "socket_options", [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)], "only"),
-        (KafkaProducer, "receive_message_max_bytes", 100_000_000, "up to"),
-        (KafkaProducer, "reconnect_backoff_max_ms", 50, "retry_backoff_ms=100"),
-        (KafkaProducer, "selector", selectors.SelectSelector, "DefaultSelector"),
-        (KafkaProducer, "send_buffer_bytes", -5, "integer >= 1"),
-        (KafkaConsumer, "enable_incremental_fetch_sessions", True, "KIP-227"),
-        (KafkaConsumer, "legacy_iterator", True, "iterator"),
-        (KafkaConsumer, "sock_chunk_bytes", 4096, "aiohttp"),
-        (KafkaConsumer, "max_in_flight_requests_per_connection", 0, ">= 1"),
-        (KafkaAdminClient, "socket_options", [(1, 2, 3, 4)], "tuples"),
-        (AIOKafkaProducer, "api_version", "0.9", "0.10"),
-        (AIOKafkaConsumer, "consumer_timeout_ms", -1, ">= 0"),
-    ],
-)
-def test_connection_and_metric_keywords_raftka_cannot_honour_are_refused(
-    cls: type, keyword: str, value: object, why: str
-) -> None:
-    with pytest.raises(KafkaConfigurationError, match=rf"{keyword}.*{why}"):
-        cls(bootstrap_servers=BOOT, **{keyword: value})
 
 
 def test_api_version_limits_the_features_a_program_may_use() -> None:

@@ -20,6 +20,10 @@ hits each face alike; the table reports medians.
   the figure docs/benchmarks.md quotes.
 - ``consume``: one topic filled once with ``--records`` records; each run assigns its
   3 partitions from the beginning (no group) and polls until it has every record.
+  ``kafka-consumer-iter`` is kafka-python's ``KafkaConsumer`` as a group member (a
+  fresh group per run, from the earliest offsets), iterating ``for record in
+  consumer`` until it has every record (the clock starts at the first record, once the
+  member joined): iteration hands records over one at a time.
 - ``--profile DIR``: one blocking produce run under cProfile (DIR/producer_sync.prof)
   and its top functions printed.
 
@@ -62,7 +66,7 @@ FACES_PRODUCE: Final = ("producer-sync", "producer-async", "producer-async-yield
 #: that awaits anything else does; plain producer-async never does (its sender runs
 #: only once flush awaits: every record is queued first, then sent in full requests).
 YIELD_EVERY: Final = 100
-FACES_CONSUME: Final = ("consumer-sync", "consumer-async")
+FACES_CONSUME: Final = ("consumer-sync", "consumer-async", "kafka-consumer-iter")
 
 
 # ---------------------------------------------------------------------- workers
@@ -133,6 +137,28 @@ async def _consumer_async(bootstrap: str, topic: str, records: int) -> dict[str,
     return {"records_per_s": got / elapsed, "seconds": elapsed, "failed": 0}
 
 
+def kafka_consumer_iter(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    from raftka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"faces-bench-{os.getpid()}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    with consumer:
+        next(consumer)  # joining the group (a rebalance delay) is not iteration
+        start = time.perf_counter()
+        got = 1
+        for _ in consumer:
+            got += 1
+            if got == records:
+                break
+        elapsed = time.perf_counter() - start
+    return {"records_per_s": (got - 1) / elapsed, "seconds": elapsed, "failed": 0}
+
+
 def run_worker(face: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
     if face == "producer-sync":
         return producer_sync(bootstrap, topic, records)
@@ -144,6 +170,8 @@ def run_worker(face: str, bootstrap: str, topic: str, records: int) -> dict[str,
         return consumer_sync(bootstrap, topic, records)
     if face == "consumer-async":
         return asyncio.run(_consumer_async(bootstrap, topic, records))
+    if face == "kafka-consumer-iter":
+        return kafka_consumer_iter(bootstrap, topic, records)
     raise SystemExit(f"unknown face {face!r}")
 
 
@@ -282,6 +310,7 @@ def main() -> None:
         ("producer-sync", "producer-async-yield"),
         ("producer-sync", "perf-produce"),
         ("consumer-sync", "consumer-async"),
+        ("kafka-consumer-iter", "consumer-sync"),
     ]
     for a, b in pairs:
         if a in runs and b in runs:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
 import aiohttp
 import orjson
+from aiohappyeyeballs import AddrInfoType
 
 from raftka.client.structs import Node, PartitionInfo, TopicPartition
 from raftka.common.errors import (
@@ -122,10 +124,27 @@ def error_from_wire(obj: object, default: str = "") -> KafkaError:
 class Transport:
     """HTTP to raftka nodes for one client. Not thread-safe: used from one event loop."""
 
-    def __init__(self, *, client_id: str, request_timeout_ms: int, idle_ms: int) -> None:
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        idle_ms: int,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
         self._idle_ms = idle_ms
+        #: setsockopt arguments for every new connection (-1 sizes: the OS default).
+        self._socket_options = tuple(
+            (socket.SOL_SOCKET, option, size)
+            for option, size in (
+                (socket.SO_SNDBUF, send_buffer_bytes),
+                (socket.SO_RCVBUF, receive_buffer_bytes),
+            )
+            if size >= 0
+        )
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
 
@@ -137,6 +156,7 @@ class Transport:
                 limit=0,
                 limit_per_host=CONNECTIONS_PER_HOST_MAX,
                 keepalive_timeout=self._idle_ms / 1000,
+                socket_factory=self._new_socket if self._socket_options else None,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -144,6 +164,19 @@ class Transport:
                 read_bufsize=1 << 16,
             )
         return self._session
+
+    def _new_socket(self, addr_info: AddrInfoType) -> socket.socket:
+        """A connection's socket with the configured buffer sizes set before it
+        connects (a receive buffer set later does not change the TCP window)."""
+        family, type_, proto, _, _ = addr_info
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        try:
+            for level, option, value in self._socket_options:
+                sock.setsockopt(level, option, value)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     @property
     def request_timeout_ms(self) -> int:
@@ -343,6 +376,10 @@ class ConnectionConfig(Protocol):
     def metadata_max_age_ms(self) -> int: ...
     @property
     def retry_backoff_ms(self) -> int: ...
+    @property
+    def send_buffer_bytes(self) -> int: ...
+    @property
+    def receive_buffer_bytes(self) -> int: ...
 
 
 def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]:
@@ -351,6 +388,8 @@ def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]
         client_id=config.client_id,
         request_timeout_ms=config.request_timeout_ms,
         idle_ms=config.connections_max_idle_ms,
+        send_buffer_bytes=config.send_buffer_bytes,
+        receive_buffer_bytes=config.receive_buffer_bytes,
     )
     metadata = MetadataCache(
         transport,

@@ -128,6 +128,8 @@ class AsyncAdmin(AdminClientBase):
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         connections_max_idle_ms: int = 540_000,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         super().__init__(
             AdminConfig(
@@ -139,6 +141,8 @@ class AsyncAdmin(AdminClientBase):
                 retry_backoff_ms=retry_backoff_ms,
                 metadata_max_age_ms=metadata_max_age_ms,
                 connections_max_idle_ms=connections_max_idle_ms,
+                send_buffer_bytes=send_buffer_bytes,
+                receive_buffer_bytes=receive_buffer_bytes,
             )
         )
         self._active_controller: str | None = None

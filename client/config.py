@@ -81,6 +81,10 @@ class _CommonConfig:
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
     connections_max_idle_ms: int = 540_000
+    #: SO_SNDBUF / SO_RCVBUF of the client's sockets; -1: the OS default (Kafka's
+    #: send.buffer.bytes / receive.buffer.bytes, whose -1 means the same).
+    send_buffer_bytes: int = -1
+    receive_buffer_bytes: int = -1
 
     def _check_common(self) -> None:
         object.__setattr__(
@@ -94,6 +98,8 @@ class _CommonConfig:
         _check_int("retry_backoff_ms", self.retry_backoff_ms, 0, INT32_MAX)
         _check_int("metadata_max_age_ms", self.metadata_max_age_ms, 0)
         _check_int("connections_max_idle_ms", self.connections_max_idle_ms, 1)
+        _check_int("send_buffer_bytes", self.send_buffer_bytes, -1, INT32_MAX)
+        _check_int("receive_buffer_bytes", self.receive_buffer_bytes, -1, INT32_MAX)
 
     def replace(self, **changes: Any) -> Any:
         """A copy with ``changes`` applied and validated again."""

@@ -104,6 +104,8 @@ class AsyncGroupAdmin(AdminClientBase):
         request_timeout_ms: int = 30_000,
         default_api_timeout_ms: int = 60_000,
         retry_backoff_ms: int = 100,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         super().__init__(
             AdminConfig(
@@ -112,6 +114,8 @@ class AsyncGroupAdmin(AdminClientBase):
                 request_timeout_ms=request_timeout_ms,
                 default_api_timeout_ms=default_api_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
+                send_buffer_bytes=send_buffer_bytes,
+                receive_buffer_bytes=receive_buffer_bytes,
             )
         )
 

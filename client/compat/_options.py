@@ -2,10 +2,12 @@
 
 - *mapped*: raftka has the option (same name or a renamed one) and honours it; the
   adapter passes it on, converting the unit or the spelling where needed.
-- *tuning*: the option changes how a client does its work (socket buffers, reconnect
-  back-off, metric sampling, protocol version probing) but nothing a program can
-  observe about what is sent, read or committed; raftka accepts it and it has no
-  effect. The docs list each of these.
+- *handled*: kafka-python's and aiokafka's own options about versions, connections and
+  metrics (:data:`CLIENT_OPTIONS`); :func:`take_client_options` honours each in
+  raftka's terms (``api_version`` limits the features the adapter lets a program use,
+  socket buffer sizes go onto the sockets, reconnect back-off onto ``retry_backoff_ms``,
+  ``metrics_enabled`` onto ``metrics()``) or refuses the value by name where raftka
+  cannot honour it (``None`` socket buffer sizes: the OS default, as in kafka-python).
 - *refused unless honourable*: a feature raftka does not have (TLS, SASL,
   transactions, topic auto-creation, ...). The keyword is accepted only with a value
   that asks for nothing raftka lacks (``security_protocol="PLAINTEXT"``,
@@ -19,17 +21,25 @@ configs as well), so a typo never passes silently.
 from __future__ import annotations
 
 import math
+import selectors
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from raftka.client._transport import RESPONSE_BYTES_MAX
 from raftka.client.config import ClientConfigError
+from raftka.common.errors import UnsupportedVersionError
 
 __all__ = [
+    "CLIENT_OPTIONS",
     "DEFAULT_PORT",
+    "ClientOptions",
     "Refusal",
     "bootstrap_with_ports",
+    "check_ms",
     "sort_options",
+    "take_client_options",
 ]
 
 #: kafka-python and aiokafka add Kafka's port to a bootstrap host given without one.
@@ -117,23 +127,246 @@ def sort_options(
     given: Mapping[str, Any],
     *,
     mapped: Iterable[str],
-    tuning: Iterable[str],
+    handled: Iterable[str] = (),
     refused: Mapping[str, Refusal],
 ) -> dict[str, Any]:
-    """The options of ``given`` that the adapter maps (as given); raises
-    ClientConfigError for a refused value or an unknown keyword; drops tuning."""
-    mapped_set, tuning_set = frozenset(mapped), frozenset(tuning)
+    """The options of ``given`` that the adapter maps or handles itself (as given);
+    raises ClientConfigError for a refused value or an unknown keyword."""
+    kept = frozenset(mapped) | frozenset(handled)
     out: dict[str, Any] = {}
     for key, value in given.items():
-        if key in mapped_set:
+        if key in kept:
             out[key] = value
         elif key in refused:
             refusal = refused[key]
             if not refusal.honourable(value):
                 raise ClientConfigError(f"{key}={value!r}: not supported by {face}: {refusal.why}")
-        elif key not in tuning_set:
+        else:
             raise ClientConfigError(f"{key}={value!r}: {face} has no such option")
     return out
+
+
+def _refuse(face: str, key: str, value: Any, why: str) -> ClientConfigError:
+    return ClientConfigError(f"{key}={value!r}: not supported by {face}: {why}")
+
+
+def check_ms(face: str, key: str, value: Any, low: int = 0) -> int:
+    """``value`` if it is an integer >= ``low``, else ClientConfigError naming ``key``."""
+    if type(value) is not int or value < low:
+        raise ClientConfigError(f"{key}={value!r}: {face} expects an integer >= {low}")
+    return value
+
+
+#: The oldest Kafka whose client semantics raftka gives: every record has a timestamp
+#: (message format v1 and later); 0.8 and 0.9 clients had none.
+API_VERSION_MIN: Final = (0, 10)
+#: The first versions with each feature, as kafka-python and aiokafka gate them.
+HEADERS_SINCE: Final = (0, 11)
+IDEMPOTENCE_SINCE: Final = (0, 11)
+ZSTD_SINCE: Final = (2, 1)
+OFFSETS_FOR_TIMES_SINCE: Final = (0, 10, 1)
+STATIC_MEMBERSHIP_SINCE: Final = (2, 3)
+NO_HEADERS: Final = "message format v1 has no record headers"
+
+
+def parse_api_version(face: str, value: Any) -> tuple[int, ...] | None:
+    """kafka-python's ``api_version`` (a tuple; a "0.10.2" string, deprecated there and
+    aiokafka's form) or ``None`` / ``"auto"`` (every feature); refused below 0.10."""
+    if value is None or value == "auto":
+        return None
+    version: tuple[int, ...] | None = None
+    if isinstance(value, str):
+        parts = value.split(".")
+        if all(p.isdigit() for p in parts):
+            version = tuple(int(p) for p in parts)
+    elif isinstance(value, tuple | list) and all(type(p) is int and p >= 0 for p in value):
+        version = tuple(value)
+    if not version:
+        raise ClientConfigError(
+            f"api_version={value!r}: {face} expects a version such as (2, 8) or None"
+        )
+    if version < API_VERSION_MIN:
+        raise _refuse(
+            face,
+            "api_version",
+            value,
+            "raftka gives Kafka 0.10 semantics and later (every record has a timestamp)",
+        )
+    return version
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """What the adapter keeps of :data:`CLIENT_OPTIONS` after mapping the rest."""
+
+    face: str
+    #: ``api_version`` as a tuple; None: the newest (every feature raftka has).
+    api_version: tuple[int, ...] | None = None
+    #: kafka-python's ``metrics_enabled``: False makes ``metrics()`` return ``{}``.
+    metrics_enabled: bool = True
+
+    def supports(self, since: tuple[int, ...]) -> bool:
+        return self.api_version is None or self.api_version >= since
+
+    def require(self, since: tuple[int, ...], what: str) -> None:
+        """UnsupportedVersionError unless ``api_version`` allows ``what``."""
+        if not self.supports(since):
+            raise UnsupportedVersionError(
+                f"{what} needs api_version >= {since}; this {self.face} was created with "
+                f"api_version={self.api_version}"
+            )
+
+    def refuse_unless(self, since: tuple[int, ...], key: str, value: Any, why: str = "") -> None:
+        """ClientConfigError naming ``key`` unless ``api_version`` allows it."""
+        if not self.supports(since):
+            raise _refuse(
+                self.face,
+                key,
+                value,
+                f"needs api_version >= {since}, not {self.api_version}"
+                + (f" ({why})" if why else ""),
+            )
+
+
+#: kafka-python's keywords about versions, connections and metrics (aiokafka has
+#: ``api_version`` only): :func:`take_client_options` honours or refuses each.
+CLIENT_OPTIONS: Final = frozenset(
+    {
+        "api_version",
+        "api_version_auto_timeout_ms",
+        "bootstrap_timeout_ms",
+        "client_dns_lookup",
+        "metrics_enabled",
+        "metrics_num_samples",
+        "metrics_sample_window_ms",
+        "receive_buffer_bytes",
+        "receive_message_max_bytes",
+        "reconnect_backoff_max_ms",
+        "reconnect_backoff_ms",
+        "selector",
+        "send_buffer_bytes",
+        "socket_options",
+    }
+)
+#: kafka-python's defaults for the sampled metrics raftka does not keep.
+_METRIC_SAMPLES: Final = 2
+_METRIC_WINDOW_MS: Final = 30_000
+_BUFFER_OPTIONS: Final = {
+    (socket.SOL_SOCKET, socket.SO_SNDBUF): "send_buffer_bytes",
+    (socket.SOL_SOCKET, socket.SO_RCVBUF): "receive_buffer_bytes",
+}
+_NODELAY: Final = (socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def take_client_options(
+    face: str, opts: dict[str, Any], *, retry_backoff_default_ms: int = 100
+) -> ClientOptions:
+    """Remove :data:`CLIENT_OPTIONS` from ``opts``, put what raftka's client takes in
+    their place (socket buffer sizes, ``retry_backoff_ms``), and return the rest;
+    ClientConfigError naming the keyword for a value raftka cannot honour."""
+    given = {key: opts.pop(key) for key in CLIENT_OPTIONS if key in opts}
+    version = parse_api_version(face, given.get("api_version"))
+    for key in ("api_version_auto_timeout_ms",):
+        # kafka-python 2's bound on the version probe in its constructor: raftka's
+        # constructors never probe (no I/O), so any bound holds.
+        if key in given:
+            check_ms(face, key, given[key])
+    if given.get("bootstrap_timeout_ms") is not None:
+        raise _refuse(
+            face,
+            "bootstrap_timeout_ms",
+            given["bootstrap_timeout_ms"],
+            "raftka's constructors do no I/O; the first call bootstraps within its own "
+            "timeout (max_block_ms, request_timeout_ms)",
+        )
+    dns = given.get("client_dns_lookup", "use_all_dns_ips")
+    if dns != "use_all_dns_ips":
+        raise _refuse(
+            face,
+            "client_dns_lookup",
+            dns,
+            "raftka tries every address a host name resolves to (use_all_dns_ips)",
+        )
+    enabled = given.get("metrics_enabled", True)
+    if type(enabled) is not bool:
+        raise ClientConfigError(f"metrics_enabled={enabled!r}: {face} expects a bool")
+    for key, default in (
+        ("metrics_num_samples", _METRIC_SAMPLES),
+        ("metrics_sample_window_ms", _METRIC_WINDOW_MS),
+    ):
+        if key in given and given[key] != default:
+            raise _refuse(
+                face,
+                key,
+                given[key],
+                "metrics() reports totals, not the sampled rates and averages it shapes",
+            )
+    for key in _BUFFER_OPTIONS.values():
+        size = given.get(key)
+        if size is not None:
+            opts[key] = check_ms(face, key, size, 1)
+    nodelay = False
+    for entry in given.get("socket_options", [(*_NODELAY, 1)]):
+        if not (isinstance(entry, tuple | list) and len(entry) == 3):
+            raise ClientConfigError(
+                f"socket_options={entry!r}: {face} expects (level, option, value) tuples"
+            )
+        level, option, value = entry
+        if (level, option) == _NODELAY and value:
+            nodelay = True
+        elif (level, option) in _BUFFER_OPTIONS:
+            opts.setdefault(
+                _BUFFER_OPTIONS[level, option], check_ms(face, "socket_options", value, 1)
+            )
+        else:
+            raise _refuse(
+                face,
+                "socket_options",
+                entry,
+                "raftka's sockets take TCP_NODELAY, SO_SNDBUF and SO_RCVBUF only",
+            )
+    if not nodelay:
+        raise _refuse(
+            face,
+            "socket_options",
+            given["socket_options"],
+            "raftka's sockets always set TCP_NODELAY (include (IPPROTO_TCP, TCP_NODELAY, 1))",
+        )
+    limit = given.get("receive_message_max_bytes")
+    if limit is not None and (type(limit) is not int or limit < RESPONSE_BYTES_MAX):
+        raise _refuse(
+            face,
+            "receive_message_max_bytes",
+            limit,
+            f"raftka's client accepts answers up to {RESPONSE_BYTES_MAX} bytes; give at least that",
+        )
+    if "reconnect_backoff_ms" in given:
+        # raftka waits retry_backoff_ms before trying a broker again after any failure,
+        # a failed connection included: at least reconnect_backoff_ms honours both.
+        wait_ms = check_ms(face, "reconnect_backoff_ms", given["reconnect_backoff_ms"])
+        opts["retry_backoff_ms"] = max(
+            opts.get("retry_backoff_ms", retry_backoff_default_ms), wait_ms
+        )
+    if "reconnect_backoff_max_ms" in given:
+        ceiling = check_ms(face, "reconnect_backoff_max_ms", given["reconnect_backoff_max_ms"])
+        backoff_ms = opts.get("retry_backoff_ms", retry_backoff_default_ms)
+        if isinstance(backoff_ms, int) and ceiling < backoff_ms:
+            raise _refuse(
+                face,
+                "reconnect_backoff_max_ms",
+                ceiling,
+                f"raftka waits a constant retry_backoff_ms={backoff_ms} after a failed "
+                "connection, longer than this ceiling",
+            )
+    selector = given.get("selector", selectors.DefaultSelector)
+    if selector is not selectors.DefaultSelector:
+        raise _refuse(
+            face,
+            "selector",
+            selector,
+            "raftka's client runs on an asyncio event loop over selectors.DefaultSelector",
+        )
+    return ClientOptions(face, version, enabled)
 
 
 def ms_from_s(what: str, timeout_s: float | None) -> int | None:

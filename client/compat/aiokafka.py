@@ -19,11 +19,19 @@ from raftka.client.admin import AsyncAdmin
 from raftka.client.compat._options import (
     CONSUMER_MAPPED,
     EXCLUDE_INTERNAL_TOPICS,
+    HEADERS_SINCE,
+    IDEMPOTENCE_SINCE,
+    NO_HEADERS,
     SECURITY,
+    STATIC_MEMBERSHIP_SINCE,
+    ZSTD_SINCE,
+    ClientOptions,
     Refusal,
     bootstrap_with_ports,
+    check_ms,
     equals,
     is_none,
+    parse_api_version,
     sort_options,
 )
 from raftka.client.compat.kafka_python import (
@@ -50,7 +58,8 @@ REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     "sasl_mechanism": Refusal(equals("PLAIN"), "raftka has no SASL authentication"),
     "loop": Refusal(is_none, "the client uses the running event loop (aiokafka >= 0.7 too)"),
 }
-TUNING_COMMON: Final = frozenset({"api_version"})
+#: aiokafka's options about versions that the adapter honours itself.
+HANDLED_COMMON: Final = frozenset({"api_version"})
 
 
 class RecordMetadata(NamedTuple):
@@ -95,7 +104,7 @@ def _metadata(md: RaftkaRecordMetadata) -> RecordMetadata:
     )
 
 
-def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
+def _record(r: RaftkaConsumerRecord, headers: bool = True) -> ConsumerRecord:
     return ConsumerRecord(
         r.topic,
         r.partition,
@@ -107,7 +116,7 @@ def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
         None,
         r.serialized_key_size,
         r.serialized_value_size,
-        tuple(r.headers),
+        tuple(r.headers) if headers else (),
     )
 
 
@@ -156,17 +165,31 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's AIOKafkaProducer keywords as raftka AsyncProducer keywords, with
     aiokafka's defaults: ``enable_idempotence=False``, ``acks=1`` (``"all"`` with
     idempotence), ``request_timeout_ms=40000``, ``linger_ms=0``."""
+    face = "AIOKafkaProducer"
     given = sort_options(
-        "AIOKafkaProducer",
+        face,
         configs,
         mapped=_PRODUCER_MAPPED,
-        tuning=TUNING_COMMON | {"send_backoff_ms", "transaction_timeout_ms"},
+        handled=HANDLED_COMMON | {"send_backoff_ms", "transaction_timeout_ms"},
         refused={
             **REFUSED_COMMON,
             "transactional_id": Refusal(is_none, "raftka has no transactions yet"),
         },
     )
+    version = parse_api_version(face, given.pop("api_version", None))
+    # aiokafka's wait before a batch is sent again: raftka's is retry_backoff_ms, so
+    # the longer of the two honours both.
+    send_backoff_ms = check_ms(face, "send_backoff_ms", given.pop("send_backoff_ms", 100))
+    # Only transactions use it (in aiokafka too), and transactional_id is refused.
+    check_ms(face, "transaction_timeout_ms", given.pop("transaction_timeout_ms", 60_000), 1)
     opts = {_PRODUCER_MAPPED[k]: v for k, v in given.items()}
+    opts["retry_backoff_ms"] = max(opts.get("retry_backoff_ms", 100), send_backoff_ms)
+    client = ClientOptions(face, version)
+    if opts.get("enable_idempotence"):
+        client.refuse_unless(IDEMPOTENCE_SINCE, "enable_idempotence", True)
+    if opts.get("compression_type") == "zstd":
+        client.refuse_unless(ZSTD_SINCE, "compression_type", "zstd")
+    opts["_client"] = client
     opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
     if opts.get("client_id", "") is None:
         del opts["client_id"]
@@ -187,7 +210,9 @@ class AIOKafkaProducer(_AsyncClosable):
     or ``async with``."""
 
     def __init__(self, **configs: Any) -> None:
-        self._producer = AsyncProducer(**producer_options(configs))
+        opts = producer_options(configs)
+        self._client: ClientOptions = opts.pop("_client")
+        self._producer = AsyncProducer(**opts)
         self.config = self._producer.config
 
     async def start(self) -> None:
@@ -209,6 +234,8 @@ class AIOKafkaProducer(_AsyncClosable):
         timestamp_ms: int | None = None,
         headers: Iterable[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[RecordMetadata]:
+        if headers:
+            self._client.require(HEADERS_SINCE, f"send(headers=...) ({NO_HEADERS})")
         inner = await self._producer.send(
             topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
         )
@@ -250,12 +277,12 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's AIOKafkaConsumer keywords as raftka AsyncConsumer keywords, with
     aiokafka's defaults (``request_timeout_ms=40000``, ``session_timeout_ms=10000``,
     round-robin assignment); ``max_poll_records=None`` means raftka's default (500)."""
+    face = "AIOKafkaConsumer"
     opts = sort_options(
-        "AIOKafkaConsumer",
+        face,
         configs,
         mapped=CONSUMER_MAPPED,
-        # aiokafka's consumer_timeout_ms bounds its background fetch wait: tuning.
-        tuning=TUNING_COMMON | {"consumer_timeout_ms"},
+        handled=HANDLED_COMMON | {"consumer_timeout_ms"},
         refused={
             **REFUSED_COMMON,
             "exclude_internal_topics": EXCLUDE_INTERNAL_TOPICS,
@@ -264,6 +291,19 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
             ),
         },
     )
+    client = ClientOptions(
+        "AIOKafkaConsumer", parse_api_version("AIOKafkaConsumer", opts.pop("api_version", None))
+    )
+    if opts.get("isolation_level") == "read_committed":
+        client.refuse_unless(IDEMPOTENCE_SINCE, "isolation_level", "read_committed")
+    if opts.get("group_instance_id") is not None:
+        client.refuse_unless(
+            STATIC_MEMBERSHIP_SINCE, "group_instance_id", opts["group_instance_id"]
+        )
+    # aiokafka's bound on its background fetch routine's wait (how soon it sees a
+    # rebalance or new partitions): raftka's fetcher reacts to both at once, never on
+    # a timer, so any bound holds.
+    check_ms(face, "consumer_timeout_ms", opts.pop("consumer_timeout_ms", 200))
     opts["bootstrap_servers"] = bootstrap_with_ports(opts.get("bootstrap_servers", "localhost"))
     if opts.get("client_id", "") is None:
         del opts["client_id"]
@@ -274,6 +314,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     opts["partition_assignment_strategy"] = assignment_strategy(
         opts.get("partition_assignment_strategy", ("roundrobin",))
     )
+    opts["_client"] = client
     return opts
 
 
@@ -290,6 +331,8 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options(configs)
+        #: Before 0.11 records travel as message format v1, which has no headers.
+        self._headers = opts.pop("_client").supports(HEADERS_SINCE)
         self._consumer = AsyncConsumer(**opts)
         self.config = self._consumer.config
         self._group_id: str | None = opts.get("group_id")
@@ -370,7 +413,8 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
         """Records by partition (of ``partitions`` only, when given), waiting at most
         ``timeout_ms`` for some; ``{}`` when none arrive."""
         batch = await self._poll(partitions, timeout_ms, max_records)
-        return {tp: [_record(r) for r in records] for tp, records in batch.items()}
+        headers = self._headers
+        return {tp: [_record(r, headers) for r in records] for tp, records in batch.items()}
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` only, when given), waiting as long as it
@@ -379,7 +423,7 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
             batch = await self._poll(partitions, GETONE_POLL_TIMEOUT_MS, 1)
             for records in batch.values():
                 if records:
-                    return _record(records[0])
+                    return _record(records[0], self._headers)
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self

@@ -27,15 +27,25 @@ from raftka.client._sync import ClosingOnExit
 from raftka.client.admin import Admin
 from raftka.client.compat._future import Future
 from raftka.client.compat._options import (
+    CLIENT_OPTIONS,
     CONSUMER_MAPPED,
     EXCLUDE_INTERNAL_TOPICS,
+    HEADERS_SINCE,
+    IDEMPOTENCE_SINCE,
+    NO_HEADERS,
+    OFFSETS_FOR_TIMES_SINCE,
     SECURITY,
+    STATIC_MEMBERSHIP_SINCE,
+    ZSTD_SINCE,
+    ClientOptions,
     Refusal,
     bootstrap_with_ports,
+    check_ms,
     equals,
     is_none,
     ms_from_s,
     sort_options,
+    take_client_options,
 )
 from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
@@ -80,30 +90,22 @@ NO_AUTO_CREATE: Final = (
     "auto.create.topics.enable=false does); create it with KafkaAdminClient.create_topics"
 )
 
-#: kafka-python's tuning options, common to its three clients: accepted, no effect.
-TUNING_COMMON: Final = frozenset(
-    {
-        "api_version",
-        "api_version_auto_timeout_ms",
-        "bootstrap_timeout_ms",
-        "client_dns_lookup",
-        "max_in_flight_requests_per_connection",
-        "metrics_enabled",
-        "metrics_num_samples",
-        "metrics_sample_window_ms",
-        "receive_buffer_bytes",
-        "receive_message_max_bytes",
-        "reconnect_backoff_max_ms",
-        "reconnect_backoff_ms",
-        "selector",
-        "send_buffer_bytes",
-        "socket_options",
-    }
-)
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **SECURITY,
     "sasl_mechanism": Refusal(is_none, "raftka has no SASL authentication"),
 }
+
+
+def _in_flight_per_connection(face: str, opts: dict[str, Any]) -> None:
+    """kafka-python's consumer and admin bound of requests in flight on one connection:
+    raftka speaks HTTP/1.1 without pipelining, one request per connection at a time, so
+    any bound of at least 1 holds."""
+    check_ms(
+        face,
+        "max_in_flight_requests_per_connection",
+        opts.pop("max_in_flight_requests_per_connection", 1),
+        1,
+    )
 
 
 def _client_id(opts: dict[str, Any]) -> None:
@@ -212,6 +214,7 @@ _PRODUCER_MAPPED: Final = frozenset(
         "key_serializer",
         "linger_ms",
         "max_block_ms",
+        "max_in_flight_requests_per_connection",
         "max_request_size",
         "metadata_max_age_ms",
         "partitioner",
@@ -221,7 +224,6 @@ _PRODUCER_MAPPED: Final = frozenset(
         "value_serializer",
     }
 )
-_PRODUCER_TUNING: Final = TUNING_COMMON | {"transaction_timeout_ms"}
 _PRODUCER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "transactional_id": Refusal(is_none, NO_TRANSACTIONS),
@@ -242,11 +244,18 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
         "KafkaProducer",
         configs,
         mapped=_PRODUCER_MAPPED,
-        tuning=_PRODUCER_TUNING,
+        handled=CLIENT_OPTIONS | {"transaction_timeout_ms"},
         refused=_PRODUCER_REFUSED,
+    )
+    client = take_client_options("KafkaProducer", opts)
+    # Only transactions use it, and kafka-python's too: transactional_id is refused.
+    check_ms(
+        "KafkaProducer", "transaction_timeout_ms", opts.pop("transaction_timeout_ms", 60_000), 1
     )
     _bootstrap(opts)
     _client_id(opts)
+    if opts.get("compression_type") == "zstd":
+        client.refuse_unless(ZSTD_SINCE, "compression_type", "zstd")
     opts.setdefault("linger_ms", 0)
     if opts.get("compression_type", "none") is None:
         opts["compression_type"] = "none"
@@ -269,6 +278,13 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
                 )
             log.warning("idempotence disabled: it conflicts with %s", ", ".join(conflicts))
             opts["enable_idempotence"] = False
+        elif not client.supports(IDEMPOTENCE_SINCE):
+            # kafka-python's rule: refused when asked for, else switched off.
+            if "enable_idempotence" in configs:
+                client.refuse_unless(IDEMPOTENCE_SINCE, "enable_idempotence", True)
+            log.warning("idempotence disabled: api_version=%s < (0, 11)", client.api_version)
+            opts["enable_idempotence"] = False
+    opts["_client"] = client
     return opts
 
 
@@ -284,6 +300,7 @@ class KafkaProducer(ClosingOnExit):
 
     def __init__(self, **configs: Any) -> None:
         opts = producer_options(configs)
+        self._client: ClientOptions = opts.pop("_client")
         self._producer = Producer(**opts)
         self.config = _config_dict(self._producer.config, opts, configs)
         self._admin = _LazyAdmin(
@@ -322,6 +339,7 @@ class KafkaProducer(ClosingOnExit):
             ):
                 raise TypeError("All headers items must be (str, bytes) tuples")
             if headers:
+                self._client.require(HEADERS_SINCE, f"send(headers=...) ({NO_HEADERS})")
                 header_size = sum(len(k.encode()) + len(v or b"") for k, v in headers)
         try:
             inner = self._producer.send(
@@ -374,6 +392,8 @@ class KafkaProducer(ClosingOnExit):
         ``record-error-total``. (kafka-python's full metric set is not provided.)"""
         if raw:
             raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
+        if not self._client.metrics_enabled:
+            return {}
         with self._lock:
             return {
                 "producer-metrics": {
@@ -407,7 +427,7 @@ class ConsumerRecord(NamedTuple):
     serialized_header_size: int
 
 
-def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
+def _record(r: RaftkaConsumerRecord, headers: bool = True) -> ConsumerRecord:
     return ConsumerRecord(
         r.topic,
         r.partition,
@@ -417,7 +437,7 @@ def _record(r: RaftkaConsumerRecord) -> ConsumerRecord:
         int(r.timestamp_type),
         r.key,
         r.value,
-        list(r.headers),
+        list(r.headers) if headers else [],
         None,
         r.serialized_key_size,
         r.serialized_value_size,
@@ -498,12 +518,7 @@ def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
 
 # consumer_timeout_ms stays in: the adapter's iterator, not raftka's Consumer, uses it.
 _CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"}
-_CONSUMER_TUNING: Final = TUNING_COMMON | {
-    "enable_incremental_fetch_sessions",
-    "legacy_iterator",
-    "sock_chunk_bytes",
-    "sock_chunk_buffer_count",
-}
+_CONSUMER_HANDLED: Final = CLIENT_OPTIONS | {"max_in_flight_requests_per_connection"}
 _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
@@ -517,6 +532,16 @@ _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     "metric_group_prefix": Refusal(
         equals("consumer"), "metrics() reports kafka-python's default group names only"
     ),
+    "enable_incremental_fetch_sessions": Refusal(
+        equals(False), "raftka's fetches name their partitions every time (no KIP-227 sessions)"
+    ),
+    "legacy_iterator": Refusal(
+        equals(False), "raftka iterates as kafka-python's current iterator does"
+    ),
+    "sock_chunk_bytes": Refusal(is_none, "raftka reads answers through aiohttp, not in chunks"),
+    "sock_chunk_buffer_count": Refusal(
+        is_none, "raftka reads answers through aiohttp, not in chunks"
+    ),
 }
 _OFFSET_RESET_ALIASES: Final = {"smallest": "earliest", "largest": "latest"}
 
@@ -529,11 +554,14 @@ def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
         face,
         configs,
         mapped=_CONSUMER_MAPPED,
-        tuning=_CONSUMER_TUNING,
+        handled=_CONSUMER_HANDLED,
         refused=_CONSUMER_REFUSED,
     )
+    client = take_client_options(face, opts)
+    _in_flight_per_connection(face, opts)
     _bootstrap(opts)
     _client_id(opts)
+    _versioned_group_options(client, opts, configs)
     reset = opts.get("auto_offset_reset")
     if isinstance(reset, str):
         opts["auto_offset_reset"] = _OFFSET_RESET_ALIASES.get(reset, reset)
@@ -545,7 +573,42 @@ def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
         raise ClientConfigError(
             f"consumer_timeout_ms={timeout!r}: expected a number of milliseconds >= 0"
         )
+    opts["_client"] = client
     return opts
+
+
+#: kafka-python's session timeout default against brokers before 3.0 (KIP-735).
+SESSION_TIMEOUT_PRE_3_0_MS: Final = 30_000
+
+
+def _versioned_group_options(
+    client: ClientOptions, opts: dict[str, Any], given: Mapping[str, Any]
+) -> None:
+    """kafka-python's consumer rules for an ``api_version`` that predates a feature:
+    no read_committed before 0.11, no static membership before 2.3, and its
+    session_timeout_ms / max_poll_interval_ms defaults before 0.10.1 and 3.0."""
+    if opts.get("isolation_level") == "read_committed":
+        client.refuse_unless(IDEMPOTENCE_SINCE, "isolation_level", "read_committed")
+    if opts.get("group_instance_id") is not None:
+        client.refuse_unless(
+            STATIC_MEMBERSHIP_SINCE, "group_instance_id", opts["group_instance_id"]
+        )
+    version = client.api_version
+    if version is None:
+        return
+    if version < OFFSETS_FOR_TIMES_SINCE:
+        # No max.poll.interval.ms before KIP-62: one timeout serves both.
+        if "session_timeout_ms" not in given and "max_poll_interval_ms" in given:
+            opts["session_timeout_ms"] = opts["max_poll_interval_ms"]
+        if "max_poll_interval_ms" not in given:
+            opts["max_poll_interval_ms"] = opts.get("session_timeout_ms", 45_000)
+        if opts["max_poll_interval_ms"] != opts.get("session_timeout_ms", 45_000):
+            raise ClientConfigError(
+                f"max_poll_interval_ms={opts['max_poll_interval_ms']!r}: api_version="
+                f"{version} has one timeout for both; it must equal session_timeout_ms"
+            )
+    elif version < (3, 0) and "session_timeout_ms" not in given:
+        opts["session_timeout_ms"] = SESSION_TIMEOUT_PRE_3_0_MS
 
 
 class _AssignedPartitions:
@@ -591,17 +654,22 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
     in kafka-python, a subscription is served by assigning every partition of the
     topics (those they have at the first ``poll``) with no commits.
 
-    Iterating (``for record in consumer``) hands records over one at a time (each a
-    ``poll`` for one record), so positions and commits never run ahead of what the loop
-    has received; with ``consumer_timeout_ms`` the iteration ends after that long
-    without a record (the default, infinity, waits forever). ``poll`` returns batches
-    for throughput.
+    Iterating (``for record in consumer``, ``next(consumer)``) takes a whole batch per
+    ``poll`` and hands its records over one at a time (raftka's ``Consumer``
+    iteration); positions and commits never run ahead of what the loop has received:
+    ``commit()``, ``position()`` and ``close()`` count only records handed over, and
+    ``poll``, ``seek``, ``assign``, ``pause`` and the like first seek back each partition
+    to its first record not handed over. With ``consumer_timeout_ms`` the iteration ends
+    after that long without a record (the default, infinity, waits forever).
     """
 
     _consumer: Consumer
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         opts = consumer_options("KafkaConsumer", configs)
+        self._client: ClientOptions = opts.pop("_client")
+        #: Before 0.11 records travel as message format v1, which has no headers.
+        self._headers = self._client.supports(HEADERS_SINCE)
         self._consumer_timeout_ms: float = opts.pop("consumer_timeout_ms")
         self._consumer = Consumer(**opts)
         self.config = _config_dict(self._consumer.config, opts, configs)
@@ -676,7 +744,8 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
             raise ValueError("poll(update_offsets=False) is not supported by raftka")
         self._ensure_groupless_assignment()
         batch = self._consumer.poll(int(timeout_ms), max_records)
-        out = {tp: [_record(r) for r in records] for tp, records in batch.items()}
+        headers = self._headers
+        out = {tp: [_record(r, headers) for r in records] for tp, records in batch.items()}
         if out:
             with self._lock:
                 self._consumed += sum(len(v) for v in out.values())
@@ -694,9 +763,12 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
             wait_ms = ITER_POLL_TIMEOUT_MS
             if deadline is not None:
                 wait_ms = max(0, min(wait_ms, math.ceil((deadline - time.monotonic()) * 1000)))
-            for records in self.poll(wait_ms, max_records=1).values():
-                if records:
-                    return records[0]
+            self._ensure_groupless_assignment()
+            record = self._consumer._next_record(wait_ms)
+            if record is not None:
+                with self._lock:
+                    self._consumed += 1
+                return _record(record, self._headers)
             if deadline is not None and time.monotonic() >= deadline:
                 raise StopIteration
 
@@ -725,6 +797,7 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        self._client.require(OFFSETS_FOR_TIMES_SINCE, "offsets_for_times")
         return self._consumer.offsets_for_times(dict(timestamps), timeout_ms)
 
     # ------------------------------------------------------------------ commits
@@ -811,6 +884,8 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
         set is not provided.)"""
         if raw:
             raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
+        if not self._client.metrics_enabled:
+            return {}
         with self._lock:
             return {
                 "consumer-fetch-manager-metrics": {"records-consumed-total": float(self._consumed)},
@@ -925,6 +1000,19 @@ _ADMIN_MAPPED: Final = frozenset(
 )
 
 
+#: The Kafka release that brought each admin request, as kafka-python checks against
+#: ``api_version`` (the rest, metadata and ListGroups, predate 0.10).
+_ADMIN_SINCE: Final = {
+    "create_topics": (0, 10, 1),
+    "delete_topics": (0, 10, 1),
+    "create_partitions": (1, 0),
+    "delete_records": (0, 11),
+    "describe_configs": (0, 11),
+    "alter_configs": (0, 11),
+    "delete_consumer_groups": (1, 1),
+}
+
+
 class KafkaAdminClient(ClosingOnExit):
     """kafka-python's ``KafkaAdminClient`` over raftka's :class:`Admin` (thread-safe).
     Each call's bound is its ``timeout_ms`` or else ``request_timeout_ms``; errors are
@@ -935,9 +1023,11 @@ class KafkaAdminClient(ClosingOnExit):
             "KafkaAdminClient",
             configs,
             mapped=_ADMIN_MAPPED,
-            tuning=TUNING_COMMON,
+            handled=CLIENT_OPTIONS | {"max_in_flight_requests_per_connection"},
             refused=REFUSED_COMMON,
         )
+        self._client = take_client_options("KafkaAdminClient", opts)
+        _in_flight_per_connection("KafkaAdminClient", opts)
         _bootstrap(opts)
         _client_id(opts)
         opts["default_api_timeout_ms"] = opts.get("request_timeout_ms", 30_000)
@@ -945,7 +1035,14 @@ class KafkaAdminClient(ClosingOnExit):
         self._groups: GroupAdmin | None = None
         self._group_options: dict[str, Any] = {
             k: opts[k]
-            for k in ("bootstrap_servers", "client_id", "request_timeout_ms", "retry_backoff_ms")
+            for k in (
+                "bootstrap_servers",
+                "client_id",
+                "request_timeout_ms",
+                "retry_backoff_ms",
+                "send_buffer_bytes",
+                "receive_buffer_bytes",
+            )
             if k in opts
         }
         self._group_options["default_api_timeout_ms"] = opts["default_api_timeout_ms"]
@@ -960,10 +1057,12 @@ class KafkaAdminClient(ClosingOnExit):
         timeout_ms: int | None = None,
         validate_only: bool = False,
     ) -> None:
+        self._client.require(_ADMIN_SINCE["create_topics"], "create_topics")
         topics = [t.to_raftka() if isinstance(t, NewTopic) else t for t in new_topics]
         self._admin.create_topics(topics, validate_only=validate_only, timeout_ms=timeout_ms)
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        self._client.require(_ADMIN_SINCE["delete_topics"], "delete_topics")
         self._admin.delete_topics(list(topics), timeout_ms=timeout_ms)
 
     def list_topics(self) -> list[str]:
@@ -1002,6 +1101,7 @@ class KafkaAdminClient(ClosingOnExit):
         timeout_ms: int | None = None,
         validate_only: bool = False,
     ) -> None:
+        self._client.require(_ADMIN_SINCE["create_partitions"], "create_partitions")
         self._admin.create_partitions(
             dict(topic_partitions), validate_only=validate_only, timeout_ms=timeout_ms
         )
@@ -1013,6 +1113,7 @@ class KafkaAdminClient(ClosingOnExit):
         partition_leader_id: int | None = None,
     ) -> dict[TopicPartition, dict[str, int]]:
         """Delete the records below each offset; ``{tp: {"low_watermark": n}}``."""
+        self._client.require(_ADMIN_SINCE["delete_records"], "delete_records")
         if partition_leader_id is not None:
             raise ValueError("delete_records(partition_leader_id=...): raftka finds the leader")
         done = self._admin.delete_records(dict(records_to_delete), timeout_ms=timeout_ms)
@@ -1037,6 +1138,7 @@ class KafkaAdminClient(ClosingOnExit):
         """Topic configs only: ``{topic: {name: value}}`` (every config, or those named
         in the resource's ``configs``). A raftka shape: kafka-python returns protocol
         response objects."""
+        self._client.require(_ADMIN_SINCE["describe_configs"], "describe_configs")
         if include_synonyms:
             raise ValueError("describe_configs(include_synonyms=True) is not supported")
         out: dict[str, dict[str, str | None]] = {}
@@ -1050,6 +1152,7 @@ class KafkaAdminClient(ClosingOnExit):
     def alter_configs(self, config_resources: Iterable[ConfigResource]) -> None:
         """Set each resource's ``configs`` (a value of None resets one to its default);
         configs not named are left alone (raftka's incremental semantics)."""
+        self._client.require(_ADMIN_SINCE["alter_configs"], "alter_configs")
         self._admin.alter_configs(
             {resource.topic(): dict(resource.configs or {}) for resource in config_resources}
         )
@@ -1083,6 +1186,7 @@ class KafkaAdminClient(ClosingOnExit):
         self, group_ids: Iterable[str], group_coordinator_id: int | None = None
     ) -> list[tuple[str, None]]:
         """Delete the groups; ``[(group_id, None)]`` (a failure is raised, typed)."""
+        self._client.require(_ADMIN_SINCE["delete_consumer_groups"], "delete_consumer_groups")
         ids = list(group_ids)
         self._group_admin().delete_groups(ids)
         return [(g, None) for g in ids]

@@ -90,6 +90,8 @@ class AsyncConsumer(AsyncStartedOnEnter):
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         connections_max_idle_ms: int = 540_000,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
         default_api_timeout_ms: int = 60_000,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
@@ -121,6 +123,8 @@ class AsyncConsumer(AsyncStartedOnEnter):
             retry_backoff_ms=retry_backoff_ms,
             metadata_max_age_ms=metadata_max_age_ms,
             connections_max_idle_ms=connections_max_idle_ms,
+            send_buffer_bytes=send_buffer_bytes,
+            receive_buffer_bytes=receive_buffer_bytes,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
         )
@@ -568,6 +572,12 @@ class Consumer(ClosingOnExit):
         self._async = AsyncConsumer(**config)
         self.config = self._async.config
         self._thread = LoopThread(f"raftka-consumer-{self.config.client_id}")
+        #: Iteration's batch: records a poll returned, of which the first ``_handed``
+        #: were handed over. The rest are given back (see :meth:`_give_back`) before
+        #: any call that reads or moves positions, so that positions and commits never
+        #: run ahead of what the application received.
+        self._batch: list[ConsumerRecord] = []
+        self._handed = 0
 
     def _safety_s(self, timeout_ms: int | None) -> float:
         base = self._async.default_api_timeout_ms if timeout_ms is None else timeout_ms
@@ -591,6 +601,7 @@ class Consumer(ClosingOnExit):
     ) -> None:
         """See :meth:`AsyncConsumer.subscribe`; the listener runs on the consumer's loop
         thread inside ``poll`` (see :mod:`raftka.client.consumer.listener`)."""
+        self._give_back()
         self._sync_call(self._async.subscribe, list(topics), pattern, listener)
 
     def subscription(self) -> set[str]:
@@ -600,21 +611,26 @@ class Consumer(ClosingOnExit):
         return self._async.group_metadata()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._give_back()
         self._sync_call(self._async.assign, list(partitions))
 
     def assignment(self) -> set[TopicPartition]:
         return self._async.assignment()
 
     def unsubscribe(self) -> None:
+        self._give_back()
         self._sync_call(self._async.unsubscribe)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._give_back()
         self._sync_call(self._async.seek, partition, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._give_back()
         self._sync_call(self._async.seek_to_beginning, *partitions)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._give_back()
         self._sync_call(self._async.seek_to_end, *partitions)
 
     def commit(
@@ -622,7 +638,7 @@ class Consumer(ClosingOnExit):
         offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
         timeout_ms: int | None = None,
     ) -> None:
-        self._run(self._async.commit(offsets, timeout_ms), timeout_ms)
+        self._run(self._async.commit(self._handed_offsets(offsets), timeout_ms), timeout_ms)
 
     def commit_async(
         self,
@@ -630,7 +646,7 @@ class Consumer(ClosingOnExit):
         callback: CommitCallback | None = None,
     ) -> None:
         """Commit in the background; ``callback`` runs on the consumer's loop thread."""
-        self._sync_call(self._async.commit_async, offsets, callback)
+        self._sync_call(self._async.commit_async, self._handed_offsets(offsets), callback)
 
     def committed(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
@@ -641,10 +657,14 @@ class Consumer(ClosingOnExit):
         return result
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        for record in self._batch[self._handed :]:
+            if record.topic == partition.topic and record.partition == partition.partition:
+                return record.offset  # the next record iteration hands over
         result: int = self._run(self._async.position(partition, timeout_ms), timeout_ms)
         return result
 
     def pause(self, *partitions: TopicPartition) -> None:
+        self._give_back()
         self._sync_call(self._async.pause, *partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
@@ -695,6 +715,8 @@ class Consumer(ClosingOnExit):
         thread. Otherwise (a group, nothing buffered yet, a reset or an error to
         handle) the poll runs on the loop as before. Drive it from one thread, as
         ``seek``/``assign`` from another thread would race the positions."""
+        if self._batch:
+            self._give_back()
         core = self._async
         fetcher = core._fetcher
         if (
@@ -726,32 +748,67 @@ class Consumer(ClosingOnExit):
     def __iter__(self) -> Iterator[ConsumerRecord]:
         # A whole batch per poll (a poll per record would cost a loop-thread hop per
         # record for a group member), and a loop that stops inside a batch loses
-        # nothing: leaving the generator (break, an exception, close; in CPython the
-        # moment the for loop drops it) seeks each partition back to its first record
-        # not handed over, so the next poll returns it.
-        while True:
-            records = [r for rs in self.poll(ITER_POLL_TIMEOUT_MS).values() for r in rs]
-            handed = 0
-            try:
-                for record in records:
-                    handed += 1
+        # nothing: leaving the generator (break, an exception; in CPython the moment
+        # the for loop drops it) gives the rest back, so the next poll returns it.
+        try:
+            while True:
+                record = self._next_record(ITER_POLL_TIMEOUT_MS)
+                if record is not None:
                     yield record
-            finally:
-                if handed < len(records):
-                    self._rewind(records[handed:])
+        finally:
+            self._give_back()
 
-    def _rewind(self, unhanded: list[ConsumerRecord]) -> None:
+    def _next_record(self, timeout_ms: int) -> ConsumerRecord | None:
+        """Iteration's next record: from the batch the last poll returned, else from a
+        new poll (waiting at most ``timeout_ms``); None when none arrived. Also what
+        kafka-python's ``KafkaConsumer.__next__`` calls."""
+        batch = self._batch
+        if self._handed < len(batch):
+            self._handed += 1
+            return batch[self._handed - 1]
+        self._batch, self._handed = [], 0
+        records = [r for rs in self.poll(timeout_ms).values() for r in rs]
+        if not records:
+            return None
+        self._batch, self._handed = records, 1
+        return records[0]
+
+    def _give_back(self) -> None:
+        """Seek each partition with records iteration fetched and did not hand over
+        back to the first of them (a no-op without such records)."""
+        unhanded = self._batch[self._handed :]
+        self._batch, self._handed = [], 0
         first: dict[TopicPartition, int] = {}
         for record in unhanded:
             first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
         for tp, offset in first.items():
             # A partition revoked or a consumer closed meanwhile: nothing to give back.
             with contextlib.suppress(KafkaError):
-                self.seek(tp, offset)
+                self._sync_call(self._async.seek, tp, offset)
+
+    def _handed_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None
+    ) -> Mapping[TopicPartition, OffsetAndMetadata] | None:
+        """What ``commit(None)`` commits: every position, but where iteration holds
+        records not handed over, the first of them (Kafka commits what ``poll``
+        returned; iteration has returned only what it handed over)."""
+        if offsets is not None or self._handed >= len(self._batch):
+            return offsets
+        chosen: dict[TopicPartition, OffsetAndMetadata] = self._sync_call(
+            lambda: self._async._group().positions()
+        )
+        seen: set[TopicPartition] = set()
+        for record in self._batch[self._handed :]:
+            tp = TopicPartition(record.topic, record.partition)
+            if tp not in seen and tp in chosen:
+                seen.add(tp)
+                chosen[tp] = OffsetAndMetadata(record.offset, "", record.leader_epoch)
+        return chosen
 
     def close(self) -> None:
         try:
             if self._thread.started:
+                self._give_back()  # before close's auto-commit
                 self._run(self._async.close())
             else:
                 self._async._closed = True

@@ -128,6 +128,8 @@ class AsyncProducer(AsyncStartedOnEnter):
         partitioner_ignore_keys: bool = False,
         metadata_max_age_ms: int = 300_000,
         connections_max_idle_ms: int = 540_000,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         interceptors: Sequence[ProducerInterceptor] = (),
@@ -153,6 +155,8 @@ class AsyncProducer(AsyncStartedOnEnter):
             partitioner_ignore_keys=partitioner_ignore_keys,
             metadata_max_age_ms=metadata_max_age_ms,
             connections_max_idle_ms=connections_max_idle_ms,
+            send_buffer_bytes=send_buffer_bytes,
+            receive_buffer_bytes=receive_buffer_bytes,
             key_serializer=key_serializer,
             value_serializer=value_serializer,
         )

@@ -225,6 +225,54 @@ def test_manual_commits_sync_and_async(bootstrap: str, topic: TopicFactory) -> N
     restarted.close(autocommit=True)
 
 
+def test_stopping_iteration_early_loses_nothing(bootstrap: str, topic: TopicFactory) -> None:
+    """Iteration fetches whole batches (up to max_poll_records per poll) but hands
+    records over one at a time: a group member that breaks out of its loop after 50
+    of 300 records, then ``poll``s, gets the 51st next (not the next batch); its
+    ``position`` and auto-commit at ``close`` count only records handed over; a second
+    member then reads exactly the rest. Every record is read once: none lost, none
+    read twice."""
+    name = topic(partitions=3)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(300):
+        producer.send(name, b"%d" % i, partition=i % 3)
+    producer.flush(timeout=20)
+    producer.close()
+
+    def member() -> KafkaConsumer:
+        return KafkaConsumer(
+            name,
+            group_id="early-stop",
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=IDLE_MS,
+        )
+
+    first = member()
+    seen: list[tuple[int, int]] = []
+    for message in first:
+        seen.append((message.partition, message.offset))
+        if len(seen) == 50:
+            break
+    partition, offset = seen[-1]
+    tp = TopicPartition(name, partition)
+    assert first.position(tp) == offset + 1  # not the end of the fetched batch
+    for message in first:  # iterating again resumes right after the break
+        seen.append((message.partition, message.offset))
+        if len(seen) == 60:
+            break
+    polled = first.poll(timeout_ms=10_000, max_records=5)
+    seen += [(m.partition, m.offset) for ms in polled.values() for m in ms]
+    assert len(seen) == 65
+    message = next(first)
+    seen.append((message.partition, message.offset))
+    first.close()  # auto-commit: the positions after the 66 records handed over
+    second = member()
+    seen += [(m.partition, m.offset) for m in second]
+    second.close()
+    assert sorted(seen) == sorted((i % 3, i // 3) for i in range(300))
+
+
 def test_assign_seek_and_offset_lookups(bootstrap: str, topic: TopicFactory) -> None:
     """Manual assignment without a group: ``beginning_offsets`` / ``end_offsets``,
     ``offsets_for_times`` then ``seek`` to the offset found, ``position``,

@@ -167,6 +167,13 @@ class FakeConsumer:
             time.sleep(timeout_ms / 1000)
         return out
 
+    def _next_record(self, timeout_ms: int) -> RaftkaRecord | None:
+        """Iteration's next record (raftka's Consumer batches and gives back; the
+        real-cluster tests in tests/compat check that part)."""
+        for records in self.poll(timeout_ms, 1).values():
+            return records[0]
+        return None
+
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self.assigned = set(partitions)
 
@@ -191,7 +198,7 @@ def _consumer(fake: FakeConsumer, **configs: Any) -> KafkaConsumer:
     return consumer
 
 
-def test_iteration_hands_over_one_record_per_poll_and_ends_after_consumer_timeout() -> None:
+def test_iteration_converts_records_and_ends_after_consumer_timeout() -> None:
     fake = FakeConsumer([_raftka_record(i) for i in range(3)])
     consumer = _consumer(fake, consumer_timeout_ms=20)
     consumer.assign([TP0])
@@ -199,7 +206,6 @@ def test_iteration_hands_over_one_record_per_poll_and_ends_after_consumer_timeou
     got = list(consumer)
     assert time.monotonic() - started >= 0.02
     assert [r.offset for r in got] == [0, 1, 2]
-    assert all(max_records == 1 for _, max_records in fake.polls)
     first = got[0]
     assert first == (
         "t",
@@ -220,6 +226,19 @@ def test_iteration_hands_over_one_record_per_poll_and_ends_after_consumer_timeou
     fake.queue.append(_raftka_record(3))
     assert [r.offset for r in consumer] == [3]  # iterating again after the end works
     assert consumer.metrics()["consumer-fetch-manager-metrics"]["records-consumed-total"] == 4
+
+
+def test_records_read_with_api_version_before_0_11_have_no_headers() -> None:
+    """Message format v1 (what a 0.10 client reads) has no record headers."""
+    consumer = _consumer(
+        FakeConsumer([_raftka_record(0)]), consumer_timeout_ms=0, api_version=(0, 10)
+    )
+    consumer.assign([TP0])
+    (record,) = list(consumer)
+    assert record.headers == []
+    newer = _consumer(FakeConsumer([_raftka_record(0)]), consumer_timeout_ms=0)
+    newer.assign([TP0])
+    assert [r.headers for r in newer] == [[("h", b"x")]]
 
 
 def test_consumer_timeout_zero_polls_once() -> None:

@@ -6,6 +6,9 @@ refused, and kafka-python's idempotence rules."""
 
 from __future__ import annotations
 
+import selectors
+import socket
+
 import pytest
 
 from raftka import (
@@ -15,10 +18,11 @@ from raftka import (
     KafkaConsumer,
     KafkaProducer,
 )
+from raftka.client._transport import RESPONSE_BYTES_MAX, Transport
 from raftka.client.compat import aiokafka as aio
 from raftka.client.compat import kafka_python as kp
 from raftka.client.compat._options import bootstrap_with_ports, ms_from_s
-from raftka.errors import KafkaConfigurationError
+from raftka.errors import KafkaConfigurationError, UnsupportedVersionError
 
 BOOT = "127.0.0.1:1"
 
@@ -61,6 +65,25 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (AIOKafkaProducer, "sasl_mechanism", "SCRAM-SHA-256", "SASL"),
         (AIOKafkaConsumer, "rebalance_timeout_ms", 10_000, "max_poll_interval_ms"),
         (AIOKafkaConsumer, "ssl_context", object(), "TLS"),
+        (KafkaProducer, "api_version", (0, 9), "0.10"),
+        (KafkaProducer, "api_version", "x.y", "expects a version"),
+        (KafkaProducer, "bootstrap_timeout_ms", 5_000, "no I/O"),
+        (KafkaProducer, "client_dns_lookup", "resolve_canonical_bootstrap_servers_only", "every"),
+        (KafkaProducer, "metrics_num_samples", 3, "totals"),
+        (KafkaConsumer, "metrics_sample_window_ms", 1_000, "totals"),
+        (KafkaProducer, "socket_options", [], "TCP_NODELAY"),
+        (KafkaProducer, "socket_options", [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)], "only"),
+        (KafkaProducer, "receive_message_max_bytes", 100_000_000, "up to"),
+        (KafkaProducer, "reconnect_backoff_max_ms", 50, "retry_backoff_ms=100"),
+        (KafkaProducer, "selector", selectors.SelectSelector, "DefaultSelector"),
+        (KafkaProducer, "send_buffer_bytes", -5, "integer >= 1"),
+        (KafkaConsumer, "enable_incremental_fetch_sessions", True, "KIP-227"),
+        (KafkaConsumer, "legacy_iterator", True, "iterator"),
+        (KafkaConsumer, "sock_chunk_bytes", 4096, "aiohttp"),
+        (KafkaConsumer, "max_in_flight_requests_per_connection", 0, ">= 1"),
+        (KafkaAdminClient, "socket_options", [(1, 2, 3, 4)], "tuples"),
+        (AIOKafkaProducer, "api_version", "0.9", "0.10"),
+        (AIOKafkaConsumer, "consumer_timeout_ms", -1, ">= 0"),
     ],
 )
 def test_keywords_raftka_cannot_honour_are_refused_by_name(
@@ -85,16 +108,121 @@ def test_refused_keywords_with_a_value_raftka_honours_are_accepted() -> None:
     AIOKafkaProducer(bootstrap_servers=BOOT, sasl_mechanism="PLAIN", loop=None)
 
 
-def test_tuning_keywords_are_accepted() -> None:
-    KafkaProducer(
+def test_connection_and_metric_keywords_are_honoured() -> None:
+    """Socket buffer sizes (as keywords or as socket_options) reach raftka's sockets,
+    reconnect back-off becomes at least retry_backoff_ms, metrics_enabled=False
+    empties metrics(), and the defaults kafka-python programs pass are accepted."""
+    producer = KafkaProducer(
         bootstrap_servers=BOOT,
-        api_version=(2, 8, 0),
-        reconnect_backoff_ms=10,
-        socket_options=[],
-        metrics_num_samples=3,
-    ).close()
-    KafkaConsumer(bootstrap_servers=BOOT, api_version=(0, 10, 1), legacy_iterator=True).close()
+        send_buffer_bytes=131_072,
+        receive_buffer_bytes=None,  # kafka-python's default: the OS's
+        reconnect_backoff_ms=250,
+        reconnect_backoff_max_ms=30_000,
+        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        metrics_enabled=False,
+        metrics_num_samples=2,
+        metrics_sample_window_ms=30_000,
+        client_dns_lookup="use_all_dns_ips",
+        selector=selectors.DefaultSelector,
+        api_version_auto_timeout_ms=2_000,
+        receive_message_max_bytes=RESPONSE_BYTES_MAX,
+        transaction_timeout_ms=60_000,
+    )
+    assert producer._producer.config.send_buffer_bytes == 131_072
+    assert producer._producer.config.receive_buffer_bytes == -1
+    assert producer._producer.config.retry_backoff_ms == 250
+    assert producer.metrics() == {}
+    producer.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=BOOT,
+        socket_options=[
+            (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+            (socket.SOL_SOCKET, socket.SO_RCVBUF, 65_536),
+        ],
+        max_in_flight_requests_per_connection=5,  # HTTP/1.1: 1 per connection holds it
+        reconnect_backoff_ms=10,  # below retry_backoff_ms (100): already honoured
+        enable_incremental_fetch_sessions=False,
+    )
+    assert consumer._consumer.config.receive_buffer_bytes == 65_536
+    assert consumer._consumer.config.retry_backoff_ms == 100
+    assert consumer.metrics()["consumer-coordinator-metrics"]["commit-total"] == 0
+    consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=BOOT, send_buffer_bytes=4096)
+    assert admin._admin.config.send_buffer_bytes == 4096
+    assert admin._group_options["send_buffer_bytes"] == 4096
+    admin.close()
     AIOKafkaConsumer(bootstrap_servers=BOOT, api_version="auto", consumer_timeout_ms=100)
+    aio_producer = AIOKafkaProducer(bootstrap_servers=BOOT, send_backoff_ms=300)
+    assert aio_producer.config.retry_backoff_ms == 300
+
+
+def test_client_sockets_get_the_buffer_sizes_before_they_connect() -> None:
+    """The transport's socket factory sets SO_SNDBUF / SO_RCVBUF (Linux reports at
+    least the size asked for: it doubles it for bookkeeping)."""
+    transport = Transport(
+        client_id="t",
+        request_timeout_ms=1_000,
+        idle_ms=1_000,
+        send_buffer_bytes=65_536,
+        receive_buffer_bytes=32_768,
+    )
+    info = socket.getaddrinfo("127.0.0.1", 9, type=socket.SOCK_STREAM)[0]
+    with transport._new_socket(info) as sock:
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= 65_536
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= 32_768
+    assert Transport(client_id="t", request_timeout_ms=1, idle_ms=1)._socket_options == ()
+
+
+def test_api_version_limits_the_features_a_program_may_use() -> None:
+    """kafka-python's (0, 10) (a common argument) runs, with 0.10's features: no
+    idempotence (switched off; refused when asked for), no headers, no zstd, no
+    read_committed, no offsets_for_times before 0.10.1, one timeout for session and
+    poll interval before 0.10.1, a 30 s session before 3.0, no static membership
+    before 2.3. Newer versions and None allow each."""
+    old = KafkaProducer(bootstrap_servers=BOOT, api_version=(0, 10))
+    assert not old.config["enable_idempotence"]
+    with pytest.raises(UnsupportedVersionError, match=r"headers.*\(0, 11\)"):
+        old.send("t", b"v", headers=[("h", b"x")])
+    old.close()
+    with pytest.raises(KafkaConfigurationError, match=r"enable_idempotence.*\(0, 11\)"):
+        KafkaProducer(bootstrap_servers=BOOT, api_version=(0, 10, 2), enable_idempotence=True)
+    with pytest.raises(KafkaConfigurationError, match=r"compression_type.*\(2, 1\)"):
+        KafkaProducer(bootstrap_servers=BOOT, api_version="2.0", compression_type="zstd")
+    KafkaProducer(bootstrap_servers=BOOT, api_version=(2, 1), compression_type="zstd").close()
+    assert KafkaProducer(bootstrap_servers=BOOT, api_version=(2, 8)).config["enable_idempotence"]
+    with pytest.raises(KafkaConfigurationError, match=r"isolation_level.*\(0, 11\)"):
+        KafkaConsumer(bootstrap_servers=BOOT, api_version=(0, 10), isolation_level="read_committed")
+    with pytest.raises(KafkaConfigurationError, match=r"group_instance_id.*\(2, 3\)"):
+        KafkaConsumer(
+            bootstrap_servers=BOOT, api_version=(2, 2), group_id="g", group_instance_id="i"
+        )
+    oldest = KafkaConsumer(
+        bootstrap_servers=BOOT, api_version=(0, 10, 0), session_timeout_ms=20_000
+    )
+    assert oldest._consumer._async.group_options.max_poll_interval_ms == 20_000
+    with pytest.raises(UnsupportedVersionError, match="offsets_for_times"):
+        oldest.offsets_for_times({kp.TopicPartition("t", 0): 0})
+    oldest.close()
+    with pytest.raises(KafkaConfigurationError, match="must equal session_timeout_ms"):
+        KafkaConsumer(
+            bootstrap_servers=BOOT,
+            api_version=(0, 10),
+            session_timeout_ms=10_000,
+            max_poll_interval_ms=20_000,
+        )
+    pre_3 = KafkaConsumer(bootstrap_servers=BOOT, api_version=(2, 8))
+    assert pre_3._consumer._async.group_options.session_timeout_ms == 30_000
+    pre_3.close()
+    with pytest.raises(KafkaConfigurationError, match=r"enable_idempotence.*\(0, 11\)"):
+        AIOKafkaProducer(bootstrap_servers=BOOT, api_version="0.10.2", enable_idempotence=True)
+    admin = KafkaAdminClient(bootstrap_servers=BOOT, api_version=(0, 11))
+    with pytest.raises(
+        UnsupportedVersionError, match=r"create_partitions needs api_version >= \(1, 0\)"
+    ):
+        admin.create_partitions({})
+    with pytest.raises(UnsupportedVersionError, match="delete_consumer_groups"):
+        admin.delete_consumer_groups(["g"])
+    admin.close()
 
 
 def test_unknown_keywords_are_refused() -> None:

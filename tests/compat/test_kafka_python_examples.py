@@ -329,7 +329,11 @@ def test_admin_create_and_delete_topics(bootstrap: str) -> None:
     admin_client.create_topics(new_topics=topic_list, validate_only=False)
     with pytest.raises(TopicAlreadyExistsError):
         admin_client.create_topics([NewTopic("example_topic", 1, 1)])
-    assert {"example_topic", "example_compacted"} <= set(admin_client.list_topics())
+    # As in Kafka, a created topic reaches the brokers' metadata a moment after the
+    # controller commits it (the broker opens its logs first): wait for it.
+    deadline = time.monotonic() + 20
+    while not {"example_topic", "example_compacted"} <= set(admin_client.list_topics()):
+        assert time.monotonic() < deadline, "the created topics never reached list_topics"
     (described,) = admin_client.describe_topics(["example_compacted"])
     assert described["topic"] == "example_compacted"
     assert [len(p["replicas"]) for p in described["partitions"]] == [2, 2]

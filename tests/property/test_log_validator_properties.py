@@ -18,13 +18,19 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
+    InvalidTxnStateError,
 )
 from raftka.common.record import Compression, Record, build_batch, decode_batches
 from raftka.common.record.header import CRC_OFFSET, HEADER_SIZE, compute_crc
 from raftka.storage.log_validator import ValidationConfig, validate_client_batches
 
 NOW = 1_700_000_000_000
-PRODUCE_ERRORS = (CorruptMessageError, InvalidRecordError, InvalidTimestampError)
+PRODUCE_ERRORS = (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTxnStateError,
+)
 
 record = st.builds(
     Record,

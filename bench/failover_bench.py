@@ -122,15 +122,20 @@ def main() -> None:
         cluster.start()
         for kind in kinds:
             for index in range(args.faults):
-                row = one_fault(
-                    cluster, kind, index, out, fault_s=args.fault_s, lead_in_s=args.lead_in_s
-                )
+                try:
+                    row = one_fault(
+                        cluster, kind, index, out, fault_s=args.fault_s, lead_in_s=args.lead_in_s
+                    )
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    # one broken run (clients stuck, cluster not healthy in time) is
+                    # reported; the campaign goes on with the next fault
+                    row = {"kind": kind, "index": index, "valid": False, "error": repr(exc)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     summary = summarize_runs(read_runs([out]))
     lines = describe_summary(summary)
     print("\n".join(lines))
-    invalid = [r["report"] for r in rows if not r["valid"]]
+    invalid = [r.get("report", r.get("error")) for r in rows if not r["valid"]]
     if invalid:
         print(f"runs with an anomaly or no recovery: {invalid}")
     (out / "summary.json").write_text(

@@ -25,6 +25,7 @@ from raftka.chaos.availability import (
 )
 from raftka.chaos.cli import chaos_group
 from raftka.chaos.history import History, parse_lines
+from raftka.chaos.runner import RunResult
 
 
 def _write(path: Path, events: list[dict[str, object]]) -> None:
@@ -224,3 +225,15 @@ def test_summarize_refuses_a_folder_without_reports(tmp_path: Path) -> None:
     """A folder with no run.json (in it or one level down) is a one-line error."""
     result = CliRunner().invoke(chaos_group, ["summarize", str(tmp_path)])
     assert result.exit_code == 1 and "no run.json" in result.output
+
+
+def test_run_summary_prints_the_availability_lines(tmp_path: Path) -> None:
+    """What ``raftka chaos run`` prints ends with the gap and first-ack lines."""
+    sends = [Send(t / 4, 0) for t in range(40) if not 8 <= t < 20]
+    figures = availability(history_of(sends, [(2.0, 4.0)]))
+    result = RunResult(
+        seed=1, out_dir=tmp_path, schedule=[], verdict=None, topics=None, availability=figures
+    )
+    lines = result.summary().splitlines()
+    assert lines[-3:-1] == figures.summary_lines()
+    assert "first ack after isolate-leader b101 at 2.0 s: all partitions 3.01 s" in lines[-2]

@@ -102,10 +102,12 @@ def history_of(sends: list[Send], faults: list[tuple[float, float | None]]) -> H
             timed.append((round((s.at_s + s.took_s) * S), 2, event))
     for window, (start, end) in enumerate(faults):
         value = {"window": window, "kind": "isolate-leader", "targets": ["b101"]}
-        start_event = {"process": "nemesis", "type": "nemesis", "f": "start", "value": value}
+        start_event: dict[str, object] = {"process": "nemesis", "type": "nemesis", "f": "start"}
+        start_event["value"] = value
         timed.append((round(start * S), 0, start_event))
         if end is not None:
-            end_event = {"process": "nemesis", "type": "nemesis", "f": "end", "value": value}
+            end_event: dict[str, object] = {"process": "nemesis", "type": "nemesis", "f": "end"}
+            end_event["value"] = value
             timed.append((round(end * S), 0, end_event))
     lines = []
     for index, (time_ns, _, event) in enumerate(sorted(timed, key=lambda t: (t[0], t[1]))):
@@ -183,7 +185,7 @@ def test_first_ack_never_exceeds_the_longest_gap(
     and every ack-free stretch between consecutive acks is at most that gap."""
     sends = [Send(0.0, p, took_s=None, ok=False) for p in acks]  # open the phase at 0
     sends += [Send(t / 1000 - 0.001, p, took_s=0.001) for p, ts in acks.items() for t in ts]
-    faults = [(s / 1000, None) for s in sorted(starts)]
+    faults: list[tuple[float, float | None]] = [(s / 1000, None) for s in sorted(starts)]
     history = history_of(sends, faults)
     gaps = longest_gaps(history)
     for fault in first_acks(history, grace_s=0.0):

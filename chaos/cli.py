@@ -1,4 +1,5 @@
-"""``raftka chaos run``: one Jepsen-style fault test from the command line.
+"""``raftka chaos run``: one Jepsen-style fault test from the command line;
+``raftka chaos summarize``: fail-over times per fault kind over several runs.
 
 It builds a cluster on test hosts (network namespaces with root; loopback processes
 without root, for process faults only), runs a workload under a seeded fault schedule,
@@ -19,6 +20,7 @@ from pathlib import Path
 import click
 
 from raftka.chaos import runner
+from raftka.chaos.availability import describe_summary, read_runs, summarize_runs
 from raftka.chaos.netns import NeedsRootError, NetnsError
 from raftka.chaos.nodes import NODE_NAMES
 
@@ -100,3 +102,28 @@ def run_command(
         sys.exit(2)
     click.echo(result.summary())
     sys.exit(0 if result.valid else 1)
+
+
+@chaos_group.command(name="summarize")
+@click.argument(
+    "report_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+def summarize_command(report_dirs: tuple[Path, ...]) -> None:
+    """Median, p90 and max of the time from each fault's start to the first
+    acknowledged write after it, per fault kind, over the report folders given (or
+    the report folders inside each)."""
+    try:
+        runs = read_runs(report_dirs)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = summarize_runs(runs)
+    if not summary:
+        raise click.ClickException(
+            "no fault with availability figures in these reports (queue workload runs only)"
+        )
+    click.echo(f"{len(runs)} runs")
+    for line in describe_summary(summary):
+        click.echo(line)

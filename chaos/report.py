@@ -8,7 +8,9 @@
   (log scale), coloured by outcome (ok green, fail red, unknown orange) with one marker
   per operation kind; below, ok operations per second. Fault windows are shaded with
   their kind and targets on both panels, so a latency spike or a throughput hole lines
-  up with the fault that caused it.
+  up with the fault that caused it; a dashed line marks when every partition had
+  acknowledged a write again after each fault (raftka.chaos.availability), labelled
+  with the seconds it took.
 
 Plotting uses matplotlib's object API on the Agg canvas: no display, no pyplot global
 state, safe to call from any thread.
@@ -28,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from raftka.chaos.availability import Availability, availability
 from raftka.chaos.checker import CheckResult, check
 from raftka.chaos.history import KNOWN_FUNCTIONS, FaultWindow, History, Op, read_history
 
@@ -63,7 +66,14 @@ def write_report(
     windows = sorted(
         (*history.fault_windows(), *extra_windows), key=lambda w: (w.start_ns, w.window)
     )
-    plot_timeline(history, out / "timeline.png", windows=windows, title=title, result=result)
+    plot_timeline(
+        history,
+        out / "timeline.png",
+        windows=windows,
+        title=title,
+        result=result,
+        figures=availability(history),
+    )
     return result
 
 
@@ -74,9 +84,11 @@ def plot_timeline(
     windows: Iterable[FaultWindow] | None = None,
     title: str = "",
     result: CheckResult | None = None,
+    figures: Availability | None = None,
 ) -> None:
     """Draws the latency and throughput timeline of ``history`` into a PNG at ``path``.
-    ``windows`` defaults to the history's own fault windows."""
+    ``windows`` defaults to the history's own fault windows; ``figures`` adds the
+    first-ack line of each fault."""
     ops = history.ops()
     end_ns = history.end_ns
     fault_windows = tuple(history.fault_windows() if windows is None else windows)
@@ -93,6 +105,8 @@ def plot_timeline(
     _shade(throughput_ax, fault_windows, end_ns, labels=False)
     _latency(latency_ax, ops, end_ns, functions, markers)
     _throughput(throughput_ax, ops, end_ns, functions)
+    if figures is not None:
+        _first_acks(latency_ax, throughput_ax, figures)
 
     heading = title or "operation latency"
     if result is not None:
@@ -192,3 +206,23 @@ def _shade(ax: Axes, windows: Sequence[FaultWindow], end_ns: int, *, labels: boo
                 color=color,
                 fontweight="bold",
             )
+
+
+def _first_acks(latency_ax: Axes, throughput_ax: Axes, figures: Availability) -> None:
+    for fault in figures.faults:
+        took = fault.all_partitions_s
+        if took is None:
+            continue
+        at_s = fault.fault.start_ns / NS_PER_S + took
+        for ax in (latency_ax, throughput_ax):
+            ax.axvline(at_s, color="black", linestyle="--", linewidth=0.8, alpha=0.7)
+        latency_ax.text(
+            at_s,
+            0.02,
+            f" all acked +{took:.2f} s",
+            transform=latency_ax.get_xaxis_transform(),
+            va="bottom",
+            ha="left",
+            fontsize=7,
+            rotation=90,
+        )

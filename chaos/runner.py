@@ -10,6 +10,8 @@ Theory of operation::
     measure recovery: the quorum (an active controller), every partition's leader
     final read (queue) / final listing (metadata)
     report folder: history.jsonl, verdict.json, timeline.png, faults.jsonl, run.json
+    (run.json and the summary carry the availability figures of
+    raftka.chaos.availability: longest gap per partition, first ack after each fault)
 
 The schedule is a pure function of (seed, nemesis names, duration, node names): the
 same seed replays the same faults at the same offsets. Targets that only exist at run
@@ -35,6 +37,7 @@ from typing import Any, Final
 import orjson
 
 from raftka.chaos import nemesis as nm
+from raftka.chaos.availability import Availability, availability
 from raftka.chaos.checker import CheckResult
 from raftka.chaos.group_workload import GroupConfig, GroupWorkload, group_of
 from raftka.chaos.history import HistoryWriter, read_history
@@ -65,6 +68,8 @@ TARGETED: Final[Mapping[str, str]] = {
     "jepsen-2013": "cut both followers of a partition off until the ISR is the leader "
     "alone, then isolate the leader instead (Kafka 2013)",
     "pause-leader": "SIGSTOP a partition leader's process (a zombie), SIGCONT on heal",
+    "kill-leader": "kill -9 a queue partition's leader, restart it on heal",
+    "kill-controller": "kill -9 the active controller, restart it on heal",
     "kill-controllers": "kill -9 a majority of controllers (the active one first), "
     "restart them on heal",
     "kill-coordinator": "kill -9 the broker coordinating the workload's consumer group, "
@@ -73,7 +78,15 @@ TARGETED: Final[Mapping[str, str]] = {
 }
 NEMESES: Final = (*nm.KINDS, *TARGETED)
 PROCESS_NEMESES: Final = frozenset(
-    {"pause", "kill", "pause-leader", "kill-controllers", "kill-coordinator"}
+    {
+        "pause",
+        "kill",
+        "pause-leader",
+        "kill-leader",
+        "kill-controller",
+        "kill-controllers",
+        "kill-coordinator",
+    }
 )
 WORKLOADS: Final = ("queue", "metadata", "groups", "none")
 LEADER_TOPIC: Final = "queue"
@@ -124,7 +137,7 @@ def plan_schedule(
             order = list(names)
             rng.shuffle(order)
             return tuple(order), ()
-        if kind in ("isolate-leader", "pause-leader", "jepsen-2013"):
+        if kind in ("isolate-leader", "pause-leader", "kill-leader", "jepsen-2013"):
             return (), (("partition", float(rng.randrange(3))),)
         return (), ()
 
@@ -307,6 +320,11 @@ def build(
             return c.pid(_resolve_leader(c, topic, partition))
 
         return nm.Pause(leader_pid, name=f"leader of {topic}-{partition}", log=log)
+    if kind == "kill-leader":
+        leader = _resolve_leader(c, topic, int(fault.param("partition")))
+        return nm.Kill.node(c.nodes[leader], log=log)
+    if kind == "kill-controller":
+        return nm.Kill.node(c.nodes[_resolve_controller(c)], log=log)
     if kind == "kill-controllers":
         active = _resolve_controller(c)
         others = [n for n in c.controller_names if n != active]
@@ -347,6 +365,7 @@ class RunResult:
     topics: TopicsResult | None
     recovery_s: dict[str, float | None] = field(default_factory=dict)
     final_read_ok: bool = True
+    availability: Availability | None = None
 
     @property
     def valid(self) -> bool:
@@ -396,6 +415,8 @@ class RunResult:
             f"{k} {'never' if v is None else f'{v:.2f} s'}" for k, v in self.recovery_s.items()
         )
         lines.append(f"recovery after the last heal: {rec}")
+        if self.availability is not None:
+            lines += self.availability.summary_lines()
         lines.append(f"report: {self.out_dir}")
         return "\n".join(lines)
 
@@ -544,7 +565,9 @@ def run_on(
             )
     title = f"{workload} / {','.join(nemeses) or 'fixed schedule'} / seed {seed}"
     verdict = write_report(history_path, out_dir, title=title)
-    topics_result = check_topics(read_history(history_path)) if meta is not None else None
+    history_read = read_history(history_path)
+    topics_result = check_topics(history_read) if meta is not None else None
+    avail = availability(history_read) if queue is not None else None
     result = RunResult(
         seed=seed,
         out_dir=out_dir,
@@ -553,6 +576,7 @@ def run_on(
         topics=topics_result,
         recovery_s=recovery,
         final_read_ok=final_ok,
+        availability=avail,
     )
     run_json: dict[str, Any] = {
         "seed": seed,
@@ -567,6 +591,8 @@ def run_on(
     }
     if topics_result is not None:
         run_json["topics"] = topics_result.to_json()
+    if avail is not None:
+        run_json["availability"] = avail.to_json()
     (out_dir / "run.json").write_bytes(orjson.dumps(run_json, option=orjson.OPT_INDENT_2))
     return result
 

@@ -1,0 +1,161 @@
+"""Fail-over times (issue #19, 4): N faults of each kind against a fault-suite cluster
+with ``raftka up``'s timeouts, the time from each fault's start to the first
+acknowledged write after it.
+
+    sudo .venv/bin/python bench/failover_bench.py [--faults N] [--kinds K,K..]
+        [--fault-s S] [--lead-in-s S] [--out DIR]
+
+Needs root: the cluster is raftka.chaos's (3 controllers and 3 brokers, each on its own
+network-namespace host), with the timeouts ``raftka up`` gives its nodes overlaid on
+the suite's shorter ones (:data:`UP_DEFAULTS`: broker session 3 s, replica lag 3 s,
+request timeout 10 s, quorum timeouts of raftka.local). Kinds (``raftka chaos run``
+nemeses): ``kill-leader`` (kill -9 of a queue partition's leader), ``isolate-leader``
+(its host cut off), ``kill-controller`` (kill -9 of the active controller),
+``isolate-controller`` (its host cut off); the partition rotates over 0, 1, 2.
+
+Each fault is its own ``raftka.chaos.runner.run_on`` on a fresh topic (RF 3,
+``min.insync.replicas=2``, the queue workload's acks=all idempotent producers): a
+healthy lead-in, the fault for ``--fault-s``, heal, recovery (the killed node restarted,
+every ISR full again, so the next fault starts from a whole cluster), final read and
+check. The report folders stay under ``--out``; ``raftka chaos summarize OUT`` prints
+the same table again. The figure per fault is "every partition": seconds until each of
+the topic's three partitions had acknowledged a write after the fault started (for a
+leader fault, the affected partition's time; for a controller fault, whether producing
+stopped anywhere). A run whose checker finds an anomaly is reported and counted.
+
+Prints one JSON line per fault and the machine (cores, load) first; writes
+``summary.json`` under ``--out``. The machine is shared: the figures are orders of
+size, with N small; the issue asks for medians over at least 20 faults per kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from raftka.chaos.availability import describe_summary, read_runs, summarize_runs
+from raftka.chaos.nodes import ChaosCluster
+from raftka.chaos.runner import ScheduledFault, run_on
+from raftka.local import LOCAL_QUORUM_PROPERTIES
+from raftka.local.brokers import LOCAL_BROKER_PROPERTIES
+from raftka.local.up import UP_LOCAL_PROPERTIES
+
+KINDS = ("kill-leader", "isolate-leader", "kill-controller", "isolate-controller")
+LEADER_KINDS = frozenset({"kill-leader", "isolate-leader"})
+PARTITIONS = 3  # the queue workload's
+# raftka up's node settings (raftka.local.up: LocalCluster and LocalBrokers with
+# UP_LOCAL_PROPERTIES) over the fault suite's shorter session, lag and request timeouts.
+UP_DEFAULTS_CONTROLLER = {**LOCAL_QUORUM_PROPERTIES, **UP_LOCAL_PROPERTIES}
+UP_DEFAULTS_BROKER = {**LOCAL_BROKER_PROPERTIES, **UP_LOCAL_PROPERTIES}
+HEALTHY_TIMEOUT_S = 60.0
+
+
+def one_fault(
+    cluster: ChaosCluster, kind: str, index: int, out: Path, *, fault_s: float, lead_in_s: float
+) -> dict[str, Any]:
+    params = (("partition", float(index % PARTITIONS)),) if kind in LEADER_KINDS else ()
+    fault = ScheduledFault(lead_in_s, kind, (), fault_s, params)
+    cluster.wait_healthy(HEALTHY_TIMEOUT_S)
+    folder = out / f"{kind}-{index:02d}"
+    started = time.monotonic()
+    result = run_on(
+        cluster,
+        nemeses=[kind],
+        duration_s=lead_in_s + fault_s,
+        seed=index,
+        out_dir=folder,
+        schedule=[fault],
+        topic=f"fo-{kind}-{index}",
+    )
+    assert result.availability is not None, "the queue workload always reports availability"
+    (figures,) = result.availability.faults
+    return {
+        "kind": kind,
+        "index": index,
+        "valid": result.valid,
+        "targets": list(figures.fault.targets),
+        "all_partitions_s": figures.all_partitions_s,
+        "first_ack_s": dict(figures.first_ack_s),
+        "recovery_s": result.recovery_s,
+        "wall_s": round(time.monotonic() - started, 1),
+        "report": str(folder),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--faults", type=int, default=5, help="Faults per kind.")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="Comma list of " + ", ".join(KINDS))
+    ap.add_argument("--fault-s", type=float, default=8.0, help="How long each fault lasts.")
+    ap.add_argument("--lead-in-s", type=float, default=3.0, help="Healthy load before it.")
+    ap.add_argument("--out", type=Path, help="Report folders (default: a new temp folder).")
+    args = ap.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds or args.faults < 1:
+        ap.error(f"--kinds: want some of {', '.join(KINDS)}; --faults at least 1")
+    if os.geteuid() != 0:
+        ap.error("needs root: the cluster's hosts are network namespaces")
+    out: Path = args.out or Path(tempfile.mkdtemp(prefix="raftka-failover-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {
+        "machine": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "load": os.getloadavg(),
+        "out": str(out),
+    }
+    print(json.dumps(machine), flush=True)
+    rows: list[dict[str, Any]] = []
+    with ChaosCluster.create(
+        out / "nodes",
+        placement="netns",
+        prefix=f"rkfo{os.getpid() % 1000:03d}",
+        extra_controller=UP_DEFAULTS_CONTROLLER,
+        extra_broker=UP_DEFAULTS_BROKER,
+    ) as cluster:
+        cluster.start()
+        for kind in kinds:
+            for index in range(args.faults):
+                try:
+                    row = one_fault(
+                        cluster, kind, index, out, fault_s=args.fault_s, lead_in_s=args.lead_in_s
+                    )
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    # one broken run (clients stuck, cluster not healthy in time) is
+                    # reported; the campaign goes on with the next fault
+                    row = {"kind": kind, "index": index, "valid": False, "error": repr(exc)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    summary = summarize_runs(read_runs([out]))
+    lines = describe_summary(summary)
+    print("\n".join(lines))
+    invalid = [r.get("report", r.get("error")) for r in rows if not r["valid"]]
+    if invalid:
+        print(f"runs with an anomaly or no recovery: {invalid}")
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "machine": {**machine, "load_after": os.getloadavg()},
+                "settings": {
+                    "faults_per_kind": args.faults,
+                    "fault_s": args.fault_s,
+                    "lead_in_s": args.lead_in_s,
+                    "controller": UP_DEFAULTS_CONTROLLER,
+                    "broker": UP_DEFAULTS_BROKER,
+                },
+                "faults": rows,
+                "summary": lines,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

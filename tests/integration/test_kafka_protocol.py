@@ -328,12 +328,22 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
     with pytest.raises(KafkaException, match="GROUP_ID_NOT_FOUND"):
         ck.delete_consumer_groups([group], request_timeout=20)[group].result(30)
 
-    # OffsetForLeaderEpoch v2 on the leader: the current epoch ends at the log end.
+    # OffsetForLeaderEpoch v2 on the leader: the current epoch ends at the log end; an
+    # epoch above every known one is undefined (-1, -1), as in Kafka.
     metadata = ck.list_topics(topic=topic, timeout=10)
     leader = metadata.brokers[metadata.topics[topic].partitions[0].leader]
-    answer = _offset_for_leader_epoch(f"{leader.host}:{leader.port}", topic, epoch=2**31 - 1)
-    assert (answer.error_code, answer.end_offset) == (0, 10), answer
-    unknown = _offset_for_leader_epoch(f"{leader.host}:{leader.port}", "no-such-topic", epoch=0)
+    address = f"{leader.host}:{leader.port}"
+    latest = ours.list_offsets({TopicPartition(topic, 0): "latest"})[TopicPartition(topic, 0)]
+    assert latest.leader_epoch is not None and latest.offset == 10
+    answer = _offset_for_leader_epoch(address, topic, epoch=latest.leader_epoch)
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
+        0,
+        latest.leader_epoch,
+        10,
+    ), answer
+    above = _offset_for_leader_epoch(address, topic, epoch=latest.leader_epoch + 1)
+    assert (above.error_code, above.leader_epoch, above.end_offset) == (0, -1, -1), above
+    unknown = _offset_for_leader_epoch(address, "no-such-topic", epoch=0)
     assert unknown.error_code == 3, unknown  # UNKNOWN_TOPIC_OR_PARTITION
 
     # DescribeLogDirs through kafka-python: partition 0's log, with its size, somewhere.

@@ -220,3 +220,142 @@ def test_kio_writes_what_it_reads() -> None:
     header, size = entity_reader(ResponseHeader)(frame, 4)  # kio returns the bytes read
     assert header.correlation_id == 42 and 4 + size == len(frame)
     assert io.BytesIO(frame).read(4) == struct.pack(">i", 5)
+
+
+# ------------------------------------------------------------------ config requests
+
+
+class FakeChannel:
+    """The controller channel: records what is forwarded; answers every resource as
+    accepted, or raises ``failure``."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.posts: list[tuple[str, dict[str, Any]]] = []
+        self.failure = failure
+
+    async def post(
+        self, path: str, body: dict[str, Any], *, timeout_ms: int, method: str = "POST"
+    ) -> dict[str, Any]:
+        self.posts.append((path, body))
+        if self.failure is not None:
+            raise self.failure
+        return {
+            "resources": [
+                {"resource_type": r["resource_type"], "resource_name": r["resource_name"]}
+                for r in body["resources"]
+            ]
+        }
+
+
+def config_apis(channel: FakeChannel, overrides: dict[str, str]) -> Any:
+    from types import SimpleNamespace
+
+    from raftka.broker.kafka.apis import KafkaApis
+
+    configs = SimpleNamespace(topic_config=lambda name: overrides if name == "t" else {})
+    server = SimpleNamespace(
+        channel=channel,
+        manager=SimpleNamespace(image=SimpleNamespace(configs=configs)),
+        config=SimpleNamespace(request_timeout_ms=1000, node_id=1),
+    )
+    return KafkaApis(cast(Any, server))
+
+
+def test_alter_configs_replaces_the_overrides_and_refuses_unknown_types() -> None:
+    """Legacy AlterConfigs: SET what is given, DELETE the topic's other overrides, as
+    one forwarded request; a resource type raftka does not know is refused by itself,
+    the others still forwarded; answers in request order."""
+    from kio.schema.alter_configs.v0 import request as rq
+
+    channel = FakeChannel()
+    apis = config_apis(channel, {"retention.ms": "5", "segment.ms": "2"})
+    request = rq.AlterConfigsRequest(
+        resources=(
+            rq.AlterConfigsResource(
+                resource_type=2,
+                resource_name="t",
+                configs=(rq.AlterableConfig(name="segment.ms", value="1"),),
+            ),
+            rq.AlterConfigsResource(resource_type=99, resource_name="x", configs=()),
+            rq.AlterConfigsResource(
+                resource_type=4,
+                resource_name="1",
+                configs=(rq.AlterableConfig(name="a", value="b"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    response = asyncio.run(apis.alter_configs(request, 0, None))
+    assert channel.posts == [
+        (
+            "/v1/configs",
+            {
+                "resources": [
+                    {
+                        "resource_type": "topic",
+                        "resource_name": "t",
+                        "ops": [
+                            {"name": "segment.ms", "op": "SET", "value": "1"},
+                            {"name": "retention.ms", "op": "DELETE"},
+                        ],
+                    },
+                    {
+                        "resource_type": "broker",
+                        "resource_name": "1",
+                        "ops": [{"name": "a", "op": "SET", "value": "b"}],
+                    },
+                ],
+                "validate_only": False,
+            },
+        )
+    ]
+    assert [(r.resource_name, r.error_code) for r in response.responses] == [
+        ("t", ErrorCode.none),
+        ("x", ErrorCode.invalid_request),
+        ("1", ErrorCode.none),
+    ]
+
+
+def test_incremental_alter_configs_bad_operation_and_controller_failure() -> None:
+    """An unknown operation is refused without asking the controller; a controller
+    that cannot be reached fails every forwarded resource with its error."""
+    from kio.schema.incremental_alter_configs.v1 import request as rq
+
+    from raftka.common.errors import RequestTimedOutError
+
+    def resource(op: int) -> Any:
+        return rq.AlterConfigsResource(
+            resource_type=2,
+            resource_name="t",
+            configs=(rq.AlterableConfig(name="retention.ms", config_operation=op, value="9"),),
+        )
+
+    quiet = FakeChannel()
+    bad = rq.IncrementalAlterConfigsRequest(resources=(resource(7),), validate_only=True)
+    response = asyncio.run(config_apis(quiet, {}).incremental_alter_configs(bad, 1, None))
+    assert quiet.posts == []
+    assert [r.error_code for r in response.responses] == [ErrorCode.invalid_request]
+
+    down = FakeChannel(RequestTimedOutError("no controller"))
+    good = rq.IncrementalAlterConfigsRequest(resources=(resource(1),), validate_only=True)
+    response = asyncio.run(config_apis(down, {}).incremental_alter_configs(good, 1, None))
+    ops = down.posts[0][1]["resources"][0]["ops"]
+    assert ops == [{"name": "retention.ms", "op": "DELETE", "value": "9"}]
+    assert down.posts[0][1]["validate_only"] is True
+    assert [(r.error_code, r.error_message) for r in response.responses] == [
+        (ErrorCode.request_timed_out, "no controller")
+    ]
+
+
+def test_describe_configs_of_a_broker_is_refused_by_name() -> None:
+    from kio.schema.describe_configs.v4 import request as rq
+
+    request = rq.DescribeConfigsRequest(
+        resources=(
+            rq.DescribeConfigsResource(resource_type=4, resource_name="1", configuration_keys=None),
+        )
+    )
+    response = asyncio.run(config_apis(FakeChannel(), {}).describe_configs(request, 4, None))
+    (result,) = response.results
+    assert result.error_code == ErrorCode.invalid_request
+    assert result.error_message is not None and "topics only" in result.error_message

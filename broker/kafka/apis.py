@@ -159,6 +159,25 @@ def _by_topic(items: Iterable[tuple[str, Any]]) -> list[tuple[str, list[Any]]]:
     return list(grouped.items())
 
 
+def _topics_response(
+    response_cls: type[Any],
+    topic_cls: type[Any],
+    items: Iterable[tuple[str, Any]],
+    *,
+    name_field: str = "name",
+) -> Any:
+    """A response whose ``topics`` hold the per-partition answers ``items`` grouped by
+    topic (the topic's name field is ``name_field``)."""
+    return _build(
+        response_cls,
+        throttle_time=_NO_TIME,
+        topics=tuple(
+            _build(topic_cls, **{name_field: t, "partitions": tuple(ps)})
+            for t, ps in _by_topic(items)
+        ),
+    )
+
+
 Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
 
 
@@ -538,13 +557,7 @@ class KafkaApis:
             )
             for r in results
         )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            topics=tuple(
-                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
-        )
+        return _topics_response(cls, topic_cls, items)
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
 
@@ -574,13 +587,7 @@ class KafkaApis:
             )
             for r in results
         )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            topics=tuple(
-                _build(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
-        )
+        return _topics_response(cls, topic_cls, items, name_field="topic")
 
     # ------------------------------------------------------------------ InitProducerId
 
@@ -872,13 +879,7 @@ class KafkaApis:
             )
             for r in results
         )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            topics=tuple(
-                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
-        )
+        return _topics_response(cls, topic_cls, items)
 
     # ------------------------------------------------------------------ DescribeLogDirs
 

@@ -235,7 +235,7 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
 
     described = ck_configs()
     assert described["retention.ms"].value == "604800000"
-    assert described["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert ConfigSource(described["retention.ms"].source) == ConfigSource.DEFAULT_CONFIG
 
     # IncrementalAlterConfigs: one SET; raftka's admin (HTTP) sees it.
     incremental = ConfigResource(
@@ -252,7 +252,9 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
         message="retention.ms never became 3600000",
     )
     wait_for(
-        lambda: ck_configs()["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+        lambda: (
+            ConfigSource(ck_configs()["retention.ms"].source) == ConfigSource.DYNAMIC_TOPIC_CONFIG
+        ),
         timeout_s=DEADLINE_S,
         message="the broker never described retention.ms as a topic override",
     )
@@ -346,16 +348,26 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
     unknown = _offset_for_leader_epoch(address, "no-such-topic", epoch=0)
     assert unknown.error_code == 3, unknown  # UNKNOWN_TOPIC_OR_PARTITION
 
-    # DescribeLogDirs through kafka-python: partition 0's log, with its size, somewhere.
+    # DescribeLogDirs through kafka-python: every broker holds partition 0 (RF 3) in
+    # one of its log dirs, with its records' bytes.
     from kafka import KafkaAdminClient
 
     kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
     try:
-        dirs = kp.describe_log_dirs(topic_partitions={topic: [0]})
+        answers = kp.describe_log_dirs(topic_partitions={topic: [0]})
     finally:
         kp.close()
-    text = repr(dirs)
-    assert topic in text and "log_dir" in text, text
+    assert {a["broker"] for a in answers} == set(env.brokers.ids), answers
+    for a in answers:
+        sizes = [
+            p["partition_size"]
+            for d in a["log_dirs"]
+            for t in d["topics"]
+            if t["name"] == topic
+            for p in t["partitions"]
+            if p["partition_index"] == 0
+        ]
+        assert len(sizes) == 1 and sizes[0] > 0, answers
     ours.close()
 
 

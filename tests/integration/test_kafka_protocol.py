@@ -199,7 +199,9 @@ def test_admin_topics_and_groups(env: Env) -> None:
     assert group.state == ConsumerGroupState.EMPTY  # its consumer closed above
 
 
-def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
+def test_admin_configs_partitions_records_cluster_and_groups(
+    env: Env, request: pytest.FixtureRequest
+) -> None:
     """confluent-kafka's admin on one topic: DescribeConfigs (answered by the broker),
     IncrementalAlterConfigs and AlterConfigs (forwarded) with their effect seen through
     raftka's own admin, CreatePartitions, DeleteRecords moving the low watermark,
@@ -225,6 +227,7 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
     create_topic_confluent(env, topic, partitions=1)
     ck = AdminClient({"bootstrap.servers": env.kafka})
     ours = Admin(bootstrap_servers=env.http)
+    request.addfinalizer(ours.close)
     resource = ConfigResource(ResourceType.TOPIC, topic)
 
     def ck_configs() -> dict[str, Any]:
@@ -371,7 +374,6 @@ def test_admin_configs_partitions_records_cluster_and_groups(env: Env) -> None:
             if p["partition_index"] == 0
         ]
         assert len(sizes) == 1 and sizes[0] > 0, answers
-    ours.close()
 
 
 def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:

@@ -7,12 +7,12 @@ the real libraries:
 - confluent-kafka (librdkafka): the admin client creates a topic; an idempotent
   producer with acks=all writes; a consumer in a group reads every record in order
   per partition and commits; the committed offsets read back;
+- kafka-python: the same with its producer (acks=all), group consumer and commit;
 - confluent-kafka's admin on one topic: describe, alter and incrementally alter its
   configs (the effect seen through raftka's own admin), add partitions, delete
   records (the low watermark moves), describe the cluster, list a group's committed
   offsets and delete the group; a raw OffsetForLeaderEpoch and kafka-python's
   DescribeLogDirs;
-- kafka-python: the same with its producer (acks=all), group consumer and commit;
 - both protocols see the same bytes: records written through the Kafka listener read
   back identically (key, value, headers, timestamp, offset) through raftka's own
   client, and records written by raftka's client read back identically through

@@ -14,7 +14,9 @@ the answer's version has. No semantics live here.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import io
 import logging
 import shutil
@@ -178,6 +180,16 @@ def _topics_response(
     )
 
 
+def _cluster_id(controller_ids: Sequence[int], controllers: Sequence[str]) -> str:
+    """A cluster id for Metadata and DescribeCluster: raftka has none of its own yet,
+    and librdkafka crashes on DescribeCluster without one. Derived from the controller
+    quorum (``controller.quorum.voters``, which every node of a cluster shares), in the
+    shape of Kafka's (22 characters of URL-safe base64 of 16 bytes)."""
+    voters = ",".join(f"{i}@{c}" for i, c in zip(controller_ids, controllers, strict=False))
+    digest = hashlib.sha256(voters.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
 
 
@@ -225,6 +237,10 @@ class KafkaApis:
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
+
+    def _cluster_id(self) -> str:
+        config = self._server.config
+        return _cluster_id(config.controller_ids, config.controllers)
 
     def prepare(
         self, frame: bytes, key: int, version: int, host: str
@@ -379,7 +395,7 @@ class KafkaApis:
             cls,
             throttle_time=_NO_TIME,
             brokers=tuple(brokers),
-            cluster_id=None,
+            cluster_id=self._cluster_id(),
             controller_id=server.config.node_id,
             topics=tuple(topics),
         )
@@ -948,7 +964,7 @@ class KafkaApis:
                 error_code=ErrorCode.unsupported_endpoint_type,
                 error_message="only brokers (endpoint type 1) are described",
                 endpoint_type=request.endpoint_type,
-                cluster_id="",
+                cluster_id=self._cluster_id(),
                 controller_id=-1,
                 brokers=(),
                 cluster_authorized_operations=_NO_OPERATIONS,
@@ -972,7 +988,7 @@ class KafkaApis:
             error_code=ErrorCode.none,
             error_message=None,
             endpoint_type=1,
-            cluster_id="",
+            cluster_id=self._cluster_id(),
             # As Metadata: this broker forwards admin requests to the active controller.
             controller_id=self._server.config.node_id,
             brokers=tuple(brokers),

@@ -257,7 +257,9 @@ def config_apis(channel: FakeChannel, overrides: dict[str, str]) -> Any:
     server = SimpleNamespace(
         channel=channel,
         manager=SimpleNamespace(image=SimpleNamespace(configs=configs)),
-        config=SimpleNamespace(request_timeout_ms=1000, node_id=1),
+        config=SimpleNamespace(
+            request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
+        ),
     )
     return KafkaApis(cast(Any, server))
 
@@ -451,7 +453,9 @@ def test_admin_answers_encode_in_every_version_served(tmp_path: Path) -> None:
             image=image,
             offsets_for_leader_epoch=lambda entries: [EpochEndOffsetResult("t", 0, None, 3, 10)],
         ),
-        config=SimpleNamespace(request_timeout_ms=1000, node_id=1),
+        config=SimpleNamespace(
+            request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
+        ),
     )
     apis = KafkaApis(cast(Any, server))
     for key in (23, 32, 33, 35, 37, 42, 44, 60):
@@ -469,6 +473,8 @@ def test_admin_answers_encode_in_every_version_served(tmp_path: Path) -> None:
                 (result,) = answer.results
                 sources = {c.name: c.config_source for c in result.configs}
                 assert (sources["retention.ms"], sources["cleanup.policy"]) == (1, 5)
+            elif key == 60:  # librdkafka crashes on an empty cluster id
+                assert len(answer.cluster_id) == 22, answer.cluster_id
             elif key == 35:
                 sizes = [
                     p.partition_size for r in answer.results for t in r.topics for p in t.partitions

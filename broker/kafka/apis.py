@@ -1,15 +1,16 @@
 """The Kafka APIs this broker answers, and their thin handlers (docs/kafka-protocol.md).
 
-(Over 700 lines: one short handler per API, each mapping kio's fields to a service's
+(Over 1,000 lines: one short handler per API, each mapping kio's fields to a service's
 message and back; splitting them would only scatter the one table they share.)
 
 :data:`SUPPORTED` is the table ApiVersions advertises: exactly the APIs and versions a
 handler here serves. Each handler takes the request as ``kio`` decoded it (any version
 in its range: the fields of one API keep their names across versions, and a field a
 version lacks reads as its default), calls the service the HTTP API calls for the same
-thing (the ReplicaManager, the group coordinator, the producer-id manager, the
-controller channel) and builds the answer with :func:`_build`, which keeps the fields
-the answer's version has. No semantics live here.
+thing (the ReplicaManager and its DeleteRecords, the group coordinator, the
+producer-id manager, the metadata image's config describe, the controller channel for
+what only the active controller decides) and builds the answer with :func:`_build`,
+which keeps the fields the answer's version has. No semantics live here.
 """
 
 from __future__ import annotations

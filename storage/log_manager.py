@@ -158,6 +158,14 @@ class LogManager:
         """Every partition with a directory on disk (open or not)."""
         return sorted(self._dir_of)
 
+    def stored_by_dir(self) -> dict[Path, list[PartitionKey]]:
+        """Every partition with a directory, by the log dir holding it (every log dir
+        present, empty or not): what DescribeLogDirs reports."""
+        by_dir: dict[Path, list[PartitionKey]] = {d: [] for d in self.log_dirs}
+        for tp, parent in sorted(self._dir_of.items()):
+            by_dir.setdefault(parent, []).append(tp)
+        return by_dir
+
     def compacted(self) -> list[tuple[PartitionKey, Log]]:
         """The open logs whose cleanup.policy includes compact (the cleaner's work)."""
         return [(tp, lg) for tp, lg in sorted(self._logs.items()) if lg.config.compact]

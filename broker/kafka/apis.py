@@ -1,22 +1,26 @@
 """The Kafka APIs this broker answers, and their thin handlers (docs/kafka-protocol.md).
 
-(Over 700 lines: one short handler per API, each mapping kio's fields to a service's
+(Over 1,000 lines: one short handler per API, each mapping kio's fields to a service's
 message and back; splitting them would only scatter the one table they share.)
 
 :data:`SUPPORTED` is the table ApiVersions advertises: exactly the APIs and versions a
 handler here serves. Each handler takes the request as ``kio`` decoded it (any version
 in its range: the fields of one API keep their names across versions, and a field a
 version lacks reads as its default), calls the service the HTTP API calls for the same
-thing (the ReplicaManager, the group coordinator, the producer-id manager, the
-controller channel) and builds the answer with :func:`_build`, which keeps the fields
-the answer's version has. No semantics live here.
+thing (the ReplicaManager and its DeleteRecords, the group coordinator, the
+producer-id manager, the metadata image's config describe, the controller channel for
+what only the active controller decides) and builds the answer with :func:`_build`,
+which keeps the fields the answer's version has. No semantics live here.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import io
 import logging
+import shutil
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -27,6 +31,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from raftka.broker.coordinator.service import RequestContext
+from raftka.broker.delete_records import delete_records
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.replication.manager import FetchPartition
 from raftka.common.errors import KafkaError, RequestTimedOutError
@@ -34,6 +39,7 @@ from raftka.common.messages import Message, decode_value
 from raftka.common.messages import coordinator as group_api
 from raftka.common.messages.broker import ErrorObject
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.metadata.topic_control import describe_configs
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -67,8 +73,44 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch (kio has no v0-1)
+    32: (1, 4),  # DescribeConfigs (kio has no v0)
+    33: (0, 2),  # AlterConfigs
+    35: (1, 4),  # DescribeLogDirs (kio has no v0)
+    37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
+    44: (0, 1),  # IncrementalAlterConfigs
+    60: (0, 1),  # DescribeCluster
 }
+
+#: Kafka's ConfigResource.Type codes this broker knows (others: INVALID_REQUEST).
+RESOURCE_TYPES: Final[dict[int, str]] = {2: "topic", 4: "broker"}
+#: IncrementalAlterConfigs' AlterConfigOp.OpType codes.
+CONFIG_OPS: Final[dict[int, str]] = {0: "SET", 1: "DELETE", 2: "APPEND", 3: "SUBTRACT"}
+#: DescribeConfigs' ConfigSource codes.
+CONFIG_SOURCES: Final[dict[str, int]] = {
+    "DYNAMIC_TOPIC_CONFIG": 1,
+    "DYNAMIC_BROKER_CONFIG": 2,
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+    "STATIC_BROKER_CONFIG": 4,
+    "DEFAULT_CONFIG": 5,
+}
+#: DescribeConfigs' ConfigType codes (v3+).
+CONFIG_TYPES: Final[dict[str, int]] = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "SHORT": 4,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "CLASS": 8,
+    "PASSWORD": 9,
+}
+#: "Authorized operations not computed" (no ACLs in raftka).
+_NO_OPERATIONS: Final = -2147483648
 
 _NO_TIME: Final = datetime.timedelta(0)
 
@@ -120,6 +162,35 @@ def _by_topic(items: Iterable[tuple[str, Any]]) -> list[tuple[str, list[Any]]]:
     return list(grouped.items())
 
 
+def _topics_response(
+    response_cls: type[Any],
+    topic_cls: type[Any],
+    items: Iterable[tuple[str, Any]],
+    *,
+    name_field: str = "name",
+) -> Any:
+    """A response whose ``topics`` hold the per-partition answers ``items`` grouped by
+    topic (the topic's name field is ``name_field``)."""
+    return _build(
+        response_cls,
+        throttle_time=_NO_TIME,
+        topics=tuple(
+            _build(topic_cls, **{name_field: t, "partitions": tuple(ps)})
+            for t, ps in _by_topic(items)
+        ),
+    )
+
+
+def _cluster_id(controller_ids: Sequence[int], controllers: Sequence[str]) -> str:
+    """A cluster id for Metadata and DescribeCluster: raftka has none of its own yet,
+    and librdkafka crashes on DescribeCluster without one. Derived from the controller
+    quorum (``controller.quorum.voters``, which every node of a cluster shares), in the
+    shape of Kafka's (22 characters of URL-safe base64 of 16 bytes)."""
+    voters = ",".join(f"{i}@{c}" for i, c in zip(controller_ids, controllers, strict=False))
+    digest = hashlib.sha256(voters.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
 
 
@@ -155,9 +226,22 @@ class KafkaApis:
             18: self.api_versions,
             19: self.create_topics,
             20: self.delete_topics,
+            21: self.delete_records,
             22: self.init_producer_id,
+            23: self.offset_for_leader_epoch,
+            32: self.describe_configs,
+            33: self.alter_configs,
+            35: self.describe_log_dirs,
+            37: self.create_partitions,
+            42: self.delete_groups,
+            44: self.incremental_alter_configs,
+            60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
+
+    def _cluster_id(self) -> str:
+        config = self._server.config
+        return _cluster_id(config.controller_ids, config.controllers)
 
     def prepare(
         self, frame: bytes, key: int, version: int, host: str
@@ -312,7 +396,7 @@ class KafkaApis:
             cls,
             throttle_time=_NO_TIME,
             brokers=tuple(brokers),
-            cluster_id=None,
+            cluster_id=self._cluster_id(),
             controller_id=server.config.node_id,
             topics=tuple(topics),
         )
@@ -490,13 +574,37 @@ class KafkaApis:
             )
             for r in results
         )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            topics=tuple(
-                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
+        return _topics_response(cls, topic_cls, items)
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+
+    async def offset_for_leader_epoch(self, request: Any, version: int, call: Call) -> Any:
+        # Every Kafka-protocol request is a consumer's (followers use raftka's HTTP
+        # API and learn divergence from their fetches), so only the leader answers.
+        cls = load_response_schema(23, version)
+        partition_cls = _nested(cls, "EpochEndOffset")
+        topic_cls = _nested(cls, "OffsetForLeaderTopicResult")
+        results = self._server.manager.offsets_for_leader_epoch(
+            [
+                (t.topic, int(p.partition), int(p.current_leader_epoch), int(p.leader_epoch))
+                for t in request.topics
+                for p in t.partitions
+            ]
         )
+        items = (
+            (
+                r.topic,
+                _build(
+                    partition_cls,
+                    error_code=_code(r.error),
+                    partition=r.partition,
+                    leader_epoch=r.leader_epoch,
+                    end_offset=r.end_offset,
+                ),
+            )
+            for r in results
+        )
+        return _topics_response(cls, topic_cls, items, name_field="topic")
 
     # ------------------------------------------------------------------ InitProducerId
 
@@ -545,7 +653,6 @@ class KafkaApis:
     async def create_topics(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(19, version)
         result_cls = _nested(cls, "CreatableTopicResult")
-        channel = self._server.channel
         topics = []
         for t in request.topics:
             topic: dict[str, Any] = {
@@ -561,16 +668,8 @@ class KafkaApis:
                 topic["configs"] = {c.name: c.value for c in t.configs if c.value is not None}
             topics.append(topic)
         body = {"topics": topics, "validate_only": bool(getattr(request, "validate_only", False))}
-        answers: dict[str, Any] = {}
-        failure: KafkaError | None = None
-        if channel is None:
-            failure = RequestTimedOutError("the broker is starting")
-        else:
-            try:
-                answer = await channel.post("/v1/topics", body, timeout_ms=_ms(request.timeout))
-                answers = {item["name"]: item for item in answer.get("topics", [])}
-            except KafkaError as e:
-                failure = e
+        answer, failure = await self._forward("/v1/topics", body, _ms(request.timeout))
+        answers = {item["name"]: item for item in answer.get("topics", [])}
         results = []
         for t in request.topics:
             item = answers.get(t.name)
@@ -593,27 +692,309 @@ class KafkaApis:
         cls = load_response_schema(20, version)
         result_cls = _nested(cls, "DeletableTopicResult")
         names = list(request.topic_names)
-        answers: dict[str, Any] = {}
-        failure: KafkaError | None = None
-        channel = self._server.channel
-        if channel is None:
-            failure = RequestTimedOutError("the broker is starting")
-        else:
-            try:
-                answer = await channel.post(
-                    "/v1/topics",
-                    {"names": names},
-                    timeout_ms=_ms(request.timeout),
-                    method="DELETE",
-                )
-                answers = {item.get("name"): item for item in answer.get("topics", [])}
-            except KafkaError as e:
-                failure = e
+        answer, failure = await self._forward(
+            "/v1/topics", {"names": names}, _ms(request.timeout), method="DELETE"
+        )
+        answers = {item.get("name"): item for item in answer.get("topics", [])}
         results = []
         for name in names:
             code, message = _controller_result(answers.get(name), failure)
             results.append(_build(result_cls, name=name, error_code=code, error_message=message))
         return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
+
+    async def _forward(
+        self, path: str, body: dict[str, Any], timeout_ms: int, *, method: str = "POST"
+    ) -> tuple[dict[str, Any], KafkaError | None]:
+        """The active controller's answer to an admin request (Kafka's forwarding),
+        through the broker's controller channel; or ``{}`` and the request's failure."""
+        channel = self._server.channel
+        if channel is None:
+            return {}, RequestTimedOutError("the broker is starting")
+        try:
+            return await channel.post(path, body, timeout_ms=timeout_ms, method=method), None
+        except KafkaError as e:
+            return {}, e
+
+    async def create_partitions(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(37, version)
+        result_cls = _nested(cls, "CreatePartitionsTopicResult")
+        topics = []
+        for t in request.topics:
+            topic: dict[str, Any] = {"name": t.name, "count": int(t.count)}
+            if t.assignments is not None:
+                topic["assignments"] = [list(a.broker_ids) for a in t.assignments]
+            topics.append(topic)
+        body = {"topics": topics, "validate_only": bool(request.validate_only)}
+        answer, failure = await self._forward("/v1/partitions", body, _ms(request.timeout))
+        answers = {item["name"]: item for item in answer.get("topics", [])}
+        results = []
+        for t in request.topics:
+            code, message = _controller_result(answers.get(t.name), failure)
+            results.append(_build(result_cls, name=t.name, error_code=code, error_message=message))
+        return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
+
+    # ------------------------------------------------------------------ configs
+
+    async def describe_configs(self, request: Any, version: int, call: Call) -> Any:
+        # Answered from this broker's metadata image, by the function the controller's
+        # GET /v1/configs answers with (Kafka's brokers answer DescribeConfigs too).
+        cls = load_response_schema(32, version)
+        result_cls = _nested(cls, "DescribeConfigsResult")
+        entry_cls = _nested(cls, "DescribeConfigsResourceResult")
+        image = self._server.manager.image
+        results = []
+        for resource in request.resources:
+            kind = RESOURCE_TYPES.get(int(resource.resource_type))
+            entries: tuple[Any, ...] = ()
+            if kind != "topic":
+                code = ErrorCode.invalid_request
+                message: str | None = (
+                    f"describing resource type {int(resource.resource_type)} is not supported"
+                    " (topics only)"
+                )
+            else:
+                keys = resource.configuration_keys
+                found = describe_configs(image, resource.resource_name, keys or None)
+                code, message = _code(found.error), _message(found.error)
+                entries = tuple(
+                    _build(
+                        entry_cls,
+                        name=e.name,
+                        value=e.value,
+                        read_only=e.read_only,
+                        config_source=CONFIG_SOURCES.get(e.source, 0),
+                        is_sensitive=e.is_sensitive,
+                        synonyms=(),
+                        config_type=CONFIG_TYPES.get(e.type or "", 0),
+                        documentation=None,
+                    )
+                    for e in found.entries
+                )
+            results.append(
+                _build(
+                    result_cls,
+                    error_code=code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=entries,
+                )
+            )
+        return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
+
+    async def incremental_alter_configs(self, request: Any, version: int, call: Call) -> Any:
+        def ops(resource: Any) -> list[dict[str, Any]] | str:
+            out = []
+            for c in resource.configs:
+                op = CONFIG_OPS.get(int(c.config_operation))
+                if op is None:
+                    return f"unknown config operation {int(c.config_operation)} for {c.name}"
+                out.append({"name": c.name, "op": op, "value": c.value})
+            return out
+
+        return await self._alter_configs(44, request, version, ops)
+
+    async def alter_configs(self, request: Any, version: int, call: Call) -> Any:
+        # AlterConfigs replaces a resource's whole set of overrides: SET what is given,
+        # DELETE every override it leaves out (as Kafka's legacy AlterConfigs does).
+        image = self._server.manager.image
+
+        def ops(resource: Any) -> list[dict[str, Any]]:
+            given = {c.name: c.value for c in resource.configs}
+            out = [
+                {"name": name, "op": "SET" if value is not None else "DELETE", "value": value}
+                for name, value in given.items()
+            ]
+            if RESOURCE_TYPES.get(int(resource.resource_type)) == "topic":
+                current = image.configs.topic_config(resource.resource_name)
+                out += [{"name": k, "op": "DELETE"} for k in sorted(current) if k not in given]
+            return out
+
+        return await self._alter_configs(33, request, version, ops)
+
+    async def _alter_configs(
+        self,
+        key: int,
+        request: Any,
+        version: int,
+        ops_of: Callable[[Any], list[dict[str, Any]] | str],
+    ) -> Any:
+        """(Incremental)AlterConfigs: the resources as the controller's
+        ``POST /v1/configs`` operations (``ops_of``: one resource's, or why it is
+        refused), forwarded; one answer per resource."""
+        cls = load_response_schema(key, version)
+        result_cls = _nested(cls, "AlterConfigsResourceResponse")
+        refused: dict[int, tuple[ErrorCode, str | None]] = {}
+        resources = []
+        for i, resource in enumerate(request.resources):
+            kind = RESOURCE_TYPES.get(int(resource.resource_type))
+            ops = ops_of(resource)
+            if kind is None:
+                refused[i] = (
+                    ErrorCode.invalid_request,
+                    f"altering resource type {int(resource.resource_type)} is not supported",
+                )
+            elif isinstance(ops, str):
+                refused[i] = (ErrorCode.invalid_request, ops)
+            else:
+                resources.append(
+                    {"resource_type": kind, "resource_name": resource.resource_name, "ops": ops}
+                )
+        answer: dict[str, Any] = {}
+        failure: KafkaError | None = None
+        if resources:
+            body = {"resources": resources, "validate_only": bool(request.validate_only)}
+            timeout_ms = self._server.config.request_timeout_ms
+            answer, failure = await self._forward("/v1/configs", body, timeout_ms)
+        answers = {
+            (item.get("resource_type"), item.get("resource_name")): item
+            for item in answer.get("resources", [])
+        }
+        results = []
+        for i, resource in enumerate(request.resources):
+            if i in refused:
+                code, message = refused[i]
+            else:
+                kind = RESOURCE_TYPES[int(resource.resource_type)]
+                code, message = _controller_result(
+                    answers.get((kind, resource.resource_name)), failure
+                )
+            results.append(
+                _build(
+                    result_cls,
+                    error_code=code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+        return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
+
+    # ------------------------------------------------------------------ DeleteRecords
+
+    async def delete_records(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(21, version)
+        partition_cls = _nested(cls, "DeleteRecordsPartitionResult")
+        topic_cls = _nested(cls, "DeleteRecordsTopicResult")
+        entries = [
+            (t.name, int(p.partition_index), int(p.offset))
+            for t in request.topics
+            for p in t.partitions
+        ]
+        results = await delete_records(
+            self._server.manager, entries, timeout_ms=_ms(request.timeout)
+        )
+        items = (
+            (
+                r.topic,
+                _build(
+                    partition_cls,
+                    partition_index=r.partition,
+                    low_watermark=r.low_watermark,
+                    error_code=_code(r.error),
+                ),
+            )
+            for r in results
+        )
+        return _topics_response(cls, topic_cls, items)
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+
+    async def describe_log_dirs(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(35, version)
+        result_cls = _nested(cls, "DescribeLogDirsResult")
+        topic_cls = _nested(cls, "DescribeLogDirsTopic")
+        partition_cls = _nested(cls, "DescribeLogDirsPartition")
+        wanted: set[tuple[str, int]] | None = None
+        if request.topics is not None:
+            wanted = {(t.topic, int(i)) for t in request.topics for i in t.partitions}
+        logs = self._server.manager.logs
+        results = []
+        for log_dir, stored in logs.stored_by_dir().items():
+            items = []
+            for tp in stored:
+                opened = logs.get(tp)
+                if (wanted is not None and tp not in wanted) or opened is None:
+                    continue  # a log not open (being deleted or not yet placed) has no size
+                items.append(
+                    (
+                        tp[0],
+                        _build(
+                            partition_cls,
+                            partition_index=tp[1],
+                            partition_size=opened.size_bytes,
+                            # Kafka's lag of a current (not future) log: HW - LEO, >= 0.
+                            offset_lag=max(0, opened.high_watermark - opened.log_end_offset),
+                            is_future_key=False,
+                        ),
+                    )
+                )
+            try:
+                usage = shutil.disk_usage(log_dir)
+                total, usable, code = usage.total, usage.free, ErrorCode.none
+            except OSError:
+                total, usable, code = -1, -1, ErrorCode.kafka_storage_error
+            results.append(
+                _build(
+                    result_cls,
+                    error_code=code,
+                    log_dir=str(log_dir),
+                    topics=tuple(
+                        _build(topic_cls, name=t, partitions=tuple(ps))
+                        for t, ps in _by_topic(items)
+                    ),
+                    total_bytes=total,
+                    usable_bytes=usable,
+                )
+            )
+        return _build(
+            cls, throttle_time=_NO_TIME, error_code=ErrorCode.none, results=tuple(results)
+        )
+
+    # ------------------------------------------------------------------ DescribeCluster
+
+    async def describe_cluster(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(60, version)
+        broker_cls = _nested(cls, "DescribeClusterBroker")
+        if getattr(request, "endpoint_type", 1) != 1:
+            # Endpoint type 2 asks for controllers (KIP-919): clients do not reach
+            # raftka's controllers over Kafka's protocol.
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message="only brokers (endpoint type 1) are described",
+                endpoint_type=request.endpoint_type,
+                cluster_id=self._cluster_id(),
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=_NO_OPERATIONS,
+            )
+        brokers = []
+        for b in self._server.manager.image.cluster.live_brokers():
+            endpoint = b.endpoint(KAFKA_ENDPOINT)
+            if endpoint is not None:  # as Metadata: a broker without a Kafka listener
+                brokers.append(
+                    _build(
+                        broker_cls,
+                        broker_id=b.broker_id,
+                        host=endpoint.host,
+                        port=endpoint.port,
+                        rack=b.rack,
+                    )
+                )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=self._cluster_id(),
+            # As Metadata: this broker forwards admin requests to the active controller.
+            controller_id=self._server.config.node_id,
+            brokers=tuple(brokers),
+            cluster_authorized_operations=_NO_OPERATIONS,
+        )
 
     # ------------------------------------------------------------------ groups
 
@@ -978,6 +1359,28 @@ class KafkaApis:
                     authorized_operations=-2147483648,
                 )
                 for g in described
+            ),
+        )
+
+    async def delete_groups(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(42, version)
+        result_cls = _nested(cls, "DeletableGroupResult")
+        names = list(request.groups_names)
+        try:
+            r = await self._group_call(
+                "delete_groups",
+                _decode_group({"groups": names}, group_api.DeleteGroupsRequest),
+                call,
+            )
+            answers = {g.group_id: _code(g.error) for g in r.results}
+            failed = ErrorCode.unknown_server_error
+        except KafkaError as e:
+            answers, failed = {}, _code(e)
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            results=tuple(
+                _build(result_cls, group_id=g, error_code=answers.get(g, failed)) for g in names
             ),
         )
 

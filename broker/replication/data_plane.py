@@ -20,6 +20,7 @@ from raftka.storage.log_manager import PartitionKey
 
 __all__ = [
     "AlterPartitionSender",
+    "EpochEndOffsetResult",
     "FetchPartition",
     "FetchResult",
     "FetchTargets",
@@ -122,6 +123,15 @@ class FetchResult:
     diverging_epoch: EpochEndOffset | None = None
     records: bytes = b""
     current_leader: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffsetResult:
+    topic: str
+    partition: int
+    error: KafkaError | None = None
+    leader_epoch: int = -1
+    end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
     AlterPartitionSender,
+    EpochEndOffsetResult,
     FetchPartition,
     FetchResult,
     FetchTargets,
@@ -827,6 +828,26 @@ class ReplicaManager:
                             topic, index, None, found_ts.offset, found_ts.timestamp_ms, epoch
                         )
                     )
+        return out
+
+    def offsets_for_leader_epoch(
+        self, entries: Sequence[tuple[str, int, int, int]]
+    ) -> list[EpochEndOffsetResult]:
+        """OffsetForLeaderEpoch for each ``(topic, partition, current_leader_epoch,
+        leader_epoch)`` on this leader (the rule is the partition core's)."""
+        out: list[EpochEndOffsetResult] = []
+        for topic, index, current_leader_epoch, leader_epoch in entries:
+            found = self._leading(topic, index)
+            if isinstance(found, KafkaError):
+                out.append(EpochEndOffsetResult(topic, index, found))
+                continue
+            error, end = found.state.end_offset_for_epoch(
+                leader_epoch=leader_epoch, current_leader_epoch=current_leader_epoch
+            )
+            if error is not None:
+                out.append(EpochEndOffsetResult(topic, index, error(_name(found.tp))))
+            else:
+                out.append(EpochEndOffsetResult(topic, index, None, end.epoch, end.end_offset))
         return out
 
     # ================================================================ ISR changes

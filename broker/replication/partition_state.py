@@ -818,6 +818,20 @@ class PartitionState:
             return FetchBounds(error=error)
         return FetchBounds(error=None, read_up_to=max(fetch_offset, self.high_watermark))
 
+    def end_offset_for_epoch(
+        self, *, leader_epoch: int, current_leader_epoch: int | None = None
+    ) -> tuple[type[KafkaError] | None, EpochEndOffset]:
+        """OffsetForLeaderEpoch from a client (Kafka's lastOffsetForLeaderEpoch with
+        fetchOnlyFromLeader): the epoch checks and leader check of a consumer fetch,
+        then where the largest epoch <= ``leader_epoch`` ends in this log."""
+        error = self._epoch_error(current_leader_epoch)
+        if error is None and not self.is_leader:
+            error = NotLeaderOrFollowerError
+        if error is not None:
+            return error, EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        epoch, end_offset = self._log.end_offset_for(leader_epoch, self.log_end_offset)
+        return None, EpochEndOffset(epoch, end_offset)
+
     def on_log_start_offset(self, *, log_start_offset: int) -> None:
         """Retention or DeleteRecords moved the log start (never past the HW)."""
         assert log_start_offset <= self.high_watermark, "only committed records are deleted"

@@ -8,6 +8,11 @@ the real libraries:
   producer with acks=all writes; a consumer in a group reads every record in order
   per partition and commits; the committed offsets read back;
 - kafka-python: the same with its producer (acks=all), group consumer and commit;
+- confluent-kafka's admin on one topic: describe, alter and incrementally alter its
+  configs (the effect seen through raftka's own admin), add partitions, delete
+  records (the low watermark moves), describe the cluster, list a group's committed
+  offsets and delete the group; a raw OffsetForLeaderEpoch and kafka-python's
+  DescribeLogDirs;
 - both protocols see the same bytes: records written through the Kafka listener read
   back identically (key, value, headers, timestamp, offset) through raftka's own
   client, and records written by raftka's client read back identically through
@@ -197,6 +202,213 @@ def test_admin_topics_and_groups(env: Env) -> None:
     group = described["ck-group"].result(timeout=30)
     assert group.group_id == "ck-group"
     assert group.state == ConsumerGroupState.EMPTY  # its consumer closed above
+
+
+def test_admin_configs_partitions_records_cluster_and_groups(
+    env: Env, request: pytest.FixtureRequest
+) -> None:
+    """confluent-kafka's admin on one topic: DescribeConfigs (answered by the broker),
+    IncrementalAlterConfigs and AlterConfigs (forwarded) with their effect seen through
+    raftka's own admin, CreatePartitions, DeleteRecords moving the low watermark,
+    DescribeCluster, a group's committed offsets listed and the group deleted; a raw
+    OffsetForLeaderEpoch and kafka-python's DescribeLogDirs."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+    from confluent_kafka import Producer as CKProducer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    from raftka.client import Admin
+
+    topic = "ck-admin"
+    create_topic_confluent(env, topic, partitions=1)
+    ck = AdminClient({"bootstrap.servers": env.kafka})
+    ours = Admin(bootstrap_servers=env.http)
+    request.addfinalizer(ours.close)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+
+    def ck_configs() -> dict[str, Any]:
+        return dict(ck.describe_configs([resource], request_timeout=20)[resource].result(30))
+
+    def our_configs() -> dict[str, Any]:
+        return ours.describe_configs([topic])[topic]
+
+    described = ck_configs()
+    assert described["retention.ms"].value == "604800000"
+    assert ConfigSource(described["retention.ms"].source) == ConfigSource.DEFAULT_CONFIG
+
+    # IncrementalAlterConfigs: one SET; raftka's admin (HTTP) sees it.
+    incremental = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    ck.incremental_alter_configs([incremental], request_timeout=20)[incremental].result(30)
+    wait_for(
+        lambda: our_configs()["retention.ms"].value == "3600000",
+        timeout_s=DEADLINE_S,
+        message="retention.ms never became 3600000",
+    )
+    wait_for(
+        lambda: (
+            ConfigSource(ck_configs()["retention.ms"].source) == ConfigSource.DYNAMIC_TOPIC_CONFIG
+        ),
+        timeout_s=DEADLINE_S,
+        message="the broker never described retention.ms as a topic override",
+    )
+    # An unknown key: Kafka's error for the resource, nothing changed.
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(KafkaException, match=r"INVALID_CONFIG|Unknown topic config"):
+        ck.incremental_alter_configs([bad], request_timeout=20)[bad].result(30)
+
+    # AlterConfigs replaces the overrides: segment.ms set, retention.ms back to default.
+    legacy = ConfigResource(ResourceType.TOPIC, topic, set_config={"segment.ms": "7200000"})
+    # (AlterConfigs is deprecated in Kafka's clients, in favour of the incremental one.)
+    with pytest.warns(DeprecationWarning, match="alter_configs has been deprecated"):
+        altered = ck.alter_configs([legacy], request_timeout=20)
+    altered[legacy].result(30)
+
+    def replaced() -> bool:
+        now = our_configs()
+        return now["segment.ms"].value == "7200000" and now["retention.ms"].is_default
+
+    wait_for(replaced, timeout_s=DEADLINE_S, message="AlterConfigs did not replace the set")
+
+    # CreatePartitions: 1 -> 3, every partition led.
+    ck.create_partitions([NewPartitions(topic, 3)], request_timeout=20)[topic].result(30)
+
+    def grown() -> bool:
+        t = ck.list_topics(topic=topic, timeout=10).topics[topic]
+        return len(t.partitions) == 3 and all(p.leader >= 0 for p in t.partitions.values())
+
+    wait_for(grown, timeout_s=DEADLINE_S, message=f"{topic} never had 3 led partitions")
+
+    # DeleteRecords: 10 records in partition 0, delete below 6, the low watermark moves.
+    producer = CKProducer({"bootstrap.servers": env.kafka, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, value=f"r{i}".encode(), partition=0)
+    assert producer.flush(DEADLINE_S) == 0, "records left unflushed"
+    tp0 = CKTopicPartition(topic, 0, 6)
+    deleted = ck.delete_records([tp0], request_timeout=20)
+    assert next(iter(deleted.values())).result(30).low_watermark == 6
+    earliest = ours.list_offsets({TopicPartition(topic, 0): "earliest"})
+    assert earliest[TopicPartition(topic, 0)].offset == 6
+
+    # DescribeCluster: the three brokers at their Kafka listeners.
+    cluster = ck.describe_cluster(request_timeout=20).result(30)
+    assert {f"{n.host}:{n.port}" for n in cluster.nodes} == set(env.kafka.split(","))
+    assert cluster.controller is not None and cluster.controller.id in env.brokers.ids
+
+    # A group's committed offsets listed, then the group deleted.
+    group = "ck-admin-group"
+    consumer = CKConsumer(
+        {
+            "bootstrap.servers": env.kafka,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + DEADLINE_S
+    while (msg := consumer.poll(1.0)) is None or msg.error():
+        assert time.monotonic() < deadline, "the group consumer read nothing"
+    consumer.commit(offsets=[CKTopicPartition(topic, 0, 8)], asynchronous=False)
+    consumer.close()
+    listed = ck.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    offsets = listed[group].result(30).topic_partitions
+    assert {(t.topic, t.partition): t.offset for t in offsets}[(topic, 0)] == 8
+    ck.delete_consumer_groups([group], request_timeout=20)[group].result(30)
+    remaining = ck.list_consumer_groups(request_timeout=20).result(30).valid
+    assert group not in {g.group_id for g in remaining}
+    with pytest.raises(KafkaException, match="GROUP_ID_NOT_FOUND"):
+        ck.delete_consumer_groups([group], request_timeout=20)[group].result(30)
+
+    # OffsetForLeaderEpoch v2 on the leader: the current epoch ends at the log end; an
+    # epoch above every known one is undefined (-1, -1), as in Kafka.
+    metadata = ck.list_topics(topic=topic, timeout=10)
+    leader = metadata.brokers[metadata.topics[topic].partitions[0].leader]
+    address = f"{leader.host}:{leader.port}"
+    latest = ours.list_offsets({TopicPartition(topic, 0): "latest"})[TopicPartition(topic, 0)]
+    assert latest.leader_epoch is not None and latest.offset == 10
+    answer = _offset_for_leader_epoch(address, topic, epoch=latest.leader_epoch)
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
+        0,
+        latest.leader_epoch,
+        10,
+    ), answer
+    above = _offset_for_leader_epoch(address, topic, epoch=latest.leader_epoch + 1)
+    assert (above.error_code, above.leader_epoch, above.end_offset) == (0, -1, -1), above
+    unknown = _offset_for_leader_epoch(address, "no-such-topic", epoch=0)
+    assert unknown.error_code == 3, unknown  # UNKNOWN_TOPIC_OR_PARTITION
+
+    # DescribeLogDirs through kafka-python: every broker holds partition 0 (RF 3) in
+    # one of its log dirs, with its records' bytes.
+    from kafka import KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
+    try:
+        answers = kp.describe_log_dirs(topic_partitions={topic: [0]})
+    finally:
+        kp.close()
+    assert {a["broker"] for a in answers} == set(env.brokers.ids), answers
+    for a in answers:
+        sizes = [
+            p["partition_size"]
+            for d in a["log_dirs"]
+            for t in d["topics"]
+            if t["name"] == topic
+            for p in t["partitions"]
+            if p["partition_index"] == 0
+        ]
+        assert len(sizes) == 1 and sizes[0] > 0, answers
+
+
+def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
+    """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
+    import io
+
+    from kio.schema.offset_for_leader_epoch.v2 import request as rq
+    from kio.schema.offset_for_leader_epoch.v2 import response as rs
+    from kio.serial import entity_reader, entity_writer
+
+    request = rq.OffsetForLeaderEpochRequest(
+        topics=(
+            rq.OffsetForLeaderTopic(
+                topic=topic,
+                partitions=(
+                    rq.OffsetForLeaderPartition(
+                        partition=0, current_leader_epoch=-1, leader_epoch=epoch
+                    ),
+                ),
+            ),
+        )
+    )
+    body = io.BytesIO()
+    entity_writer(rq.OffsetForLeaderEpochRequest)(body, request)
+    with _connect(address) as sock:
+        sock.sendall(_framed(struct.pack(">hhih", 23, 2, 5, -1) + body.getvalue()))
+        frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
+    assert struct.unpack_from(">i", frame)[0] == 5
+    response, _ = entity_reader(rs.OffsetForLeaderEpochResponse)(frame, 4)
+    return response.topics[0].partitions[0]
 
 
 def test_kafka_python_acks_all_and_group_commit(env: Env) -> None:

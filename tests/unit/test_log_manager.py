@@ -54,8 +54,11 @@ def test_log_dirs_reopen_checkpoint_and_delete(tmp_path: Path) -> None:
     assert again.checkpointed_high_watermark(("t", 0)) == 2
     reopened = again.get_or_open(("t", 0), LogConfig())
     assert reopened.path == a.path and reopened.log_end_offset == 2
+    # DescribeLogDirs' view: every dir, with the partitions it holds (open or not).
+    assert again.stored_by_dir() == {a.path.parent: [("t", 0)], b.path.parent: [("t", 1)]}
     again.delete(("t", 0))
     assert not a.path.exists()
     assert again.stored() == [("t", 1)]
+    assert again.stored_by_dir() == {a.path.parent: [], b.path.parent: [("t", 1)]}
     again.close_all()
     assert ("t", 0) not in LogManager(dirs).stored()

@@ -373,6 +373,33 @@ def test_consumer_fetch_bounds_and_epoch_checks() -> None:
     assert fetch(state, 2, 2, now_ms=2, epoch=None).error is OffsetOutOfRangeError
 
 
+def test_offset_for_leader_epoch_from_a_client() -> None:
+    """OffsetForLeaderEpoch (KIP-101/KIP-320): the leader answers where the largest
+    epoch <= the one asked ends (its LEO for the current epoch), after the epoch checks
+    of a consumer fetch; a follower answers NOT_LEADER_OR_FOLLOWER."""
+    epochs = cache((1, 0), (3, 4))
+    state, _ = leader(leo=7, hw=7, epoch=5, epochs=epochs)
+    state.on_leader_append(last_offset=9, acks=1)  # LEO 10, epoch 5 starts at 7
+    assert state.end_offset_for_epoch(leader_epoch=5) == (None, EpochEndOffset(5, 10))
+    assert state.end_offset_for_epoch(leader_epoch=2) == (None, EpochEndOffset(1, 4))
+    assert state.end_offset_for_epoch(leader_epoch=4, current_leader_epoch=5) == (
+        None,
+        EpochEndOffset(3, 7),
+    )
+    assert state.end_offset_for_epoch(leader_epoch=9) == (None, EpochEndOffset(-1, -1))
+    undefined = EpochEndOffset(-1, -1)
+    assert state.end_offset_for_epoch(leader_epoch=5, current_leader_epoch=4) == (
+        FencedLeaderEpochError,
+        undefined,
+    )
+    assert state.end_offset_for_epoch(leader_epoch=5, current_leader_epoch=6) == (
+        UnknownLeaderEpochError,
+        undefined,
+    )
+    follower = follower_of_1(2, epochs=cache((5, 0)), leo=3, epoch=5, replicas=(1, 2), isr=(1, 2))
+    assert follower.end_offset_for_epoch(leader_epoch=5) == (NotLeaderOrFollowerError, undefined)
+
+
 # --------------------------------------------------------- diverging epochs
 
 

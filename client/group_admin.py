@@ -171,6 +171,18 @@ class AsyncGroupAdmin(AdminClientBase):
                 last = e
             await self._backoff(deadline_ms, last)
 
+    async def _retry_item_error(self, raw: ErrorObject | None, deadline_ms: int) -> bool:
+        """For a group's own error in an answer (DescribeGroups, DeleteGroups): False
+        when there is none; after a backoff, True to ask again when it is retriable
+        (the coordinator moved or is loading, as after a broker restart); else raised."""
+        if raw is None:
+            return False
+        error = error_from_message(raw)
+        if not error.retriable:
+            raise error
+        await self._backoff(deadline_ms, error)
+        return True
+
     async def _find_coordinator(self, group_id: str, deadline_ms: int) -> tuple[int, str]:
         transport, _ = self._started()
         last: KafkaError = CoordinatorNotAvailableError("no broker answered")
@@ -218,16 +230,17 @@ class AsyncGroupAdmin(AdminClientBase):
         """State, protocol and members (with their assignments) of one group; an unknown
         group is described as Dead with no members (Kafka's answer)."""
         deadline = self._deadline(timeout_ms)
-        node_id, answer = await self._coordinator_call(
-            group_id,
-            "/v1/describe-groups",
-            api.DescribeGroupsRequest(groups=(group_id,)),
-            api.DescribeGroupsResponse,
-            deadline,
-        )
-        (g,) = answer.groups
-        if g.error is not None:
-            raise error_from_message(g.error)
+        while True:
+            node_id, answer = await self._coordinator_call(
+                group_id,
+                "/v1/describe-groups",
+                api.DescribeGroupsRequest(groups=(group_id,)),
+                api.DescribeGroupsResponse,
+                deadline,
+            )
+            (g,) = answer.groups
+            if not await self._retry_item_error(g.error, deadline):
+                break
         members = tuple(
             MemberDescription(
                 member_id=m.member_id,
@@ -297,16 +310,17 @@ class AsyncGroupAdmin(AdminClientBase):
         """Delete empty groups (NON_EMPTY_GROUP for an active one, GROUP_ID_NOT_FOUND)."""
         deadline = self._deadline(timeout_ms)
         for group_id in group_ids:
-            _, deleted = await self._coordinator_call(
-                group_id,
-                "/v1/delete-groups",
-                api.DeleteGroupsRequest(groups=(group_id,)),
-                api.DeleteGroupsResponse,
-                deadline,
-            )
-            for r in deleted.results:
-                if r.error is not None:
-                    raise error_from_message(r.error)
+            while True:
+                _, deleted = await self._coordinator_call(
+                    group_id,
+                    "/v1/delete-groups",
+                    api.DeleteGroupsRequest(groups=(group_id,)),
+                    api.DeleteGroupsResponse,
+                    deadline,
+                )
+                errors = [r.error for r in deleted.results if r.error is not None]
+                if not await self._retry_item_error(errors[0] if errors else None, deadline):
+                    break
 
     async def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None

@@ -1,5 +1,9 @@
 """Producer state of one partition: the idempotent producer's de-duplication table.
 
+(Over 700 lines: the idempotence table, the open transactions and the last stable offset
+are one state that every append and every marker changes together, and its snapshot
+format writes them as one file; split, each part would need the others' invariants.)
+
 Theory of operation
 -------------------
 An idempotent producer stamps every batch with its producer id, its producer epoch and

@@ -322,6 +322,20 @@ async def _wait(cond: Any, message: str, timeout_s: float = DEADLINE_S) -> None:
         await asyncio.sleep(0.05)  # polling a condition with a deadline
 
 
+def _logged_assignment(path: Path, partitions: set[int]) -> bool:
+    """Whether the process member's log holds an assignment of exactly `partitions`."""
+    if not path.exists():
+        return False
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if entry["kind"] == "assigned" and set(entry["partitions"]) == partitions:
+            return True
+    return False
+
+
 def _balanced(members: list[Member], partitions: int, extra: set[int] | None = None) -> bool:
     owned = [m.partitions() for m in members] + ([extra] if extra is not None else [])
     flat = [p for s in owned for p in s]
@@ -353,8 +367,19 @@ def test_members_share_partitions_and_rebalance(env: Env) -> None:
                     mine = [m.partitions() for m in members]
                     return sum(map(len, mine)) == 4 and all(len(s) >= 1 for s in mine)
 
+                def process_logged_its_share() -> bool:
+                    # The in-process members can see the 4-way split before the process
+                    # member has run its listener on its own SyncGroup answer; killing it
+                    # then would leave no assignment of its in the ledger.
+                    rest = set(range(6)).difference(*(m.partitions() for m in members))
+                    return bool(rest) and _logged_assignment(out, rest)
+
                 await _wait(
-                    four_way, lambda: f"no 4-way split: {[m.partitions() for m in members]}"
+                    lambda: four_way() and process_logged_its_share(),
+                    lambda: (
+                        f"no 4-way split logged by the process member: "
+                        f"{[m.partitions() for m in members]}"
+                    ),
                 )
             finally:
                 proc.kill()

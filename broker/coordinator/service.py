@@ -241,7 +241,11 @@ class GroupCoordinatorService:
             return
         for item in answer.get("topics", []):
             error = item.get("error") if isinstance(item, dict) else None
-            if error and error.get("error") != "TOPIC_ALREADY_EXISTS":
+            if error and error.get("error") == "TOPIC_ALREADY_EXISTS":
+                # Created by another broker, or by this one and not yet in its image
+                # (the image is published once the new logs are open): nothing to say.
+                return
+            if error:
                 log.warning("offsets topic creation refused", extra={"fields": {"error": error}})
                 return
         log.info(

@@ -10,6 +10,7 @@ At the end, replaying the appended records into a fresh manager reproduces the g
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hypothesis import event, given, settings
@@ -327,34 +328,45 @@ _KINDS = (
 ACTIONS = st.sampled_from(_KINDS).flatmap(lambda kind: _BY_KIND[kind])
 
 
+def act_progress_all(h: Harness) -> None:
+    for c in range(CLIENTS):
+        act_progress(h, c)
+
+
+def act_flush(h: Harness) -> None:
+    h.flush()
+
+
+def act_delete(h: Harness) -> None:
+    decision = h.manager.delete_groups(group_ids=(G, MANUAL), now_ms=h.now_ms)
+    h.absorb(decision.outputs)
+
+
+def act_fail_next(h: Harness) -> None:
+    h.fail_next = True
+
+
+# An action is (kind, *arguments); each kind's arguments are those its strategy draws.
+_ACTS: dict[str, Callable[..., None]] = {
+    "progress_all": act_progress_all,
+    "progress": act_progress,
+    "advance": act_advance,
+    "flush": act_flush,
+    "commit": act_commit,
+    "join": act_join,
+    "sync": act_sync,
+    "heartbeat": act_heartbeat,
+    "leave": act_leave,
+    "manual_commit": act_manual_commit,
+    "fail_next": act_fail_next,
+    "delete": act_delete,
+}
+assert set(_ACTS) == set(_BY_KIND)
+
+
 def step(h: Harness, action: tuple[object, ...]) -> None:
-    kind = action[0]
-    if kind == "progress":
-        act_progress(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "progress_all":
-        for c in range(CLIENTS):
-            act_progress(h, c)
-    elif kind == "join":
-        act_join(h, int(action[1]), bool(action[2]))  # type: ignore[call-overload]
-    elif kind == "sync":
-        act_sync(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "heartbeat":
-        act_heartbeat(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "leave":
-        act_leave(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "commit":
-        act_commit(h, int(action[1]), int(action[2]))  # type: ignore[call-overload]
-    elif kind == "manual_commit":
-        act_manual_commit(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "advance":
-        act_advance(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "flush":
-        h.flush()
-    elif kind == "delete":
-        decision = h.manager.delete_groups(group_ids=(G, MANUAL), now_ms=h.now_ms)
-        h.absorb(decision.outputs)
-    else:
-        h.fail_next = True
+    kind, *arguments = action
+    _ACTS[str(kind)](h, *arguments)
 
 
 def check_invariants(h: Harness) -> None:

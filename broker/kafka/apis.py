@@ -44,6 +44,7 @@ from raftka.metadata.topic_control import describe_configs
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
+    from raftka.metadata.image import MetadataImage
 
 __all__ = ["KAFKA_ENDPOINT", "PRODUCE_KEY", "SUPPORTED", "KafkaApis"]
 
@@ -199,6 +200,62 @@ def _topic_tree(
     )
 
 
+def _partition_results(
+    partition_cls: type[Any],
+    results: Iterable[Any],
+    fields: Callable[[Any], dict[str, Any]],
+    *,
+    index_field: str = "partition_index",
+) -> Iterable[tuple[str, Any]]:
+    """The replica manager's per-partition ``results`` as (topic, ``partition_cls``
+    with the partition's index (named ``index_field``), its error and ``fields(r)``)."""
+    return (
+        (
+            r.topic,
+            _build(
+                partition_cls, **{index_field: r.partition}, error_code=_code(r.error), **fields(r)
+            ),
+        )
+        for r in results
+    )
+
+
+def _resource_result(
+    result_cls: type[Any], resource: Any, code: ErrorCode, message: str | None, **fields: Any
+) -> Any:
+    """One config resource's answer in (Incremental)AlterConfigs and DescribeConfigs."""
+    return _build(
+        result_cls,
+        error_code=code,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **fields,
+    )
+
+
+def _kafka_brokers(
+    image: MetadataImage, broker_cls: type[Any], *, id_field: str
+) -> tuple[Any, ...]:
+    """The live brokers of ``image`` as Metadata and DescribeCluster list them (the
+    broker's id named ``id_field``): only those with a Kafka listener, since a broker
+    without one is unreachable to a Kafka client."""
+    brokers = []
+    for b in image.cluster.live_brokers():
+        endpoint = b.endpoint(KAFKA_ENDPOINT)
+        if endpoint is not None:
+            brokers.append(
+                _build(
+                    broker_cls,
+                    **{id_field: b.broker_id},
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    rack=b.rack,
+                )
+            )
+    return tuple(brokers)
+
+
 def _cluster_id(controller_ids: Sequence[int], controllers: Sequence[str]) -> str:
     """A cluster id for Metadata and DescribeCluster: raftka has none of its own yet,
     and librdkafka crashes on DescribeCluster without one. Derived from the controller
@@ -349,19 +406,7 @@ class KafkaApis:
             request, "allow_auto_topic_creation", True
         )
         created = await self._auto_create(missing) if missing and auto_create else set()
-        brokers = []
-        for b in image.cluster.live_brokers():
-            endpoint = b.endpoint(KAFKA_ENDPOINT)
-            if endpoint is not None:  # a broker without a Kafka listener is unreachable
-                brokers.append(
-                    _build(
-                        broker_cls,
-                        node_id=b.broker_id,
-                        host=endpoint.host,
-                        port=endpoint.port,
-                        rack=b.rack,
-                    )
-                )
+        brokers = _kafka_brokers(image, broker_cls, id_field="node_id")
         topics = []
         names = sorted(image.topics.by_name) if wanted is None else wanted
         for name in names:
@@ -413,7 +458,7 @@ class KafkaApis:
         return _build(
             cls,
             throttle_time=_NO_TIME,
-            brokers=tuple(brokers),
+            brokers=brokers,
             cluster_id=self._cluster_id(),
             controller_id=server.config.node_id,
             topics=tuple(topics),
@@ -537,23 +582,18 @@ class KafkaApis:
         topic_cls = _nested(cls, "FetchableTopicResponse")
         # read_committed wants a (here always empty) aborted list; read_uncommitted null.
         aborted = () if getattr(request, "isolation_level", 0) == 1 else None
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    error_code=_code(r.error),
-                    high_watermark=r.high_watermark,
-                    # No transactions yet: the last stable offset is the high watermark.
-                    last_stable_offset=r.high_watermark,
-                    log_start_offset=r.log_start_offset,
-                    aborted_transactions=aborted,
-                    preferred_read_replica=-1,
-                    records=r.records,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {
+                "high_watermark": r.high_watermark,
+                # No transactions yet: the last stable offset is the high watermark.
+                "last_stable_offset": r.high_watermark,
+                "log_start_offset": r.log_start_offset,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": -1,
+                "records": r.records,
+            },
         )
         return _build(
             cls,
@@ -578,19 +618,14 @@ class KafkaApis:
         )
         partition_cls = _nested(cls, "ListOffsetsPartitionResponse")
         topic_cls = _nested(cls, "ListOffsetsTopicResponse")
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    error_code=_code(r.error),
-                    timestamp=r.timestamp,
-                    offset=r.offset,
-                    leader_epoch=r.leader_epoch,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {
+                "timestamp": r.timestamp,
+                "offset": r.offset,
+                "leader_epoch": r.leader_epoch,
+            },
         )
         return _topics_response(cls, topic_cls, items)
 
@@ -609,18 +644,11 @@ class KafkaApis:
                 for p in t.partitions
             ]
         )
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    error_code=_code(r.error),
-                    partition=r.partition,
-                    leader_epoch=r.leader_epoch,
-                    end_offset=r.end_offset,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {"leader_epoch": r.leader_epoch, "end_offset": r.end_offset},
+            index_field="partition",
         )
         return _topics_response(cls, topic_cls, items, name_field="topic")
 
@@ -628,43 +656,28 @@ class KafkaApis:
 
     async def init_producer_id(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(22, version)
+
+        def answer(code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=code,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+            )
+
         if request.transactional_id is not None:
             # Transactions do not exist yet: a transactional producer gets a fatal error.
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.transactional_id_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            return answer(ErrorCode.transactional_id_authorization_failed)
         ids = self._server.producer_ids
         if ids is None:
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.broker_not_available,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            return answer(ErrorCode.broker_not_available)
         timeout_ms = self._server.config.request_timeout_ms
         try:
             producer_id = await ids.next_producer_id(timeout_ms=timeout_ms)
         except TimeoutError:
-            error = RequestTimedOutError("no producer id block from the controller")
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=_code(error),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            error_code=ErrorCode.none,
-            producer_id=producer_id,
-            producer_epoch=0,
-        )
+            return answer(_code(RequestTimedOutError("no producer id block from the controller")))
+        return answer(ErrorCode.none, producer_id, 0)
 
     # ------------------------------------------------------------------ CreateTopics
 
@@ -788,16 +801,7 @@ class KafkaApis:
                     )
                     for e in found.entries
                 )
-            results.append(
-                _build(
-                    result_cls,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                    configs=entries,
-                )
-            )
+            results.append(_resource_result(result_cls, resource, code, message, configs=entries))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
 
     async def incremental_alter_configs(self, request: Any, version: int, call: Call) -> Any:
@@ -877,15 +881,7 @@ class KafkaApis:
                 code, message = _controller_result(
                     answers.get((kind, resource.resource_name)), failure
                 )
-            results.append(
-                _build(
-                    result_cls,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
+            results.append(_resource_result(result_cls, resource, code, message))
         return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
 
     # ------------------------------------------------------------------ DeleteRecords
@@ -902,17 +898,8 @@ class KafkaApis:
         results = await delete_records(
             self._server.manager, entries, timeout_ms=_ms(request.timeout)
         )
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    low_watermark=r.low_watermark,
-                    error_code=_code(r.error),
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls, results, lambda r: {"low_watermark": r.low_watermark}
         )
         return _topics_response(cls, topic_cls, items)
 
@@ -988,19 +975,7 @@ class KafkaApis:
                 brokers=(),
                 cluster_authorized_operations=_NO_OPERATIONS,
             )
-        brokers = []
-        for b in self._server.manager.image.cluster.live_brokers():
-            endpoint = b.endpoint(KAFKA_ENDPOINT)
-            if endpoint is not None:  # as Metadata: a broker without a Kafka listener
-                brokers.append(
-                    _build(
-                        broker_cls,
-                        broker_id=b.broker_id,
-                        host=endpoint.host,
-                        port=endpoint.port,
-                        rack=b.rack,
-                    )
-                )
+        brokers = _kafka_brokers(self._server.manager.image, broker_cls, id_field="broker_id")
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -1010,7 +985,7 @@ class KafkaApis:
             cluster_id=self._cluster_id(),
             # As Metadata: this broker forwards admin requests to the active controller.
             controller_id=self._server.config.node_id,
-            brokers=tuple(brokers),
+            brokers=brokers,
             cluster_authorized_operations=_NO_OPERATIONS,
         )
 

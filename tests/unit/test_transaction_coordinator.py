@@ -27,21 +27,7 @@ from raftka.broker.coordinator.transaction_state import (
     TransactionResult,
     TransactionState,
 )
-from raftka.common.errors import (
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    InvalidProducerIdMappingError,
-    InvalidRequestError,
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
-    KafkaError,
-    NotCoordinatorError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    ProducerFencedError,
-    TransactionalIdNotFoundError,
-)
+from raftka.common import errors
 from raftka.common.structs import TopicPartition
 
 S = TransactionState
@@ -101,7 +87,7 @@ class Driver:
         self.complete_appends()
         return self.replies.pop(append.append_id)
 
-    def complete_appends(self, error: type[KafkaError] | None = None) -> None:
+    def complete_appends(self, error: type[errors.KafkaError] | None = None) -> None:
         while self.inflight:
             append = self.inflight.pop(0)
             if error is None:
@@ -184,7 +170,7 @@ def ok(response: Any) -> None:
         assert response.error is None, response
 
 
-def errors_of(response: txn.AddPartitionsToTxnResponse) -> set[type[KafkaError] | None]:
+def errors_of(response: txn.AddPartitionsToTxnResponse) -> set[type[errors.KafkaError] | None]:
     return set(response.errors.values())
 
 
@@ -213,12 +199,12 @@ def test_init_producer_id_writes_first_and_answers_after() -> None:
 @pytest.mark.parametrize(
     ("append_error", "told"),
     [
-        (NotEnoughReplicasError, CoordinatorNotAvailableError),
-        (NotLeaderOrFollowerError, NotCoordinatorError),
+        (errors.NotEnoughReplicasError, errors.CoordinatorNotAvailableError),
+        (errors.NotLeaderOrFollowerError, errors.NotCoordinatorError),
     ],
 )
 def test_a_failed_append_changes_nothing(
-    append_error: type[KafkaError], told: type[KafkaError]
+    append_error: type[errors.KafkaError], told: type[errors.KafkaError]
 ) -> None:
     """The client is told Kafka's coordinator error and the durable state is unchanged:
     here an epoch bump that failed leaves epoch 0 in force."""
@@ -241,18 +227,18 @@ def test_init_again_bumps_the_epoch_and_fences_the_old_one() -> None:
     first = d.init()
     second = d.init()
     assert (second.producer_id, second.producer_epoch) == (first.producer_id, 1)
-    assert errors_of(d.add(first.producer_id, 0, A)) == {ProducerFencedError}
-    assert errors_of(d.add(999, 1, A)) == {InvalidProducerIdMappingError}
+    assert errors_of(d.add(first.producer_id, 0, A)) == {errors.ProducerFencedError}
+    assert errors_of(d.add(999, 1, A)) == {errors.InvalidProducerIdMappingError}
     ok(d.add(first.producer_id, 1, A))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"transaction_timeout_ms": 0}, InvalidTransactionTimeoutError),
-        ({"transaction_timeout_ms": 900_001}, InvalidTransactionTimeoutError),
-        ({"producer_id": 5}, InvalidRequestError),  # an id without an epoch
-        ({"tid": ""}, InvalidRequestError),
+        ({"transaction_timeout_ms": 0}, errors.InvalidTransactionTimeoutError),
+        ({"transaction_timeout_ms": 900_001}, errors.InvalidTransactionTimeoutError),
+        ({"producer_id": 5}, errors.InvalidRequestError),  # an id without an epoch
+        ({"tid": ""}, errors.InvalidRequestError),
     ],
 )
 def test_init_producer_id_refuses_bad_requests(kwargs: dict[str, Any], error: type) -> None:
@@ -267,10 +253,10 @@ def test_requests_for_ids_elsewhere_or_loading_get_coordinator_errors() -> None:
     d = Driver()
     partition = d.core.partition_for(TID)
     d.core.unload(partition=partition)
-    assert d.init().error is NotCoordinatorError
+    assert d.init().error is errors.NotCoordinatorError
     d.core.begin_loading(partition=partition, coordinator_epoch=6)
-    assert d.init().error is CoordinatorLoadInProgressError
-    assert errors_of(d.verify(1, 0, A)) == {CoordinatorLoadInProgressError}
+    assert d.init().error is errors.CoordinatorLoadInProgressError
+    assert errors_of(d.verify(1, 0, A)) == {errors.CoordinatorLoadInProgressError}
     d.core.complete_loading(partition=partition, now_ms=d.now_ms)
     ok(d.init())
 
@@ -285,8 +271,8 @@ def test_one_write_in_flight_per_id() -> None:
         ),
         complete=False,
     )
-    assert errors_of(d.add(r.producer_id, 0, A)) == {ConcurrentTransactionsError}
-    assert d.end(r.producer_id, 0, ABORT).error is ConcurrentTransactionsError
+    assert errors_of(d.add(r.producer_id, 0, A)) == {errors.ConcurrentTransactionsError}
+    assert d.end(r.producer_id, 0, ABORT).error is errors.ConcurrentTransactionsError
 
 
 def test_a_producer_id_source_error_is_answered() -> None:
@@ -295,12 +281,12 @@ def test_a_producer_id_source_error_is_answered() -> None:
     d = Driver()
 
     def no_ids() -> int:
-        raise CoordinatorLoadInProgressError("no producer id block yet")
+        raise errors.CoordinatorLoadInProgressError("no producer id block yet")
 
     d.core = txn.TransactionCoordinator(config=d.config, allocate_producer_id=no_ids)
     d.core.begin_loading(partition=d.core.partition_for(TID), coordinator_epoch=1)
     d.core.complete_loading(partition=d.core.partition_for(TID), now_ms=0)
-    assert d.init().error is CoordinatorLoadInProgressError
+    assert d.init().error is errors.CoordinatorLoadInProgressError
     assert d.log == []
 
 
@@ -313,7 +299,7 @@ def test_kip360_recovery_bumps_and_its_retry_is_answered_the_same() -> None:
     d = Driver()
     r = d.init()
     d.init()  # epoch 1: a new incarnation; epoch 0 is now stale
-    assert d.init(producer_id=r.producer_id, producer_epoch=0).error is ProducerFencedError
+    assert d.init(producer_id=r.producer_id, producer_epoch=0).error is errors.ProducerFencedError
     bumped = d.init(producer_id=r.producer_id, producer_epoch=1)
     assert bumped.producer_epoch == 2
     writes = len(d.log)
@@ -364,18 +350,18 @@ def test_verification_accepts_only_partitions_of_the_ongoing_transaction() -> No
     d = Driver()
     r = d.init()
     pid = r.producer_id
-    assert errors_of(d.verify(pid, 0, A)) == {InvalidTxnStateError}  # Empty
+    assert errors_of(d.verify(pid, 0, A)) == {errors.InvalidTxnStateError}  # Empty
     ok(d.add(pid, 0, A))
-    assert d.verify(pid, 0, A, B).errors == {A: None, B: InvalidTxnStateError}
-    assert errors_of(d.verify(pid, 1, A)) == {ProducerFencedError}
-    assert errors_of(d.verify(pid + 1, 0, A)) == {InvalidProducerIdMappingError}
+    assert d.verify(pid, 0, A, B).errors == {A: None, B: errors.InvalidTxnStateError}
+    assert errors_of(d.verify(pid, 1, A)) == {errors.ProducerFencedError}
+    assert errors_of(d.verify(pid + 1, 0, A)) == {errors.InvalidProducerIdMappingError}
     d.call(
         d.core.add_partitions_to_txn(
             transactional_id=TID, producer_id=pid, producer_epoch=0, partitions=(B,), now_ms=0
         ),
         complete=False,
     )
-    assert d.verify(pid, 0, B).errors == {B: InvalidTxnStateError}  # not durable yet
+    assert d.verify(pid, 0, B).errors == {B: errors.InvalidTxnStateError}  # not durable yet
     d.complete_appends()
     ok(d.verify(pid, 0, B))
     d.call(
@@ -384,10 +370,10 @@ def test_verification_accepts_only_partitions_of_the_ongoing_transaction() -> No
         ),
         complete=False,
     )
-    assert errors_of(d.verify(pid, 0, A)) == {ConcurrentTransactionsError}
+    assert errors_of(d.verify(pid, 0, A)) == {errors.ConcurrentTransactionsError}
     d.complete_appends()
     # Prepared: the epoch moved on, so the old epoch is fenced outright.
-    assert errors_of(d.verify(pid, 0, A)) == {ProducerFencedError}
+    assert errors_of(d.verify(pid, 0, A)) == {errors.ProducerFencedError}
 
 
 # -- EndTxn ------------------------------------------------------------------------------
@@ -433,12 +419,12 @@ def test_end_txn_retries_are_answered_and_late_ones_are_fenced() -> None:
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
     ok(d.end(pid, 0, COMMIT))
-    assert d.end(pid, 0, COMMIT).error is ConcurrentTransactionsError
+    assert d.end(pid, 0, COMMIT).error is errors.ConcurrentTransactionsError
     d.write_markers()
     assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None, pid, 1)
-    assert d.end(pid, 0, ABORT).error is InvalidTxnStateError
+    assert d.end(pid, 0, ABORT).error is errors.InvalidTxnStateError
     ok(d.add(pid, 1, B))
-    assert d.end(pid, 0, COMMIT).error is ProducerFencedError
+    assert d.end(pid, 0, COMMIT).error is errors.ProducerFencedError
     assert d.state().state is S.ONGOING
 
 
@@ -461,23 +447,23 @@ def test_end_txn_of_an_empty_transaction() -> None:
     to hand out a fresh epoch; version 1 refuses the abort too."""
     d = Driver()
     pid = d.init().producer_id
-    assert d.end(pid, 0, COMMIT).error is InvalidTxnStateError
+    assert d.end(pid, 0, COMMIT).error is errors.InvalidTxnStateError
     assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 1)
     assert d.markers == []
     assert d.state().state is S.COMPLETE_ABORT
     v1 = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
     pid = v1.init().producer_id
-    assert v1.end(pid, 0, ABORT).error is InvalidTxnStateError
+    assert v1.end(pid, 0, ABORT).error is errors.InvalidTxnStateError
 
 
 def test_end_txn_errors() -> None:
     d = Driver()
-    assert d.end(5, 0, COMMIT).error is InvalidProducerIdMappingError  # unknown id
+    assert d.end(5, 0, COMMIT).error is errors.InvalidProducerIdMappingError  # unknown id
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid + 1, 0, COMMIT).error is InvalidProducerIdMappingError
-    assert d.end(pid, 3, COMMIT).error is ProducerFencedError
-    assert d.end(pid, 0, COMMIT, tid="").error is InvalidRequestError
+    assert d.end(pid + 1, 0, COMMIT).error is errors.InvalidProducerIdMappingError
+    assert d.end(pid, 3, COMMIT).error is errors.ProducerFencedError
+    assert d.end(pid, 0, COMMIT, tid="").error is errors.InvalidRequestError
 
 
 # -- fencing and timeouts ----------------------------------------------------------------
@@ -490,13 +476,13 @@ def test_init_producer_id_aborts_the_ongoing_transaction_first() -> None:
     d = Driver()
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.init().error is ConcurrentTransactionsError
+    assert d.init().error is errors.ConcurrentTransactionsError
     assert d.state().state is S.PREPARE_ABORT and d.state().producer_epoch == 1
     assert (d.markers[0].result, d.markers[0].producer_epoch) == (ABORT, 1)
-    assert d.init().error is ConcurrentTransactionsError  # markers still due
-    assert d.end(pid, 0, COMMIT).error is ProducerFencedError
+    assert d.init().error is errors.ConcurrentTransactionsError  # markers still due
+    assert d.end(pid, 0, COMMIT).error is errors.ProducerFencedError
     d.write_markers()
-    assert d.init(producer_id=pid, producer_epoch=0).error is ProducerFencedError
+    assert d.init(producer_id=pid, producer_epoch=0).error is errors.ProducerFencedError
     assert d.init() == txn.InitProducerIdResponse(None, pid, 2)
 
 
@@ -513,10 +499,10 @@ def test_the_timeout_aborts_and_the_producer_may_recover() -> None:
     d.handle(d.core.tick(now_ms=d.now_ms))
     d.complete_appends()
     assert d.state().state is S.PREPARE_ABORT
-    assert errors_of(d.add(pid, 0, B)) == {ProducerFencedError}
+    assert errors_of(d.add(pid, 0, B)) == {errors.ProducerFencedError}
     d.write_markers()
     assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 1)
-    assert d.end(pid, 0, COMMIT).error is InvalidTxnStateError
+    assert d.end(pid, 0, COMMIT).error is errors.InvalidTxnStateError
 
 
 def test_expired_ids_get_a_tombstone_and_are_forgotten() -> None:
@@ -538,7 +524,7 @@ def test_expired_ids_get_a_tombstone_and_are_forgotten() -> None:
     assert d.core.transaction("idle") is None
     assert d.core.transaction("busy") is not None
     (described,) = d.core.describe_transactions(["idle"])
-    assert described.error is TransactionalIdNotFoundError
+    assert described.error is errors.TransactionalIdNotFoundError
 
 
 def test_a_failed_complete_write_is_retried_by_tick() -> None:
@@ -556,7 +542,7 @@ def test_a_failed_complete_write_is_retried_by_tick() -> None:
             now_ms=0,
         )
     )
-    d.complete_appends(error=NotEnoughReplicasError)
+    d.complete_appends(error=errors.NotEnoughReplicasError)
     assert d.state().state is S.PREPARE_ABORT
     d.now_ms += 10_000
     d.handle(d.core.tick(now_ms=d.now_ms))
@@ -644,7 +630,7 @@ def test_unload_answers_waiters_and_ignores_late_completions() -> None:
     outputs = d.core.unload(partition=d.core.partition_for(TID))
     assert outputs == (
         txn.TxnReply(
-            append.append_id, TID, txn.AddPartitionsToTxnResponse({A: NotCoordinatorError})
+            append.append_id, TID, txn.AddPartitionsToTxnResponse({A: errors.NotCoordinatorError})
         ),
     )
     assert d.core.transaction(TID) is None
@@ -683,7 +669,7 @@ def driver_in(state: TransactionState) -> Driver:
     return d
 
 
-_C, _I = ConcurrentTransactionsError, InvalidTxnStateError
+_C, _I = errors.ConcurrentTransactionsError, errors.InvalidTxnStateError
 # state -> (InitProducerId, AddPartitionsToTxn, EndTxn(commit), EndTxn(abort)), each
 # request made with the producer id and epoch the id holds in that state (None: done).
 COMMAND_MATRIX = {

@@ -406,18 +406,13 @@ class GroupCoordinatorService:
     async def _join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         self._check_open()
         decision = self.core.join_group(request, now_ms=self._clock_ms())
-        if decision.response is not None:
-            self._dispatch(decision.outputs)
-            return decision.response
         member_id = request.member_id
-        if not member_id and request.group_instance_id is not None:
+        if decision.response is None and not member_id and request.group_instance_id is not None:
             # A static member joins without a member id and is parked under the new one.
             group = self.core.group(request.group_id)
             assert group is not None
             member_id = group.static_members[request.group_instance_id]
-        future = self._park(self._joins, (request.group_id, member_id))
-        self._dispatch(decision.outputs)
-        return await future
+        return await self._settle(decision, self._joins, (request.group_id, member_id))
 
     async def _sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         self._check_open()

@@ -54,7 +54,6 @@ from raftka.broker.coordinator.group import (
     AppendRecords,
     Decision,
     ErrorType,
-    FencedInstanceIdError,
     Group,
     GroupConfig,
     GroupOutput,
@@ -66,8 +65,6 @@ from raftka.broker.coordinator.group import (
     LeaveGroupResponse,
     LeaveMember,
     LeaveMemberResult,
-    NonEmptyGroupError,
-    OffsetMetadataTooLargeError,
     SyncGroupRequest,
     SyncGroupResponse,
     coordinator_error_for_append,
@@ -87,12 +84,15 @@ from raftka.broker.coordinator.group_records import (
 )
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
+    FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     KafkaError,
+    NonEmptyGroupError,
     NotCoordinatorError,
+    OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )

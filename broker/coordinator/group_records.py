@@ -40,7 +40,7 @@ import base64
 import binascii
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final, TypeAlias
 
 import orjson
@@ -260,17 +260,16 @@ def _unb64(obj: Mapping[str, Any], name: str) -> bytes:
         raise OffsetsRecordError(f"field {name!r} is not base64: {exc}") from None
 
 
+def _as_object(
+    value: OffsetCommitValue | GroupMetadataValue | MemberMetadataValue,
+) -> dict[str, Any]:
+    """A stored value's fields as its JSON object has them, by the same names and in
+    the same order (not recursive: nested values are the caller's)."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
+
+
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
-    return orjson.dumps(
-        {
-            "version": OFFSET_COMMIT_VALUE_VERSION,
-            "offset": value.offset,
-            "leader_epoch": value.leader_epoch,
-            "metadata": value.metadata,
-            "commit_timestamp_ms": value.commit_timestamp_ms,
-            "expire_timestamp_ms": value.expire_timestamp_ms,
-        }
-    )
+    return orjson.dumps({"version": OFFSET_COMMIT_VALUE_VERSION, **_as_object(value)})
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
@@ -288,19 +287,11 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
     return orjson.dumps(
         {
             "version": GROUP_METADATA_VALUE_VERSION,
-            "protocol_type": value.protocol_type,
-            "generation": value.generation,
-            "protocol": value.protocol,
-            "leader": value.leader,
-            "current_state_timestamp_ms": value.current_state_timestamp_ms,
+            **_as_object(value),
+            # Bytes are stored as base64 strings (JSON has no bytes).
             "members": [
                 {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                    "session_timeout_ms": m.session_timeout_ms,
+                    **_as_object(m),
                     "subscription": _b64(m.subscription),
                     "assignment": _b64(m.assignment),
                 }

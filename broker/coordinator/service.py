@@ -36,7 +36,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -111,6 +111,8 @@ TIMER_IDLE_MS_MAX: Final = 1_000
 OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 T = TypeVar("T")
+V = TypeVar("V")
+P = TypeVar("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,17 @@ class RequestContext:
 def _error(error: ErrorType) -> ErrorObject | None:
     """The core names errors by class; the wire carries an instance's fields."""
     return None if error is None else error_object(error())
+
+
+def _by_topic(
+    answers: Mapping[TopicPartition, V], partition: Callable[[TopicPartition, V], P]
+) -> list[tuple[str, tuple[P, ...]]]:
+    """Per-partition ``answers`` as ``partition`` builds them, grouped by topic (topics
+    sorted by name, partitions in the answers' order)."""
+    topics: dict[str, list[P]] = {}
+    for tp, answer in answers.items():
+        topics.setdefault(tp.topic, []).append(partition(tp, answer))
+    return [(name, tuple(ps)) for name, ps in sorted(topics.items())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,18 +423,13 @@ class GroupCoordinatorService:
     async def _join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         self._check_open()
         decision = self.core.join_group(request, now_ms=self._clock_ms())
-        if decision.response is not None:
-            self._dispatch(decision.outputs)
-            return decision.response
         member_id = request.member_id
-        if not member_id and request.group_instance_id is not None:
+        if decision.response is None and not member_id and request.group_instance_id is not None:
             # A static member joins without a member id and is parked under the new one.
             group = self.core.group(request.group_id)
             assert group is not None
             member_id = group.static_members[request.group_instance_id]
-        future = self._park(self._joins, (request.group_id, member_id))
-        self._dispatch(decision.outputs)
-        return await future
+        return await self._settle(decision, self._joins, (request.group_id, member_id))
 
     async def _sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         self._check_open()
@@ -612,16 +620,14 @@ class GroupCoordinatorService:
                 retention_time_ms=request.retention_time_ms,
             )
         )
-        topics: dict[str, list[api.OffsetCommitPartitionResponse]] = {}
-        for tp, error in response.errors.items():
-            topics.setdefault(tp.topic, []).append(
-                api.OffsetCommitPartitionResponse(partition=tp.partition, error=_error(error))
-            )
+        topics = _by_topic(
+            response.errors,
+            lambda tp, error: api.OffsetCommitPartitionResponse(
+                partition=tp.partition, error=_error(error)
+            ),
+        )
         return api.OffsetCommitResponse(
-            topics=tuple(
-                api.OffsetCommitTopicResponse(name=n, partitions=tuple(ps))
-                for n, ps in sorted(topics.items())
-            )
+            topics=tuple(api.OffsetCommitTopicResponse(name=n, partitions=ps) for n, ps in topics)
         )
 
     async def offset_fetch(
@@ -633,22 +639,18 @@ class GroupCoordinatorService:
                 TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
             )
         response = self._offset_fetch(request.group_id, wanted)
-        topics: dict[str, list[api.OffsetFetchPartitionResponse]] = {}
-        for tp, committed in response.offsets.items():
-            topics.setdefault(tp.topic, []).append(
-                api.OffsetFetchPartitionResponse(
-                    partition=tp.partition,
-                    offset=committed.offset,
-                    leader_epoch=committed.leader_epoch,
-                    metadata=committed.metadata,
-                )
-            )
+        topics = _by_topic(
+            response.offsets,
+            lambda tp, committed: api.OffsetFetchPartitionResponse(
+                partition=tp.partition,
+                offset=committed.offset,
+                leader_epoch=committed.leader_epoch,
+                metadata=committed.metadata,
+            ),
+        )
         return api.OffsetFetchResponse(
             error=_error(response.error),
-            topics=tuple(
-                api.OffsetFetchTopicResponse(name=n, partitions=tuple(ps))
-                for n, ps in sorted(topics.items())
-            ),
+            topics=tuple(api.OffsetFetchTopicResponse(name=n, partitions=ps) for n, ps in topics),
         )
 
     async def list_groups(

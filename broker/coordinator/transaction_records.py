@@ -31,8 +31,8 @@ CORRUPT_MESSAGE), never a bare ``struct.error`` or ``msgspec`` exception.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Annotated, Final
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -144,7 +144,30 @@ class _ValueV0(Message, frozen=True):
     transaction_last_update_time_ms: _TimeMs
 
 
+#: The fields a value holds exactly as the metadata does (the id is the key, and the
+#: partitions are grouped by topic).
+_SAME_FIELDS: Final = (
+    "producer_id",
+    "last_producer_id",
+    "producer_epoch",
+    "last_producer_epoch",
+    "transaction_timeout_ms",
+    "state",
+    "transaction_start_time_ms",
+    "transaction_last_update_time_ms",
+)
+assert set(_ValueV0.__struct_fields__) == {"version", "partitions", *_SAME_FIELDS}
+assert {f.name for f in fields(TransactionMetadata)} == {
+    "transactional_id",
+    "partitions",
+    *_SAME_FIELDS,
+}
+
 _ENCODER: Final = msgspec.json.Encoder()
+
+
+def _same_fields(source: TransactionMetadata | _ValueV0) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in _SAME_FIELDS}
 
 
 def encode_transaction_value(metadata: TransactionMetadata) -> bytes:
@@ -154,15 +177,8 @@ def encode_transaction_value(metadata: TransactionMetadata) -> bytes:
     return _ENCODER.encode(
         _ValueV0(
             version=TRANSACTION_VALUE_VERSION,
-            producer_id=metadata.producer_id,
-            last_producer_id=metadata.last_producer_id,
-            producer_epoch=metadata.producer_epoch,
-            last_producer_epoch=metadata.last_producer_epoch,
-            transaction_timeout_ms=metadata.transaction_timeout_ms,
-            state=metadata.state,
             partitions=[_TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
-            transaction_start_time_ms=metadata.transaction_start_time_ms,
-            transaction_last_update_time_ms=metadata.transaction_last_update_time_ms,
+            **_same_fields(metadata),
         )
     )
 
@@ -187,16 +203,7 @@ def decode_transaction_value(transactional_id: str, data: bytes) -> TransactionM
     if problem is not None:
         raise TransactionRecordError(f"inconsistent transaction value: {problem}")
     return TransactionMetadata(
-        transactional_id=transactional_id,
-        producer_id=value.producer_id,
-        last_producer_id=value.last_producer_id,
-        producer_epoch=value.producer_epoch,
-        last_producer_epoch=value.last_producer_epoch,
-        transaction_timeout_ms=value.transaction_timeout_ms,
-        state=value.state,
-        partitions=partitions,
-        transaction_start_time_ms=value.transaction_start_time_ms,
-        transaction_last_update_time_ms=value.transaction_last_update_time_ms,
+        transactional_id=transactional_id, partitions=partitions, **_same_fields(value)
     )
 
 

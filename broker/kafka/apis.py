@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -43,6 +44,7 @@ from raftka.metadata.topic_control import describe_configs
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
+    from raftka.metadata.image import MetadataImage
 
 __all__ = ["KAFKA_ENDPOINT", "PRODUCE_KEY", "SUPPORTED", "KafkaApis"]
 
@@ -179,6 +181,79 @@ def _topics_response(
             for t, ps in _by_topic(items)
         ),
     )
+
+
+def _copy(cls: type[Any], message: msgspec.Struct, **fields: Any) -> Any:
+    """``cls`` built from the fields of ``message`` it has by the same name (the group
+    coordinator's messages keep Kafka's field names) and ``fields``, which win."""
+    return _build(cls, **{**msgspec.structs.asdict(message), **fields})
+
+
+def _topic_tree(
+    topic_cls: type[Any], topics: Iterable[Any], partition: Callable[[str, Any], Any]
+) -> tuple[Any, ...]:
+    """One ``topic_cls`` per item of ``topics`` (each with a ``name`` and its
+    ``partitions``), in order, its partitions built by ``partition(name, p)``."""
+    return tuple(
+        _build(topic_cls, name=t.name, partitions=tuple(partition(t.name, p) for p in t.partitions))
+        for t in topics
+    )
+
+
+def _partition_results(
+    partition_cls: type[Any],
+    results: Iterable[Any],
+    fields: Callable[[Any], dict[str, Any]],
+    *,
+    index_field: str = "partition_index",
+) -> Iterable[tuple[str, Any]]:
+    """The replica manager's per-partition ``results`` as (topic, ``partition_cls``
+    with the partition's index (named ``index_field``), its error and ``fields(r)``)."""
+    return (
+        (
+            r.topic,
+            _build(
+                partition_cls, **{index_field: r.partition}, error_code=_code(r.error), **fields(r)
+            ),
+        )
+        for r in results
+    )
+
+
+def _resource_result(
+    result_cls: type[Any], resource: Any, code: ErrorCode, message: str | None, **fields: Any
+) -> Any:
+    """One config resource's answer in (Incremental)AlterConfigs and DescribeConfigs."""
+    return _build(
+        result_cls,
+        error_code=code,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **fields,
+    )
+
+
+def _kafka_brokers(
+    image: MetadataImage, broker_cls: type[Any], *, id_field: str
+) -> tuple[Any, ...]:
+    """The live brokers of ``image`` as Metadata and DescribeCluster list them (the
+    broker's id named ``id_field``): only those with a Kafka listener, since a broker
+    without one is unreachable to a Kafka client."""
+    brokers = []
+    for b in image.cluster.live_brokers():
+        endpoint = b.endpoint(KAFKA_ENDPOINT)
+        if endpoint is not None:
+            brokers.append(
+                _build(
+                    broker_cls,
+                    **{id_field: b.broker_id},
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    rack=b.rack,
+                )
+            )
+    return tuple(brokers)
 
 
 def _cluster_id(controller_ids: Sequence[int], controllers: Sequence[str]) -> str:
@@ -331,19 +406,7 @@ class KafkaApis:
             request, "allow_auto_topic_creation", True
         )
         created = await self._auto_create(missing) if missing and auto_create else set()
-        brokers = []
-        for b in image.cluster.live_brokers():
-            endpoint = b.endpoint(KAFKA_ENDPOINT)
-            if endpoint is not None:  # a broker without a Kafka listener is unreachable
-                brokers.append(
-                    _build(
-                        broker_cls,
-                        node_id=b.broker_id,
-                        host=endpoint.host,
-                        port=endpoint.port,
-                        rack=b.rack,
-                    )
-                )
+        brokers = _kafka_brokers(image, broker_cls, id_field="node_id")
         topics = []
         names = sorted(image.topics.by_name) if wanted is None else wanted
         for name in names:
@@ -395,7 +458,7 @@ class KafkaApis:
         return _build(
             cls,
             throttle_time=_NO_TIME,
-            brokers=tuple(brokers),
+            brokers=brokers,
             cluster_id=self._cluster_id(),
             controller_id=server.config.node_id,
             topics=tuple(topics),
@@ -519,23 +582,18 @@ class KafkaApis:
         topic_cls = _nested(cls, "FetchableTopicResponse")
         # read_committed wants a (here always empty) aborted list; read_uncommitted null.
         aborted = () if getattr(request, "isolation_level", 0) == 1 else None
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    error_code=_code(r.error),
-                    high_watermark=r.high_watermark,
-                    # No transactions yet: the last stable offset is the high watermark.
-                    last_stable_offset=r.high_watermark,
-                    log_start_offset=r.log_start_offset,
-                    aborted_transactions=aborted,
-                    preferred_read_replica=-1,
-                    records=r.records,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {
+                "high_watermark": r.high_watermark,
+                # No transactions yet: the last stable offset is the high watermark.
+                "last_stable_offset": r.high_watermark,
+                "log_start_offset": r.log_start_offset,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": -1,
+                "records": r.records,
+            },
         )
         return _build(
             cls,
@@ -560,19 +618,14 @@ class KafkaApis:
         )
         partition_cls = _nested(cls, "ListOffsetsPartitionResponse")
         topic_cls = _nested(cls, "ListOffsetsTopicResponse")
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    error_code=_code(r.error),
-                    timestamp=r.timestamp,
-                    offset=r.offset,
-                    leader_epoch=r.leader_epoch,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {
+                "timestamp": r.timestamp,
+                "offset": r.offset,
+                "leader_epoch": r.leader_epoch,
+            },
         )
         return _topics_response(cls, topic_cls, items)
 
@@ -591,18 +644,11 @@ class KafkaApis:
                 for p in t.partitions
             ]
         )
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    error_code=_code(r.error),
-                    partition=r.partition,
-                    leader_epoch=r.leader_epoch,
-                    end_offset=r.end_offset,
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls,
+            results,
+            lambda r: {"leader_epoch": r.leader_epoch, "end_offset": r.end_offset},
+            index_field="partition",
         )
         return _topics_response(cls, topic_cls, items, name_field="topic")
 
@@ -610,43 +656,28 @@ class KafkaApis:
 
     async def init_producer_id(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(22, version)
+
+        def answer(code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=code,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+            )
+
         if request.transactional_id is not None:
             # Transactions do not exist yet: a transactional producer gets a fatal error.
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.transactional_id_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            return answer(ErrorCode.transactional_id_authorization_failed)
         ids = self._server.producer_ids
         if ids is None:
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.broker_not_available,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            return answer(ErrorCode.broker_not_available)
         timeout_ms = self._server.config.request_timeout_ms
         try:
             producer_id = await ids.next_producer_id(timeout_ms=timeout_ms)
         except TimeoutError:
-            error = RequestTimedOutError("no producer id block from the controller")
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=_code(error),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            error_code=ErrorCode.none,
-            producer_id=producer_id,
-            producer_epoch=0,
-        )
+            return answer(_code(RequestTimedOutError("no producer id block from the controller")))
+        return answer(ErrorCode.none, producer_id, 0)
 
     # ------------------------------------------------------------------ CreateTopics
 
@@ -770,16 +801,7 @@ class KafkaApis:
                     )
                     for e in found.entries
                 )
-            results.append(
-                _build(
-                    result_cls,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                    configs=entries,
-                )
-            )
+            results.append(_resource_result(result_cls, resource, code, message, configs=entries))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
 
     async def incremental_alter_configs(self, request: Any, version: int, call: Call) -> Any:
@@ -859,15 +881,7 @@ class KafkaApis:
                 code, message = _controller_result(
                     answers.get((kind, resource.resource_name)), failure
                 )
-            results.append(
-                _build(
-                    result_cls,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
+            results.append(_resource_result(result_cls, resource, code, message))
         return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
 
     # ------------------------------------------------------------------ DeleteRecords
@@ -884,17 +898,8 @@ class KafkaApis:
         results = await delete_records(
             self._server.manager, entries, timeout_ms=_ms(request.timeout)
         )
-        items = (
-            (
-                r.topic,
-                _build(
-                    partition_cls,
-                    partition_index=r.partition,
-                    low_watermark=r.low_watermark,
-                    error_code=_code(r.error),
-                ),
-            )
-            for r in results
+        items = _partition_results(
+            partition_cls, results, lambda r: {"low_watermark": r.low_watermark}
         )
         return _topics_response(cls, topic_cls, items)
 
@@ -970,19 +975,7 @@ class KafkaApis:
                 brokers=(),
                 cluster_authorized_operations=_NO_OPERATIONS,
             )
-        brokers = []
-        for b in self._server.manager.image.cluster.live_brokers():
-            endpoint = b.endpoint(KAFKA_ENDPOINT)
-            if endpoint is not None:  # as Metadata: a broker without a Kafka listener
-                brokers.append(
-                    _build(
-                        broker_cls,
-                        broker_id=b.broker_id,
-                        host=endpoint.host,
-                        port=endpoint.port,
-                        rack=b.rack,
-                    )
-                )
+        brokers = _kafka_brokers(self._server.manager.image, broker_cls, id_field="broker_id")
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -992,7 +985,7 @@ class KafkaApis:
             cluster_id=self._cluster_id(),
             # As Metadata: this broker forwards admin requests to the active controller.
             controller_id=self._server.config.node_id,
-            brokers=tuple(brokers),
+            brokers=brokers,
             cluster_authorized_operations=_NO_OPERATIONS,
         )
 
@@ -1001,52 +994,91 @@ class KafkaApis:
     def _context(self, call: Call) -> RequestContext:
         return RequestContext(client_host=f"/{call.client_host}")
 
-    async def _group_call(self, method: str, message: Message, call: Call) -> Any:
-        service = self._server.coordinator
-        return await getattr(service, method)(message, self._context(call))
+    async def _group_call(
+        self, method: str, fields: dict[str, Any], message_type: type[Message], call: Call
+    ) -> Any:
+        """The group coordinator service's answer to ``fields`` as a ``message_type``,
+        checked as the HTTP API checks it (decode_value: group id, sizes); KafkaError
+        when the request does not check out or the service refuses it."""
+        message = decode_value(fields, message_type)
+        return await getattr(self._server.coordinator, method)(message, self._context(call))
+
+    async def _group_answer(
+        self,
+        cls: type[Any],
+        call: Call,
+        method: str,
+        fields: dict[str, Any],
+        message_type: type[Message],
+        *,
+        answer: Callable[[Any], dict[str, Any]],
+        **failed: Any,
+    ) -> Any:
+        """A group API whose answer has one error code: ``cls`` built from ``answer``'s
+        fields of the service's answer, or, when the call raised, from its error and the
+        empty values ``failed``."""
+        try:
+            r = await self._group_call(method, fields, message_type, call)
+        except KafkaError as e:
+            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), **failed)
+        return _build(cls, throttle_time=_NO_TIME, **{"error_code": _code(r.error), **answer(r)})
+
+    async def _group_results(
+        self, call: Call, method: str, fields: dict[str, Any], message_type: type[Message]
+    ) -> tuple[Any, ErrorCode]:
+        """A group API whose answer has one error per item: the service's answer and
+        the error of an item it did not answer for (the call's error, if it raised)."""
+        try:
+            r = await self._group_call(method, fields, message_type, call)
+        except KafkaError as e:
+            return None, _code(e)
+        return r, ErrorCode.unknown_server_error
 
     async def find_coordinator(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(10, version)
+
+        def answer(
+            code: ErrorCode, message: str | None, node_id: int = -1, host: str = "", port: int = -1
+        ) -> Any:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=code,
+                error_message=message,
+                node_id=node_id,
+                host=host,
+                port=port,
+            )
+
+        fields = {"key": request.key, "key_type": int(getattr(request, "key_type", 0))}
         try:
-            message = decode_value(
-                {"key": request.key, "key_type": int(getattr(request, "key_type", 0))},
-                group_api.FindCoordinatorRequest,
+            found = await self._group_call(
+                "find_coordinator", fields, group_api.FindCoordinatorRequest, call
             )
-            found = await self._group_call("find_coordinator", message, call)
         except KafkaError as e:
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=_code(e),
-                error_message=e.message,
-                node_id=-1,
-                host="",
-                port=-1,
+            return answer(_code(e), e.message)
+        if found.error is not None:
+            return answer(_code(found.error), _message(found.error))
+        address = self._kafka_address(found.node_id)
+        if address is None:
+            return answer(
+                ErrorCode.coordinator_not_available, "the coordinator has no Kafka listener"
             )
-        address = None if found.error is not None else self._kafka_address(found.node_id)
-        if found.error is None and address is None:
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.coordinator_not_available,
-                error_message="the coordinator has no Kafka listener",
-                node_id=-1,
-                host="",
-                port=-1,
-            )
-        host, port = address if address is not None else ("", -1)
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(found.error),
-            error_message=_message(found.error),
-            node_id=found.node_id if address else -1,
-            host=host,
-            port=port,
-        )
+        return answer(ErrorCode.none, None, found.node_id, *address)
+
+    @staticmethod
+    def _member_fields(request: Any) -> dict[str, Any]:
+        """The fields that name a member of a generation (SyncGroup, Heartbeat)."""
+        return {
+            "group_id": request.group_id,
+            "generation_id": int(request.generation_id),
+            "member_id": request.member_id,
+            "group_instance_id": getattr(request, "group_instance_id", None),
+        }
 
     async def join_group(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(11, version)
+        member_cls = _nested(cls, "JoinGroupResponseMember")
         rebalance = getattr(request, "rebalance_timeout", None)
         fields: dict[str, Any] = {
             "group_id": request.group_id,
@@ -1060,50 +1092,38 @@ class KafkaApis:
             ],
             "client_id": call.client_id or "",
         }
-        member_cls = _nested(cls, "JoinGroupResponseMember")
-        try:
-            # decode_value checks the bounds the HTTP API checks (group id, sizes).
-            message = _decode_group(fields, group_api.JoinGroupRequest)
-            r = await self._group_call("join_group", message, call)
-        except KafkaError as e:
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=_code(e),
-                generation_id=-1,
-                protocol_type=None,
-                protocol_name="" if version < 7 else None,
-                leader="",
-                member_id="",
-                members=(),
-            )
-        return _build(
+
+        def answer(r: Any) -> dict[str, Any]:
+            return {
+                "generation_id": r.generation_id,
+                "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name
+                if r.protocol_name is not None or version >= 7
+                else "",
+                "leader": r.leader,
+                "member_id": r.member_id,
+                "members": tuple(_copy(member_cls, m) for m in r.members),
+            }
+
+        return await self._group_answer(
             cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(r.error),
-            generation_id=r.generation_id,
-            protocol_type=r.protocol_type,
-            protocol_name=r.protocol_name if r.protocol_name is not None or version >= 7 else "",
-            leader=r.leader,
-            member_id=r.member_id,
-            members=tuple(
-                _build(
-                    member_cls,
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    metadata=m.metadata,
-                )
-                for m in r.members
-            ),
+            call,
+            "join_group",
+            fields,
+            group_api.JoinGroupRequest,
+            answer=answer,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name="" if version < 7 else None,
+            leader="",
+            member_id="",
+            members=(),
         )
 
     async def sync_group(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(14, version)
         fields = {
-            "group_id": request.group_id,
-            "generation_id": int(request.generation_id),
-            "member_id": request.member_id,
-            "group_instance_id": getattr(request, "group_instance_id", None),
+            **self._member_fields(request),
             "protocol_type": getattr(request, "protocol_type", None),
             "protocol_name": getattr(request, "protocol_name", None),
             "assignments": [
@@ -1111,36 +1131,30 @@ class KafkaApis:
                 for a in request.assignments
             ],
         }
-        try:
-            r = await self._group_call(
-                "sync_group", _decode_group(fields, group_api.SyncGroupRequest), call
-            )
-        except KafkaError as e:
-            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), assignment=b"")
-        return _build(
+
+        def answer(r: Any) -> dict[str, Any]:
+            return {
+                "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name,
+                "assignment": r.assignment,
+            }
+
+        return await self._group_answer(
             cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(r.error),
-            protocol_type=r.protocol_type,
-            protocol_name=r.protocol_name,
-            assignment=r.assignment,
+            call,
+            "sync_group",
+            fields,
+            group_api.SyncGroupRequest,
+            answer=answer,
+            assignment=b"",
         )
 
     async def heartbeat(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(12, version)
-        fields = {
-            "group_id": request.group_id,
-            "generation_id": int(request.generation_id),
-            "member_id": request.member_id,
-            "group_instance_id": getattr(request, "group_instance_id", None),
-        }
-        try:
-            r = await self._group_call(
-                "heartbeat", _decode_group(fields, group_api.HeartbeatRequest), call
-            )
-        except KafkaError as e:
-            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e))
-        return _build(cls, throttle_time=_NO_TIME, error_code=_code(r.error))
+        fields = self._member_fields(request)
+        return await self._group_answer(
+            cls, call, "heartbeat", fields, group_api.HeartbeatRequest, answer=lambda r: {}
+        )
 
     async def leave_group(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(13, version)
@@ -1151,35 +1165,20 @@ class KafkaApis:
                 {"member_id": m.member_id, "group_instance_id": m.group_instance_id}
                 for m in request.members
             ]
-        member_cls = _nested(cls, "MemberResponse") if version >= 3 else None
-        try:
-            r = await self._group_call(
-                "leave_group",
-                _decode_group(
-                    {"group_id": request.group_id, "members": members}, group_api.LeaveGroupRequest
-                ),
-                call,
-            )
-        except KafkaError as e:
-            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), members=())
-        top = r.error
-        if version < 3 and top is None and r.members:
-            top = r.members[0].error  # one member: its error is the request's
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(top),
-            members=()
-            if member_cls is None
-            else tuple(
-                _build(
-                    member_cls,
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    error_code=_code(m.error),
-                )
-                for m in r.members
-            ),
+        fields = {"group_id": request.group_id, "members": members}
+
+        def answer(r: Any) -> dict[str, Any]:
+            if version < 3:
+                # One member: its error is the request's.
+                top = r.error if r.error is not None or not r.members else r.members[0].error
+                return {"error_code": _code(top), "members": ()}
+            member_cls = _nested(cls, "MemberResponse")
+            return {
+                "members": tuple(_copy(member_cls, m, error_code=_code(m.error)) for m in r.members)
+            }
+
+        return await self._group_answer(
+            cls, call, "leave_group", fields, group_api.LeaveGroupRequest, answer=answer, members=()
         )
 
     async def offset_commit(self, request: Any, version: int, call: Call) -> Any:
@@ -1210,36 +1209,24 @@ class KafkaApis:
                 for t in request.topics
             ],
         }
-        try:
-            r = await self._group_call(
-                "offset_commit", _decode_group(fields, group_api.OffsetCommitRequest), call
+        r, failed = await self._group_results(
+            call, "offset_commit", fields, group_api.OffsetCommitRequest
+        )
+        answers = (
+            {}
+            if r is None
+            else {(t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions}
+        )
+
+        def partition(topic: str, p: Any) -> Any:
+            return _build(
+                partition_cls,
+                partition_index=p.partition_index,
+                error_code=answers.get((topic, int(p.partition_index)), failed),
             )
-            answers = {
-                (t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions
-            }
-        except KafkaError as e:
-            answers = {}
-            failed = _code(e)
-        else:
-            failed = ErrorCode.unknown_server_error
+
         return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            topics=tuple(
-                _build(
-                    topic_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        _build(
-                            partition_cls,
-                            partition_index=p.partition_index,
-                            error_code=answers.get((t.name, int(p.partition_index)), failed),
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
+            cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, request.topics, partition)
         )
 
     async def offset_fetch(self, request: Any, version: int, call: Call) -> Any:
@@ -1252,78 +1239,56 @@ class KafkaApis:
                 {"name": t.name, "partitions": [{"partition": int(i)} for i in t.partition_indexes]}
                 for t in request.topics
             ]
-        try:
-            r = await self._group_call(
-                "offset_fetch",
-                _decode_group(
-                    {"group_id": request.group_id, "topics": topics}, group_api.OffsetFetchRequest
-                ),
-                call,
+        fields = {"group_id": request.group_id, "topics": topics}
+
+        def partition(topic: str, p: Any) -> Any:
+            return _build(
+                partition_cls,
+                partition_index=p.partition,
+                committed_offset=p.offset,
+                committed_leader_epoch=-1 if p.leader_epoch is None else p.leader_epoch,
+                metadata=p.metadata,
+                error_code=_code(p.error),
             )
-        except KafkaError as e:
-            return _build(cls, throttle_time=_NO_TIME, topics=(), error_code=_code(e))
-        return _build(
+
+        def answer(r: Any) -> dict[str, Any]:
+            return {"topics": _topic_tree(topic_cls, r.topics, partition)}
+
+        return await self._group_answer(
             cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(r.error),
-            topics=tuple(
-                _build(
-                    topic_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        _build(
-                            partition_cls,
-                            partition_index=p.partition,
-                            committed_offset=p.offset,
-                            committed_leader_epoch=-1 if p.leader_epoch is None else p.leader_epoch,
-                            metadata=p.metadata,
-                            error_code=_code(p.error),
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in r.topics
-            ),
+            call,
+            "offset_fetch",
+            fields,
+            group_api.OffsetFetchRequest,
+            answer=answer,
+            topics=(),
         )
 
     async def list_groups(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(16, version)
         group_cls = _nested(cls, "ListedGroup")
         states = getattr(request, "states_filter", ())
-        try:
-            r = await self._group_call(
-                "list_groups",
-                _decode_group(
-                    {"states_filter": list(states) if states else None}, group_api.ListGroupsRequest
-                ),
-                call,
-            )
-        except KafkaError as e:
-            return _build(cls, throttle_time=_NO_TIME, error_code=_code(e), groups=())
-        return _build(
+        fields = {"states_filter": list(states) if states else None}
+        return await self._group_answer(
             cls,
-            throttle_time=_NO_TIME,
-            error_code=_code(r.error),
-            groups=tuple(
-                _build(
-                    group_cls,
-                    group_id=g.group_id,
-                    protocol_type=g.protocol_type,
-                    group_state=g.state,
-                )
-                for g in r.groups
-            ),
+            call,
+            "list_groups",
+            fields,
+            group_api.ListGroupsRequest,
+            answer=lambda r: {
+                "groups": tuple(_copy(group_cls, g, group_state=g.state) for g in r.groups)
+            },
+            groups=(),
         )
 
     async def describe_groups(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(15, version)
         group_cls = _nested(cls, "DescribedGroup")
         member_cls = _nested(cls, "DescribedGroupMember")
+        fields = {"groups": list(request.groups)}
         try:
             r = await self._group_call(
-                "describe_groups",
-                _decode_group({"groups": list(request.groups)}, group_api.DescribeGroupsRequest),
-                call,
+                "describe_groups", fields, group_api.DescribeGroupsRequest, call
             )
             described = r.groups
         except KafkaError as e:
@@ -1337,26 +1302,14 @@ class KafkaApis:
             cls,
             throttle_time=_NO_TIME,
             groups=tuple(
-                _build(
+                _copy(
                     group_cls,
+                    g,
                     error_code=_code(g.error),
-                    group_id=g.group_id,
                     group_state=g.state,
-                    protocol_type=g.protocol_type,
                     protocol_data=g.protocol,
-                    members=tuple(
-                        _build(
-                            member_cls,
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            member_metadata=m.member_metadata,
-                            member_assignment=m.member_assignment,
-                        )
-                        for m in g.members
-                    ),
-                    authorized_operations=-2147483648,
+                    members=tuple(_copy(member_cls, m) for m in g.members),
+                    authorized_operations=_NO_OPERATIONS,
                 )
                 for g in described
             ),
@@ -1366,16 +1319,10 @@ class KafkaApis:
         cls = load_response_schema(42, version)
         result_cls = _nested(cls, "DeletableGroupResult")
         names = list(request.groups_names)
-        try:
-            r = await self._group_call(
-                "delete_groups",
-                _decode_group({"groups": names}, group_api.DeleteGroupsRequest),
-                call,
-            )
-            answers = {g.group_id: _code(g.error) for g in r.results}
-            failed = ErrorCode.unknown_server_error
-        except KafkaError as e:
-            answers, failed = {}, _code(e)
+        r, failed = await self._group_results(
+            call, "delete_groups", {"groups": names}, group_api.DeleteGroupsRequest
+        )
+        answers = {} if r is None else {g.group_id: _code(g.error) for g in r.results}
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -1406,8 +1353,3 @@ def _controller_result(
 
 def _epoch(value: int) -> int | None:
     return None if value < 0 else int(value)
-
-
-def _decode_group(fields: dict[str, Any], message_type: type[Any]) -> Any:
-    """A group coordinator message, checked as the HTTP API checks it."""
-    return decode_value(fields, message_type)

@@ -10,30 +10,13 @@ At the end, replaying the appended records into a fresh manager reproduces the g
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from raftka.broker.coordinator import (
-    AppendRecords,
-    CommitReply,
-    FencedInstanceIdError,
-    GroupConfig,
-    GroupCoordinatorConfig,
-    GroupManager,
-    GroupState,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    JoinReply,
-    LeaveMember,
-    OffsetCommitRequest,
-    OffsetsRecord,
-    Output,
-    SyncGroupRequest,
-    SyncReply,
-)
+from raftka.broker import coordinator
 from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     decode_group_metadata_value,
@@ -72,11 +55,11 @@ class Client:
 
 @dataclass
 class Harness:
-    manager: GroupManager
+    manager: coordinator.GroupManager
     clients: list[Client]
     now_ms: int = 0
-    log: list[OffsetsRecord] = field(default_factory=list)
-    pending: list[AppendRecords] = field(default_factory=list)
+    log: list[coordinator.OffsetsRecord] = field(default_factory=list)
+    pending: list[coordinator.AppendRecords] = field(default_factory=list)
     fail_next: bool = False
     last_generation: int = 0
     # A deleted group comes back with generation 0: keys are (incarnation, generation).
@@ -95,13 +78,13 @@ class Harness:
         static = client is self.clients[STATIC_CLIENT]
         return INSTANCE if static else member_id
 
-    def absorb(self, outputs: tuple[Output, ...]) -> None:
+    def absorb(self, outputs: tuple[coordinator.Output, ...]) -> None:
         for out in outputs:
-            if isinstance(out, AppendRecords):
+            if isinstance(out, coordinator.AppendRecords):
                 self.pending.append(out)
-            elif isinstance(out, JoinReply):
+            elif isinstance(out, coordinator.JoinReply):
                 self.on_join(out.member_id, out.response)
-            elif isinstance(out, SyncReply):
+            elif isinstance(out, coordinator.SyncReply):
                 response = out.response
                 client = self.client_of(out.member_id)
                 if client is None:
@@ -116,9 +99,9 @@ class Harness:
                 for p in decode_assignment(response.assignment):
                     by_partition.setdefault(p, set()).add(self.identity(out.member_id))
             else:
-                assert isinstance(out, CommitReply)
+                assert isinstance(out, coordinator.CommitReply)
 
-    def on_join(self, member_id: str, response: JoinGroupResponse) -> None:
+    def on_join(self, member_id: str, response: coordinator.JoinGroupResponse) -> None:
         client = self.client_of(member_id)
         if client is None:
             return  # a fenced or forgotten incarnation
@@ -146,7 +129,7 @@ class Harness:
             )
 
 
-def may_fail(append: AppendRecords) -> bool:
+def may_fail(append: coordinator.AppendRecords) -> bool:
     """Only appends the coordinator answers for may fail: commits and assignments (an
     unanswered store, like Kafka's, is assumed to succeed)."""
     for record in append.records:
@@ -165,10 +148,10 @@ def decode_assignment(raw: bytes) -> list[int]:
     return [int(p) for p in raw.decode().split(",") if p]
 
 
-def new_manager() -> GroupManager:
-    manager = GroupManager(
-        config=GroupCoordinatorConfig(
-            group=GroupConfig(group_initial_rebalance_delay_ms=3_000, group_max_size=5)
+def new_manager() -> coordinator.GroupManager:
+    manager = coordinator.GroupManager(
+        config=coordinator.GroupCoordinatorConfig(
+            group=coordinator.GroupConfig(group_initial_rebalance_delay_ms=3_000, group_max_size=5)
         ),
         rng=random.Random(0),
         partition_for=lambda group_id: 0,
@@ -187,7 +170,7 @@ def act_join(h: Harness, c: int, fresh_static: bool) -> None:
     if fresh_static and instance is not None:
         client.reset()  # a restarted static consumer: same instance id, no member id
     decision = h.manager.join_group(
-        JoinGroupRequest(
+        coordinator.JoinGroupRequest(
             group_id=G,
             member_id=client.member_id,
             group_instance_id=instance,
@@ -229,12 +212,12 @@ def act_sync(h: Harness, c: int) -> None:
         h.leader_assignment.setdefault((h.incarnation, client.generation), assignments)
     instance = INSTANCE if c == STATIC_CLIENT else None
     decision = h.manager.sync_group(
-        SyncGroupRequest(G, client.generation, client.member_id, instance, assignments),
+        coordinator.SyncGroupRequest(G, client.generation, client.member_id, instance, assignments),
         now_ms=h.now_ms,
     )
     client.parked = decision.response is None
     if decision.response is not None:
-        h.absorb((SyncReply(G, client.member_id, decision.response),))
+        h.absorb((coordinator.SyncReply(G, client.member_id, decision.response),))
     h.absorb(decision.outputs)
 
 
@@ -243,9 +226,10 @@ def act_heartbeat(h: Harness, c: int) -> None:
     if client.member_id:
         instance = INSTANCE if c == STATIC_CLIENT else None
         error = h.manager.heartbeat(
-            HeartbeatRequest(G, client.generation, client.member_id, instance), now_ms=h.now_ms
+            coordinator.HeartbeatRequest(G, client.generation, client.member_id, instance),
+            now_ms=h.now_ms,
         ).error
-        if error in (UnknownMemberIdError, FencedInstanceIdError):
+        if error in (UnknownMemberIdError, coordinator.FencedInstanceIdError):
             client.reset()
         elif error is not None:
             client.generation = -1
@@ -268,7 +252,7 @@ def act_leave(h: Harness, c: int) -> None:
     client = h.clients[c]
     if client.member_id:
         decision = h.manager.leave_group(
-            group_id=G, members=(LeaveMember(client.member_id),), now_ms=h.now_ms
+            group_id=G, members=(coordinator.LeaveMember(client.member_id),), now_ms=h.now_ms
         )
         client.reset()
         h.absorb(decision.outputs)
@@ -285,16 +269,16 @@ def act_commit(h: Harness, c: int, offset: int) -> None:
         known = group.static_members.get(INSTANCE) if instance else None
         fenced = known is not None and known != client.member_id
         expected = not fenced and (
-            (generation < 0 and group.state is GroupState.EMPTY)
+            (generation < 0 and group.state is coordinator.GroupState.EMPTY)
             or (
-                group.state is not GroupState.COMPLETING_REBALANCE
+                group.state is not coordinator.GroupState.COMPLETING_REBALANCE
                 and client.member_id in group.members
                 and generation == group.generation_id
             )
         )
     offsets = {PARTITIONS[offset % len(PARTITIONS)]: OffsetAndMetadata(offset)}
     decision = h.manager.offset_commit(
-        OffsetCommitRequest(G, generation, client.member_id, offsets, instance),
+        coordinator.OffsetCommitRequest(G, generation, client.member_id, offsets, instance),
         now_ms=h.now_ms,
     )
     accepted = decision.response is None
@@ -305,7 +289,7 @@ def act_commit(h: Harness, c: int, offset: int) -> None:
 def act_manual_commit(h: Harness, offset: int) -> None:
     offsets = {PARTITIONS[offset % len(PARTITIONS)]: OffsetAndMetadata(offset, "m")}
     decision = h.manager.offset_commit(
-        OffsetCommitRequest(MANUAL, -1, "", offsets), now_ms=h.now_ms
+        coordinator.OffsetCommitRequest(MANUAL, -1, "", offsets), now_ms=h.now_ms
     )
     assert decision.response is None
     h.absorb(decision.outputs)
@@ -344,34 +328,45 @@ _KINDS = (
 ACTIONS = st.sampled_from(_KINDS).flatmap(lambda kind: _BY_KIND[kind])
 
 
+def act_progress_all(h: Harness) -> None:
+    for c in range(CLIENTS):
+        act_progress(h, c)
+
+
+def act_flush(h: Harness) -> None:
+    h.flush()
+
+
+def act_delete(h: Harness) -> None:
+    decision = h.manager.delete_groups(group_ids=(G, MANUAL), now_ms=h.now_ms)
+    h.absorb(decision.outputs)
+
+
+def act_fail_next(h: Harness) -> None:
+    h.fail_next = True
+
+
+# An action is (kind, *arguments); each kind's arguments are those its strategy draws.
+_ACTS: dict[str, Callable[..., None]] = {
+    "progress_all": act_progress_all,
+    "progress": act_progress,
+    "advance": act_advance,
+    "flush": act_flush,
+    "commit": act_commit,
+    "join": act_join,
+    "sync": act_sync,
+    "heartbeat": act_heartbeat,
+    "leave": act_leave,
+    "manual_commit": act_manual_commit,
+    "fail_next": act_fail_next,
+    "delete": act_delete,
+}
+assert set(_ACTS) == set(_BY_KIND)
+
+
 def step(h: Harness, action: tuple[object, ...]) -> None:
-    kind = action[0]
-    if kind == "progress":
-        act_progress(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "progress_all":
-        for c in range(CLIENTS):
-            act_progress(h, c)
-    elif kind == "join":
-        act_join(h, int(action[1]), bool(action[2]))  # type: ignore[call-overload]
-    elif kind == "sync":
-        act_sync(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "heartbeat":
-        act_heartbeat(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "leave":
-        act_leave(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "commit":
-        act_commit(h, int(action[1]), int(action[2]))  # type: ignore[call-overload]
-    elif kind == "manual_commit":
-        act_manual_commit(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "advance":
-        act_advance(h, int(action[1]))  # type: ignore[call-overload]
-    elif kind == "flush":
-        h.flush()
-    elif kind == "delete":
-        decision = h.manager.delete_groups(group_ids=(G, MANUAL), now_ms=h.now_ms)
-        h.absorb(decision.outputs)
-    else:
-        h.fail_next = True
+    kind, *arguments = action
+    _ACTS[str(kind)](h, *arguments)
 
 
 def check_invariants(h: Harness) -> None:
@@ -384,8 +379,8 @@ def check_invariants(h: Harness) -> None:
     h.last_generation = group.generation_id
     assert group.leader_id is None or group.leader_id in group.members
     for m in group.members.values():
-        assert not m.awaiting_sync or group.state is GroupState.COMPLETING_REBALANCE
-    if group.state is GroupState.STABLE:
+        assert not m.awaiting_sync or group.state is coordinator.GroupState.COMPLETING_REBALANCE
+    if group.state is coordinator.GroupState.STABLE:
         expected = h.leader_assignment[(h.incarnation, group.generation_id)]
         assert sorted(m.assignment for m in group.members.values()) == sorted(expected.values())
     for generation, by_partition in h.owners.items():
@@ -396,8 +391,8 @@ def check_invariants(h: Harness) -> None:
 def check_replay(h: Harness) -> None:
     h.fail_next = False
     h.flush()
-    fresh = GroupManager(
-        config=GroupCoordinatorConfig(), rng=random.Random(1), partition_for=lambda g: 0
+    fresh = coordinator.GroupManager(
+        config=coordinator.GroupCoordinatorConfig(), rng=random.Random(1), partition_for=lambda g: 0
     )
     fresh.begin_loading(partition=0)
     fresh.replay(partition=0, records=h.log)
@@ -407,10 +402,13 @@ def check_replay(h: Harness) -> None:
         original, loaded = h.manager.group(group_id), fresh.group(group_id)
         if loaded is not None:
             assert original is not None, f"{group_id} was deleted but replay revived it"
-        if original is None or original.state not in (GroupState.STABLE, GroupState.EMPTY):
+        if original is None or original.state not in (
+            coordinator.GroupState.STABLE,
+            coordinator.GroupState.EMPTY,
+        ):
             continue
         never_persisted = original.generation_id == 0 and not h.manager.committed(group_id)
-        if original.state is GroupState.EMPTY and never_persisted:
+        if original.state is coordinator.GroupState.EMPTY and never_persisted:
             continue  # nothing to reproduce
         assert loaded is not None
         assert loaded.state is original.state
@@ -421,7 +419,9 @@ def check_replay(h: Harness) -> None:
         # Members, their metadata and assignments, leader, protocol, generation. The state
         # timestamp matters (and must survive) only for an Empty consumer group: its
         # offsets' retention counts from it.
-        keep_time = original.state is GroupState.EMPTY and original.protocol_type is not None
+        keep_time = (
+            original.state is coordinator.GroupState.EMPTY and original.protocol_type is not None
+        )
         stored, expected = loaded.metadata_value(), original.metadata_value()
         if not keep_time:
             stored = replace(stored, current_state_timestamp_ms=None)
@@ -439,7 +439,7 @@ def test_random_group_sessions_keep_the_invariants(actions: list[tuple[object, .
         step(h, action)
         check_invariants(h)
         group = h.manager.group(G)
-        stable_seen |= group is not None and group.state is GroupState.STABLE
+        stable_seen |= group is not None and group.state is coordinator.GroupState.STABLE
     # Shown by --hypothesis-show-statistics: how often the runs reach the interesting parts.
     event(f"reached Stable: {stable_seen}")
     event(f"partitions owned: {bool(h.owners)}")

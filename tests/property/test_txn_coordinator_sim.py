@@ -61,18 +61,7 @@ from typing import Any
 
 import pytest
 
-from raftka.broker.coordinator.transaction_coordinator import (
-    AddPartitionsToTxnResponse,
-    AppendTransactionRecord,
-    EndTxnResponse,
-    InitProducerIdResponse,
-    SendTxnMarkers,
-    TransactionCoordinator,
-    TransactionCoordinatorConfig,
-    TxnDecision,
-    TxnOutput,
-    TxnReply,
-)
+from raftka.broker.coordinator import transaction_coordinator as txn
 from raftka.broker.coordinator.transaction_records import (
     TransactionLogRecord,
     decode_transaction_key,
@@ -192,7 +181,7 @@ class CoordinatorNode:
         self.generation = 0
         self.parked: dict[int, Callable[[object], None]] = {}
         self.next_producer_id = 1000
-        self.core: TransactionCoordinator | None = None
+        self.core: txn.TransactionCoordinator | None = None
         self._start_core()
 
     def _allocate(self) -> int:
@@ -203,8 +192,8 @@ class CoordinatorNode:
         self.generation += 1
         self.coordinator_epoch += 1
         self.parked = {}
-        core = TransactionCoordinator(
-            config=TransactionCoordinatorConfig(
+        core = txn.TransactionCoordinator(
+            config=txn.TransactionCoordinatorConfig(
                 transaction_state_log_num_partitions=1,
                 transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
                 transaction_remove_expired_transaction_cleanup_interval_ms=200,
@@ -247,7 +236,7 @@ class CoordinatorNode:
 
     def request(
         self,
-        call: Callable[[TransactionCoordinator], TxnDecision[Any]],
+        call: Callable[[txn.TransactionCoordinator], txn.TxnDecision[Any]],
         reply: Callable[[object], None],
     ) -> None:
         """A request arrived: answer it now or park it on its append."""
@@ -262,26 +251,26 @@ class CoordinatorNode:
             response = decision.response
             world.send(lambda: reply(response))
         else:
-            appends = [o for o in decision.outputs if isinstance(o, AppendTransactionRecord)]
+            appends = [o for o in decision.outputs if isinstance(o, txn.AppendTransactionRecord)]
             self.parked[appends[0].append_id] = reply
         self.handle(decision.outputs)
 
-    def handle(self, outputs: tuple[TxnOutput, ...]) -> None:
+    def handle(self, outputs: tuple[txn.TxnOutput, ...]) -> None:
         world = self.world
         for out in outputs:
-            if isinstance(out, AppendTransactionRecord):
+            if isinstance(out, txn.AppendTransactionRecord):
                 self._append(out)
-            elif isinstance(out, TxnReply):
+            elif isinstance(out, txn.TxnReply):
                 reply = self.parked.pop(out.append_id, None)
                 if reply is not None:
                     response = out.response
                     world.send(lambda r=reply, x=response: r(x))  # type: ignore[misc]
             else:
-                assert isinstance(out, SendTxnMarkers)
+                assert isinstance(out, txn.SendTxnMarkers)
                 for tp in sorted(out.partitions):
                     self._send_marker(out, tp, self.generation)
 
-    def _append(self, out: AppendTransactionRecord) -> None:
+    def _append(self, out: txn.AppendTransactionRecord) -> None:
         world = self.world
         error: type[KafkaError] | None = None
         r = world.rng.random() if not world.healed else 1.0
@@ -303,7 +292,7 @@ class CoordinatorNode:
 
         world.at(world.rng.randint(1, 20), completed)
 
-    def _send_marker(self, out: SendTxnMarkers, tp: TopicPartition, generation: int) -> None:
+    def _send_marker(self, out: txn.SendTxnMarkers, tp: TopicPartition, generation: int) -> None:
         """WriteTxnMarkers to one leader, retried until it answers (Kafka's marker
         channel); a fenced answer stops it."""
         world = self.world
@@ -388,7 +377,7 @@ class PartitionNode:
 
         def verified(response: object) -> None:
             error: type[KafkaError] | None
-            if isinstance(response, AddPartitionsToTxnResponse):
+            if isinstance(response, txn.AddPartitionsToTxnResponse):
                 error = response.errors[self.tp]
             else:
                 assert isinstance(response, type)
@@ -401,8 +390,8 @@ class PartitionNode:
                 self._append(entry, producer_id, epoch, tag)
             world.send(lambda: reply(error))
 
-        def ask(core: TransactionCoordinator) -> TxnDecision[Any]:
-            return TxnDecision(
+        def ask(core: txn.TransactionCoordinator) -> txn.TxnDecision[Any]:
+            return txn.TxnDecision(
                 core.verify_partitions(
                     transactional_id=tid,
                     producer_id=producer_id,
@@ -418,7 +407,7 @@ class PartitionNode:
         entry.open = True
         self.log.append(Entry(self.world.now, producer_id, epoch, tag))
 
-    def write_marker(self, out: SendTxnMarkers) -> type[KafkaError] | None:
+    def write_marker(self, out: txn.SendTxnMarkers) -> type[KafkaError] | None:
         entry = self.producers.setdefault(out.producer_id, ProducerEntry())
         if out.coordinator_epoch < entry.coordinator_epoch:
             return TransactionCoordinatorFencedError
@@ -454,11 +443,11 @@ def _error_of(response: object) -> type[KafkaError] | None:
     """The error of an answer (a bare error class: the request failed before the core)."""
     if isinstance(response, type):
         return response
-    if isinstance(response, AddPartitionsToTxnResponse):
+    if isinstance(response, txn.AddPartitionsToTxnResponse):
         return next(
             (response.errors[tp] for tp in sorted(response.errors) if response.errors[tp]), None
         )
-    assert isinstance(response, InitProducerIdResponse | EndTxnResponse), response
+    assert isinstance(response, txn.InitProducerIdResponse | txn.EndTxnResponse), response
     return response.error
 
 
@@ -483,7 +472,7 @@ class ProducerNode:
 
     def _ask(
         self,
-        call: Callable[[TransactionCoordinator], TxnDecision[Any]],
+        call: Callable[[txn.TransactionCoordinator], txn.TxnDecision[Any]],
         on_answer: Callable[[object], None],
     ) -> None:
         """A request to the coordinator. Each carries a fresh id: an answer (or the
@@ -531,7 +520,7 @@ class ProducerNode:
         world = self.world
         incarnation = self.incarnation
 
-        def call(core: TransactionCoordinator) -> TxnDecision[Any]:
+        def call(core: txn.TransactionCoordinator) -> txn.TxnDecision[Any]:
             return core.init_producer_id(
                 transactional_id=self.tid,
                 transaction_timeout_ms=TXN_TIMEOUT_MS,
@@ -543,7 +532,7 @@ class ProducerNode:
         def on_answer(response: object) -> None:
             error = _error_of(response)
             if error is None:
-                assert isinstance(response, InitProducerIdResponse)
+                assert isinstance(response, txn.InitProducerIdResponse)
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 world.inits[self.tid].append((world.now, incarnation))
                 world.at(world.rng.randint(0, 30), self.begin)
@@ -576,7 +565,7 @@ class ProducerNode:
         world = self.world
         pid, epoch, partitions = self.producer_id, self.epoch, self.partitions
 
-        def call(core: TransactionCoordinator) -> TxnDecision[Any]:
+        def call(core: txn.TransactionCoordinator) -> txn.TxnDecision[Any]:
             return core.add_partitions_to_txn(
                 transactional_id=self.tid,
                 producer_id=pid,
@@ -657,7 +646,7 @@ class ProducerNode:
         tag = self.tag
         assert tag is not None
 
-        def call(core: TransactionCoordinator) -> TxnDecision[Any]:
+        def call(core: txn.TransactionCoordinator) -> txn.TxnDecision[Any]:
             return core.end_txn(
                 transactional_id=self.tid,
                 producer_id=pid,
@@ -669,7 +658,7 @@ class ProducerNode:
         def on_answer(response: object) -> None:
             error = _error_of(response)
             if error is None:
-                assert isinstance(response, EndTxnResponse)
+                assert isinstance(response, txn.EndTxnResponse)
                 world.client_outcome[tag] = result
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 world.at(world.rng.randint(0, 30), self.begin)

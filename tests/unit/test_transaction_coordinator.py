@@ -14,20 +14,8 @@ from typing import Any
 
 import pytest
 
+from raftka.broker.coordinator import transaction_coordinator as txn
 from raftka.broker.coordinator.placement import coordinator_partition
-from raftka.broker.coordinator.transaction_coordinator import (
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnResponse,
-    AppendTransactionRecord,
-    EndTxnResponse,
-    InitProducerIdResponse,
-    SendTxnMarkers,
-    TransactionCoordinator,
-    TransactionCoordinatorConfig,
-    TxnDecision,
-    TxnOutput,
-    TxnReply,
-)
 from raftka.broker.coordinator.transaction_records import (
     TransactionLogRecord,
     TransactionRecordError,
@@ -39,21 +27,7 @@ from raftka.broker.coordinator.transaction_state import (
     TransactionResult,
     TransactionState,
 )
-from raftka.common.errors import (
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    InvalidProducerIdMappingError,
-    InvalidRequestError,
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
-    KafkaError,
-    NotCoordinatorError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    ProducerFencedError,
-    TransactionalIdNotFoundError,
-)
+from raftka.common import errors
 from raftka.common.structs import TopicPartition
 
 S = TransactionState
@@ -68,21 +42,23 @@ NUM_PARTITIONS = 4
 class Driver:
     """The broker's part: appends, parked answers, markers (see the module docstring)."""
 
-    config: TransactionCoordinatorConfig = field(
-        default_factory=lambda: TransactionCoordinatorConfig(
+    config: txn.TransactionCoordinatorConfig = field(
+        default_factory=lambda: txn.TransactionCoordinatorConfig(
             transaction_state_log_num_partitions=NUM_PARTITIONS
         )
     )
     now_ms: int = 1_000
     log: list[TransactionLogRecord] = field(default_factory=list)
-    inflight: list[AppendTransactionRecord] = field(default_factory=list)
+    inflight: list[txn.AppendTransactionRecord] = field(default_factory=list)
     replies: dict[int, Any] = field(default_factory=dict)
-    markers: list[SendTxnMarkers] = field(default_factory=list)
+    markers: list[txn.SendTxnMarkers] = field(default_factory=list)
     next_producer_id: int = 100
-    core: TransactionCoordinator = field(init=False)
+    core: txn.TransactionCoordinator = field(init=False)
 
     def __post_init__(self) -> None:
-        self.core = TransactionCoordinator(config=self.config, allocate_producer_id=self.allocate)
+        self.core = txn.TransactionCoordinator(
+            config=self.config, allocate_producer_id=self.allocate
+        )
         for partition in range(self.config.transaction_state_log_num_partitions):
             self.core.begin_loading(partition=partition, coordinator_epoch=5)
             self.core.complete_loading(partition=partition, now_ms=self.now_ms)
@@ -91,27 +67,27 @@ class Driver:
         self.next_producer_id += 1
         return self.next_producer_id
 
-    def handle(self, outputs: tuple[TxnOutput, ...]) -> None:
+    def handle(self, outputs: tuple[txn.TxnOutput, ...]) -> None:
         for out in outputs:
-            if isinstance(out, AppendTransactionRecord):
+            if isinstance(out, txn.AppendTransactionRecord):
                 self.inflight.append(out)
-            elif isinstance(out, TxnReply):
+            elif isinstance(out, txn.TxnReply):
                 self.replies[out.append_id] = out.response
             else:
                 self.markers.append(out)
 
-    def call(self, decision: TxnDecision[Any], *, complete: bool = True) -> Any:
+    def call(self, decision: txn.TxnDecision[Any], *, complete: bool = True) -> Any:
         """The answer of a request: now, or once its append completes (``complete``)."""
         self.handle(decision.outputs)
         if decision.response is not None:
             return decision.response
-        (append,) = [o for o in decision.outputs if isinstance(o, AppendTransactionRecord)]
+        (append,) = [o for o in decision.outputs if isinstance(o, txn.AppendTransactionRecord)]
         if not complete:
             return append
         self.complete_appends()
         return self.replies.pop(append.append_id)
 
-    def complete_appends(self, error: type[KafkaError] | None = None) -> None:
+    def complete_appends(self, error: type[errors.KafkaError] | None = None) -> None:
         while self.inflight:
             append = self.inflight.pop(0)
             if error is None:
@@ -139,17 +115,17 @@ class Driver:
 
     # -- the commands, with the test's defaults --------------------------------------------
 
-    def init(self, tid: str = TID, **kw: Any) -> InitProducerIdResponse:
+    def init(self, tid: str = TID, **kw: Any) -> txn.InitProducerIdResponse:
         kw.setdefault("transaction_timeout_ms", TIMEOUT_MS)
-        r: InitProducerIdResponse = self.call(
+        r: txn.InitProducerIdResponse = self.call(
             self.core.init_producer_id(transactional_id=tid, now_ms=self.now_ms, **kw)
         )
         return r
 
     def add(
         self, pid: int, epoch: int, *partitions: TopicPartition, tid: str = TID
-    ) -> AddPartitionsToTxnResponse:
-        r: AddPartitionsToTxnResponse = self.call(
+    ) -> txn.AddPartitionsToTxnResponse:
+        r: txn.AddPartitionsToTxnResponse = self.call(
             self.core.add_partitions_to_txn(
                 transactional_id=tid,
                 producer_id=pid,
@@ -162,8 +138,8 @@ class Driver:
 
     def end(
         self, pid: int, epoch: int, result: TransactionResult, tid: str = TID
-    ) -> EndTxnResponse:
-        r: EndTxnResponse = self.call(
+    ) -> txn.EndTxnResponse:
+        r: txn.EndTxnResponse = self.call(
             self.core.end_txn(
                 transactional_id=tid,
                 producer_id=pid,
@@ -176,7 +152,7 @@ class Driver:
 
     def verify(
         self, pid: int, epoch: int, *partitions: TopicPartition
-    ) -> AddPartitionsToTxnResponse:
+    ) -> txn.AddPartitionsToTxnResponse:
         return self.core.verify_partitions(
             transactional_id=TID, producer_id=pid, producer_epoch=epoch, partitions=partitions
         )
@@ -188,13 +164,13 @@ class Driver:
 
 
 def ok(response: Any) -> None:
-    if isinstance(response, AddPartitionsToTxnResponse):
+    if isinstance(response, txn.AddPartitionsToTxnResponse):
         assert set(response.errors.values()) == {None}, response
     else:
         assert response.error is None, response
 
 
-def errors_of(response: AddPartitionsToTxnResponse) -> set[type[KafkaError] | None]:
+def errors_of(response: txn.AddPartitionsToTxnResponse) -> set[type[errors.KafkaError] | None]:
     return set(response.errors.values())
 
 
@@ -211,11 +187,11 @@ def test_init_producer_id_writes_first_and_answers_after() -> None:
         ),
         complete=False,
     )
-    assert isinstance(append, AppendTransactionRecord)
+    assert isinstance(append, txn.AppendTransactionRecord)
     assert append.partition == coordinator_partition(TID, NUM_PARTITIONS)
     assert d.core.transaction(TID) is None
     d.complete_appends()
-    assert d.replies.pop(append.append_id) == InitProducerIdResponse(None, 101, 0)
+    assert d.replies.pop(append.append_id) == txn.InitProducerIdResponse(None, 101, 0)
     assert d.state().state is S.EMPTY
     assert d.log == [transaction_record(d.state())]
 
@@ -223,12 +199,12 @@ def test_init_producer_id_writes_first_and_answers_after() -> None:
 @pytest.mark.parametrize(
     ("append_error", "told"),
     [
-        (NotEnoughReplicasError, CoordinatorNotAvailableError),
-        (NotLeaderOrFollowerError, NotCoordinatorError),
+        (errors.NotEnoughReplicasError, errors.CoordinatorNotAvailableError),
+        (errors.NotLeaderOrFollowerError, errors.NotCoordinatorError),
     ],
 )
 def test_a_failed_append_changes_nothing(
-    append_error: type[KafkaError], told: type[KafkaError]
+    append_error: type[errors.KafkaError], told: type[errors.KafkaError]
 ) -> None:
     """The client is told Kafka's coordinator error and the durable state is unchanged:
     here an epoch bump that failed leaves epoch 0 in force."""
@@ -241,7 +217,7 @@ def test_a_failed_append_changes_nothing(
         complete=False,
     )
     d.complete_appends(error=append_error)
-    assert d.replies.pop(append.append_id) == InitProducerIdResponse(told)
+    assert d.replies.pop(append.append_id) == txn.InitProducerIdResponse(told)
     assert d.state().producer_epoch == 0
     ok(d.add(101, 0, A))  # epoch 0 still works
 
@@ -251,23 +227,23 @@ def test_init_again_bumps_the_epoch_and_fences_the_old_one() -> None:
     first = d.init()
     second = d.init()
     assert (second.producer_id, second.producer_epoch) == (first.producer_id, 1)
-    assert errors_of(d.add(first.producer_id, 0, A)) == {ProducerFencedError}
-    assert errors_of(d.add(999, 1, A)) == {InvalidProducerIdMappingError}
+    assert errors_of(d.add(first.producer_id, 0, A)) == {errors.ProducerFencedError}
+    assert errors_of(d.add(999, 1, A)) == {errors.InvalidProducerIdMappingError}
     ok(d.add(first.producer_id, 1, A))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"transaction_timeout_ms": 0}, InvalidTransactionTimeoutError),
-        ({"transaction_timeout_ms": 900_001}, InvalidTransactionTimeoutError),
-        ({"producer_id": 5}, InvalidRequestError),  # an id without an epoch
-        ({"tid": ""}, InvalidRequestError),
+        ({"transaction_timeout_ms": 0}, errors.InvalidTransactionTimeoutError),
+        ({"transaction_timeout_ms": 900_001}, errors.InvalidTransactionTimeoutError),
+        ({"producer_id": 5}, errors.InvalidRequestError),  # an id without an epoch
+        ({"tid": ""}, errors.InvalidRequestError),
     ],
 )
 def test_init_producer_id_refuses_bad_requests(kwargs: dict[str, Any], error: type) -> None:
     d = Driver()
-    assert d.init(**kwargs) == InitProducerIdResponse(error)
+    assert d.init(**kwargs) == txn.InitProducerIdResponse(error)
     assert d.log == []
 
 
@@ -277,10 +253,10 @@ def test_requests_for_ids_elsewhere_or_loading_get_coordinator_errors() -> None:
     d = Driver()
     partition = d.core.partition_for(TID)
     d.core.unload(partition=partition)
-    assert d.init().error is NotCoordinatorError
+    assert d.init().error is errors.NotCoordinatorError
     d.core.begin_loading(partition=partition, coordinator_epoch=6)
-    assert d.init().error is CoordinatorLoadInProgressError
-    assert errors_of(d.verify(1, 0, A)) == {CoordinatorLoadInProgressError}
+    assert d.init().error is errors.CoordinatorLoadInProgressError
+    assert errors_of(d.verify(1, 0, A)) == {errors.CoordinatorLoadInProgressError}
     d.core.complete_loading(partition=partition, now_ms=d.now_ms)
     ok(d.init())
 
@@ -295,8 +271,8 @@ def test_one_write_in_flight_per_id() -> None:
         ),
         complete=False,
     )
-    assert errors_of(d.add(r.producer_id, 0, A)) == {ConcurrentTransactionsError}
-    assert d.end(r.producer_id, 0, ABORT).error is ConcurrentTransactionsError
+    assert errors_of(d.add(r.producer_id, 0, A)) == {errors.ConcurrentTransactionsError}
+    assert d.end(r.producer_id, 0, ABORT).error is errors.ConcurrentTransactionsError
 
 
 def test_a_producer_id_source_error_is_answered() -> None:
@@ -305,12 +281,12 @@ def test_a_producer_id_source_error_is_answered() -> None:
     d = Driver()
 
     def no_ids() -> int:
-        raise CoordinatorLoadInProgressError("no producer id block yet")
+        raise errors.CoordinatorLoadInProgressError("no producer id block yet")
 
-    d.core = TransactionCoordinator(config=d.config, allocate_producer_id=no_ids)
+    d.core = txn.TransactionCoordinator(config=d.config, allocate_producer_id=no_ids)
     d.core.begin_loading(partition=d.core.partition_for(TID), coordinator_epoch=1)
     d.core.complete_loading(partition=d.core.partition_for(TID), now_ms=0)
-    assert d.init().error is CoordinatorLoadInProgressError
+    assert d.init().error is errors.CoordinatorLoadInProgressError
     assert d.log == []
 
 
@@ -323,7 +299,7 @@ def test_kip360_recovery_bumps_and_its_retry_is_answered_the_same() -> None:
     d = Driver()
     r = d.init()
     d.init()  # epoch 1: a new incarnation; epoch 0 is now stale
-    assert d.init(producer_id=r.producer_id, producer_epoch=0).error is ProducerFencedError
+    assert d.init(producer_id=r.producer_id, producer_epoch=0).error is errors.ProducerFencedError
     bumped = d.init(producer_id=r.producer_id, producer_epoch=1)
     assert bumped.producer_epoch == 2
     writes = len(d.log)
@@ -361,7 +337,7 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition() -> None:
             now_ms=d.now_ms,
         )
     )
-    assert response == AddOffsetsToTxnResponse(None)
+    assert response == txn.AddOffsetsToTxnResponse(None)
     assert d.state().partitions == {
         TopicPartition("__consumer_offsets", coordinator_partition("grp", 50))
     }
@@ -374,18 +350,18 @@ def test_verification_accepts_only_partitions_of_the_ongoing_transaction() -> No
     d = Driver()
     r = d.init()
     pid = r.producer_id
-    assert errors_of(d.verify(pid, 0, A)) == {InvalidTxnStateError}  # Empty
+    assert errors_of(d.verify(pid, 0, A)) == {errors.InvalidTxnStateError}  # Empty
     ok(d.add(pid, 0, A))
-    assert d.verify(pid, 0, A, B).errors == {A: None, B: InvalidTxnStateError}
-    assert errors_of(d.verify(pid, 1, A)) == {ProducerFencedError}
-    assert errors_of(d.verify(pid + 1, 0, A)) == {InvalidProducerIdMappingError}
+    assert d.verify(pid, 0, A, B).errors == {A: None, B: errors.InvalidTxnStateError}
+    assert errors_of(d.verify(pid, 1, A)) == {errors.ProducerFencedError}
+    assert errors_of(d.verify(pid + 1, 0, A)) == {errors.InvalidProducerIdMappingError}
     d.call(
         d.core.add_partitions_to_txn(
             transactional_id=TID, producer_id=pid, producer_epoch=0, partitions=(B,), now_ms=0
         ),
         complete=False,
     )
-    assert d.verify(pid, 0, B).errors == {B: InvalidTxnStateError}  # not durable yet
+    assert d.verify(pid, 0, B).errors == {B: errors.InvalidTxnStateError}  # not durable yet
     d.complete_appends()
     ok(d.verify(pid, 0, B))
     d.call(
@@ -394,10 +370,10 @@ def test_verification_accepts_only_partitions_of_the_ongoing_transaction() -> No
         ),
         complete=False,
     )
-    assert errors_of(d.verify(pid, 0, A)) == {ConcurrentTransactionsError}
+    assert errors_of(d.verify(pid, 0, A)) == {errors.ConcurrentTransactionsError}
     d.complete_appends()
     # Prepared: the epoch moved on, so the old epoch is fenced outright.
-    assert errors_of(d.verify(pid, 0, A)) == {ProducerFencedError}
+    assert errors_of(d.verify(pid, 0, A)) == {errors.ProducerFencedError}
 
 
 # -- EndTxn ------------------------------------------------------------------------------
@@ -411,7 +387,7 @@ def test_commit_bumps_the_epoch_sends_markers_and_completes() -> None:
     pid = r.producer_id
     ok(d.add(pid, 0, A, B))
     answer = d.end(pid, 0, COMMIT)
-    assert answer == EndTxnResponse(None, pid, 1)
+    assert answer == txn.EndTxnResponse(None, pid, 1)
     assert d.state().state is S.PREPARE_COMMIT
     (markers,) = d.markers
     assert (markers.producer_epoch, markers.coordinator_epoch, markers.result) == (1, 5, COMMIT)
@@ -443,25 +419,25 @@ def test_end_txn_retries_are_answered_and_late_ones_are_fenced() -> None:
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
     ok(d.end(pid, 0, COMMIT))
-    assert d.end(pid, 0, COMMIT).error is ConcurrentTransactionsError
+    assert d.end(pid, 0, COMMIT).error is errors.ConcurrentTransactionsError
     d.write_markers()
-    assert d.end(pid, 0, COMMIT) == EndTxnResponse(None, pid, 1)
-    assert d.end(pid, 0, ABORT).error is InvalidTxnStateError
+    assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None, pid, 1)
+    assert d.end(pid, 0, ABORT).error is errors.InvalidTxnStateError
     ok(d.add(pid, 1, B))
-    assert d.end(pid, 0, COMMIT).error is ProducerFencedError
+    assert d.end(pid, 0, COMMIT).error is errors.ProducerFencedError
     assert d.state().state is S.ONGOING
 
 
 def test_version_1_lets_a_late_end_txn_end_the_next_transaction() -> None:
     """What version 2 prevents, shown on version 1: the epoch does not move, so a late
     EndTxn(commit) of the previous transaction commits the next one."""
-    d = Driver(config=TransactionCoordinatorConfig(transaction_version=1))
+    d = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid, 0, ABORT) == EndTxnResponse(None, pid, 0)
+    assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 0)
     d.write_markers()
     ok(d.add(pid, 0, B))
-    assert d.end(pid, 0, COMMIT) == EndTxnResponse(None, pid, 0)  # the late one
+    assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None, pid, 0)  # the late one
     assert d.state().state is S.PREPARE_COMMIT
     assert d.markers[0].partitions == {B}
 
@@ -471,23 +447,23 @@ def test_end_txn_of_an_empty_transaction() -> None:
     to hand out a fresh epoch; version 1 refuses the abort too."""
     d = Driver()
     pid = d.init().producer_id
-    assert d.end(pid, 0, COMMIT).error is InvalidTxnStateError
-    assert d.end(pid, 0, ABORT) == EndTxnResponse(None, pid, 1)
+    assert d.end(pid, 0, COMMIT).error is errors.InvalidTxnStateError
+    assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 1)
     assert d.markers == []
     assert d.state().state is S.COMPLETE_ABORT
-    v1 = Driver(config=TransactionCoordinatorConfig(transaction_version=1))
+    v1 = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
     pid = v1.init().producer_id
-    assert v1.end(pid, 0, ABORT).error is InvalidTxnStateError
+    assert v1.end(pid, 0, ABORT).error is errors.InvalidTxnStateError
 
 
 def test_end_txn_errors() -> None:
     d = Driver()
-    assert d.end(5, 0, COMMIT).error is InvalidProducerIdMappingError  # unknown id
+    assert d.end(5, 0, COMMIT).error is errors.InvalidProducerIdMappingError  # unknown id
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid + 1, 0, COMMIT).error is InvalidProducerIdMappingError
-    assert d.end(pid, 3, COMMIT).error is ProducerFencedError
-    assert d.end(pid, 0, COMMIT, tid="").error is InvalidRequestError
+    assert d.end(pid + 1, 0, COMMIT).error is errors.InvalidProducerIdMappingError
+    assert d.end(pid, 3, COMMIT).error is errors.ProducerFencedError
+    assert d.end(pid, 0, COMMIT, tid="").error is errors.InvalidRequestError
 
 
 # -- fencing and timeouts ----------------------------------------------------------------
@@ -500,14 +476,14 @@ def test_init_producer_id_aborts_the_ongoing_transaction_first() -> None:
     d = Driver()
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.init().error is ConcurrentTransactionsError
+    assert d.init().error is errors.ConcurrentTransactionsError
     assert d.state().state is S.PREPARE_ABORT and d.state().producer_epoch == 1
     assert (d.markers[0].result, d.markers[0].producer_epoch) == (ABORT, 1)
-    assert d.init().error is ConcurrentTransactionsError  # markers still due
-    assert d.end(pid, 0, COMMIT).error is ProducerFencedError
+    assert d.init().error is errors.ConcurrentTransactionsError  # markers still due
+    assert d.end(pid, 0, COMMIT).error is errors.ProducerFencedError
     d.write_markers()
-    assert d.init(producer_id=pid, producer_epoch=0).error is ProducerFencedError
-    assert d.init() == InitProducerIdResponse(None, pid, 2)
+    assert d.init(producer_id=pid, producer_epoch=0).error is errors.ProducerFencedError
+    assert d.init() == txn.InitProducerIdResponse(None, pid, 2)
 
 
 def test_the_timeout_aborts_and_the_producer_may_recover() -> None:
@@ -523,16 +499,16 @@ def test_the_timeout_aborts_and_the_producer_may_recover() -> None:
     d.handle(d.core.tick(now_ms=d.now_ms))
     d.complete_appends()
     assert d.state().state is S.PREPARE_ABORT
-    assert errors_of(d.add(pid, 0, B)) == {ProducerFencedError}
+    assert errors_of(d.add(pid, 0, B)) == {errors.ProducerFencedError}
     d.write_markers()
-    assert d.end(pid, 0, ABORT) == EndTxnResponse(None, pid, 1)
-    assert d.end(pid, 0, COMMIT).error is InvalidTxnStateError
+    assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 1)
+    assert d.end(pid, 0, COMMIT).error is errors.InvalidTxnStateError
 
 
 def test_expired_ids_get_a_tombstone_and_are_forgotten() -> None:
     """An id idle for transactional.id.expiration.ms is written as a tombstone and
     forgotten once durable; an Ongoing one never expires."""
-    config = TransactionCoordinatorConfig(
+    config = txn.TransactionCoordinatorConfig(
         transactional_id_expiration_ms=10_000,
         transaction_remove_expired_transaction_cleanup_interval_ms=1_000,
     )
@@ -548,7 +524,7 @@ def test_expired_ids_get_a_tombstone_and_are_forgotten() -> None:
     assert d.core.transaction("idle") is None
     assert d.core.transaction("busy") is not None
     (described,) = d.core.describe_transactions(["idle"])
-    assert described.error is TransactionalIdNotFoundError
+    assert described.error is errors.TransactionalIdNotFoundError
 
 
 def test_a_failed_complete_write_is_retried_by_tick() -> None:
@@ -566,7 +542,7 @@ def test_a_failed_complete_write_is_retried_by_tick() -> None:
             now_ms=0,
         )
     )
-    d.complete_appends(error=NotEnoughReplicasError)
+    d.complete_appends(error=errors.NotEnoughReplicasError)
     assert d.state().state is S.PREPARE_ABORT
     d.now_ms += 10_000
     d.handle(d.core.tick(now_ms=d.now_ms))
@@ -581,7 +557,7 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id() -> None:
     """When the bumped epoch reaches the last usable one, Complete moves the id to a new
     producer id at epoch 0; EndTxn is answered only then, and its retry with the old id
     gets the new one. InitProducerId at an exhausted epoch rotates as well."""
-    d = Driver(config=TransactionCoordinatorConfig(producer_epoch_max=4))
+    d = Driver(config=txn.TransactionCoordinatorConfig(producer_epoch_max=4))
     pid = d.init().producer_id
     for epoch in (0, 1):
         ok(d.add(pid, epoch, A))
@@ -599,15 +575,15 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id() -> None:
     assert d.markers[0].producer_epoch == 3
     d.write_markers()
     new = d.replies.pop(append.append_id)
-    assert new == EndTxnResponse(None, pid + 1, 0)
+    assert new == txn.EndTxnResponse(None, pid + 1, 0)
     assert d.end(pid, 2, COMMIT) == new  # the retry
     ok(d.add(pid + 1, 0, B))
     ok(d.end(pid + 1, 0, ABORT))
     d.write_markers()
     ok(d.end(pid + 1, 1, ABORT))  # an empty abort: epoch 2
     d.write_markers()
-    assert d.init() == InitProducerIdResponse(None, pid + 1, 3)
-    assert d.init() == InitProducerIdResponse(None, pid + 2, 0)
+    assert d.init() == txn.InitProducerIdResponse(None, pid + 1, 3)
+    assert d.init() == txn.InitProducerIdResponse(None, pid + 2, 0)
 
 
 # -- loading and unloading ---------------------------------------------------------------
@@ -627,7 +603,7 @@ def test_replaying_the_log_rebuilds_the_same_state_and_resends_markers() -> None
     for tid in ("t1", "t2"):
         assert fresh.transaction(tid) == d.core.transaction(tid)
     (markers,) = outputs
-    assert isinstance(markers, SendTxnMarkers)
+    assert isinstance(markers, txn.SendTxnMarkers)
     assert (markers.transactional_id, markers.coordinator_epoch) == ("t1", 6)
     assert markers.partitions == {A, B}
 
@@ -653,7 +629,9 @@ def test_unload_answers_waiters_and_ignores_late_completions() -> None:
     )
     outputs = d.core.unload(partition=d.core.partition_for(TID))
     assert outputs == (
-        TxnReply(append.append_id, TID, AddPartitionsToTxnResponse({A: NotCoordinatorError})),
+        txn.TxnReply(
+            append.append_id, TID, txn.AddPartitionsToTxnResponse({A: errors.NotCoordinatorError})
+        ),
     )
     assert d.core.transaction(TID) is None
     assert d.core.append_completed(append_id=append.append_id, error=None, now_ms=0) == ()
@@ -661,9 +639,9 @@ def test_unload_answers_waiters_and_ignores_late_completions() -> None:
 
 def test_config_refuses_what_it_cannot_honour() -> None:
     with pytest.raises(ValueError, match=r"transaction\.version 3"):
-        TransactionCoordinatorConfig(transaction_version=3)
+        txn.TransactionCoordinatorConfig(transaction_version=3)
     with pytest.raises(ValueError, match=r"transaction\.state\.log\.num\.partitions"):
-        TransactionCoordinatorConfig(transaction_state_log_num_partitions=0)
+        txn.TransactionCoordinatorConfig(transaction_state_log_num_partitions=0)
 
 
 def _tid_of(record: TransactionLogRecord) -> str:
@@ -691,7 +669,7 @@ def driver_in(state: TransactionState) -> Driver:
     return d
 
 
-_C, _I = ConcurrentTransactionsError, InvalidTxnStateError
+_C, _I = errors.ConcurrentTransactionsError, errors.InvalidTxnStateError
 # state -> (InitProducerId, AddPartitionsToTxn, EndTxn(commit), EndTxn(abort)), each
 # request made with the producer id and epoch the id holds in that state (None: done).
 COMMAND_MATRIX = {
@@ -725,10 +703,10 @@ def test_every_command_in_every_state(state: TransactionState, command: int) -> 
 
 def _reload(
     d: Driver, coordinator_epoch: int = 7
-) -> tuple[TransactionCoordinator, list[TxnOutput]]:
+) -> tuple[txn.TransactionCoordinator, list[txn.TxnOutput]]:
     """A new coordinator that loaded every partition from the driver's log."""
-    fresh = TransactionCoordinator(config=d.config, allocate_producer_id=d.allocate)
-    outputs: list[TxnOutput] = []
+    fresh = txn.TransactionCoordinator(config=d.config, allocate_producer_id=d.allocate)
+    outputs: list[txn.TxnOutput] = []
     for partition in range(d.config.transaction_state_log_num_partitions):
         fresh.begin_loading(partition=partition, coordinator_epoch=coordinator_epoch)
         fresh.replay(
@@ -742,7 +720,7 @@ def _reload(
 def test_replay_forgets_a_tombstoned_id_and_finishes_an_empty_abort() -> None:
     """A tombstone after an id's records removes it on load; a PrepareAbort without
     partitions (version 2's empty abort) found on load is completed at once."""
-    config = TransactionCoordinatorConfig(
+    config = txn.TransactionCoordinatorConfig(
         transaction_state_log_num_partitions=NUM_PARTITIONS,
         transactional_id_expiration_ms=1_000,
         transaction_remove_expired_transaction_cleanup_interval_ms=1_000,
@@ -764,7 +742,7 @@ def test_replay_forgets_a_tombstoned_id_and_finishes_an_empty_abort() -> None:
     fresh, outputs = _reload(d)
     assert fresh.transaction("gone") is None
     (complete,) = outputs
-    assert isinstance(complete, AppendTransactionRecord)
+    assert isinstance(complete, txn.AppendTransactionRecord)
     fresh.append_completed(append_id=complete.append_id, error=None, now_ms=d.now_ms)
     metadata = fresh.transaction("empty")
     assert metadata is not None and metadata.state is S.COMPLETE_ABORT
@@ -772,7 +750,7 @@ def test_replay_forgets_a_tombstoned_id_and_finishes_an_empty_abort() -> None:
 
 
 def test_a_marker_report_for_another_epoch_is_ignored() -> None:
-    """markers_written names the producer id and epoch of its SendTxnMarkers: a late
+    """markers_written names the producer id and epoch of its txn.SendTxnMarkers: a late
     report of an older transaction does not complete the current one."""
     d = Driver()
     pid = d.init().producer_id

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from log_helpers import log_batches
 
-from raftka.common.record.batch import DecodedBatch, Record, build_batch, decode_batches
+from raftka.common.record.batch import Record, build_batch
 from raftka.common.record.header import BatchHeader
 from raftka.storage import Log, LogConfig
 from raftka.storage import cleaner as cleaner_module
@@ -88,28 +88,14 @@ def _last_producer_batches(log: Log) -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def _batches(log: Log) -> Iterator[tuple[DecodedBatch, int]]:
-    """Every batch from the log start to the end (via Log.read), each once, with the
-    first offset still wanted from it (a read may start inside a batch)."""
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:  # bounded: offset grows every round
-        data = log.read(offset, 1 << 20, whole_batches=True)
-        if not data:
-            break
-        for b in decode_batches(data):
-            if b.header.last_offset >= offset:
-                yield b, offset
-                offset = b.header.last_offset + 1
-
-
 def _headers(log: Log) -> list[BatchHeader]:
-    return [b.header for b, _ in _batches(log)]
+    return [b.header for b, _ in log_batches(log)]
 
 
 def _read_all(log: Log) -> list[Row]:
     return [
         (r.offset, r.key, r.value)
-        for b, first in _batches(log)
+        for b, first in log_batches(log)
         for r in b.records
         if r.offset >= first
     ]

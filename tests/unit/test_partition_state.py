@@ -9,9 +9,8 @@ real ``LeaderEpochFileCache`` held in memory (never flushed).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from partition_state_helpers import LAG_MS, cache, leader
 
 from raftka.broker.replication import (
     EpochEndOffset,
@@ -20,47 +19,10 @@ from raftka.broker.replication import (
     PartitionState,
     ProducePurgatory,
     ReplicaRole,
-    ReplicationConfig,
 )
 from raftka.common import errors
 from raftka.common.record import Record, build_batch
 from raftka.storage.epoch_cache import LeaderEpochFileCache
-
-LAG_MS = 30_000
-
-
-def cache(*entries: tuple[int, int]) -> LeaderEpochFileCache:
-    return LeaderEpochFileCache(Path("unused-leader-epoch-checkpoint"), list(entries))
-
-
-def leader(
-    *,
-    leo: int = 0,
-    hw: int = 0,
-    epoch: int = 1,
-    isr: tuple[int, ...] = (1, 2, 3),
-    min_isr: int = 1,
-    epochs: LeaderEpochFileCache | None = None,
-    now_ms: int = 0,
-) -> tuple[PartitionState, LeaderEpochFileCache]:
-    """Broker 1 leading t-0 with replicas 1, 2, 3 at ``epoch``; the epoch cache gets
-    the new epoch's start offset as the shell would write it."""
-    epochs = epochs if epochs is not None else cache()
-    state = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=1,
-        epochs=epochs,
-        log_end_offset=leo,
-        high_watermark=hw,
-        config=ReplicationConfig(min_insync_replicas=min_isr, replica_lag_time_max_ms=LAG_MS),
-    )
-    change = state.make_leader(
-        leader_epoch=epoch, partition_epoch=epoch, replicas=(1, 2, 3), isr=isr, now_ms=now_ms
-    )
-    assert change.applied and change.assign_epoch_start_offset == (epoch, leo)
-    epochs.assign(epoch, leo, persist=False)
-    return state, epochs
 
 
 def follower_of_1(

@@ -34,12 +34,13 @@ from typing import Any, Final
 import aiohttp
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
-from raftka.common.errors import KafkaError, OffsetOutOfRangeError
+from raftka.common.errors import OffsetOutOfRangeError
 from raftka.common.messages import broker as api
 from raftka.common.messages import encode
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
 from raftka.common.wire import FRAME_CONTENT_TYPE
+from raftka.server_common.http_errors import PEER_REQUEST_ERRORS
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
@@ -132,14 +133,7 @@ class ReplicaFetcher:
                 await self._fetch_once(address, due)
             except asyncio.CancelledError:
                 raise
-            except (
-                aiohttp.ClientError,
-                TimeoutError,
-                OSError,
-                KafkaError,
-                ValueError,
-                KeyError,
-            ) as e:
+            except PEER_REQUEST_ERRORS as e:
                 log.warning(
                     "replica fetch failed",
                     extra={

@@ -9,6 +9,9 @@ from collections.abc import Iterator
 from raftka.common.record import DecodedBatch, decode_batches
 from raftka.storage import Log
 
+#: A record as the cleaner tests compare them: (offset, key, value).
+Row = tuple[int, bytes | None, bytes | None]
+
 
 def log_batches(log: Log) -> Iterator[tuple[DecodedBatch, int]]:
     """Every batch from the log start to the end (via Log.read), each once, with the
@@ -22,3 +25,12 @@ def log_batches(log: Log) -> Iterator[tuple[DecodedBatch, int]]:
             if b.header.last_offset >= offset:
                 yield b, offset
                 offset = b.header.last_offset + 1
+
+
+def latest_by_key(rows: list[Row]) -> dict[bytes, Row]:
+    """The last row of each key (what compaction must keep); keyless rows are skipped."""
+    out: dict[bytes, Row] = {}
+    for row in rows:
+        if row[1] is not None:
+            out[row[1]] = row
+    return out

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from log_helpers import log_batches
+from log_helpers import Row, latest_by_key, log_batches
 
 from raftka.common.record.batch import Record, build_batch
 from raftka.common.record.header import BatchHeader
@@ -45,7 +45,6 @@ from raftka.storage.cleaner import LogCleaner
 
 T0 = 1_700_000_000_000
 RETENTION_MS = 1000
-Row = tuple[int, bytes | None, bytes | None]
 
 
 class SimulatedKillError(BaseException):
@@ -101,14 +100,6 @@ def _read_all(log: Log) -> list[Row]:
     ]
 
 
-def _latest(rows: list[Row]) -> dict[bytes, Row]:
-    out: dict[bytes, Row] = {}
-    for row in rows:
-        if row[1] is not None:
-            out[row[1]] = row
-    return out
-
-
 def _check(log: Log, original: list[Row], leo: int, active_base: int) -> list[Row]:
     rows = _read_all(log)
     assert log.log_end_offset == leo
@@ -117,8 +108,8 @@ def _check(log: Log, original: list[Row], leo: int, active_base: int) -> list[Ro
     by_offset = {r[0]: r for r in original}
     for row in rows:
         assert by_offset.get(row[0]) == row, f"record at offset {row[0]} changed: {row}"
-    now_latest = _latest(rows)
-    for key, row in _latest(original).items():
+    now_latest = latest_by_key(rows)
+    for key, row in latest_by_key(original).items():
         if key in now_latest:
             assert now_latest[key] == row, f"key {key!r}: latest {now_latest[key]} != {row}"
         else:

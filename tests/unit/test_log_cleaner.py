@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from log_helpers import log_batches
+from log_helpers import Row, latest_by_key, log_batches
 
 from raftka.common.errors import InvalidConfigError
 from raftka.common.record.batch import Record, build_batch
@@ -35,7 +35,6 @@ from raftka.storage.dump import dump_log_command
 
 T0 = 1_700_000_000_000
 DAY_MS = 86_400_000
-Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 
 class Clock:
@@ -117,14 +116,6 @@ def read_all(log: Log) -> tuple[list[Row], list[BatchHeader]]:
         headers.append(b.header)
         rows.extend((r.offset, r.key, r.value) for r in b.records if r.offset >= first)
     return rows, headers
-
-
-def latest_by_key(rows: list[Row]) -> dict[bytes, Row]:
-    out: dict[bytes, Row] = {}
-    for row in rows:
-        if row[1] is not None:
-            out[row[1]] = row
-    return out
 
 
 def fill(log: Log, keys: int, rounds: int, ts: int = T0) -> list[Row]:

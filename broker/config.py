@@ -91,7 +91,7 @@ from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
-from raftka.server_common.process_config import ConfigError, parse_host_port
+from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
     IO_BUFFER_BYTES_DEFAULT,
@@ -390,16 +390,7 @@ class BrokerConfig:
 
 def _int(props: Mapping[str, str], key: str) -> int:
     default, minimum = _INT_KEYS[key]
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{key} must be at least {minimum}, got {value}")
-    return value
+    return int_property(props, key, default, minimum)
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:

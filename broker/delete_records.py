@@ -39,6 +39,7 @@ from typing import Final
 
 from aiohttp import web
 
+from raftka.broker.replication.data_plane import PartitionResult
 from raftka.broker.replication.manager import Partition, ReplicaManager
 from raftka.broker.replication.partition import HIGH_WATERMARK, low_watermark, target_offset
 from raftka.common.errors import (
@@ -73,10 +74,7 @@ LOW_WATERMARK_CHECK_MS: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteRecordsResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
+class DeleteRecordsResult(PartitionResult):
     low_watermark: int = -1
 
 

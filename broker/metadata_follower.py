@@ -36,7 +36,6 @@ from typing import Any, Final
 
 import aiohttp
 
-from raftka.common.errors import KafkaError
 from raftka.common.messages import decode, encode
 from raftka.common.messages.controller import (
     FetchMetadataRequest,
@@ -46,6 +45,7 @@ from raftka.common.messages.controller import (
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import FrozenMap, MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.loader import image_from_snapshot, replay_payload
+from raftka.server_common.http_errors import PEER_REQUEST_ERRORS
 
 __all__ = [
     "METADATA_WAIT_MS",
@@ -266,15 +266,9 @@ class MetadataFollower:
                     self.caught_up.set()
             except asyncio.CancelledError:
                 raise
-            except (
-                aiohttp.ClientError,
-                TimeoutError,
-                OSError,
-                ValueError,
-                KeyError,
-                TypeError,
-                KafkaError,
-            ) as e:
+            # And TypeError, which this loop has always retried on too (a defensive catch
+            # around the applier; decoding a record raises MetadataRecordError).
+            except (*PEER_REQUEST_ERRORS, TypeError) as e:
                 log.warning(
                     "metadata fetch failed; trying the next controller",
                     extra={"fields": {"controller": address, "error": f"{type(e).__name__}: {e}"}},

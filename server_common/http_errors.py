@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
+import aiohttp
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -22,6 +23,18 @@ from aiohttp.typedefs import Middleware
 from raftka.common.errors import InvalidRequestError, KafkaError, UnknownServerError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: What a request to a peer's HTTP API raises when the peer is down, slow, or answers
+#: an error or a body that does not decode: the broker's background loops (replica
+#: and metadata fetchers) log it and try again later or elsewhere.
+PEER_REQUEST_ERRORS: Final = (
+    aiohttp.ClientError,
+    TimeoutError,
+    OSError,
+    KafkaError,
+    ValueError,
+    KeyError,
+)
 
 
 def json_response(body: object, status: int = 200) -> web.Response:

@@ -32,6 +32,7 @@ from typing import Final, Literal
 from raftka.server_common.controller_config import ControllerConfig
 from raftka.server_common.process_config import (
     ConfigError,
+    int_property,
     parse_host_port,
     parse_voters,
     read_config_file,
@@ -148,19 +149,6 @@ def _listener(text: str, key: str) -> tuple[str, int]:
     return host, port
 
 
-def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{key} must be at least {minimum}, got {value}")
-    return value
-
-
 def node_config_from_properties(
     props: Mapping[str, str], *, source: str = "config", extra_keys: Collection[str] = ()
 ) -> NodeConfig:
@@ -173,7 +161,7 @@ def node_config_from_properties(
         )
     if "node.id" not in props:
         raise ConfigError(f"{source}: node.id is required")
-    node_id = _int(props, "node.id", 0, 0)
+    node_id = int_property(props, "node.id", 0, 0)
     roles = tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
     if not roles or any(r not in _ROLES for r in roles) or len(set(roles)) != len(roles):
         raise ConfigError(
@@ -227,8 +215,8 @@ def node_config_from_properties(
         metadata_log_dir=Path(log_dir),
         quorum_engine="native" if engine == "native" else "pysyncobj",
         pysyncobj_password=props.get("quorum.pysyncobj.password"),
-        pysyncobj_port_offset=_int(props, "quorum.pysyncobj.port.offset", 1000, 1),
-        snapshot_bytes_between=_int(
+        pysyncobj_port_offset=int_property(props, "quorum.pysyncobj.port.offset", 1000, 1),
+        snapshot_bytes_between=int_property(
             props, "metadata.log.max.record.bytes.between.snapshots", SNAPSHOT_BYTES_DEFAULT, 1
         ),
         log_level=level,

@@ -28,6 +28,7 @@ from typing import Final
 __all__ = [
     "ConfigError",
     "flatten_toml",
+    "int_property",
     "parse_host_port",
     "parse_properties",
     "parse_voters",
@@ -135,6 +136,21 @@ def read_config_file(path: Path) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------
 # Values
+
+
+def int_property(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    """The integer ``props[key]`` (``default`` when the key is absent), at least
+    ``minimum``; ConfigError naming the key otherwise."""
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{key} must be at least {minimum}, got {value}")
+    return value
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:

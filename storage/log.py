@@ -90,6 +90,7 @@ from raftka.common.record.header import (
     parse_header,
 )
 from raftka.common.time import wall_clock_ms
+from raftka.storage import segment
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
 from raftka.storage.cleaner import (
     CLEANED_SUFFIX,
@@ -99,20 +100,12 @@ from raftka.storage.cleaner import (
 )
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
-from raftka.storage.segment import (
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    INT32_MAX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    BatchSpan,
-    LogSegment,
-)
+from raftka.storage.segment import BatchSpan, LogSegment
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
-_STRAY_SUFFIXES: Final = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
+_STRAY_SUFFIXES: Final = (segment.DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)
 _ATTR = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
@@ -300,9 +293,9 @@ class Log:
             stem, dot, suffix = name.partition(".")
             if len(stem) != 20 or not stem.isdigit():
                 continue
-            if dot + suffix == LOG_SUFFIX:
+            if dot + suffix == segment.LOG_SUFFIX:
                 bases.append(int(stem))
-            elif dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            elif dot + suffix in (segment.INDEX_SUFFIX, segment.TIME_INDEX_SUFFIX):
                 index_bases.append((int(stem), p))
         for base, p in index_bases:
             if base not in bases:
@@ -731,7 +724,7 @@ class Log:
                 or seg.size + size > config.segment_bytes
                 or seg.offset_index.is_full
                 or seg.time_index.is_full
-                or last_offset - seg.base_offset > INT32_MAX
+                or last_offset - seg.base_offset > segment.INT32_MAX
             ):
                 self.roll()
                 seg = self._segments[-1]

@@ -125,13 +125,10 @@ class LogSegment:
 
     # ----------------------------------------------------------------- appending
 
-    def append(self, data: bytes | bytearray | memoryview, spans: list[BatchSpan]) -> None:
-        """Write ``data`` (the batches of ``spans``, positions relative to ``data``) at
-        the end.
-
-        On an OSError nothing stays visible: the file is cut back to its old size and
-        the error propagates; the in-memory state is untouched.
-        """
+    def _write_at_end(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` after the last byte held and grow ``size``; returns where it
+        starts. On an OSError the file is cut back to its old size, ``size`` stays, and
+        the error propagates."""
         start = self.size
         try:
             write_all(self.fd, data, start)
@@ -141,6 +138,16 @@ class LogSegment:
                 os.ftruncate(self.fd, start)
             raise
         self.size = start + len(data)
+        return start
+
+    def append(self, data: bytes | bytearray | memoryview, spans: list[BatchSpan]) -> None:
+        """Write ``data`` (the batches of ``spans``, positions relative to ``data``) at
+        the end.
+
+        On an OSError nothing stays visible: the file is cut back to its old size and
+        the error propagates; the in-memory state is untouched.
+        """
+        start = self._write_at_end(data)
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = spans[0][3]
         # _index_batch, inlined: this loop runs for every appended batch.
@@ -169,17 +176,10 @@ class LogSegment:
         so past every index entry, and the batch starts at ``self.size``, past every
         indexed position.
         """
-        start = self.size
         assert self.next_offset <= last_offset, "offsets must grow"
         assert last_offset - self.base_offset <= INT32_MAX, "relative offset overflow"
-        try:
-            write_all(self.fd, data, start)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, start)
-            raise
+        start = self._write_at_end(data)
         size = len(data)
-        self.size = start + size
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = max_timestamp
         if max_timestamp > self.max_timestamp:

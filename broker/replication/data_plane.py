@@ -26,6 +26,7 @@ __all__ = [
     "FetchTargets",
     "ListOffsetsResult",
     "Partition",
+    "PartitionResult",
     "ProduceResult",
     "Signal",
 ]
@@ -92,10 +93,17 @@ class AlterPartitionSender(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ProduceResult:
+class PartitionResult:
+    """What every per-partition answer of the data plane starts with: the partition,
+    and its error (None on success). Subclasses add the request's own fields."""
+
     topic: str
     partition: int
     error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult(PartitionResult):
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
@@ -114,10 +122,7 @@ class FetchPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
+class FetchResult(PartitionResult):
     high_watermark: int = -1
     log_start_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
@@ -126,19 +131,13 @@ class FetchResult:
 
 
 @dataclass(frozen=True, slots=True)
-class EpochEndOffsetResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
+class EpochEndOffsetResult(PartitionResult):
     leader_epoch: int = -1
     end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
-class ListOffsetsResult:
-    topic: str
-    partition: int
-    error: KafkaError | None = None
+class ListOffsetsResult(PartitionResult):
     offset: int = -1
     timestamp: int = -1
     leader_epoch: int = -1

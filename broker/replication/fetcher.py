@@ -34,12 +34,13 @@ from typing import Any, Final
 import aiohttp
 
 from raftka.broker.replication.manager import Partition, ReplicaManager
-from raftka.common.errors import KafkaError, OffsetOutOfRangeError
+from raftka.common.errors import OffsetOutOfRangeError
 from raftka.common.messages import broker as api
 from raftka.common.messages import encode
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
 from raftka.common.wire import FRAME_CONTENT_TYPE
+from raftka.server_common.http_errors import PEER_REQUEST_ERRORS
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
@@ -65,27 +66,29 @@ class _Sent:
     fetch_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class _FetcherLinks:
+    """What every fetcher of one broker is handed (see ReplicaFetcherManager)."""
+
+    manager: ReplicaManager
+    session: aiohttp.ClientSession
+    address_of: Callable[[int], str | None]
+    broker_epoch: Callable[[], int]
+    spawn: Spawn
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker."""
 
-    def __init__(
-        self,
-        *,
-        leader_id: int,
-        manager: ReplicaManager,
-        session: aiohttp.ClientSession,
-        address_of: Callable[[int], str | None],
-        broker_epoch: Callable[[], int],
-        spawn: Spawn = _plain_spawn,
-    ) -> None:
+    def __init__(self, *, leader_id: int, links: _FetcherLinks) -> None:
         self.leader_id = leader_id
-        self._spawn = spawn
+        self._spawn = links.spawn
         self.partitions: set[PartitionKey] = set()
         self._backoff_until: dict[PartitionKey, int] = {}
-        self._manager = manager
-        self._session = session
-        self._address_of = address_of
-        self._broker_epoch = broker_epoch
+        self._manager = links.manager
+        self._session = links.session
+        self._address_of = links.address_of
+        self._broker_epoch = links.broker_epoch
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
@@ -130,14 +133,7 @@ class ReplicaFetcher:
                 await self._fetch_once(address, due)
             except asyncio.CancelledError:
                 raise
-            except (
-                aiohttp.ClientError,
-                TimeoutError,
-                OSError,
-                KafkaError,
-                ValueError,
-                KeyError,
-            ) as e:
+            except PEER_REQUEST_ERRORS as e:
                 log.warning(
                     "replica fetch failed",
                     extra={
@@ -257,11 +253,7 @@ class ReplicaFetcherManager:
         broker_epoch: Callable[[], int],
         spawn: Spawn = _plain_spawn,
     ) -> None:
-        self._manager = manager
-        self._session = session
-        self._address_of = address_of
-        self._broker_epoch = broker_epoch
-        self._spawn = spawn
+        self._links = _FetcherLinks(manager, session, address_of, broker_epoch, spawn)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
 
@@ -269,14 +261,7 @@ class ReplicaFetcherManager:
         self.remove(tp)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
-            fetcher = ReplicaFetcher(
-                leader_id=leader_id,
-                manager=self._manager,
-                session=self._session,
-                address_of=self._address_of,
-                broker_epoch=self._broker_epoch,
-                spawn=self._spawn,
-            )
+            fetcher = ReplicaFetcher(leader_id=leader_id, links=self._links)
             self.fetchers[leader_id] = fetcher
             fetcher.start()
         fetcher.add(tp)

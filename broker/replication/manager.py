@@ -90,7 +90,13 @@ from raftka.broker.replication.data_plane import (
     Partition,
     ProduceResult,
 )
-from raftka.broker.replication.partition import MetadataOutcome, Ready, Replica
+from raftka.broker.replication.partition import (
+    ConsumerRead,
+    FollowerRead,
+    MetadataOutcome,
+    Ready,
+    Replica,
+)
 from raftka.broker.replication.partition_log import SegmentPartitionLog
 from raftka.broker.replication.partition_state import (
     VALID_ACKS,
@@ -740,16 +746,7 @@ class ReplicaManager:
             min_one_batch=first,
             current_leader_epoch=req.current_leader_epoch,
         )
-        if read.error is not None:
-            return self._fetch_error(req, read.error, p)
-        return FetchResult(
-            req.topic,
-            req.partition,
-            None,
-            high_watermark=read.high_watermark,
-            log_start_offset=read.log_start_offset,
-            records=read.records,
-        )
+        return self._read_result(req, read, p)
 
     def _read_for_follower(
         self, replica_id: int, broker_epoch: int, req: FetchPartition, budget: int, now: int
@@ -771,16 +768,22 @@ class ReplicaManager:
             follower_log_start_offset=req.log_start_offset,
         )
         self.carry_out(p, r.ready)
-        if r.error is not None:
-            return self._fetch_error(req, r.error, p)
+        return self._read_result(req, r, p)
+
+    def _read_result(
+        self, req: FetchPartition, read: ConsumerRead | FollowerRead, p: Partition
+    ) -> FetchResult:
+        """The fetch answer for one partition from what its replica read (or refused)."""
+        if read.error is not None:
+            return self._fetch_error(req, read.error, p)
         return FetchResult(
             req.topic,
             req.partition,
             None,
-            high_watermark=r.high_watermark,
-            log_start_offset=r.log_start_offset,
-            diverging_epoch=r.diverging_epoch,
-            records=r.records,
+            high_watermark=read.high_watermark,
+            log_start_offset=read.log_start_offset,
+            diverging_epoch=read.diverging_epoch if isinstance(read, FollowerRead) else None,
+            records=read.records,
         )
 
     # (supervise) begin: the broker epoch a follower fetch must carry (KIP-903)

@@ -55,6 +55,10 @@ from raftka.common.errors import (
 )
 from raftka.common.structs import EpochEndOffset
 
+# Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET (OffsetsForLeaderEpoch), as the
+# leader-epoch cache defines them.
+from raftka.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+
 #: Kafka's replica.lag.time.max.ms default.
 REPLICA_LAG_TIME_MAX_MS_DEFAULT: Final = 30_000
 #: Kafka's min.insync.replicas default.
@@ -64,9 +68,6 @@ MIN_INSYNC_REPLICAS_DEFAULT: Final = 1
 REPLICAS_MAX: Final = 128
 #: Kafka's UnifiedLog.UnknownOffset: a follower whose LEO this leader has not learned.
 UNKNOWN_OFFSET: Final = -1
-#: Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET (OffsetsForLeaderEpoch).
-UNDEFINED_EPOCH: Final = -1
-UNDEFINED_EPOCH_OFFSET: Final = -1
 #: A fetch that carries no broker epoch (older fetchers).
 NO_BROKER_EPOCH: Final = -1
 #: Produce acks values Kafka accepts.

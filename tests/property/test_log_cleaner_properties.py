@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from log_helpers import Row, latest_by_key, log_batches
 
-from raftka.common.record.batch import DecodedBatch, Record, build_batch, decode_batches
+from raftka.common.record.batch import Record, build_batch
 from raftka.common.record.header import BatchHeader
 from raftka.storage import Log, LogConfig
 from raftka.storage import cleaner as cleaner_module
@@ -45,7 +45,6 @@ from raftka.storage.cleaner import LogCleaner
 
 T0 = 1_700_000_000_000
 RETENTION_MS = 1000
-Row = tuple[int, bytes | None, bytes | None]
 
 
 class SimulatedKillError(BaseException):
@@ -88,39 +87,17 @@ def _last_producer_batches(log: Log) -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def _batches(log: Log) -> Iterator[tuple[DecodedBatch, int]]:
-    """Every batch from the log start to the end (via Log.read), each once, with the
-    first offset still wanted from it (a read may start inside a batch)."""
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:  # bounded: offset grows every round
-        data = log.read(offset, 1 << 20, whole_batches=True)
-        if not data:
-            break
-        for b in decode_batches(data):
-            if b.header.last_offset >= offset:
-                yield b, offset
-                offset = b.header.last_offset + 1
-
-
 def _headers(log: Log) -> list[BatchHeader]:
-    return [b.header for b, _ in _batches(log)]
+    return [b.header for b, _ in log_batches(log)]
 
 
 def _read_all(log: Log) -> list[Row]:
     return [
         (r.offset, r.key, r.value)
-        for b, first in _batches(log)
+        for b, first in log_batches(log)
         for r in b.records
         if r.offset >= first
     ]
-
-
-def _latest(rows: list[Row]) -> dict[bytes, Row]:
-    out: dict[bytes, Row] = {}
-    for row in rows:
-        if row[1] is not None:
-            out[row[1]] = row
-    return out
 
 
 def _check(log: Log, original: list[Row], leo: int, active_base: int) -> list[Row]:
@@ -131,8 +108,8 @@ def _check(log: Log, original: list[Row], leo: int, active_base: int) -> list[Ro
     by_offset = {r[0]: r for r in original}
     for row in rows:
         assert by_offset.get(row[0]) == row, f"record at offset {row[0]} changed: {row}"
-    now_latest = _latest(rows)
-    for key, row in _latest(original).items():
+    now_latest = latest_by_key(rows)
+    for key, row in latest_by_key(original).items():
         if key in now_latest:
             assert now_latest[key] == row, f"key {key!r}: latest {now_latest[key]} != {row}"
         else:

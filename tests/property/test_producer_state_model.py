@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from producer_state_helpers import header_of, producer_batch
 
 from raftka.broker.producer_state import (
     SEQUENCE_MAX,
@@ -65,13 +66,7 @@ class Producer:
             self.acked.discard(self.in_flight.pop(0))
 
     def new_batch(self, *, count: int, now_ms: int) -> ProducerBatch:
-        b = ProducerBatch(
-            producer_id=self.pid,
-            producer_epoch=self.epoch,
-            base_sequence=self.next_seq,
-            last_offset_delta=count - 1,
-            max_timestamp=now_ms,
-        )
+        b = producer_batch(self.pid, self.next_seq, count=count, epoch=self.epoch, ts=now_ms)
         self.next_seq = next_sequence(self.next_seq, count)
         self.sent.append(b)
         return b
@@ -100,31 +95,13 @@ class Partition:
             first = self.next_offset
             last = first + b.last_offset_delta
             self.next_offset = last + 1
-            self.log.append(_header(b, first))
+            self.log.append(header_of(b, first))
             self.manager.update(b, first_offset=first, last_offset=last)
             assert key not in self.appended, f"appended twice: {b}"
             self.appended[key] = (first, last)
         elif isinstance(decision, Duplicate):
             assert self.appended[key] == (decision.first_offset, decision.last_offset), b
         return decision
-
-
-def _header(b: ProducerBatch, first_offset: int) -> BatchHeader:
-    return BatchHeader(
-        base_offset=first_offset,
-        batch_length=49,
-        partition_leader_epoch=0,
-        magic=2,
-        crc=0,
-        attributes=0,
-        last_offset_delta=b.last_offset_delta,
-        base_timestamp=b.max_timestamp,
-        max_timestamp=b.max_timestamp,
-        producer_id=b.producer_id,
-        producer_epoch=b.producer_epoch,
-        base_sequence=b.base_sequence,
-        records_count=b.last_offset_delta + 1,
-    )
 
 
 def _check_log(log: list[BatchHeader]) -> None:

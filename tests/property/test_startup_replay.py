@@ -26,64 +26,38 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from broker_harness import BrokerHarness, metadata_answer, register_brokers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftka.broker.config import BrokerConfig
 from raftka.broker.metadata_follower import MetadataApplier, local_changes_between
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.record import Record, build_batch
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import (
-    Endpoint,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
-    RegisterBrokerRecord,
     TopicRecord,
 )
-from raftka.storage.log_manager import LogManager
 
 TOPIC_ID = str(uuid.uuid4())
 BROKERS = (1, 2, 3)
 
 
-def _config(root: Path) -> BrokerConfig:
-    return BrokerConfig(
-        node_id=1,
-        listen_host="127.0.0.1",
-        listen_port=1,
-        advertised_host="127.0.0.1",
-        advertised_port=1,
-        log_dirs=(root / "logs",),
-        controllers=("127.0.0.1:2",),
-    )
-
-
 def _manager(root: Path) -> ReplicaManager:
-    config = _config(root)
-    manager = ReplicaManager(config=config, logs=LogManager(config.log_dirs))
+    manager = BrokerHarness(root).manager
 
     async def no_alter(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("no ISR change is expected while replaying")
 
     manager.alter_partition = no_alter
-    manager.broker_epoch = lambda: 1
     return manager
 
 
 def _setup_records(first_leader: int) -> list[MetadataRecord]:
     return [
-        *(
-            RegisterBrokerRecord(
-                broker_id=b,
-                incarnation_id=str(uuid.uuid4()),
-                broker_epoch=b,
-                endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
-                fenced=False,
-            )
-            for b in BROKERS
-        ),
+        *register_brokers(BROKERS),
         TopicRecord(name="t", topic_id=TOPIC_ID),
         PartitionRecord(
             partition_id=0, topic_id=TOPIC_ID, replicas=BROKERS, isr=BROKERS, leader=first_leader
@@ -100,15 +74,8 @@ def _history(first_leader: int, leaders: list[int]) -> list[list[MetadataRecord]
 
 
 def _answer(payloads: list[list[MetadataRecord]], start: int, end: int) -> dict[str, Any]:
-    return {
-        "snapshot": None,
-        "batches": [
-            {"offset": offset, "epoch": 1, "records": [r.to_dict() for r in payloads[offset]]}
-            for offset in range(start, end)
-        ],
-        "next_offset": end,
-        "high_watermark": len(payloads),
-    }
+    """The payloads from ``start`` to ``end`` as one answer, under the controller's HW."""
+    return metadata_answer(payloads[start:end], start, high_watermark=len(payloads))
 
 
 _TEMPLATE: list[Path] = []

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from broker_harness import broker_config
 
-from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.routes import ROUTES
 from raftka.broker.server import BrokerServer
 from raftka.common.messages import broker as api
@@ -31,15 +31,7 @@ Client = TestClient[web.Request, web.Application]
 
 
 def _run(tmp_path: Path, scenario: Callable[[Client], Awaitable[None]]) -> None:
-    config = BrokerConfig(
-        node_id=1,
-        listen_host="127.0.0.1",
-        listen_port=1,
-        advertised_host="127.0.0.1",
-        advertised_port=1,
-        log_dirs=(tmp_path / "logs",),
-        controllers=("127.0.0.1:2",),
-    )
+    config = broker_config(tmp_path)
 
     async def main() -> None:
         server = BrokerServer(config)

@@ -18,33 +18,23 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_harness import BrokerHarness, Clock, register_brokers, run
 
-from raftka.broker.config import BrokerConfig
 from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
-from raftka.broker.metadata_follower import MetadataApplier
-from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.record import Record, build_batch
 from raftka.metadata.metadata_records import (
     ConfigRecord,
-    Endpoint,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
-    RegisterBrokerRecord,
     TopicRecord,
 )
-from raftka.storage.log_manager import LogManager
 
 DEADLINE_S = 10.0
-
-
-def _run(body: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(body())  # type: ignore[arg-type]
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
@@ -73,7 +63,7 @@ def test_the_pool_runs_num_io_threads_and_admits_queued_max_requests_more() -> N
         assert pool.health()["max_waiting_for_queue"] == 2
         await pool.close()
 
-    _run(body)
+    run(body)
 
 
 def test_a_strand_keeps_submission_order_while_strands_run_in_parallel() -> None:
@@ -108,7 +98,7 @@ def test_a_strand_keeps_submission_order_while_strands_run_in_parallel() -> None
         pool.forget("a")
         await pool.close()
 
-    _run(body)
+    run(body)
 
 
 def test_a_jobs_error_reaches_its_caller_and_a_cancelled_caller_waits_for_its_job() -> None:
@@ -144,7 +134,7 @@ def test_a_jobs_error_reaches_its_caller_and_a_cancelled_caller_waits_for_its_jo
         with pytest.raises(RuntimeError, match="closed"):
             await pool.run(lambda: None)
 
-    _run(body)
+    run(body)
 
 
 def test_bad_pool_sizes_are_refused_by_name() -> None:
@@ -165,7 +155,7 @@ def test_the_lag_monitor_sees_a_blocked_loop() -> None:
         assert health["max_ms"] >= 150 and health["window_max_ms"] >= 150
         task.cancel()
 
-    _run(body)
+    run(body)
 
 
 # ------------------------------------------------------- through the ReplicaManager
@@ -173,57 +163,16 @@ def test_the_lag_monitor_sees_a_blocked_loop() -> None:
 TOPIC_ID = str(uuid.uuid4())
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now_ms = 1_000_000
+class _Broker(BrokerHarness):
+    """Broker 1 alone, leading topic ``t`` (ISR {1}); its clock is ``clock``."""
 
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-class _Broker:
-    """Broker 1 alone, leading topic ``t`` (ISR {1}); its logs' clock is ``clock``."""
-
-    def __init__(self, tmp_path: Path, clock: _Clock, *, partitions: int = 1) -> None:
-        self.config = BrokerConfig(
-            node_id=1,
-            listen_host="127.0.0.1",
-            listen_port=1,
-            advertised_host="127.0.0.1",
-            advertised_port=1,
-            log_dirs=(tmp_path / "logs",),
-            controllers=("127.0.0.1:2",),
-            num_io_threads=4,
-        )
-        self.logs = LogManager(self.config.log_dirs, clock_ms=clock)
-        self.manager = ReplicaManager(config=self.config, logs=self.logs, clock_ms=clock)
-        self.manager.broker_epoch = lambda: 1
-        self.applier = MetadataApplier(broker_id=1)
-        self.offset = 0
+    def __init__(self, tmp_path: Path, clock: Clock, *, partitions: int = 1) -> None:
+        super().__init__(tmp_path, clock=clock, num_io_threads=4)
         self.partitions = partitions
 
-    async def commit(self, *records: MetadataRecord) -> None:
-        self.offset += 1
-        answer = {
-            "snapshot": None,
-            "batches": [
-                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
-            ],
-            "next_offset": self.offset + 1,
-            "high_watermark": self.offset + 1,
-        }
-        for image, changes in self.applier.apply_answer(answer):
-            await self.manager.on_metadata(image, changes)  # what the broker calls
-
     async def topic(self, **configs: str) -> None:
-        await self.commit(
-            RegisterBrokerRecord(
-                broker_id=1,
-                incarnation_id=str(uuid.uuid4()),
-                broker_epoch=1,
-                endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9001),),
-                fenced=False,
-            ),
+        await self.commit_on_workers(
+            *register_brokers([1]),
             TopicRecord(name="t", topic_id=TOPIC_ID),
             *[ConfigRecord("topic", "t", k.replace("_", "."), v) for k, v in configs.items()],
             *[
@@ -248,7 +197,7 @@ def test_logs_are_recovered_on_the_workers_before_the_metadata_applies(tmp_path:
     I/O workers (one job each) and the replicas start from what the logs hold."""
 
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         first = _Broker(tmp_path, clock, partitions=20)
         await first.topic()
         for i in range(20):
@@ -264,7 +213,7 @@ def test_logs_are_recovered_on_the_workers_before_the_metadata_applies(tmp_path:
             assert p.log.log_end_offset == i + 1 and p.state.is_leader
         await again.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_a_new_leaderships_epoch_is_written_by_a_worker_before_the_change_returns(
@@ -275,14 +224,16 @@ def test_a_new_leaderships_epoch_is_written_by_a_worker_before_the_change_return
     back, and the next append carries the new epoch."""
 
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         b = _Broker(tmp_path, clock)
         await b.topic()
         await b.produce(0, b"a")
         p = b.manager.partitions[("t", 0)]
         checkpoint = p.log.path / "leader-epoch-checkpoint"
         jobs = b.manager.io.counters.completed
-        await b.commit(PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        await b.commit_on_workers(
+            PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1)
+        )
         assert p.state.leader_epoch == 1
         assert b.manager.io.counters.completed == jobs + 1, "not written by a worker"
         assert checkpoint.read_text().splitlines()[-1] == "1 1", "the new epoch is not durable"
@@ -291,12 +242,12 @@ def test_a_new_leaderships_epoch_is_written_by_a_worker_before_the_change_return
         assert p.log.latest_epoch == 1
         await b.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_an_idle_partition_is_flushed_by_flush_ms(tmp_path: Path) -> None:
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         b = _Broker(tmp_path, clock)
         await b.topic(flush_ms="1000")
         await b.produce(0, b"a", b"b")
@@ -309,12 +260,12 @@ def test_an_idle_partition_is_flushed_by_flush_ms(tmp_path: Path) -> None:
         assert await b.manager.flush_due_logs() == 0, "nothing left to flush"
         await b.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_retention_runs_on_a_worker_while_produces_to_its_partition_wait(tmp_path: Path) -> None:
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         b = _Broker(tmp_path, clock)
         await b.topic(segment_bytes="1000", retention_bytes="2000")
         for _ in range(40):
@@ -346,12 +297,12 @@ def test_retention_runs_on_a_worker_while_produces_to_its_partition_wait(tmp_pat
         assert (await produce).base_offset == leo
         await b.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         b = _Broker(tmp_path, clock)
         await b.topic(segment_bytes="1000")
         log = b.manager.partitions[("t", 0)].log
@@ -368,4 +319,4 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         await _until(jobs_done, "the rolled segments' fsync and the snapshots")
         await b.manager.close()
 
-    _run(body)
+    run(body)

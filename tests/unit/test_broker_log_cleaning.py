@@ -18,11 +18,12 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_harness import BrokerHarness, register_brokers, run
 
 from raftka.broker.config import BrokerConfig, load_broker_config
 from raftka.broker.coordinator.group_records import (
@@ -36,17 +37,12 @@ from raftka.broker.coordinator.service import (
     GroupCoordinatorService,
 )
 from raftka.broker.log_cleaning import LogCleanerService
-from raftka.broker.metadata_follower import MetadataApplier
-from raftka.broker.replication.manager import FetchPartition, ReplicaManager
 from raftka.common.errors import InvalidConfigError, KafkaStorageError
 from raftka.common.record import Record, build_batch, decode_batches, iter_records
 from raftka.common.structs import TopicPartition
 from raftka.metadata.metadata_records import (
     ConfigRecord,
-    Endpoint,
-    MetadataRecord,
     PartitionRecord,
-    RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
@@ -59,7 +55,6 @@ from raftka.metadata.topic_config import (
 from raftka.server_common.process_config import ConfigError
 from raftka.storage import Log
 from raftka.storage.cleaner import CleanerStats, LogCleaner, read_cleaner_checkpoint
-from raftka.storage.log_manager import LogManager
 
 TOPIC_ID = str(uuid.uuid4())
 TP = ("t", 0)
@@ -70,7 +65,7 @@ COMPACT = {
 }
 
 
-class _Harness:
+class _Harness(BrokerHarness):
     """One broker (id 1) leading ``t-0`` alone (ISR {1}), its topic configs given."""
 
     def __init__(
@@ -81,48 +76,14 @@ class _Harness:
         *,
         topic: str = "t",
     ) -> None:
+        super().__init__(tmp_path, cleaner=cleaner)
         self.topic = topic
-        self.config = BrokerConfig(
-            node_id=1,
-            listen_host="127.0.0.1",
-            listen_port=1,
-            advertised_host="127.0.0.1",
-            advertised_port=1,
-            log_dirs=(tmp_path / "logs",),
-            controllers=("127.0.0.1:2",),
-        )
-        self.logs = LogManager(self.config.log_dirs, cleaner=cleaner)
-        self.manager = ReplicaManager(config=self.config, logs=self.logs)
-        self.manager.broker_epoch = lambda: 1
-        self.applier = MetadataApplier(broker_id=1)
-        self.offset = 0
         self.commit(
-            *[
-                RegisterBrokerRecord(
-                    broker_id=b,
-                    incarnation_id=str(uuid.uuid4()),
-                    broker_epoch=b,
-                    endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
-                )
-                for b in (1, 2, 3)
-            ],
+            *register_brokers(),
             TopicRecord(name=topic, topic_id=TOPIC_ID),
             *[ConfigRecord("topic", topic, k, v) for k, v in configs.items()],
             PartitionRecord(partition_id=0, topic_id=TOPIC_ID, replicas=(1,), isr=(1,), leader=1),
         )
-
-    def commit(self, *records: MetadataRecord) -> None:
-        self.offset += 1
-        answer = {
-            "snapshot": None,
-            "batches": [
-                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
-            ],
-            "next_offset": self.offset + 1,
-            "high_watermark": self.offset + 1,
-        }
-        for image, changes in self.applier.apply_answer(answer):
-            self.manager.apply_metadata(image, changes)
 
     async def produce(
         self, *pairs: tuple[bytes, bytes | None], timeout_ms: int = 5_000, age_ms: int = 0
@@ -131,17 +92,6 @@ class _Harness:
         batch = build_batch([Record(v, key=k, timestamp_ms=now) for k, v in pairs])
         (result,) = await self.manager.produce(
             acks=1, timeout_ms=timeout_ms, entries=[(self.topic, 0, batch)]
-        )
-        return result
-
-    async def consume(self, offset: int = 0, max_wait_ms: int = 0) -> Any:
-        (result,) = await self.manager.fetch(
-            replica_id=-1,
-            broker_epoch=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            partitions=[FetchPartition("t", 0, offset)],
         )
         return result
 
@@ -163,10 +113,6 @@ class _Harness:
         found = self.logs.get((self.topic, 0))
         assert found is not None
         return found
-
-
-def _run(body: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(body())  # type: ignore[arg-type]
 
 
 async def _fill(h: _Harness, rounds: int = 6, keys: int = 8) -> dict[bytes, tuple[int, bytes]]:
@@ -241,7 +187,7 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
         assert TP not in h.manager.partitions and h.logs.get(TP) is None
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_service_cleans_latest_values_at_original_offsets_and_counts(tmp_path: Path) -> None:
@@ -268,7 +214,7 @@ def test_service_cleans_latest_values_at_original_offsets_and_counts(tmp_path: P
         await service.close()
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_truncation_moves_the_checkpoint_down_and_delete_forgets_it(tmp_path: Path) -> None:
@@ -285,7 +231,7 @@ def test_truncation_moves_the_checkpoint_down_and_delete_forgets_it(tmp_path: Pa
         await service.close()
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 class _BlockingCleaner(LogCleaner):
@@ -327,7 +273,7 @@ def test_shutdown_waits_for_a_running_pass(tmp_path: Path) -> None:
         assert not h.manager.is_cleaning(TP)
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_a_storage_error_reopens_the_log(tmp_path: Path) -> None:
@@ -345,7 +291,7 @@ def test_a_storage_error_reopens_the_log(tmp_path: Path) -> None:
         await service.close()
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 # ------------------------------------------------------------------- configuration
@@ -440,7 +386,7 @@ def test_a_topic_recreated_while_its_log_is_held_gets_a_new_log_after_the_pass(
         assert p.log.log_end_offset == 0
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_the_coordinator_loads_a_compacted_offsets_partition(tmp_path: Path) -> None:
@@ -492,4 +438,4 @@ def test_the_coordinator_loads_a_compacted_offsets_partition(tmp_path: Path) -> 
         await service.close()
         await h.manager.close()
 
-    _run(body)
+    run(body)

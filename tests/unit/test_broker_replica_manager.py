@@ -17,86 +17,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from broker_harness import BrokerHarness, Clock, register_brokers, run
 
-from raftka.broker.config import BrokerConfig
 from raftka.broker.delete_records import delete_records_routes
-from raftka.broker.metadata_follower import MetadataApplier
-from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition, ReplicaManager
+from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
-    Endpoint,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
-    RegisterBrokerRecord,
     TopicRecord,
 )
 from raftka.server_common.http_errors import error_middleware, json_response
-from raftka.storage.log_manager import LogManager
 
 TOPIC_ID = str(uuid.uuid4())
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now_ms = 1_000_000
+class _Harness(BrokerHarness):
+    """The harness over brokers 1, 2 and 3; AlterPartition requests are recorded and
+    granted as asked."""
 
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-def _config(tmp_path: Path, **overrides: Any) -> BrokerConfig:
-    return BrokerConfig(
-        node_id=1,
-        listen_host="127.0.0.1",
-        listen_port=1,
-        advertised_host="127.0.0.1",
-        advertised_port=1,
-        log_dirs=(tmp_path / "logs",),
-        controllers=("127.0.0.1:2",),
-        **overrides,
-    )
-
-
-def _brokers() -> list[MetadataRecord]:
-    return [
-        RegisterBrokerRecord(
-            broker_id=b,
-            incarnation_id=str(uuid.uuid4()),
-            broker_epoch=b,
-            endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
-            # Unfenced: a fenced broker's follower fetches are refused (KIP-903).
-            fenced=False,
-        )
-        for b in (1, 2, 3)
-    ]
-
-
-class _Harness:
-    def __init__(
-        self, tmp_path: Path, *, clock: Callable[[], int] | None = None, **overrides: Any
-    ) -> None:
-        self.config = _config(tmp_path, **overrides)
-        kwargs = {} if clock is None else {"clock_ms": clock}
-        self.manager = ReplicaManager(
-            config=self.config, logs=LogManager(self.config.log_dirs), **kwargs
-        )
-        self.applier = MetadataApplier(broker_id=1)
-        self.offset = 0
+    def __init__(self, tmp_path: Path, **kwargs: Any) -> None:
+        super().__init__(tmp_path, **kwargs)
         self.alters: list[dict[str, Any]] = []
         self.manager.alter_partition = self._alter
-        self.manager.broker_epoch = lambda: 1
 
     async def _alter(
         self, request: AlterPartitionRequest, *, timeout_ms: int
@@ -111,22 +65,9 @@ class _Harness:
             isr=list(request.new_isr),
         )
 
-    def commit(self, *records: MetadataRecord) -> None:
-        self.offset += 1
-        answer = {
-            "snapshot": None,
-            "batches": [
-                {"offset": self.offset, "epoch": 1, "records": [r.to_dict() for r in records]}
-            ],
-            "next_offset": self.offset + 1,
-            "high_watermark": self.offset + 1,
-        }
-        for image, changes in self.applier.apply_answer(answer):
-            self.manager.apply_metadata(image, changes)
-
     def topic(self, *, leader: int, isr: tuple[int, ...], min_isr: int | None = None) -> None:
         records: list[MetadataRecord] = [
-            *_brokers(),
+            *register_brokers(),
             TopicRecord(name="t", topic_id=TOPIC_ID),
             PartitionRecord(
                 partition_id=0, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=isr, leader=leader
@@ -152,7 +93,7 @@ class _Harness:
         broker_epoch: int | None = None,
     ) -> Any:
         """A follower fetch by ``replica``, with its broker epoch (by default the one
-        ``_brokers()`` registered, equal to its id)."""
+        ``register_brokers()`` registered, equal to its id)."""
         (result,) = await self.manager.fetch(
             replica_id=replica,
             broker_epoch=replica if broker_epoch is None else broker_epoch,
@@ -160,17 +101,6 @@ class _Harness:
             min_bytes=0,
             max_bytes=1 << 20,
             partitions=[FetchPartition("t", 0, offset, last_fetched_epoch=last_epoch)],
-        )
-        return result
-
-    async def consume(self, offset: int, max_wait_ms: int = 0) -> Any:
-        (result,) = await self.manager.fetch(
-            replica_id=-1,
-            broker_epoch=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            partitions=[FetchPartition("t", 0, offset)],
         )
         return result
 
@@ -183,10 +113,6 @@ def _batch(*values: bytes, base_offset: int = 0, epoch: int = 0) -> bytes:
     )
 
 
-def _run(body: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(body())  # type: ignore[arg-type]
-
-
 def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
     tmp_path: Path,
 ) -> None:
@@ -194,7 +120,7 @@ def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
     consumer reads nothing (HW 0) although the leader's log holds the records."""
 
     async def body() -> None:
-        h = _Harness(tmp_path, clock=_Clock())
+        h = _Harness(tmp_path, clock=Clock())
         h.topic(leader=1, isr=(1, 2, 3))
         produce = asyncio.create_task(
             h.manager.produce(
@@ -217,7 +143,7 @@ def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
         assert (await h.consume(0)).records == consumed.records
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_acks_all_times_out_and_min_insync_refuses(tmp_path: Path) -> None:
@@ -248,7 +174,7 @@ def test_acks_all_times_out_and_min_insync_refuses(tmp_path: Path) -> None:
         assert timed_out.error is not None and timed_out.error.name == "REQUEST_TIMED_OUT"
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_parked_consumer_fetch_is_woken_by_the_append(tmp_path: Path) -> None:
@@ -266,7 +192,7 @@ def test_parked_consumer_fetch_is_woken_by_the_append(tmp_path: Path) -> None:
         assert [r.value for r in iter_records(result.records)] == [b"hello"]
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_errors_name_the_leader(tmp_path: Path) -> None:
@@ -295,7 +221,7 @@ def test_errors_name_the_leader(tmp_path: Path) -> None:
         assert c.error is not None and c.error.name == "CORRUPT_MESSAGE"
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path) -> None:
@@ -322,7 +248,7 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         assert p.state.high_watermark <= 2
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) -> None:
@@ -331,7 +257,7 @@ def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) 
     follower silent for replica.lag.time.max.ms is removed through AlterPartition."""
 
     async def body() -> None:
-        clock = _Clock()
+        clock = Clock()
         h = _Harness(tmp_path, clock=clock, replica_lag_time_max_ms=1_000)
         h.topic(leader=1, isr=(1, 2))
         await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"a", b"b"))])
@@ -354,7 +280,7 @@ def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) 
         assert h.alters[-1]["new_isr"] == [1, 2]
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def _idempotent(*values: bytes, seq: int, producer_id: int = 7, epoch: int = 0) -> bytes:
@@ -413,7 +339,7 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
         assert r.manager.partitions[("t", 0)].log.log_end_offset == 2
         await r.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def _config_record(name: str, value: str) -> ConfigRecord:
@@ -427,7 +353,7 @@ def test_retention_check_deletes_old_segments_and_moves_the_log_start(tmp_path: 
     producer-state snapshots below it go too."""
 
     async def body() -> None:
-        h = _Harness(tmp_path, clock=_Clock())
+        h = _Harness(tmp_path, clock=Clock())
         h.topic(leader=1, isr=(1,))
         h.commit(_config_record("segment.bytes", "1000"), _config_record("retention.bytes", "2000"))
         for _ in range(60):
@@ -445,7 +371,7 @@ def test_retention_check_deletes_old_segments_and_moves_the_log_start(tmp_path: 
         assert (await h.consume(start)).error is None
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_producer_state_survives_a_restart_through_its_snapshot(tmp_path: Path) -> None:
@@ -462,7 +388,7 @@ def test_producer_state_survives_a_restart_through_its_snapshot(tmp_path: Path) 
         )
 
     async def body() -> None:
-        h = _Harness(tmp_path, clock=_Clock())
+        h = _Harness(tmp_path, clock=Clock())
         h.topic(leader=1, isr=(1,))
         for seq in range(5):
             (r,) = await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, idem(seq))])
@@ -470,14 +396,14 @@ def test_producer_state_survives_a_restart_through_its_snapshot(tmp_path: Path) 
         await h.manager.close()
         snapshots = [n for n in (tmp_path / "logs" / "t-0").iterdir() if n.suffix == ".snapshot"]
         assert snapshots, "a clean close writes a producer-state snapshot"
-        again = _Harness(tmp_path, clock=_Clock())
+        again = _Harness(tmp_path, clock=Clock())
         again.topic(leader=1, isr=(1,))
         (r,) = await again.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, idem(4))])
         assert r.error is None and r.base_offset == 4
         assert again.manager.partitions[("t", 0)].log.log_end_offset == 5
         await again.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_delete_records_route_moves_the_log_start_and_refuses_bad_input(tmp_path: Path) -> None:
@@ -523,7 +449,7 @@ def test_delete_records_route_moves_the_log_start_and_refuses_bad_input(tmp_path
             assert "$.partitions[0].offset" in error["message"]
         await h.manager.close()
 
-    _run(body)
+    run(body)
 
 
 def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: Path) -> None:
@@ -541,7 +467,7 @@ def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: 
         async def fetch_as(replica: int, epoch: int) -> Any:
             return await h.follower_fetch(replica, 2, None, broker_epoch=epoch)
 
-        # _brokers() registers broker b with epoch b.
+        # register_brokers() registers broker b with epoch b.
         for replica, epoch, error in [
             (2, -1, "STALE_BROKER_EPOCH"),
             (2, 7, "STALE_BROKER_EPOCH"),
@@ -559,4 +485,4 @@ def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: 
         assert (await h.consume(0)).high_watermark == 2
         await h.manager.close()
 
-    _run(body)
+    run(body)

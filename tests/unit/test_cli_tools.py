@@ -6,13 +6,12 @@ PartitionState. No sockets."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 import pytest
+from partition_state_helpers import leader
 
 from raftka.broker.delete_records import low_watermark, target_offset
-from raftka.broker.replication import PartitionState, ReplicationConfig
+from raftka.broker.replication import PartitionState
 from raftka.client.admin import ConfigEntry
 from raftka.client.cli._common import (
     error_line,
@@ -32,7 +31,6 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.common.record.header import TimestampType
-from raftka.storage.epoch_cache import LeaderEpochFileCache
 
 
 def test_parse_configs_splits_at_the_first_equals_and_rejects_bad_items() -> None:
@@ -202,18 +200,7 @@ def test_error_line_is_one_line_with_kafkas_name() -> None:
 
 
 def _leader(*, leo: int, hw: int) -> PartitionState:
-    epochs = LeaderEpochFileCache(Path("unused-leader-epoch-checkpoint"), [])
-    state = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=1,
-        epochs=epochs,
-        log_end_offset=leo,
-        high_watermark=hw,
-        config=ReplicationConfig(min_insync_replicas=1, replica_lag_time_max_ms=30_000),
-    )
-    state.make_leader(leader_epoch=1, partition_epoch=1, replicas=(1, 2, 3), isr=(1, 2), now_ms=0)
-    epochs.assign(1, leo, persist=False)
+    state, _ = leader(leo=leo, hw=hw, isr=(1, 2))
     return state
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from log_helpers import Row, latest_by_key, log_batches
 
 from raftka.common.errors import InvalidConfigError
-from raftka.common.record.batch import Record, build_batch, decode_batches
+from raftka.common.record.batch import Record, build_batch
 from raftka.common.record.control import (
     ControlRecordType,
     EndTransactionMarker,
@@ -34,7 +35,6 @@ from raftka.storage.dump import dump_log_command
 
 T0 = 1_700_000_000_000
 DAY_MS = 86_400_000
-Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 
 class Clock:
@@ -112,26 +112,10 @@ def read_all(log: Log) -> tuple[list[Row], list[BatchHeader]]:
     """Every record and batch header from the log start to the end, via Log.read."""
     rows: list[Row] = []
     headers: list[BatchHeader] = []
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:  # bounded: offset grows every round
-        data = log.read(offset, 1 << 20, whole_batches=True)
-        if not data:
-            break
-        for b in decode_batches(data):
-            if b.header.last_offset < offset:
-                continue
-            headers.append(b.header)
-            rows.extend((r.offset, r.key, r.value) for r in b.records if r.offset >= offset)
-            offset = b.header.last_offset + 1
+    for b, first in log_batches(log):
+        headers.append(b.header)
+        rows.extend((r.offset, r.key, r.value) for r in b.records if r.offset >= first)
     return rows, headers
-
-
-def latest_by_key(rows: list[Row]) -> dict[bytes, Row]:
-    out: dict[bytes, Row] = {}
-    for row in rows:
-        if row[1] is not None:
-            out[row[1]] = row
-    return out
 
 
 def fill(log: Log, keys: int, rounds: int, ts: int = T0) -> list[Row]:

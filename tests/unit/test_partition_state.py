@@ -9,9 +9,8 @@ real ``LeaderEpochFileCache`` held in memory (never flushed).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from partition_state_helpers import LAG_MS, cache, leader
 
 from raftka.broker.replication import (
     EpochEndOffset,
@@ -20,58 +19,10 @@ from raftka.broker.replication import (
     PartitionState,
     ProducePurgatory,
     ReplicaRole,
-    ReplicationConfig,
 )
-from raftka.common.errors import (
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
-    InvalidRequiredAcksError,
-    NotControllerError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    StaleBrokerEpochError,
-    UnknownLeaderEpochError,
-)
+from raftka.common import errors
 from raftka.common.record import Record, build_batch
 from raftka.storage.epoch_cache import LeaderEpochFileCache
-
-LAG_MS = 30_000
-
-
-def cache(*entries: tuple[int, int]) -> LeaderEpochFileCache:
-    return LeaderEpochFileCache(Path("unused-leader-epoch-checkpoint"), list(entries))
-
-
-def leader(
-    *,
-    leo: int = 0,
-    hw: int = 0,
-    epoch: int = 1,
-    isr: tuple[int, ...] = (1, 2, 3),
-    min_isr: int = 1,
-    epochs: LeaderEpochFileCache | None = None,
-    now_ms: int = 0,
-) -> tuple[PartitionState, LeaderEpochFileCache]:
-    """Broker 1 leading t-0 with replicas 1, 2, 3 at ``epoch``; the epoch cache gets
-    the new epoch's start offset as the shell would write it."""
-    epochs = epochs if epochs is not None else cache()
-    state = PartitionState(
-        topic="t",
-        partition=0,
-        local_broker_id=1,
-        epochs=epochs,
-        log_end_offset=leo,
-        high_watermark=hw,
-        config=ReplicationConfig(min_insync_replicas=min_isr, replica_lag_time_max_ms=LAG_MS),
-    )
-    change = state.make_leader(
-        leader_epoch=epoch, partition_epoch=epoch, replicas=(1, 2, 3), isr=isr, now_ms=now_ms
-    )
-    assert change.applied and change.assign_epoch_start_offset == (epoch, leo)
-    epochs.assign(epoch, leo, persist=False)
-    return state, epochs
 
 
 def follower_of_1(
@@ -150,7 +101,7 @@ def test_becoming_follower_loses_leadership_and_restarts_fetching() -> None:
     )
     assert change.applied and change.leadership_lost and change.fetch_from_leader == 2
     assert state.role is ReplicaRole.FOLLOWER and state.leader_id == 2 and state.leader_epoch == 4
-    assert state.check_produce(acks=-1) is NotLeaderOrFollowerError
+    assert state.check_produce(acks=-1) is errors.NotLeaderOrFollowerError
     # An ISR-only update for the same leader needs no fetcher restart.
     again = state.make_follower(
         leader_id=2, leader_epoch=4, partition_epoch=5, replicas=(1, 2, 3), isr=(1, 2, 3), now_ms=0
@@ -277,11 +228,15 @@ def test_alter_partition_errors() -> None:
     state, _ = leader(isr=(1, 2))
     proposal = fetch(state, 3, 0, now_ms=1).isr_proposal
     assert proposal is not None and state.maximal_isr == {1, 2, 3}
-    retry = state.on_alter_partition_response(proposal=proposal, error=NotControllerError)
+    retry = state.on_alter_partition_response(proposal=proposal, error=errors.NotControllerError)
     assert retry.retry == proposal and state.pending_isr_change == proposal
-    fenced = state.on_alter_partition_response(proposal=proposal, error=FencedLeaderEpochError)
+    fenced = state.on_alter_partition_response(
+        proposal=proposal, error=errors.FencedLeaderEpochError
+    )
     assert not fenced.applied and state.pending_isr_change == proposal
-    reverted = state.on_alter_partition_response(proposal=proposal, error=IneligibleReplicaError)
+    reverted = state.on_alter_partition_response(
+        proposal=proposal, error=errors.IneligibleReplicaError
+    )
     assert reverted.isr_changed and state.pending_isr_change is None
     assert state.maximal_isr == {1, 2}
     late = state.on_alter_partition_response(
@@ -302,8 +257,8 @@ def test_stale_broker_epoch_fetch_is_rejected() -> None:
         registered_epoch=5,
         now_ms=2,
     )
-    assert old.error is StaleBrokerEpochError
-    assert fetch(state, 9, 0, now_ms=1).error is NotLeaderOrFollowerError  # not a replica
+    assert old.error is errors.StaleBrokerEpochError
+    assert fetch(state, 9, 0, now_ms=1).error is errors.NotLeaderOrFollowerError  # not a replica
 
 
 # ---------------------------------------------------------- leader: produce
@@ -314,10 +269,10 @@ def test_not_enough_replicas_before_and_after_append() -> None:
     append (NOT_ENOUGH_REPLICAS); a request appended while the ISR was big enough that
     completes after a shrink gets NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
     state, _ = leader(isr=(1,), min_isr=2)
-    assert state.check_produce(acks=-1) is NotEnoughReplicasError
+    assert state.check_produce(acks=-1) is errors.NotEnoughReplicasError
     assert state.check_produce(acks=1) is None
     assert state.check_produce(acks=0) is None
-    assert state.check_produce(acks=2) is InvalidRequiredAcksError
+    assert state.check_produce(acks=2) is errors.InvalidRequiredAcksError
 
     state, _ = leader(isr=(1, 2), min_isr=2)
     purgatory: ProducePurgatory[str] = ProducePurgatory()
@@ -333,8 +288,10 @@ def test_not_enough_replicas_before_and_after_append() -> None:
     )
     assert outcome.high_watermark_moved and state.high_watermark == 5
     done = purgatory.on_isr_changed(partition="t-0", status=state.replication_status())
-    assert [(c.request_id, c.error) for c in done] == [(1, NotEnoughReplicasAfterAppendError)]
-    assert state.check_produce(acks=-1) is NotEnoughReplicasError
+    assert [(c.request_id, c.error) for c in done] == [
+        (1, errors.NotEnoughReplicasAfterAppendError)
+    ]
+    assert state.check_produce(acks=-1) is errors.NotEnoughReplicasError
 
 
 def test_acks_modes() -> None:
@@ -357,20 +314,20 @@ def test_consumer_fetch_bounds_and_epoch_checks() -> None:
     assert fetch(state, 2, 6, now_ms=1, epoch=4).read_up_to == 10
     assert state.check_consumer_fetch(fetch_offset=0).read_up_to == 6
     assert state.check_consumer_fetch(fetch_offset=8).read_up_to == 8  # nothing readable
-    assert state.check_consumer_fetch(fetch_offset=11).error is OffsetOutOfRangeError
+    assert state.check_consumer_fetch(fetch_offset=11).error is errors.OffsetOutOfRangeError
     state.on_log_start_offset(log_start_offset=3)
-    assert state.check_consumer_fetch(fetch_offset=2).error is OffsetOutOfRangeError
+    assert state.check_consumer_fetch(fetch_offset=2).error is errors.OffsetOutOfRangeError
     assert state.check_consumer_fetch(fetch_offset=3, current_leader_epoch=4).error is None
     assert (
         state.check_consumer_fetch(fetch_offset=3, current_leader_epoch=3).error
-        is FencedLeaderEpochError
+        is errors.FencedLeaderEpochError
     )
     assert (
         state.check_consumer_fetch(fetch_offset=3, current_leader_epoch=5).error
-        is UnknownLeaderEpochError
+        is errors.UnknownLeaderEpochError
     )
-    assert fetch(state, 2, 11, now_ms=2, epoch=None).error is OffsetOutOfRangeError
-    assert fetch(state, 2, 2, now_ms=2, epoch=None).error is OffsetOutOfRangeError
+    assert fetch(state, 2, 11, now_ms=2, epoch=None).error is errors.OffsetOutOfRangeError
+    assert fetch(state, 2, 2, now_ms=2, epoch=None).error is errors.OffsetOutOfRangeError
 
 
 def test_offset_for_leader_epoch_from_a_client() -> None:
@@ -389,15 +346,18 @@ def test_offset_for_leader_epoch_from_a_client() -> None:
     assert state.end_offset_for_epoch(leader_epoch=9) == (None, EpochEndOffset(-1, -1))
     undefined = EpochEndOffset(-1, -1)
     assert state.end_offset_for_epoch(leader_epoch=5, current_leader_epoch=4) == (
-        FencedLeaderEpochError,
+        errors.FencedLeaderEpochError,
         undefined,
     )
     assert state.end_offset_for_epoch(leader_epoch=5, current_leader_epoch=6) == (
-        UnknownLeaderEpochError,
+        errors.UnknownLeaderEpochError,
         undefined,
     )
     follower = follower_of_1(2, epochs=cache((5, 0)), leo=3, epoch=5, replicas=(1, 2), isr=(1, 2))
-    assert follower.end_offset_for_epoch(leader_epoch=5) == (NotLeaderOrFollowerError, undefined)
+    assert follower.end_offset_for_epoch(leader_epoch=5) == (
+        errors.NotLeaderOrFollowerError,
+        undefined,
+    )
 
 
 # --------------------------------------------------------- diverging epochs

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from producer_state_helpers import header_of, producer_batch
 
 from raftka.broker.producer_state import (
     NUM_BATCHES_TO_RETAIN,
@@ -34,32 +35,7 @@ PID = 1000
 def batch(
     seq: int, *, count: int = 1, epoch: int = 0, pid: int = PID, ts: int = 1_000
 ) -> ProducerBatch:
-    return ProducerBatch(
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        last_offset_delta=count - 1,
-        max_timestamp=ts,
-    )
-
-
-def header_of(b: ProducerBatch, first_offset: int) -> BatchHeader:
-    """The header a log would hold for ``b`` appended at ``first_offset``."""
-    return BatchHeader(
-        base_offset=first_offset,
-        batch_length=49,
-        partition_leader_epoch=0,
-        magic=2,
-        crc=0,
-        attributes=0x10 if b.is_transactional else 0,
-        last_offset_delta=b.last_offset_delta,
-        base_timestamp=b.max_timestamp,
-        max_timestamp=b.max_timestamp,
-        producer_id=b.producer_id,
-        producer_epoch=b.producer_epoch,
-        base_sequence=b.base_sequence,
-        records_count=b.last_offset_delta + 1,
-    )
+    return producer_batch(pid, seq, count=count, epoch=epoch, ts=ts)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import struct
 
 import crc32c
 import pytest
+from producer_state_helpers import producer_batch
 
 from raftka.broker.producer_state import (
     SEQUENCE_MAX,
@@ -34,14 +35,7 @@ from raftka.common.errors import CorruptMessageError
 
 
 def _b(pid: int, seq: int, *, count: int = 1, epoch: int = 0, ts: int = 5) -> ProducerBatch:
-    return ProducerBatch(
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        last_offset_delta=count - 1,
-        max_timestamp=ts,
-        is_transactional=pid == 3,
-    )
+    return producer_batch(pid, seq, count=count, epoch=epoch, ts=ts, transactional=pid == 3)
 
 
 def _leader_state() -> tuple[ProducerStateManager, list[ProducerBatch], int]:

@@ -156,12 +156,12 @@ _SAME_FIELDS: Final = (
     "transaction_start_time_ms",
     "transaction_last_update_time_ms",
 )
-assert set(_ValueV0.__struct_fields__) == {"version", "partitions", *_SAME_FIELDS}
-assert {f.name for f in fields(TransactionMetadata)} == {
-    "transactional_id",
-    "partitions",
-    *_SAME_FIELDS,
-}
+# Checked at import (not with assert, which -O strips): a field added to either type
+# without being added here would otherwise be silently dropped by encode or decode.
+if set(_ValueV0.__struct_fields__) != {"version", "partitions", *_SAME_FIELDS} or {
+    f.name for f in fields(TransactionMetadata)
+} != {"transactional_id", "partitions", *_SAME_FIELDS}:
+    raise ImportError("transaction_records: _SAME_FIELDS no longer matches the two types")
 
 _ENCODER: Final = msgspec.json.Encoder()
 

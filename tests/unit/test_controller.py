@@ -28,6 +28,7 @@ from raftka.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from raftka.metadata import metadata_records as mr
 from raftka.metadata.controller import (
     AlterConfigOp,
     AlterConfigsResource,
@@ -46,22 +47,6 @@ from raftka.metadata.controller import (
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import MetadataImage, PartitionRegistration
-from raftka.metadata.metadata_records import (
-    FENCE,
-    IN_CONTROLLED_SHUTDOWN,
-    NO_LEADER,
-    NO_LEADER_CHANGE,
-    UNFENCE,
-    BrokerRegistrationChangeRecord,
-    ConfigRecord,
-    Endpoint,
-    PartitionChangeRecord,
-    PartitionRecord,
-    ProducerIdsRecord,
-    RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-)
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import validate_topic_config
 from raftka.server_common.controller_config import ControllerConfig
@@ -81,7 +66,7 @@ def check_invariants(image: MetadataImage) -> None:
             where = f"{topic.name}-{index}: {p}"
             assert p.isr, where
             assert set(p.isr) <= set(p.replicas), where
-            if p.leader != NO_LEADER:
+            if p.leader != mr.NO_LEADER:
                 assert p.leader in p.isr, where
                 broker = image.cluster.broker(p.leader)
                 assert broker is not None and not broker.fenced, where
@@ -124,7 +109,7 @@ class Harness:
 
     def register(self, broker_id: int, generation: int = 0) -> int:
         request = RegisterBrokerRequest(
-            broker_id, _incarnation(broker_id, generation), (Endpoint("PLAINTEXT", "h", 9092),)
+            broker_id, _incarnation(broker_id, generation), (mr.Endpoint("PLAINTEXT", "h", 9092),)
         )
         result = self.ctl.register_broker(
             self.image, request, now_ms=self.now_ms, next_offset=self.next_offset
@@ -230,12 +215,14 @@ def test_register_gives_the_record_offset_as_epoch_and_starts_fenced() -> None:
     h = Harness()
     result = h.ctl.register_broker(
         h.image,
-        RegisterBrokerRequest(1, _incarnation(1), (Endpoint("PLAINTEXT", "h", 1),), "r1"),
+        RegisterBrokerRequest(1, _incarnation(1), (mr.Endpoint("PLAINTEXT", "h", 1),), "r1"),
         now_ms=0,
         next_offset=h.next_offset,
     )
     assert result.records == (
-        RegisterBrokerRecord(1, _incarnation(1), 0, (Endpoint("PLAINTEXT", "h", 1),), "r1", True),
+        mr.RegisterBrokerRecord(
+            1, _incarnation(1), 0, (mr.Endpoint("PLAINTEXT", "h", 1),), "r1", True
+        ),
     )
     assert result.response.broker_epoch == 0
     h.run(result)
@@ -247,7 +234,7 @@ def test_register_with_other_incarnation_while_session_alive_is_duplicate() -> N
     no records; once the session has expired the new incarnation may register."""
     h = Harness()
     h.add_brokers(1)
-    request = RegisterBrokerRequest(1, _incarnation(1, 1), (Endpoint("PLAINTEXT", "h", 1),))
+    request = RegisterBrokerRequest(1, _incarnation(1, 1), (mr.Endpoint("PLAINTEXT", "h", 1),))
     with pytest.raises(DuplicateBrokerRegistrationError):
         h.ctl.register_broker(h.image, request, now_ms=h.now_ms, next_offset=h.next_offset)
     h.now_ms += TIMEOUT_MS + 1
@@ -313,7 +300,7 @@ def test_heartbeat_unfences_only_once_caught_up_with_its_registration() -> None:
     result, response = h.heartbeat(2, offset=epoch - 1)
     assert result.records == () and response == BrokerHeartbeatResponse(False, True, False, False)
     result, response = h.heartbeat(2, offset=epoch)
-    assert result.records == (BrokerRegistrationChangeRecord(2, epoch, fenced=UNFENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(2, epoch, fenced=mr.UNFENCE),)
     assert response == BrokerHeartbeatResponse(True, False, False, False)
     assert not h.fenced(2)
 
@@ -327,7 +314,7 @@ def test_heartbeat_want_fence_keeps_or_makes_a_broker_fenced() -> None:
     h.heartbeat(1)
     assert not h.fenced(1)
     result, response = h.heartbeat(1, want_fence=True)
-    assert result.records == (BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),)
     assert response.is_fenced and not response.should_shutdown
 
 
@@ -357,8 +344,8 @@ def test_expire_sessions_fences_silent_brokers_and_moves_leadership() -> None:
     result = h.ctl.expire_sessions(h.image, h.now_ms)
     assert result.response.fenced_brokers == (1,)
     assert result.records == (
-        PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
-        BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),
+        mr.PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
+        mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),
     )
     h.run(result)
     p = h.partition(t)
@@ -371,11 +358,11 @@ def test_fencing_the_last_isr_member_keeps_it_and_leaves_no_leader() -> None:
     h = Harness()
     t = h.fence_the_last_isr_member()
     p = h.partition(t)
-    assert (p.leader, p.isr) == (NO_LEADER, (1,))
+    assert (p.leader, p.isr) == (mr.NO_LEADER, (1,))
     # Broker 1 restarts: registers again and catches up; unfencing re-elects it.
     h.register(1, generation=1)
     result, _ = h.heartbeat(1)
-    assert result.records[-1] == PartitionChangeRecord(0, t, leader=1)
+    assert result.records[-1] == mr.PartitionChangeRecord(0, t, leader=1)
     assert h.partition(t).leader == 1
 
 
@@ -396,7 +383,7 @@ def test_topic_config_false_overrides_controller_unclean_default() -> None:
     """A topic's unclean.leader.election.enable=false wins over the controller's true."""
     h = Harness(ControllerConfig(unclean_leader_election_enable=True))
     t = h.fence_the_last_isr_member(configs={"unclean.leader.election.enable": "false"})
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
 
 
 def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> None:
@@ -405,13 +392,13 @@ def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> 
     true (Kafka re-evaluates on the config change); setting it false elects nothing."""
     h = Harness()
     t = h.fence_the_last_isr_member()
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
     off = [AlterConfigOp("unclean.leader.election.enable", "SET", "false")]
     h.run(h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", off)]))
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
     on = [AlterConfigOp("unclean.leader.election.enable", "SET", "true")]
     result = h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", on)])
-    assert any(isinstance(r, PartitionChangeRecord) for r in result.records)
+    assert any(isinstance(r, mr.PartitionChangeRecord) for r in result.records)
     h.run(result)
     p = h.partition(t)
     assert (p.leader, p.isr) == (2, (2,))
@@ -430,11 +417,11 @@ def test_controlled_shutdown_moves_leadership_then_grants_shutdown() -> None:
     t = h.create("t", assignments={0: [1, 2, 3], 1: [2, 1, 3]})
     result, response = h.heartbeat(1, want_shutdown=True)
     assert result.records == (
-        BrokerRegistrationChangeRecord(
-            1, h.epochs[1], in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+        mr.BrokerRegistrationChangeRecord(
+            1, h.epochs[1], in_controlled_shutdown=mr.IN_CONTROLLED_SHUTDOWN
         ),
-        PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
-        PartitionChangeRecord(1, t, isr=(2, 3)),
+        mr.PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
+        mr.PartitionChangeRecord(1, t, isr=(2, 3)),
     )
     assert response == BrokerHeartbeatResponse(True, False, True, False)
     assert (h.partition(t, 0).leader, h.partition(t, 1).isr) == (2, (2, 3))
@@ -446,7 +433,7 @@ def test_controlled_shutdown_moves_leadership_then_grants_shutdown() -> None:
     h.heartbeat(2)
     result, response = h.heartbeat(1, want_shutdown=True)
     assert response.should_shutdown and response.is_fenced
-    assert result.records == (BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),)
 
 
 def test_controlled_shutdown_keeps_a_leader_no_one_can_replace() -> None:
@@ -458,8 +445,8 @@ def test_controlled_shutdown_keeps_a_leader_no_one_can_replace() -> None:
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
     result, response = h.heartbeat(1, want_shutdown=True)
     assert result.records == (
-        BrokerRegistrationChangeRecord(
-            1, h.epochs[1], in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+        mr.BrokerRegistrationChangeRecord(
+            1, h.epochs[1], in_controlled_shutdown=mr.IN_CONTROLLED_SHUTDOWN
         ),
     )
     assert h.partition(t).leader == 1 and not response.should_shutdown
@@ -478,8 +465,8 @@ def test_broker_leading_nothing_may_shut_down_at_once() -> None:
     result, response = h.heartbeat(1, want_shutdown=True)
     assert response.should_shutdown and response.is_fenced
     assert result.records == (
-        PartitionChangeRecord(0, t, isr=(2,)),
-        BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),
+        mr.PartitionChangeRecord(0, t, isr=(2,)),
+        mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),
     )
 
 
@@ -524,9 +511,9 @@ def test_create_topic_uses_defaults_and_writes_configs() -> None:
     response = h.run(result)
     topic = response.result("t")
     assert (topic.error, topic.num_partitions, topic.replication_factor) == (None, 3, 2)
-    assert isinstance(result.records[0], TopicRecord)
-    assert [type(r) for r in result.records[1:4]] == [PartitionRecord] * 3
-    assert result.records[4] == ConfigRecord("topic", "t", "retention.ms", "1000")
+    assert isinstance(result.records[0], mr.TopicRecord)
+    assert [type(r) for r in result.records[1:4]] == [mr.PartitionRecord] * 3
+    assert result.records[4] == mr.ConfigRecord("topic", "t", "retention.ms", "1000")
     assert h.image.configs.topic_config("t") == {"retention.ms": "1000"}
 
 
@@ -718,7 +705,7 @@ def test_delete_topics_by_name_and_id() -> None:
     a = h.create("a", configs={"retention.ms": "5"})
     b = h.create("b")
     result = h.ctl.delete_topics(h.image, names=["a", "nope"], topic_ids=[b, a, str(uuid.uuid4())])
-    assert result.records == (RemoveTopicRecord(a), RemoveTopicRecord(b))
+    assert result.records == (mr.RemoveTopicRecord(a), mr.RemoveTopicRecord(b))
     errors = [t.error for t in result.response.topics]
     assert errors[0] is None and errors[2] is None and errors[3] is None
     assert_error(errors[1], UnknownTopicOrPartitionError)
@@ -735,7 +722,7 @@ def test_create_partitions_grows_a_topic_continuing_placement() -> None:
     t = h.create("t", partitions=1, rf=2)
     result = h.ctl.create_partitions(h.image, [CreatablePartitions("t", 3)])
     assert result.response.topics[0].error is None
-    assert [r.partition_id for r in result.records if isinstance(r, PartitionRecord)] == [1, 2]
+    assert [r.partition_id for r in result.records if isinstance(r, mr.PartitionRecord)] == [1, 2]
     h.run(result)
     leaders = sorted(h.partition(t, i).leader for i in range(3))
     assert leaders == [1, 2, 3]
@@ -793,8 +780,8 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
     )
     result = h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", ops)])
     assert result.records == (
-        ConfigRecord("topic", "t", "cleanup.policy", "delete,compact"),
-        ConfigRecord("topic", "t", "max.message.bytes", "2000"),
+        mr.ConfigRecord("topic", "t", "cleanup.policy", "delete,compact"),
+        mr.ConfigRecord("topic", "t", "max.message.bytes", "2000"),
     )
     h.run(result)
     ops = (
@@ -860,7 +847,7 @@ def test_incremental_alter_configs_errors(
     result = h.ctl.incremental_alter_configs(h.image, [resource, good])
     assert_error(result.response.resources[0].error, error)
     assert result.response.resources[1].error is None
-    assert result.records == (ConfigRecord("topic", "t", "segment.ms", "5"),)
+    assert result.records == (mr.ConfigRecord("topic", "t", "segment.ms", "5"),)
     assert h.ctl.incremental_alter_configs(h.image, [good], validate_only=True).records == ()
 
 
@@ -870,7 +857,7 @@ def test_describe_configs_shows_value_and_source() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("t", configs={"retention.ms": "7"})
-    h.run(ControllerResult((ConfigRecord("broker", "", "log.segment.bytes", "2048"),), None))
+    h.run(ControllerResult((mr.ConfigRecord("broker", "", "log.segment.bytes", "2048"),), None))
     result = describe_configs(h.image, "t")
     entries = {e.name: e for e in result.entries}
     assert result.error is None and len(entries) > 20
@@ -922,7 +909,7 @@ def test_alter_partition_shrinks_and_expands_the_isr() -> None:
     h.add_brokers(1, 2, 3)
     t = h.create("t", assignments={0: [1, 2, 3]})
     result = h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 3)))
-    assert result.records == (PartitionChangeRecord(0, t, isr=(1, 3)),)
+    assert result.records == (mr.PartitionChangeRecord(0, t, isr=(1, 3)),)
     response = h.run(result)
     assert (response.isr, response.leader, response.leader_epoch, response.partition_epoch) == (
         (1, 3),
@@ -1014,7 +1001,7 @@ def test_rebalance_moves_leadership_back_to_the_preferred_replica() -> None:
     assert h.ctl.rebalance_leaders(h.image, h.now_ms).records == ()  # 1 not in ISR yet
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 2, (2, 1))))
     result = h.ctl.rebalance_leaders(h.image, h.now_ms)
-    assert result.records == (PartitionChangeRecord(0, t, leader=1),)
+    assert result.records == (mr.PartitionChangeRecord(0, t, leader=1),)
     assert [tp.partition for tp in result.response.elected] == [0] and not result.response.more
     h.run(result)
     p = h.partition(t)
@@ -1048,17 +1035,17 @@ def test_partition_change_builder_rules() -> None:
     p = PartitionRegistration((1, 2, 3), (2, 3), (), (), 2, 4, 9)
     tid = str(uuid.uuid4())
     assert PartitionChangeBuilder(p, tid, 0, lambda b: True).build() is None
-    assert PartitionChangeBuilder(p, tid, 0, lambda b: b != 2).build() == PartitionChangeRecord(
+    assert PartitionChangeBuilder(p, tid, 0, lambda b: b != 2).build() == mr.PartitionChangeRecord(
         0, tid, leader=3
     )
     q = PartitionRegistration((1, 2, 3), (1, 2), (), (), 2, 4, 9)
     preferred = PartitionChangeBuilder(q, tid, 0, lambda b: True).set_election(Election.PREFERRED)
-    assert preferred.build() == PartitionChangeRecord(0, tid, leader=1)
+    assert preferred.build() == mr.PartitionChangeRecord(0, tid, leader=1)
     kept = PartitionChangeBuilder(q, tid, 0, lambda b: False).set_target_isr([]).build()
-    assert kept == PartitionChangeRecord(0, tid, leader=NO_LEADER)
+    assert kept == mr.PartitionChangeRecord(0, tid, leader=mr.NO_LEADER)
     unclean = PartitionChangeBuilder(q, tid, 0, lambda b: b == 3, unclean_election=True)
-    assert unclean.build() == PartitionChangeRecord(0, tid, isr=(3,), leader=3)
-    assert PartitionChangeRecord(0, tid).leader == NO_LEADER_CHANGE
+    assert unclean.build() == mr.PartitionChangeRecord(0, tid, isr=(3,), leader=3)
+    assert mr.PartitionChangeRecord(0, tid).leader == mr.NO_LEADER_CHANGE
 
 
 # ---------------------------------------------------------------------------------------
@@ -1070,7 +1057,7 @@ def test_allocate_producer_ids_hands_out_consecutive_blocks() -> None:
     h = Harness()
     h.add_brokers(1)
     first = h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1])
-    assert first.records == (ProducerIdsRecord(1, h.epochs[1], 1000),)
+    assert first.records == (mr.ProducerIdsRecord(1, h.epochs[1], 1000),)
     assert (first.response.producer_id_start, first.response.producer_id_len) == (0, 1000)
     h.run(first)
     assert h.run(h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1])).producer_id_start == 1000

@@ -22,6 +22,7 @@ from raftka.common.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    InvalidUpdateVersionError,
     KafkaError,
     NotControllerError,
     StaleBrokerEpochError,
@@ -29,7 +30,8 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.metadata import metadata_records as mr
-from raftka.metadata.controller import (
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import (
     AlterConfigOp,
     AlterConfigsResource,
     AlterPartitionRequest,
@@ -39,16 +41,14 @@ from raftka.metadata.controller import (
     CreatablePartitions,
     CreatableTopic,
     CreateTopicsResponse,
-    InvalidUpdateVersionError,
-    QuorumController,
     RegisterBrokerRequest,
-    describe_configs,
 )
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import MetadataImage, PartitionRegistration
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import validate_topic_config
+from raftka.metadata.topic_control import describe_configs
 from raftka.server_common.controller_config import ControllerConfig
 
 R = TypeVar("R")

@@ -400,6 +400,12 @@ class LocalCluster(NodeGroup):
         for node in self.controllers.values():
             node.wait_healthy(timeout_s)
 
+    def kill_all_and_restart(self, timeout_s: float = START_DEADLINE_S) -> None:
+        """kill -9 every controller, then :meth:`start` them all again from their data."""
+        for node in self.controllers.values():
+            node.kill()
+        self.start(timeout_s)
+
     def wait_leader(
         self, timeout_s: float = START_DEADLINE_S, *, excluding: tuple[int, ...] = ()
     ) -> int:

@@ -11,24 +11,7 @@ from typing import TypeVar
 
 import pytest
 
-from raftka.common.errors import (
-    BrokerIdNotRegisteredError,
-    DuplicateBrokerRegistrationError,
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
-    InvalidRequestError,
-    InvalidTopicError,
-    InvalidUpdateVersionError,
-    KafkaError,
-    NotControllerError,
-    StaleBrokerEpochError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
+from raftka.common import errors
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.controller_api import (
@@ -169,7 +152,7 @@ class Harness:
 
     def create_topics(
         self, *topics: tuple[str, int, int]
-    ) -> tuple[ControllerResult[CreateTopicsResponse], list[KafkaError | None]]:
+    ) -> tuple[ControllerResult[CreateTopicsResponse], list[errors.KafkaError | None]]:
         """One CreateTopics request of (name, partitions, replication factor), not run:
         its result and each topic's error, in request order."""
         creatable = [CreatableTopic(name, count, rf) for name, count, rf in topics]
@@ -202,7 +185,7 @@ class Harness:
             self.heartbeat(b)
 
 
-def assert_error(error: KafkaError | None, cls: type[KafkaError]) -> None:
+def assert_error(error: errors.KafkaError | None, cls: type[errors.KafkaError]) -> None:
     assert error is not None and type(error) is cls, error
 
 
@@ -235,7 +218,7 @@ def test_register_with_other_incarnation_while_session_alive_is_duplicate() -> N
     h = Harness()
     h.add_brokers(1)
     request = RegisterBrokerRequest(1, _incarnation(1, 1), (mr.Endpoint("PLAINTEXT", "h", 1),))
-    with pytest.raises(DuplicateBrokerRegistrationError):
+    with pytest.raises(errors.DuplicateBrokerRegistrationError):
         h.ctl.register_broker(h.image, request, now_ms=h.now_ms, next_offset=h.next_offset)
     h.now_ms += TIMEOUT_MS + 1
     old_epoch = h.epochs[1]
@@ -267,7 +250,7 @@ def test_reregister_same_incarnation_gets_new_epoch_and_leaves_partitions() -> N
 def test_register_rejects_a_malformed_incarnation_id() -> None:
     """The incarnation id must be a UUID: INVALID_REQUEST, no records."""
     h = Harness()
-    with pytest.raises(InvalidRequestError):
+    with pytest.raises(errors.InvalidRequestError):
         h.ctl.register_broker(
             h.image,
             RegisterBrokerRequest(1, "not-a-uuid", ()),
@@ -284,9 +267,9 @@ def test_heartbeat_from_unknown_broker_or_stale_epoch_is_refused() -> None:
     """BROKER_ID_NOT_REGISTERED for an unknown id, STALE_BROKER_EPOCH for an old epoch."""
     h = Harness()
     h.register(1)
-    with pytest.raises(BrokerIdNotRegisteredError):
+    with pytest.raises(errors.BrokerIdNotRegisteredError):
         h.ctl.heartbeat(h.image, BrokerHeartbeatRequest(9, 0, 0), now_ms=0, next_offset=1)
-    with pytest.raises(StaleBrokerEpochError):
+    with pytest.raises(errors.StaleBrokerEpochError):
         h.ctl.heartbeat(h.image, BrokerHeartbeatRequest(1, 99, 0), now_ms=0, next_offset=1)
 
 
@@ -524,7 +507,7 @@ def test_create_topic_rejects_illegal_names(name: str) -> None:
     h.add_brokers(1)
     result = h.ctl.create_topics(h.image, [CreatableTopic(name, 1, 1)], rng=h.rng)
     assert result.records == ()
-    assert_error(result.response.topics[0].error, InvalidTopicError)
+    assert_error(result.response.topics[0].error, errors.InvalidTopicError)
 
 
 def test_create_topic_accepts_the_longest_legal_name() -> None:
@@ -540,11 +523,11 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("a.b")
-    result, errors = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
-    assert_error(errors[0], TopicAlreadyExistsError)
-    assert_error(errors[1], InvalidTopicError)
-    assert errors[2] is None
-    assert_error(errors[3], InvalidTopicError)
+    result, per_topic = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
+    assert_error(per_topic[0], errors.TopicAlreadyExistsError)
+    assert_error(per_topic[1], errors.InvalidTopicError)
+    assert per_topic[2] is None
+    assert_error(per_topic[3], errors.InvalidTopicError)
     h.run(result)
     assert sorted(h.image.topics.by_name) == ["a.b", "c_d"]
 
@@ -552,14 +535,14 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
 @pytest.mark.parametrize(
     ("partitions", "rf", "error"),
     [
-        (0, 1, InvalidPartitionsError),
-        (-2, 1, InvalidPartitionsError),
-        (1, 0, InvalidReplicationFactorError),
-        (1, 3, InvalidReplicationFactorError),
+        (0, 1, errors.InvalidPartitionsError),
+        (-2, 1, errors.InvalidPartitionsError),
+        (1, 0, errors.InvalidReplicationFactorError),
+        (1, 3, errors.InvalidReplicationFactorError),
     ],
 )
 def test_create_topic_checks_partitions_and_replication_factor(
-    partitions: int, rf: int, error: type[KafkaError]
+    partitions: int, rf: int, error: type[errors.KafkaError]
 ) -> None:
     """num_partitions >= 1, 1 <= replication factor <= usable brokers."""
     h = Harness()
@@ -575,23 +558,23 @@ def test_replication_factor_counts_only_usable_brokers() -> None:
     h.add_brokers(1)
     h.register(2)
     result = h.ctl.create_topics(h.image, [CreatableTopic("t", 1, 2)], rng=h.rng)
-    assert_error(result.response.topics[0].error, InvalidReplicationFactorError)
+    assert_error(result.response.topics[0].error, errors.InvalidReplicationFactorError)
 
 
 @pytest.mark.parametrize(
     ("assignments", "error"),
     [
-        ({0: [1, 2], 2: [2, 1]}, InvalidReplicaAssignmentError),  # gap
-        ({1: [1, 2]}, InvalidReplicaAssignmentError),  # not from 0
-        ({0: [1, 1]}, InvalidReplicaAssignmentError),  # duplicate
-        ({0: []}, InvalidReplicaAssignmentError),  # empty
-        ({0: [1, 9]}, InvalidReplicaAssignmentError),  # not registered
-        ({0: [1, 2], 1: [1]}, InvalidReplicaAssignmentError),  # inconsistent
-        ({0: [3]}, InvalidReplicaAssignmentError),  # only a fenced broker
+        ({0: [1, 2], 2: [2, 1]}, errors.InvalidReplicaAssignmentError),  # gap
+        ({1: [1, 2]}, errors.InvalidReplicaAssignmentError),  # not from 0
+        ({0: [1, 1]}, errors.InvalidReplicaAssignmentError),  # duplicate
+        ({0: []}, errors.InvalidReplicaAssignmentError),  # empty
+        ({0: [1, 9]}, errors.InvalidReplicaAssignmentError),  # not registered
+        ({0: [1, 2], 1: [1]}, errors.InvalidReplicaAssignmentError),  # inconsistent
+        ({0: [3]}, errors.InvalidReplicaAssignmentError),  # only a fenced broker
     ],
 )
 def test_create_topic_validates_explicit_assignments(
-    assignments: dict[int, list[int]], error: type[KafkaError]
+    assignments: dict[int, list[int]], error: type[errors.KafkaError]
 ) -> None:
     """Explicit assignments are checked: INVALID_REPLICA_ASSIGNMENT, no records."""
     h = Harness()
@@ -618,7 +601,7 @@ def test_assignments_with_partition_count_is_invalid_request() -> None:
     h = Harness()
     h.add_brokers(1)
     result = h.ctl.create_topics(h.image, [CreatableTopic("t", 1, -1, {0: [1]})], rng=h.rng)
-    assert_error(result.response.topics[0].error, InvalidRequestError)
+    assert_error(result.response.topics[0].error, errors.InvalidRequestError)
 
 
 @pytest.mark.parametrize(
@@ -646,7 +629,7 @@ def test_create_topic_rejects_bad_configs(key: str, value: str) -> None:
         h.image, [CreatableTopic("t", 1, 1, configs={key: value})], rng=h.rng
     )
     assert result.records == ()
-    assert_error(result.response.topics[0].error, InvalidConfigError)
+    assert_error(result.response.topics[0].error, errors.InvalidConfigError)
 
 
 @pytest.mark.parametrize(
@@ -673,11 +656,11 @@ def test_one_bad_topic_does_not_fail_the_others_and_duplicates_fail() -> None:
     listed twice is INVALID_REQUEST for both entries."""
     h = Harness()
     h.add_brokers(1)
-    result, errors = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
-    assert_error(errors[0], InvalidReplicationFactorError)
-    assert errors[1] is None
-    assert_error(errors[2], InvalidRequestError)
-    assert_error(errors[3], InvalidRequestError)
+    result, per_topic = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
+    assert_error(per_topic[0], errors.InvalidReplicationFactorError)
+    assert per_topic[1] is None
+    assert_error(per_topic[2], errors.InvalidRequestError)
+    assert_error(per_topic[3], errors.InvalidRequestError)
     h.run(result)
     assert list(h.image.topics.by_name) == ["good"]
 
@@ -706,10 +689,10 @@ def test_delete_topics_by_name_and_id() -> None:
     b = h.create("b")
     result = h.ctl.delete_topics(h.image, names=["a", "nope"], topic_ids=[b, a, str(uuid.uuid4())])
     assert result.records == (mr.RemoveTopicRecord(a), mr.RemoveTopicRecord(b))
-    errors = [t.error for t in result.response.topics]
-    assert errors[0] is None and errors[2] is None and errors[3] is None
-    assert_error(errors[1], UnknownTopicOrPartitionError)
-    assert_error(errors[4], UnknownTopicOrPartitionError)
+    per_topic = [t.error for t in result.response.topics]
+    assert per_topic[0] is None and per_topic[2] is None and per_topic[3] is None
+    assert_error(per_topic[1], errors.UnknownTopicOrPartitionError)
+    assert_error(per_topic[4], errors.UnknownTopicOrPartitionError)
     h.run(result)
     assert not h.image.topics.by_name and not h.image.configs.topic_config("a")
 
@@ -732,15 +715,17 @@ def test_create_partitions_grows_a_topic_continuing_placement() -> None:
 @pytest.mark.parametrize(
     ("request_", "error"),
     [
-        (CreatablePartitions("t", 1), InvalidPartitionsError),
-        (CreatablePartitions("t", 2), InvalidPartitionsError),
-        (CreatablePartitions("zz", 3), UnknownTopicOrPartitionError),
-        (CreatablePartitions("t", 4, [[1, 2]]), InvalidReplicaAssignmentError),
-        (CreatablePartitions("t", 3, [[1]]), InvalidReplicaAssignmentError),
-        (CreatablePartitions("t", 3, [[1, 9]]), InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 1), errors.InvalidPartitionsError),
+        (CreatablePartitions("t", 2), errors.InvalidPartitionsError),
+        (CreatablePartitions("zz", 3), errors.UnknownTopicOrPartitionError),
+        (CreatablePartitions("t", 4, [[1, 2]]), errors.InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 3, [[1]]), errors.InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 3, [[1, 9]]), errors.InvalidReplicaAssignmentError),
     ],
 )
-def test_create_partitions_errors(request_: CreatablePartitions, error: type[KafkaError]) -> None:
+def test_create_partitions_errors(
+    request_: CreatablePartitions, error: type[errors.KafkaError]
+) -> None:
     """Shrinking or keeping the count: INVALID_PARTITIONS; unknown topic; assignments of
     the wrong count, width or brokers: INVALID_REPLICA_ASSIGNMENT."""
     h = Harness()
@@ -800,23 +785,23 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
     [
         (
             AlterConfigsResource("topic", "zz", (AlterConfigOp("retention.ms", "SET", "1"),)),
-            UnknownTopicOrPartitionError,
+            errors.UnknownTopicOrPartitionError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("bogus", "SET", "1"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "SET", "x"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "APPEND", "1"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "SET"),)),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
         (
             AlterConfigsResource(
@@ -827,16 +812,16 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
                     AlterConfigOp("retention.ms", "DELETE"),
                 ),
             ),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
         (
             AlterConfigsResource("broker", "1", (AlterConfigOp("x", "SET", "1"),)),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
     ],
 )
 def test_incremental_alter_configs_errors(
-    resource: AlterConfigsResource, error: type[KafkaError]
+    resource: AlterConfigsResource, error: type[errors.KafkaError]
 ) -> None:
     """Each bad resource gets its error and writes nothing; a good one in the same
     request still applies."""
@@ -871,8 +856,8 @@ def test_describe_configs_shows_value_and_source() -> None:
     assert [e.name for e in describe_configs(h.image, "t", ["min.insync.replicas"]).entries] == [
         "min.insync.replicas"
     ]
-    assert_error(describe_configs(h.image, "zz").error, UnknownTopicOrPartitionError)
-    assert_error(describe_configs(h.image, "t", ["nope"]).error, InvalidConfigError)
+    assert_error(describe_configs(h.image, "zz").error, errors.UnknownTopicOrPartitionError)
+    assert_error(describe_configs(h.image, "t", ["nope"]).error, errors.InvalidConfigError)
 
 
 # ---------------------------------------------------------------------------------------
@@ -930,27 +915,30 @@ def test_alter_partition_errors_in_kafkas_order() -> None:
     h.add_brokers(1, 2, 3, 4)
     t = h.create("t", assignments={0: [1, 2, 3]})
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2))))  # partition epoch 1
-    cases: list[tuple[AlterPartitionRequest, type[KafkaError]]] = [
-        (_alter(h, t, 1, (1,), broker_epoch=999), StaleBrokerEpochError),
-        (AlterPartitionRequest(9, 0, t, 0, 0, 0, (1,)), StaleBrokerEpochError),
+    cases: list[tuple[AlterPartitionRequest, type[errors.KafkaError]]] = [
+        (_alter(h, t, 1, (1,), broker_epoch=999), errors.StaleBrokerEpochError),
+        (AlterPartitionRequest(9, 0, t, 0, 0, 0, (1,)), errors.StaleBrokerEpochError),
         (
             AlterPartitionRequest(1, h.epochs[1], str(uuid.uuid4()), 0, 0, 1, (1,)),
-            UnknownTopicOrPartitionError,
+            errors.UnknownTopicOrPartitionError,
         ),
-        (AlterPartitionRequest(1, h.epochs[1], t, 5, 0, 1, (1,)), UnknownTopicOrPartitionError),
-        (_alter(h, t, 1, (1,), leader_epoch=1), NotControllerError),
-        (_alter(h, t, 1, (1,), partition_epoch=2), NotControllerError),
-        (_alter(h, t, 2, (1, 2), partition_epoch=0), InvalidRequestError),
-        (_alter(h, t, 1, (1,), partition_epoch=0), InvalidUpdateVersionError),
-        (_alter(h, t, 1, (2, 3)), InvalidRequestError),
-        (_alter(h, t, 1, (1, 4)), InvalidRequestError),
-        (_alter(h, t, 1, (1, 1)), InvalidRequestError),
+        (
+            AlterPartitionRequest(1, h.epochs[1], t, 5, 0, 1, (1,)),
+            errors.UnknownTopicOrPartitionError,
+        ),
+        (_alter(h, t, 1, (1,), leader_epoch=1), errors.NotControllerError),
+        (_alter(h, t, 1, (1,), partition_epoch=2), errors.NotControllerError),
+        (_alter(h, t, 2, (1, 2), partition_epoch=0), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1,), partition_epoch=0), errors.InvalidUpdateVersionError),
+        (_alter(h, t, 1, (2, 3)), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1, 4)), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1, 1)), errors.InvalidRequestError),
     ]
     for request, error in cases:
         with pytest.raises(error):
             h.ctl.alter_partition(h.image, request)
-    assert InvalidUpdateVersionError.code == 95
-    assert InvalidUpdateVersionError.name == "INVALID_UPDATE_VERSION"
+    assert errors.InvalidUpdateVersionError.code == 95
+    assert errors.InvalidUpdateVersionError.name == "INVALID_UPDATE_VERSION"
 
 
 def test_alter_partition_fenced_leader_epoch() -> None:
@@ -964,7 +952,7 @@ def test_alter_partition_fenced_leader_epoch() -> None:
     h.run(h.ctl.expire_sessions(h.image, h.now_ms))
     h.now_ms += 1
     h.heartbeat(1)  # back, unfenced; broker 2 leads in epoch 1
-    with pytest.raises(FencedLeaderEpochError):
+    with pytest.raises(errors.FencedLeaderEpochError):
         h.ctl.alter_partition(h.image, old)
 
 
@@ -975,12 +963,12 @@ def test_alter_partition_refuses_fenced_and_shutting_down_replicas() -> None:
     t = h.create("t", assignments={0: [1, 2, 3]})
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
     h.heartbeat(2, want_fence=True)
-    with pytest.raises(IneligibleReplicaError):
+    with pytest.raises(errors.IneligibleReplicaError):
         h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2)))
     u = h.create("u", assignments={0: [3, 1]})
     h.heartbeat(3, want_shutdown=True)
     assert h.image.cluster.brokers[3].in_controlled_shutdown
-    with pytest.raises(IneligibleReplicaError):
+    with pytest.raises(errors.IneligibleReplicaError):
         h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 3)))
     assert h.partition(u).leader == 1
 
@@ -1061,7 +1049,7 @@ def test_allocate_producer_ids_hands_out_consecutive_blocks() -> None:
     assert (first.response.producer_id_start, first.response.producer_id_len) == (0, 1000)
     h.run(first)
     assert h.run(h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1])).producer_id_start == 1000
-    with pytest.raises(StaleBrokerEpochError):
+    with pytest.raises(errors.StaleBrokerEpochError):
         h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1] + 1)
 
 

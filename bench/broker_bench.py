@@ -283,8 +283,7 @@ def main() -> None:
         print(json.dumps(e2e_worker(*args.e2e_worker, args.e2e_rate, args.e2e_seconds)))
         return
 
-    from raftka.local import LocalCluster
-    from raftka.local.brokers import LocalBrokers
+    from raftka.testing import RaftkaCluster
 
     print(
         json.dumps(
@@ -298,73 +297,66 @@ def main() -> None:
     )
     results: dict[str, dict[str, Any]] = {}
     base = args.dir or Path(tempfile.mkdtemp(prefix="raftka-broker-bench-"))
-    with LocalCluster(base) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster) as brokers:
-            brokers.start()
-            bootstrap = brokers.bootstrap_servers
-            with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=API_TIMEOUT_MS) as admin:
-                new: Callable[[str, int], str] = lambda n, rf: create_topic(admin, n, rf)  # noqa: E731
-                if "produce" in sections:
-                    for acks, rf in (("1", 1), ("all", 3)):
-                        runs = [
-                            produce(bootstrap, new(f"p-{acks}-{rf}-{i}", rf), args.records, acks)
-                            for i in range(args.repeats)
-                        ]
-                        emit(f"produce acks={acks} RF={rf}", median_of(runs), results)
-                if "idempotence" in sections:
-                    # On and off interleaved, so machine noise hits both alike.
-                    on_runs, off_runs = [], []
-                    for i in range(args.repeats):
-                        for idem, runs_ in ((True, on_runs), (False, off_runs)):
-                            t = new(f"idem-{idem}-{i}", 3)
-                            runs_.append(
-                                produce(bootstrap, t, args.records, "all", idempotence=idem)
-                            )
-                    emit("produce acks=all RF=3 idempotence on", median_of(on_runs), results)
-                    emit("produce acks=all RF=3 idempotence off", median_of(off_runs), results)
-                if "produce-rate" in sections:
-                    n = int(args.e2e_rate * args.e2e_seconds)
+    with RaftkaCluster.start(base) as cluster:
+        brokers = cluster.brokers
+        bootstrap = brokers.bootstrap_servers
+        with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=API_TIMEOUT_MS) as admin:
+            new: Callable[[str, int], str] = lambda n, rf: create_topic(admin, n, rf)  # noqa: E731
+            if "produce" in sections:
+                for acks, rf in (("1", 1), ("all", 3)):
                     runs = [
-                        produce(bootstrap, new(f"pr-{i}", 3), n, "all", throughput=args.e2e_rate)
+                        produce(bootstrap, new(f"p-{acks}-{rf}-{i}", rf), args.records, acks)
                         for i in range(args.repeats)
                     ]
-                    emit(f"produce acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(runs), results)
-                if "consume" in sections:
-                    # Fill one RF 3 topic, read it back repeats times.
-                    fill = new("consume-src", 3)
-                    produce(bootstrap, fill, args.consume_records, "1")
-                    runs = [
-                        consume(bootstrap, fill, args.consume_records) for _ in range(args.repeats)
-                    ]
-                    emit("consume RF=3", median_of(runs), results)
-                if "e2e" in sections:
-                    e2e_runs = []
-                    for i in range(args.repeats):
-                        topic = new(f"e2e-{i}", 3)
-                        out = _run(
-                            [
-                                sys.executable,
-                                __file__,
-                                "--e2e-worker",
-                                bootstrap,
-                                topic,
-                                "--e2e-rate",
-                                str(args.e2e_rate),
-                                "--e2e-seconds",
-                                str(args.e2e_seconds),
-                            ]
-                        )
-                        e2e_runs.append(json.loads(out.strip().splitlines()[-1]))
-                    emit(f"e2e acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(e2e_runs), results)
-                if args.profile:
-                    args.profile.mkdir(parents=True, exist_ok=True)
-                    prof = args.profile / "produce.prof"
-                    r = produce(bootstrap, new("profiled", 3), args.records, "all", profile=prof)
-                    emit("produce acks=all RF=3 (under cProfile)", r, results)
-                    r = profile_broker(brokers, admin, args.records, args.profile / "broker.prof")
-                    emit("produce acks=1 RF=1 to a broker under cProfile", r, results)
+                    emit(f"produce acks={acks} RF={rf}", median_of(runs), results)
+            if "idempotence" in sections:
+                # On and off interleaved, so machine noise hits both alike.
+                on_runs, off_runs = [], []
+                for i in range(args.repeats):
+                    for idem, runs_ in ((True, on_runs), (False, off_runs)):
+                        t = new(f"idem-{idem}-{i}", 3)
+                        runs_.append(produce(bootstrap, t, args.records, "all", idempotence=idem))
+                emit("produce acks=all RF=3 idempotence on", median_of(on_runs), results)
+                emit("produce acks=all RF=3 idempotence off", median_of(off_runs), results)
+            if "produce-rate" in sections:
+                n = int(args.e2e_rate * args.e2e_seconds)
+                runs = [
+                    produce(bootstrap, new(f"pr-{i}", 3), n, "all", throughput=args.e2e_rate)
+                    for i in range(args.repeats)
+                ]
+                emit(f"produce acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(runs), results)
+            if "consume" in sections:
+                # Fill one RF 3 topic, read it back repeats times.
+                fill = new("consume-src", 3)
+                produce(bootstrap, fill, args.consume_records, "1")
+                runs = [consume(bootstrap, fill, args.consume_records) for _ in range(args.repeats)]
+                emit("consume RF=3", median_of(runs), results)
+            if "e2e" in sections:
+                e2e_runs = []
+                for i in range(args.repeats):
+                    topic = new(f"e2e-{i}", 3)
+                    out = _run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--e2e-worker",
+                            bootstrap,
+                            topic,
+                            "--e2e-rate",
+                            str(args.e2e_rate),
+                            "--e2e-seconds",
+                            str(args.e2e_seconds),
+                        ]
+                    )
+                    e2e_runs.append(json.loads(out.strip().splitlines()[-1]))
+                emit(f"e2e acks=all RF=3 @{args.e2e_rate:.0f}/s", median_of(e2e_runs), results)
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                prof = args.profile / "produce.prof"
+                r = produce(bootstrap, new("profiled", 3), args.records, "all", profile=prof)
+                emit("produce acks=all RF=3 (under cProfile)", r, results)
+                r = profile_broker(brokers, admin, args.records, args.profile / "broker.prof")
+                emit("produce acks=1 RF=1 to a broker under cProfile", r, results)
     if args.peers:
         for line in run_peers(args.records, args.repeats):
             print(json.dumps({"peer": line}), flush=True)

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from _report import print_results
 
 from raftka.local import LOCAL_QUORUM_PROPERTIES, LocalCluster, NodeProcess, wait_for
 from raftka.local.metadata_pages import replay_metadata_page
@@ -794,11 +795,7 @@ def main() -> None:
     )
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # close() the cluster
     results = MODES[args.mode](args)
-    for r in results:
-        print(json.dumps(r))
-    print()
-    for r in results:
-        print(" | ".join(f"{k}={v}" for k, v in r.items()))
+    print_results(results)
 
 
 if __name__ == "__main__":

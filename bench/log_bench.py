@@ -10,7 +10,6 @@ repeats. Neither side fsyncs; reads are of a warm (page-cached) file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -18,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _report import print_results
 
 from raftka.common.record.batch import Record, build_batch
 from raftka.storage import Log, LogConfig
@@ -199,11 +200,7 @@ def main() -> None:
         ]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    for r in results:
-        print(json.dumps(r))
-    print()
-    for r in results:
-        print(" | ".join(f"{k}={v}" for k, v in r.items()))
+    print_results(results)
 
 
 if __name__ == "__main__":

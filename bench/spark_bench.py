@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from raftka.client import Admin, AsyncProducer, Consumer, NewTopic, TopicPartition
-from raftka.local import LocalCluster
-from raftka.local.brokers import LocalBrokers
+from raftka.testing import RaftkaCluster
 
 VALUE_BYTES = 100
 PARTITIONS = 3
@@ -159,48 +158,43 @@ def main() -> None:
     n, repeats = args.records, args.repeats
     base = args.dir or Path(tempfile.mkdtemp(prefix="raftka-spark-bench-"))
     results: dict[str, list[float]] = {}
-    with LocalCluster(base / "cluster") as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster) as brokers:
-            brokers.start()
-            bootstrap = brokers.bootstrap_servers
-            with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=TIMEOUT_MS) as admin:
-                source = _topic(admin, "bench-in")
-                time.sleep(2)  # let every broker learn the new leaders before the fill
-                asyncio.run(_fill(bootstrap, source, n))
-                spark = _spark()
-                try:
-                    for r in range(repeats):
-                        results.setdefault("plain consumer", []).append(
-                            _timed(
-                                "plain consumer", n, lambda: _plain_consume(bootstrap, source, n)
-                            )
+    with RaftkaCluster.start(base / "cluster") as cluster:
+        brokers = cluster.brokers
+        bootstrap = brokers.bootstrap_servers
+        with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=TIMEOUT_MS) as admin:
+            source = _topic(admin, "bench-in")
+            time.sleep(2)  # let every broker learn the new leaders before the fill
+            asyncio.run(_fill(bootstrap, source, n))
+            spark = _spark()
+            try:
+                for r in range(repeats):
+                    results.setdefault("plain consumer", []).append(
+                        _timed("plain consumer", n, lambda: _plain_consume(bootstrap, source, n))
+                    )
+                    checkpoint = base / f"checkpoint-{r}"
+                    results.setdefault("streaming source", []).append(
+                        _timed(
+                            "streaming source",
+                            n,
+                            lambda c=checkpoint: _stream_source(spark, bootstrap, source, c),  # type: ignore[misc]
                         )
-                        checkpoint = base / f"checkpoint-{r}"
-                        results.setdefault("streaming source", []).append(
-                            _timed(
-                                "streaming source",
-                                n,
-                                lambda c=checkpoint: _stream_source(spark, bootstrap, source, c),  # type: ignore[misc]
-                            )
-                        )
-                        out = _topic(admin, f"bench-out-producer-{r}")
-                        time.sleep(2)
-                        results.setdefault("plain producer", []).append(
-                            _timed(
-                                "plain producer",
-                                n,
-                                lambda o=out: asyncio.run(_fill(bootstrap, o, n)),
-                            )  # type: ignore[misc]
-                        )
-                        out = _topic(admin, f"bench-out-sink-{r}")
-                        time.sleep(2)
-                        results.setdefault("sink", []).append(
-                            _timed("sink", n, lambda o=out: _sink(spark, bootstrap, o, n))  # type: ignore[misc]
-                        )
-                finally:
-                    spark.stop()
+                    )
+                    out = _topic(admin, f"bench-out-producer-{r}")
+                    time.sleep(2)
+                    results.setdefault("plain producer", []).append(
+                        _timed(
+                            "plain producer",
+                            n,
+                            lambda o=out: asyncio.run(_fill(bootstrap, o, n)),
+                        )  # type: ignore[misc]
+                    )
+                    out = _topic(admin, f"bench-out-sink-{r}")
+                    time.sleep(2)
+                    results.setdefault("sink", []).append(
+                        _timed("sink", n, lambda o=out: _sink(spark, bootstrap, o, n))  # type: ignore[misc]
+                    )
+            finally:
+                spark.stop()
     print()
     print(f"| path ({n:,} records of {VALUE_BYTES} bytes, median of {repeats}) | rows/s |")
     print("|---|---|")

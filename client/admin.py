@@ -22,9 +22,9 @@ Thread safety: ``AsyncAdmin`` belongs to one event loop; ``Admin`` is thread-saf
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -64,6 +64,8 @@ __all__ = [
     "ListedOffset",
     "OffsetSpec",
 ]
+
+T = TypeVar("T")
 
 #: ``list_offsets`` specs: Kafka's OffsetSpec.earliest()/latest()/forTimestamp(ts).
 OffsetSpec = Literal["earliest", "latest"] | int
@@ -574,7 +576,7 @@ class Admin(ClosingOnExit):
         self.config = self._async.config
         self._thread = LoopThread(f"raftka-admin-{self.config.client_id}")
 
-    def _run(self, coro: Any, timeout_ms: int | None) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T], timeout_ms: int | None) -> T:
         base = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         return self._thread.run(coro, (base + self.config.request_timeout_ms) / 1000 + 5)
 
@@ -612,27 +614,22 @@ class Admin(ClosingOnExit):
     def list_topics(
         self, *, list_internal: bool = False, timeout_ms: int | None = None
     ) -> set[str]:
-        result: set[str] = self._run(
+        return self._run(
             self._async.list_topics(list_internal=list_internal, timeout_ms=timeout_ms), timeout_ms
         )
-        return result
 
     def describe_topics(
         self, topics: Iterable[str] | None = None, *, timeout_ms: int | None = None
     ) -> list[TopicDescription]:
-        result: list[TopicDescription] = self._run(
+        return self._run(
             self._async.describe_topics(
                 None if topics is None else list(topics), timeout_ms=timeout_ms
             ),
             timeout_ms,
         )
-        return result
 
     def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
-        result: ClusterDescription = self._run(
-            self._async.describe_cluster(timeout_ms=timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.describe_cluster(timeout_ms=timeout_ms), timeout_ms)
 
     def describe_configs(
         self,
@@ -641,13 +638,12 @@ class Admin(ClosingOnExit):
         keys: Iterable[str] | None = None,
         timeout_ms: int | None = None,
     ) -> dict[str, dict[str, ConfigEntry]]:
-        result: dict[str, dict[str, ConfigEntry]] = self._run(
+        return self._run(
             self._async.describe_configs(
                 list(topics), keys=None if keys is None else list(keys), timeout_ms=timeout_ms
             ),
             timeout_ms,
         )
-        return result
 
     def incremental_alter_configs(
         self,
@@ -680,18 +676,14 @@ class Admin(ClosingOnExit):
     def list_offsets(
         self, specs: Mapping[TopicPartition, OffsetSpec], *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, ListedOffset]:
-        result: dict[TopicPartition, ListedOffset] = self._run(
-            self._async.list_offsets(dict(specs), timeout_ms=timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.list_offsets(dict(specs), timeout_ms=timeout_ms), timeout_ms)
 
     def delete_records(
         self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
-        result: dict[TopicPartition, int] = self._run(
+        return self._run(
             self._async.delete_records(dict(before), timeout_ms=timeout_ms), timeout_ms
         )
-        return result
 
     def close(self) -> None:
         try:

@@ -16,7 +16,7 @@ implementation; :class:`GroupAdmin` runs it on a loop thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -352,23 +352,18 @@ class GroupAdmin(ClosingOnExit):
         self._async = AsyncGroupAdmin(**config)
         self._thread = LoopThread("raftka-group-admin")
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, A]) -> A:
         timeout_s = self._async.config.default_api_timeout_ms / 1000 + 5
         return self._thread.run(coro, timeout_s)
 
     def list_groups(self, **kw: Any) -> list[ConsumerGroupListing]:
-        result: list[ConsumerGroupListing] = self._run(self._async.list_groups(**kw))
-        return result
+        return self._run(self._async.list_groups(**kw))
 
     def describe_group(self, group_id: str, **kw: Any) -> ConsumerGroupDescription:
-        result: ConsumerGroupDescription = self._run(self._async.describe_group(group_id, **kw))
-        return result
+        return self._run(self._async.describe_group(group_id, **kw))
 
     def list_offsets(self, group_id: str, **kw: Any) -> dict[TopicPartition, OffsetAndMetadata]:
-        result: dict[TopicPartition, OffsetAndMetadata] = self._run(
-            self._async.list_offsets(group_id, **kw)
-        )
-        return result
+        return self._run(self._async.list_offsets(group_id, **kw))
 
     def alter_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], **kw: Any
@@ -381,14 +376,10 @@ class GroupAdmin(ClosingOnExit):
     def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, **kw: Any
     ) -> dict[TopicPartition, int]:
-        result: dict[TopicPartition, int] = self._run(
-            self._async.partition_offsets(list(partitions), timestamp, **kw)
-        )
-        return result
+        return self._run(self._async.partition_offsets(list(partitions), timestamp, **kw))
 
     def topic_partitions(self, topic: str, **kw: Any) -> list[TopicPartition]:
-        result: list[TopicPartition] = self._run(self._async.topic_partitions(topic, **kw))
-        return result
+        return self._run(self._async.topic_partitions(topic, **kw))
 
     def close(self) -> None:
         try:

@@ -87,6 +87,18 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether ``host:port`` cannot be bound now (something listens there, or is about
+    to; SO_REUSEADDR so a port in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def free_port_run(count: int, host: str = "127.0.0.1") -> int:
     """A base port with ``count`` ports after it that are free now (checked by binding
     each; the same caveat as :func:`free_ports`), for ``raftka up --base-port``."""
@@ -399,6 +411,12 @@ class LocalCluster(NodeGroup):
             node.start()
         for node in self.controllers.values():
             node.wait_healthy(timeout_s)
+
+    def kill_all_and_restart(self, timeout_s: float = START_DEADLINE_S) -> None:
+        """kill -9 every controller, then :meth:`start` them all again from their data."""
+        for node in self.controllers.values():
+            node.kill()
+        self.start(timeout_s)
 
     def wait_leader(
         self, timeout_s: float = START_DEADLINE_S, *, excluding: tuple[int, ...] = ()

@@ -48,7 +48,7 @@ import click
 import orjson
 
 from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
-from raftka.local.processes import LocalCluster, NodeProcess, http_json, wait_for
+from raftka.local.processes import LocalCluster, NodeProcess, http_json, port_in_use, wait_for
 
 __all__ = [
     "CLUSTER_FILE",
@@ -879,16 +879,6 @@ class _StopRequestedError(Exception):
     pass
 
 
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def _with_pids(
     plan: ClusterFile,
     processes: Mapping[int, NodeProcess],
@@ -1018,7 +1008,7 @@ def up_command(
     except ValueError as e:
         raise _Problem(str(e)) from None
     for n in plan.nodes:
-        if _port_in_use(n.host, n.port):
+        if port_in_use(n.host, n.port):
             raise _Problem(
                 f"port {n.port} ({n.role} {n.id}) is in use; choose others with --base-port"
             )

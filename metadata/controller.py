@@ -18,10 +18,11 @@ that does not replay is a bug here, and crashes the command rather than reaching
 
 The module map: the command types and the batch are ``controller_api``; the topic,
 partition and config commands (Kafka's ReplicationControlManager topic half and
-ConfigurationControlManager) are ``topic_control``, to which this class delegates; this
-module keeps broker sessions, fencing, controlled shutdown, leader elections,
-AlterPartition, preferred-leader rebalance and producer-id blocks (Kafka's
-ClusterControlManager, BrokerHeartbeatManager and the rest of ReplicationControlManager).
+ConfigurationControlManager) are ``topic_control.TopicControl``, which QuorumController
+extends (import the command types from ``controller_api``); this module keeps broker
+sessions, fencing, controlled shutdown, leader elections, AlterPartition,
+preferred-leader rebalance and producer-id blocks (Kafka's ClusterControlManager,
+BrokerHeartbeatManager and the rest of ReplicationControlManager).
 
 :class:`QuorumController` holds the only state that is not in the log, as Kafka's
 BrokerHeartbeatManager does: when each broker was last heard from, the metadata offset
@@ -50,8 +51,7 @@ lost) and elects new leaders for the partitions it led (see ``election.py``).
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -68,29 +68,14 @@ from raftka.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftka.metadata.controller_api import (
-    RECORDS_PER_COMMAND_MAX,
     AllocateProducerIdsResponse,
-    AlterConfigOp,
-    AlterConfigsResource,
-    AlterConfigsResponse,
-    AlterConfigsResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     CommandBatch,
-    ConfigEntry,
     ControllerDeadlines,
     ControllerResult,
-    CreatablePartitions,
-    CreatableTopic,
-    CreatePartitionsResponse,
-    CreatePartitionsResult,
-    CreateTopicResult,
-    CreateTopicsResponse,
-    DeleteTopicResult,
-    DeleteTopicsResponse,
-    DescribeConfigsResult,
     ExpireSessionsResponse,
     RebalanceResponse,
     RegisterBrokerRequest,
@@ -116,47 +101,10 @@ from raftka.metadata.metadata_records import (
     RegisterBrokerRecord,
 )
 from raftka.metadata.topic_config import parse_bool
-from raftka.metadata.topic_control import (
-    TOPIC_NAME_LENGTH_MAX,
-    TopicControl,
-    describe_configs,
-    topic_name_problem,
-)
+from raftka.metadata.topic_control import TopicControl
 from raftka.server_common.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 
-__all__ = [
-    "REBALANCE_ELECTIONS_MAX",
-    "RECORDS_PER_COMMAND_MAX",
-    "TOPIC_NAME_LENGTH_MAX",
-    "AllocateProducerIdsResponse",
-    "AlterConfigOp",
-    "AlterConfigsResource",
-    "AlterConfigsResponse",
-    "AlterConfigsResult",
-    "AlterPartitionRequest",
-    "AlterPartitionResponse",
-    "BrokerHeartbeatRequest",
-    "BrokerHeartbeatResponse",
-    "ConfigEntry",
-    "ControllerDeadlines",
-    "ControllerResult",
-    "CreatablePartitions",
-    "CreatableTopic",
-    "CreatePartitionsResponse",
-    "CreatePartitionsResult",
-    "CreateTopicResult",
-    "CreateTopicsResponse",
-    "DeleteTopicResult",
-    "DeleteTopicsResponse",
-    "DescribeConfigsResult",
-    "ExpireSessionsResponse",
-    "QuorumController",
-    "RebalanceResponse",
-    "RegisterBrokerRequest",
-    "RegisterBrokerResponse",
-    "describe_configs",
-    "topic_name_problem",
-]
+__all__ = ["REBALANCE_ELECTIONS_MAX", "QuorumController"]
 
 # Preferred-leader elections per rebalance run (Kafka's maxElectionsPerImbalance).
 REBALANCE_ELECTIONS_MAX: Final = 1000
@@ -207,10 +155,6 @@ def _check_broker_epoch(
 # The controller
 
 
-# ---------------------------------------------------------------------------------------
-# The controller
-
-
 @dataclass(slots=True)
 class _Session:
     """Soft state of one broker (Kafka's BrokerHeartbeatState)."""
@@ -220,21 +164,24 @@ class _Session:
     controlled_shutdown_offset: int | None = None
 
 
-class QuorumController:
+class QuorumController(TopicControl):
     """The active controller's commands; holds only broker sessions (soft state).
+
+    The topic, partition and config commands (CreateTopics, DeleteTopics,
+    CreatePartitions, IncrementalAlterConfigs) are :class:`TopicControl`'s; this class
+    adds broker sessions, fencing, elections, AlterPartition and producer ids.
 
     Not thread-safe: the shell runs every command on one event queue, in order, each
     against the image that includes the records of the commands before it.
     """
 
     def __init__(self, config: ControllerConfig, image: MetadataImage, now_ms: int) -> None:
-        self.config: Final = config
+        super().__init__(config)
         # A new active controller gives every registered broker a fresh session.
         self._sessions: dict[int, _Session] = {
             broker_id: _Session(now_ms) for broker_id in image.cluster.brokers
         }
         self._last_rebalance_ms = now_ms
-        self._topics: Final = TopicControl(config)
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -408,20 +355,7 @@ class QuorumController:
                 broker_id=broker.broker_id, broker_epoch=broker.epoch, fenced=UNFENCE
             )
         )
-        image = batch.image
-        for topic, index, partition in _partitions(image):
-            if partition.leader != NO_LEADER:
-                continue
-            builder = PartitionChangeBuilder(
-                partition,
-                topic.topic_id,
-                index,
-                lambda b: is_active_broker(image, b),
-                unclean_election=_unclean_enabled(image, self.config, topic.name),
-            )
-            record = builder.build()
-            if record is not None:
-                batch.add(record)
+        self._elect_leaderless(batch)
 
     def _leave_partitions(
         self, batch: CommandBatch, broker_id: int, *, controlled: bool = False
@@ -457,63 +391,20 @@ class QuorumController:
                 continue
             batch.add(record)
 
-    # -- topics, partitions, configs (topic_control) ---------------------------------
+    # -- topics, partitions, configs (TopicControl's commands) -----------------------
 
-    def create_topics(
-        self,
-        image: MetadataImage,
-        topics: Sequence[CreatableTopic],
-        *,
-        rng: random.Random,
-        validate_only: bool = False,
-    ) -> ControllerResult[CreateTopicsResponse]:
-        return self._topics.create_topics(image, topics, rng=rng, validate_only=validate_only)
-
-    def delete_topics(
-        self,
-        image: MetadataImage,
-        *,
-        names: Sequence[str] = (),
-        topic_ids: Sequence[str] = (),
-    ) -> ControllerResult[DeleteTopicsResponse]:
-        return self._topics.delete_topics(image, names=names, topic_ids=topic_ids)
-
-    def create_partitions(
-        self,
-        image: MetadataImage,
-        topics: Sequence[CreatablePartitions],
-        *,
-        validate_only: bool = False,
-    ) -> ControllerResult[CreatePartitionsResponse]:
-        return self._topics.create_partitions(image, topics, validate_only=validate_only)
-
-    def incremental_alter_configs(
-        self,
-        image: MetadataImage,
-        resources: Sequence[AlterConfigsResource],
-        *,
-        validate_only: bool = False,
-    ) -> ControllerResult[AlterConfigsResponse]:
-        result = self._topics.incremental_alter_configs(
-            image, resources, validate_only=validate_only
-        )
-        if validate_only or not result.records:
-            return result
+    def _configs_changed(self, batch: CommandBatch, topics: set[str]) -> None:
         # Turning unclean.leader.election.enable on acts at once, as in Kafka: the
         # topic's leaderless partitions get a leader from any live replica in the same
         # command, instead of waiting for the next broker to come back.
-        batch = CommandBatch(image)
-        for record in result.records:
-            batch.add(record)
-        self._elect_leaderless(batch, {r.resource_name for r in resources})
-        return batch.result(result.response)
+        self._elect_leaderless(batch, topics)
 
-    def _elect_leaderless(self, batch: CommandBatch, topics: set[str]) -> None:
-        """A leader for each leaderless partition of ``topics`` that the election rules
-        (with the topic's current unclean setting) allow."""
+    def _elect_leaderless(self, batch: CommandBatch, topics: set[str] | None = None) -> None:
+        """A leader for each leaderless partition of ``topics`` (None: of every topic)
+        that the election rules (with the topic's current unclean setting) allow."""
         image = batch.image
         for topic, index, partition in _partitions(image):
-            if topic.name not in topics or partition.leader != NO_LEADER:
+            if partition.leader != NO_LEADER or (topics is not None and topic.name not in topics):
                 continue
             builder = PartitionChangeBuilder(
                 partition,

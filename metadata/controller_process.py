@@ -17,17 +17,15 @@ stops serving last, after the engine resigned. Logging is process-wide
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
-import random
 import signal
-from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 
-from raftka.common.time import monotonic_ms
-from raftka.metadata.controller_events import APPEND_TIMEOUT_MS, ControllerEventLoop
+from raftka.metadata.controller_events import ControllerEventLoop
 from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
@@ -44,21 +42,15 @@ class ControllerServer(ControllerEventLoop):
     port unless ``listen=False`` (tests that drive ``app`` directly), then
     ``await stop()``."""
 
-    def __init__(
-        self,
-        config: NodeConfig,
-        engine: QuorumEngine,
-        *,
-        clock_ms: Callable[[], int] = monotonic_ms,
-        rng: random.Random | None = None,
-        append_timeout_ms: int = APPEND_TIMEOUT_MS,
-    ) -> None:
-        super().__init__(
-            config, engine, clock_ms=clock_ms, rng=rng, append_timeout_ms=append_timeout_ms
-        )
-        self.app = build_controller_app(self, log)
-        self._runner: web.AppRunner | None = None
-        self._listen_socket = True
+    # Set by start(); the runner exists while the app is served on a socket.
+    _listen_socket = True
+    _runner: web.AppRunner | None = None
+
+    @functools.cached_property
+    def app(self) -> web.Application:
+        """The controller's aiohttp app (built on first use: by start(), or by a test
+        that drives it directly)."""
+        return build_controller_app(self, log)
 
     async def start(self, *, listen: bool = True) -> None:
         self._listen_socket = listen

@@ -13,8 +13,9 @@ follow Kafka's rules (:func:`topic_name_problem`), and a name that collides with
 existing one once '.' and '_' are identified is refused. :func:`describe_configs` is a
 read: any controller answers it from its own image.
 
-:class:`~raftka.metadata.controller.QuorumController` delegates these commands here;
-broker sessions, fencing, elections, AlterPartition and producer ids stay there.
+:class:`~raftka.metadata.controller.QuorumController` extends this class (and elects
+leaders after an IncrementalAlterConfigs that allows unclean elections); broker sessions,
+fencing, elections, AlterPartition and producer ids stay there.
 """
 
 from __future__ import annotations
@@ -483,7 +484,14 @@ class TopicControl:
         response = AlterConfigsResponse(tuple(results))
         if validate_only:
             return ControllerResult((), response)
+        if batch.records:
+            self._configs_changed(batch, {r.resource_name for r in resources})
         return batch.result(response)
+
+    def _configs_changed(self, batch: CommandBatch, topics: set[str]) -> None:
+        """Runs once IncrementalAlterConfigs has added its records to ``batch`` (not for
+        validate_only, nor when nothing changed); what it adds joins the same command.
+        QuorumController elects leaders here; topic commands alone add nothing."""
 
     @staticmethod
     def _config_records(

@@ -38,6 +38,7 @@ __all__ = [
     "Refusal",
     "bootstrap_with_ports",
     "check_ms",
+    "sort_client_options",
     "sort_options",
     "take_client_options",
 ]
@@ -205,6 +206,14 @@ class ClientOptions:
     #: kafka-python's ``metrics_enabled``: False makes ``metrics()`` return ``{}``.
     metrics_enabled: bool = True
 
+    def metrics_wanted(self, raw: bool) -> bool:
+        """The common start of kafka-python's ``metrics(raw)``: ``raw=True`` (KafkaMetric
+        objects) is refused; False when ``metrics_enabled=False`` (``metrics()`` is then
+        ``{}``)."""
+        if raw:
+            raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
+        return self.metrics_enabled
+
     def supports(self, since: tuple[int, ...]) -> bool:
         return self.api_version is None or self.api_version >= since
 
@@ -256,6 +265,22 @@ _BUFFER_OPTIONS: Final = {
     (socket.SOL_SOCKET, socket.SO_RCVBUF): "receive_buffer_bytes",
 }
 _NODELAY: Final = (socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def sort_client_options(
+    face: str,
+    given: Mapping[str, Any],
+    *,
+    mapped: Iterable[str],
+    handled: Iterable[str] = (),
+    refused: Mapping[str, Refusal],
+) -> tuple[dict[str, Any], ClientOptions]:
+    """:func:`sort_options` with :data:`CLIENT_OPTIONS` handled too, then
+    :func:`take_client_options` on the result: (the adapter's options, the client's)."""
+    opts = sort_options(
+        face, given, mapped=mapped, handled=CLIENT_OPTIONS | frozenset(handled), refused=refused
+    )
+    return opts, take_client_options(face, opts)
 
 
 def take_client_options(

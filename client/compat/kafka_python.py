@@ -27,7 +27,6 @@ from raftka.client._sync import ClosingOnExit
 from raftka.client.admin import Admin
 from raftka.client.compat._future import Future
 from raftka.client.compat._options import (
-    CLIENT_OPTIONS,
     CONSUMER_MAPPED,
     EXCLUDE_INTERNAL_TOPICS,
     HEADERS_SINCE,
@@ -44,8 +43,7 @@ from raftka.client.compat._options import (
     equals,
     is_none,
     ms_from_s,
-    sort_options,
-    take_client_options,
+    sort_client_options,
 )
 from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
@@ -240,14 +238,13 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     defaults where they differ from raftka's: ``linger_ms=0``; idempotence is switched
     off, as kafka-python does, when it was not asked for and ``acks``, ``retries`` or
     ``max_in_flight_requests_per_connection`` given by the user conflict with it)."""
-    opts = sort_options(
+    opts, client = sort_client_options(
         "KafkaProducer",
         configs,
         mapped=_PRODUCER_MAPPED,
-        handled=CLIENT_OPTIONS | {"transaction_timeout_ms"},
+        handled={"transaction_timeout_ms"},
         refused=_PRODUCER_REFUSED,
     )
-    client = take_client_options("KafkaProducer", opts)
     # Only transactions use it, and kafka-python's too: transactional_id is refused.
     check_ms(
         "KafkaProducer", "transaction_timeout_ms", opts.pop("transaction_timeout_ms", 60_000), 1
@@ -390,9 +387,7 @@ class KafkaProducer(ClosingOnExit):
         """The producer's counters, kafka-python's shape ``{group: {name: value}}``:
         ``record-send-total`` (records accepted by ``send``), ``record-ack-total``,
         ``record-error-total``. (kafka-python's full metric set is not provided.)"""
-        if raw:
-            raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
-        if not self._client.metrics_enabled:
+        if not self._client.metrics_wanted(raw):
             return {}
         with self._lock:
             return {
@@ -518,7 +513,6 @@ def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
 
 # consumer_timeout_ms stays in: the adapter's iterator, not raftka's Consumer, uses it.
 _CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"}
-_CONSUMER_HANDLED: Final = CLIENT_OPTIONS | {"max_in_flight_requests_per_connection"}
 _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
@@ -550,14 +544,13 @@ def consumer_options(face: str, configs: Mapping[str, Any]) -> dict[str, Any]:
     """kafka-python's KafkaConsumer keywords as raftka Consumer keywords (with
     kafka-python's ``partition_assignment_strategy`` default: range, roundrobin);
     ``consumer_timeout_ms`` stays in (the adapter's, not raftka's)."""
-    opts = sort_options(
+    opts, client = sort_client_options(
         face,
         configs,
         mapped=_CONSUMER_MAPPED,
-        handled=_CONSUMER_HANDLED,
+        handled={"max_in_flight_requests_per_connection"},
         refused=_CONSUMER_REFUSED,
     )
-    client = take_client_options(face, opts)
     _in_flight_per_connection(face, opts)
     _bootstrap(opts)
     _client_id(opts)
@@ -882,9 +875,7 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
         """The consumer's counters, kafka-python's shape ``{group: {name: value}}``:
         ``records-consumed-total`` and ``commit-total``. (kafka-python's full metric
         set is not provided.)"""
-        if raw:
-            raise ValueError("metrics(raw=True): raftka has no KafkaMetric objects")
-        if not self._client.metrics_enabled:
+        if not self._client.metrics_wanted(raw):
             return {}
         with self._lock:
             return {
@@ -1019,14 +1010,13 @@ class KafkaAdminClient(ClosingOnExit):
     raised typed (``TopicAlreadyExistsError``...)."""
 
     def __init__(self, **configs: Any) -> None:
-        opts = sort_options(
+        opts, self._client = sort_client_options(
             "KafkaAdminClient",
             configs,
             mapped=_ADMIN_MAPPED,
-            handled=CLIENT_OPTIONS | {"max_in_flight_requests_per_connection"},
+            handled={"max_in_flight_requests_per_connection"},
             refused=REFUSED_COMMON,
         )
-        self._client = take_client_options("KafkaAdminClient", opts)
         _in_flight_per_connection("KafkaAdminClient", opts)
         _bootstrap(opts)
         _client_id(opts)

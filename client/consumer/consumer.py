@@ -28,8 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Literal
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Final, Literal, TypeVar
 
 from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -64,6 +72,8 @@ from raftka.common.errors import IllegalStateError, KafkaError, NoOffsetForParti
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], KafkaError | None], Any]
 
 __all__ = ["AsyncConsumer", "Consumer"]
+
+T = TypeVar("T")
 
 #: Iteration polls with this timeout and polls again while nothing arrives.
 ITER_POLL_TIMEOUT_MS: Final = 1_000
@@ -583,7 +593,7 @@ class Consumer(ClosingOnExit):
         base = self._async.default_api_timeout_ms if timeout_ms is None else timeout_ms
         return (base + self.config.request_timeout_ms) / 1000 + 5
 
-    def _run(self, coro: Any, timeout_ms: int | None = None) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T], timeout_ms: int | None = None) -> T:
         return self._thread.run(coro, self._safety_s(timeout_ms))
 
     def _sync_call(self, fn: Any, *args: Any) -> Any:
@@ -651,17 +661,13 @@ class Consumer(ClosingOnExit):
     def committed(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._run(
-            self._async.committed(list(partitions), timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.committed(list(partitions), timeout_ms), timeout_ms)
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         for record in self._batch[self._handed :]:
             if record.topic == partition.topic and record.partition == partition.partition:
                 return record.offset  # the next record iteration hands over
-        result: int = self._run(self._async.position(partition, timeout_ms), timeout_ms)
-        return result
+        return self._run(self._async.position(partition, timeout_ms), timeout_ms)
 
     def pause(self, *partitions: TopicPartition) -> None:
         self._give_back()
@@ -679,30 +685,20 @@ class Consumer(ClosingOnExit):
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
-        result: dict[TopicPartition, int] = self._run(
-            self._async.beginning_offsets(list(partitions), timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.beginning_offsets(list(partitions), timeout_ms), timeout_ms)
 
     def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
-        result: dict[TopicPartition, int] = self._run(
-            self._async.end_offsets(list(partitions), timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.end_offsets(list(partitions), timeout_ms), timeout_ms)
 
     def offsets_for_times(
         self, timestamps: dict[TopicPartition, int], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        result: dict[TopicPartition, OffsetAndTimestamp | None] = self._run(
-            self._async.offsets_for_times(timestamps, timeout_ms), timeout_ms
-        )
-        return result
+        return self._run(self._async.offsets_for_times(timestamps, timeout_ms), timeout_ms)
 
     def partitions_for_topic(self, topic: str) -> set[int]:
-        result: set[int] = self._run(self._async.partitions_for_topic(topic))
-        return result
+        return self._run(self._async.partitions_for_topic(topic))
 
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -740,10 +736,7 @@ class Consumer(ClosingOnExit):
                 if core._interceptors:
                     return interceptors_on_consume(core._interceptors, records)
                 return records
-        result: dict[TopicPartition, list[ConsumerRecord]] = self._run(
-            core.poll(timeout_ms, max_records), timeout_ms
-        )
-        return result
+        return self._run(core.poll(timeout_ms, max_records), timeout_ms)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         # A whole batch per poll (a poll per record would cost a loop-thread hop per

@@ -211,23 +211,28 @@ _COORDINATOR_ERRORS: Final = (
 )
 
 
+# The error -> reaction table, first match wins (the errors are not subclasses of each
+# other, so the order only matters for readability). FencedInstanceIdError is listed
+# although FATAL is also the default: a fenced static member must never rejoin.
+_REACTIONS: Final[tuple[tuple[type[KafkaError] | tuple[type[KafkaError], ...], Reaction], ...]] = (
+    (MemberIdRequiredError, Reaction.RETRY_WITH_MEMBER_ID),
+    (_COORDINATOR_ERRORS, Reaction.FIND_COORDINATOR),
+    (RebalanceInProgressError, Reaction.REJOIN),
+    (IllegalGenerationError, Reaction.RESET_GENERATION),
+    (UnknownMemberIdError, Reaction.RESET_MEMBER),
+    (FencedInstanceIdError, Reaction.FATAL),
+)
+
+
 def classify(error: KafkaError | type[KafkaError] | None) -> Reaction:
-    """The reaction to a group answer's error (None: success)."""
+    """The reaction to a group answer's error (None: success; an error not in the
+    table: FATAL)."""
     if error is None:
         return Reaction.OK
     kind = error if isinstance(error, type) else type(error)
-    if issubclass(kind, MemberIdRequiredError):
-        return Reaction.RETRY_WITH_MEMBER_ID
-    if issubclass(kind, _COORDINATOR_ERRORS):
-        return Reaction.FIND_COORDINATOR
-    if issubclass(kind, RebalanceInProgressError):
-        return Reaction.REJOIN
-    if issubclass(kind, IllegalGenerationError):
-        return Reaction.RESET_GENERATION
-    if issubclass(kind, UnknownMemberIdError):
-        return Reaction.RESET_MEMBER
-    if issubclass(kind, FencedInstanceIdError):
-        return Reaction.FATAL
+    for errors, reaction in _REACTIONS:
+        if issubclass(kind, errors):
+            return reaction
     return Reaction.FATAL
 
 

@@ -33,35 +33,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from raftka.common.structs import EpochEndOffset
-from raftka.raft.quorum.actions import (
-    Action,
-    BecameLeader,
-    Flush,
-    HighWatermarkChanged,
-    LeaderChanged,
-    PersistQuorumState,
-    ResignedLeadership,
-    Send,
-    SnapshotInstalled,
-)
+from raftka.raft.quorum import actions as act
+from raftka.raft.quorum import messages as msg
 from raftka.raft.quorum.messages import (
     FENCED_LEADER_EPOCH,
     NOT_LEADER_OR_FOLLOWER,
     SNAPSHOT_NOT_FOUND,
     UNKNOWN_LEADER_EPOCH,
-    BeginQuorumEpochRequest,
-    BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
-    Entry,
-    FetchRequest,
-    FetchResponse,
-    FetchSnapshotRequest,
-    FetchSnapshotResponse,
-    Message,
-    SnapshotId,
-    VoteRequest,
-    VoteResponse,
 )
 from raftka.raft.quorum.raft_log import RaftLog
 from raftka.raft.quorum.state import QuorumRole, QuorumState
@@ -133,7 +111,7 @@ class QuorumCore:
         self._log = log
         self._config = config
         self._rng = rng
-        self._out: list[Action] = []
+        self._out: list[act.Action] = []
 
         self._epoch = state.epoch
         self._voted_id = state.voted_id
@@ -150,13 +128,13 @@ class QuorumCore:
         self._leader_contact_ms = now_ms
         self._leader_resigned = False
         self._fetch_sent_ms: int | None = None
-        self._snapshot_fetch: tuple[SnapshotId, bytearray] | None = None
+        self._snapshot_fetch: tuple[msg.SnapshotId, bytearray] | None = None
         self._bootstrap_index = 0
 
         self._epoch_start_offset = 0
         self._replicas: dict[int, _ReplicaProgress] = {}  # the other voters
         self._observers: dict[int, _ReplicaProgress] = {}
-        self._parked: dict[int, tuple[FetchRequest, int]] = {}
+        self._parked: dict[int, tuple[msg.FetchRequest, int]] = {}
         self._linger_deadline_ms: int | None = None
         self._end_epoch_pending: set[int] = set()
         self._end_epoch_sent_ms = now_ms
@@ -222,7 +200,7 @@ class QuorumCore:
 
     # ------------------------------------------------------------------ inputs
 
-    def tick(self, now_ms: int) -> list[Action]:
+    def tick(self, now_ms: int) -> list[act.Action]:
         """Advance time: fire election, fetch, linger and retry timers that are due."""
         role = self._role
         if role is QuorumRole.LEADER:
@@ -258,33 +236,33 @@ class QuorumCore:
                 self._send_end_quorum_epoch(now_ms)
         return self._drain()
 
-    def handle(self, message: Message, now_ms: int) -> list[Action]:
+    def handle(self, message: msg.Message, now_ms: int) -> list[act.Action]:
         """Process one message from the network."""
         if message.sender_id == self._id:
             return self._drain()  # never talk to ourselves; a misrouted frame
         self._observe_epoch(message, now_ms)
-        if isinstance(message, VoteRequest):
+        if isinstance(message, msg.VoteRequest):
             self._on_vote_request(message, now_ms)
-        elif isinstance(message, VoteResponse):
+        elif isinstance(message, msg.VoteResponse):
             self._on_vote_response(message, now_ms)
-        elif isinstance(message, FetchRequest):
+        elif isinstance(message, msg.FetchRequest):
             self._on_fetch_request(message, now_ms)
-        elif isinstance(message, FetchResponse):
+        elif isinstance(message, msg.FetchResponse):
             self._on_fetch_response(message, now_ms)
-        elif isinstance(message, FetchSnapshotRequest):
+        elif isinstance(message, msg.FetchSnapshotRequest):
             self._on_fetch_snapshot_request(message, now_ms)
-        elif isinstance(message, FetchSnapshotResponse):
+        elif isinstance(message, msg.FetchSnapshotResponse):
             self._on_fetch_snapshot_response(message, now_ms)
-        elif isinstance(message, BeginQuorumEpochRequest):
+        elif isinstance(message, msg.BeginQuorumEpochRequest):
             self._on_begin_quorum_epoch(message, now_ms)
-        elif isinstance(message, EndQuorumEpochRequest):
+        elif isinstance(message, msg.EndQuorumEpochRequest):
             self._on_end_quorum_epoch(message, now_ms)
-        elif isinstance(message, BeginQuorumEpochResponse):
+        elif isinstance(message, msg.BeginQuorumEpochResponse):
             if self._role is QuorumRole.LEADER and message.epoch == self._epoch:
                 progress = self._replicas.get(message.sender_id)
                 if progress is not None:
                     progress.begin_epoch_sent_ms = None
-        elif isinstance(message, EndQuorumEpochResponse):
+        elif isinstance(message, msg.EndQuorumEpochResponse):
             if message.epoch == self._epoch:
                 self._end_epoch_pending.discard(message.sender_id)
         else:
@@ -293,21 +271,21 @@ class QuorumCore:
 
     def propose(
         self, payloads: Sequence[bytes], now_ms: int
-    ) -> tuple[Proposed | NotLeader, list[Action]]:
+    ) -> tuple[Proposed | NotLeader, list[act.Action]]:
         """Append records as the leader. Refused (``NotLeader``) on any other node."""
         if self._role is not QuorumRole.LEADER:
             return NotLeader(self._epoch, self._leader_id), self._drain()
         first = self._log.end_offset
-        entries = [Entry(first + i, self._epoch, p) for i, p in enumerate(payloads)]
+        entries = [msg.Entry(first + i, self._epoch, p) for i, p in enumerate(payloads)]
         self._log.append(entries)
         if self._config.append_linger_ms == 0:
-            self._out.append(Flush(self._log.end_offset))
+            self._out.append(act.Flush(self._log.end_offset))
         elif self._linger_deadline_ms is None:
             self._linger_deadline_ms = now_ms + self._config.append_linger_ms
         self._answer_parked(now_ms, only_expired=False)
         return Proposed(self._epoch, first, self._log.end_offset), self._drain()
 
-    def on_flushed(self, offset: int, now_ms: int) -> list[Action]:
+    def on_flushed(self, offset: int, now_ms: int) -> list[act.Action]:
         """The driver made the log durable below ``offset`` (as the log is now)."""
         offset = min(offset, self._log.end_offset)
         if offset > self._flushed:
@@ -322,7 +300,7 @@ class QuorumCore:
                 self._send_fetch(now_ms)
         return self._drain()
 
-    def resign(self, now_ms: int) -> list[Action]:
+    def resign(self, now_ms: int) -> list[act.Action]:
         """Step down gracefully (controlled shutdown): the best follower runs first."""
         if self._role is QuorumRole.LEADER:
             self._resign(now_ms)
@@ -330,9 +308,9 @@ class QuorumCore:
 
     # ------------------------------------------------------------------ epochs
 
-    def _observe_epoch(self, message: Message, now_ms: int) -> None:
+    def _observe_epoch(self, message: msg.Message, now_ms: int) -> None:
         """Move to a higher epoch a message reveals; learn the leader of ours."""
-        if isinstance(message, VoteRequest) and message.pre_vote:
+        if isinstance(message, msg.VoteRequest) and message.pre_vote:
             # A pre-vote never moves anyone to the epoch it asks about; but its sender
             # really is in the epoch before that one, and a node stuck in a higher
             # epoch than the leader's (a lost candidacy) could otherwise never rejoin.
@@ -340,18 +318,18 @@ class QuorumCore:
             if sender_epoch > self._epoch:
                 self._become_unattached(sender_epoch, now_ms)
             return
-        if isinstance(message, FetchRequest | FetchSnapshotRequest):
+        if isinstance(message, msg.FetchRequest | msg.FetchSnapshotRequest):
             return  # nor does a fetch: it is answered UNKNOWN_LEADER_EPOCH below
         leader: int | None = None
-        if isinstance(message, BeginQuorumEpochRequest):
+        if isinstance(message, msg.BeginQuorumEpochRequest):
             leader = message.sender_id
         elif isinstance(
             message,
-            VoteResponse
-            | BeginQuorumEpochResponse
-            | EndQuorumEpochResponse
-            | FetchResponse
-            | FetchSnapshotResponse,
+            msg.VoteResponse
+            | msg.BeginQuorumEpochResponse
+            | msg.EndQuorumEpochResponse
+            | msg.FetchResponse
+            | msg.FetchSnapshotResponse,
         ):
             leader = message.leader_id
         if leader == self._id:
@@ -371,7 +349,7 @@ class QuorumCore:
 
     def _leave_leadership(self) -> None:
         if self._role is QuorumRole.LEADER:
-            self._out.append(ResignedLeadership(self._epoch))
+            self._out.append(act.ResignedLeadership(self._epoch))
         self._parked.clear()
         self._replicas.clear()
         self._observers.clear()
@@ -379,11 +357,11 @@ class QuorumCore:
             # Flush what we appended while lingering: as a follower we fetch again
             # only once our log is durable.
             self._linger_deadline_ms = None
-            self._out.append(Flush(self._log.end_offset))
+            self._out.append(act.Flush(self._log.end_offset))
         self._end_epoch_pending.clear()
 
     def _persist(self) -> None:
-        self._out.append(PersistQuorumState(self._epoch, self._voted_id, self._leader_id))
+        self._out.append(act.PersistQuorumState(self._epoch, self._voted_id, self._leader_id))
 
     def _become_unattached(self, epoch: int, now_ms: int) -> None:
         assert epoch > self._epoch, (epoch, self._epoch)
@@ -396,7 +374,7 @@ class QuorumCore:
         self._fetch_sent_ms = None
         self._snapshot_fetch = None
         self._persist()
-        self._out.append(LeaderChanged(epoch, None))
+        self._out.append(act.LeaderChanged(epoch, None))
         self._reset_election_timer(now_ms)
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
@@ -416,7 +394,7 @@ class QuorumCore:
         self._leader_contact_ms = now_ms
         self._fetch_sent_ms = None
         self._persist()
-        self._out.append(LeaderChanged(epoch, leader_id))
+        self._out.append(act.LeaderChanged(epoch, leader_id))
         if self._flushed == self._log.end_offset:
             self._send_fetch(now_ms)
 
@@ -464,12 +442,12 @@ class QuorumCore:
         if len(self._granted) >= self._majority:
             self._become_candidate(now_ms)
             return
-        request = VoteRequest(
+        request = msg.VoteRequest(
             self._id, self._epoch + 1, self._log.last_epoch, self._log.end_offset, pre_vote=True
         )
         for voter in self._voter_order:
             if voter != self._id:
-                self._out.append(Send(voter, request))
+                self._out.append(act.Send(voter, request))
         if self._leader_id is not None and self._fetch_sent_ms is None:
             self._send_fetch(now_ms)  # keep asking the old leader: it may be fine
 
@@ -484,17 +462,17 @@ class QuorumCore:
         self._granted = {self._id}
         self._rejected = set()
         self._persist()
-        self._out.append(LeaderChanged(self._epoch, None))
+        self._out.append(act.LeaderChanged(self._epoch, None))
         self._reset_election_timer(now_ms)
         if len(self._granted) >= self._majority:
             self._become_leader(now_ms)
             return
-        request = VoteRequest(
+        request = msg.VoteRequest(
             self._id, self._epoch, self._log.last_epoch, self._log.end_offset, pre_vote=False
         )
         for voter in self._voter_order:
             if voter != self._id:
-                self._out.append(Send(voter, request))
+                self._out.append(act.Send(voter, request))
 
     def _become_leader(self, now_ms: int) -> None:
         assert self._role is QuorumRole.CANDIDATE and self._voted_id == self._id
@@ -504,16 +482,16 @@ class QuorumCore:
         self._persist()
         self._epoch_start_offset = self._log.end_offset
         change = json.dumps({"leader_id": self._id, "voters": list(self._voter_order)})
-        self._log.append([Entry(self._epoch_start_offset, self._epoch, change.encode(), True)])
-        self._out.append(Flush(self._log.end_offset))
+        self._log.append([msg.Entry(self._epoch_start_offset, self._epoch, change.encode(), True)])
+        self._out.append(act.Flush(self._log.end_offset))
         self._replicas = {
             v: _ReplicaProgress(last_fetch_ms=now_ms) for v in self._voter_order if v != self._id
         }
-        self._out.append(LeaderChanged(self._epoch, self._id))
-        self._out.append(BecameLeader(self._epoch, self._epoch_start_offset))
+        self._out.append(act.LeaderChanged(self._epoch, self._id))
+        self._out.append(act.BecameLeader(self._epoch, self._epoch_start_offset))
         for voter, progress in self._replicas.items():
             progress.begin_epoch_sent_ms = now_ms
-            self._out.append(Send(voter, BeginQuorumEpochRequest(self._id, self._epoch)))
+            self._out.append(act.Send(voter, msg.BeginQuorumEpochRequest(self._id, self._epoch)))
 
     def _resign(self, now_ms: int) -> None:
         ranked = sorted(self._replicas.items(), key=lambda item: (-item[1].end_offset, item[0]))
@@ -526,11 +504,11 @@ class QuorumCore:
 
     def _send_end_quorum_epoch(self, now_ms: int) -> None:
         self._end_epoch_sent_ms = now_ms
-        request = EndQuorumEpochRequest(self._id, self._epoch, self._successors)
+        request = msg.EndQuorumEpochRequest(self._id, self._epoch, self._successors)
         for voter in sorted(self._end_epoch_pending):
-            self._out.append(Send(voter, request))
+            self._out.append(act.Send(voter, request))
 
-    def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+    def _on_vote_request(self, request: msg.VoteRequest, now_ms: int) -> None:
         sender = request.sender_id
         log_ok = self._log_is_up_to_date(request.last_epoch, request.last_epoch_end_offset)
         eligible = self._is_voter and sender in self._voters
@@ -557,7 +535,7 @@ class QuorumCore:
                     self._persist()  # carried out before the Send below: durable first
                 self._reset_election_timer(now_ms)
         error = FENCED_LEADER_EPOCH if request.epoch < self._epoch else None
-        response = VoteResponse(
+        response = msg.VoteResponse(
             self._id,
             self._epoch,
             self._leader_id,
@@ -566,11 +544,11 @@ class QuorumCore:
             candidate_epoch=request.epoch,
             error=error,
         )
-        self._out.append(Send(sender, response))
+        self._out.append(act.Send(sender, response))
         if self._unsafe_send_vote_before_persist and granted and not request.pre_vote:
             self._persist()
 
-    def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
+    def _on_vote_response(self, response: msg.VoteResponse, now_ms: int) -> None:
         if response.sender_id not in self._voters:
             return
         if self._role is QuorumRole.PROSPECTIVE:
@@ -600,7 +578,7 @@ class QuorumCore:
     def _tick_leader(self, now_ms: int) -> None:
         if self._linger_deadline_ms is not None and now_ms >= self._linger_deadline_ms:
             self._linger_deadline_ms = None
-            self._out.append(Flush(self._log.end_offset))
+            self._out.append(act.Flush(self._log.end_offset))
         self._answer_parked(now_ms, only_expired=True)
         horizon = now_ms - self._config.fetch_timeout_ms
         heard = 1 + sum(1 for p in self._replicas.values() if p.last_fetch_ms > horizon)
@@ -611,7 +589,9 @@ class QuorumCore:
             sent = progress.begin_epoch_sent_ms
             if sent is not None and now_ms >= sent + self._config.request_timeout_ms:
                 progress.begin_epoch_sent_ms = now_ms
-                self._out.append(Send(voter, BeginQuorumEpochRequest(self._id, self._epoch)))
+                self._out.append(
+                    act.Send(voter, msg.BeginQuorumEpochRequest(self._id, self._epoch))
+                )
 
     def _advance_high_watermark(self, now_ms: int) -> None:
         offsets = sorted(
@@ -621,10 +601,10 @@ class QuorumCore:
         own_epoch = candidate > self._epoch_start_offset or self._unsafe_commit_previous_epoch
         if candidate > self._hw and own_epoch:
             self._hw = candidate
-            self._out.append(HighWatermarkChanged(candidate))
+            self._out.append(act.HighWatermarkChanged(candidate))
             self._answer_parked(now_ms, only_expired=False)
 
-    def _diverging(self, request: FetchRequest) -> EpochEndOffset | None:
+    def _diverging(self, request: msg.FetchRequest) -> EpochEndOffset | None:
         if request.fetch_offset == 0 and request.last_fetched_epoch == 0:
             return None
         found = self._log.end_offset_for_epoch(request.last_fetched_epoch)
@@ -632,7 +612,7 @@ class QuorumCore:
             return found
         return None
 
-    def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
+    def _on_fetch_request(self, request: msg.FetchRequest, now_ms: int) -> None:
         sender = request.sender_id
         if self._role is not QuorumRole.LEADER or request.epoch != self._epoch:
             if request.epoch < self._epoch:
@@ -641,7 +621,7 @@ class QuorumCore:
                 error = UNKNOWN_LEADER_EPOCH  # the fetcher is ahead of us
             else:
                 error = NOT_LEADER_OR_FOLLOWER
-            self._out.append(Send(sender, self._fetch_response(request, error=error)))
+            self._out.append(act.Send(sender, self._fetch_response(request, error=error)))
             return
         progress = self._progress_of(sender)
         if progress is None:
@@ -656,10 +636,12 @@ class QuorumCore:
             # What the replica needs is only in our snapshot: it fetches that first.
             snapshot_id = self._log.latest_snapshot_id
             assert snapshot_id is not None, "log start above 0 without a snapshot"
-            self._out.append(Send(sender, self._fetch_response(request, snapshot_id=snapshot_id)))
+            self._out.append(
+                act.Send(sender, self._fetch_response(request, snapshot_id=snapshot_id))
+            )
             return
         if diverging is not None:
-            self._out.append(Send(sender, self._fetch_response(request, diverging=diverging)))
+            self._out.append(act.Send(sender, self._fetch_response(request, diverging=diverging)))
             return
         assert request.fetch_offset <= self._log.end_offset, request
         progress.end_offset = request.fetch_offset
@@ -683,7 +665,7 @@ class QuorumCore:
             progress = self._observers[replica_id] = _ReplicaProgress()
         return progress
 
-    def _respond_to_fetch(self, request: FetchRequest) -> None:
+    def _respond_to_fetch(self, request: msg.FetchRequest) -> None:
         self._parked.pop(request.sender_id, None)
         entries = self._within_fetch_bytes(
             self._log.read(request.fetch_offset, self._config.fetch_max_records)
@@ -691,9 +673,11 @@ class QuorumCore:
         progress = self._progress_of(request.sender_id)
         if progress is not None:
             progress.last_sent_high_watermark = self._hw
-        self._out.append(Send(request.sender_id, self._fetch_response(request, entries=entries)))
+        self._out.append(
+            act.Send(request.sender_id, self._fetch_response(request, entries=entries))
+        )
 
-    def _within_fetch_bytes(self, entries: Sequence[Entry]) -> tuple[Entry, ...]:
+    def _within_fetch_bytes(self, entries: Sequence[msg.Entry]) -> tuple[msg.Entry, ...]:
         """The longest prefix within fetch_max_bytes of payload, at least one entry."""
         budget = self._config.fetch_max_bytes
         for i, entry in enumerate(entries):
@@ -709,14 +693,14 @@ class QuorumCore:
 
     def _fetch_response(
         self,
-        request: FetchRequest,
+        request: msg.FetchRequest,
         *,
-        entries: tuple[Entry, ...] = (),
+        entries: tuple[msg.Entry, ...] = (),
         diverging: EpochEndOffset | None = None,
         error: str | None = None,
-        snapshot_id: SnapshotId | None = None,
-    ) -> FetchResponse:
-        return FetchResponse(
+        snapshot_id: msg.SnapshotId | None = None,
+    ) -> msg.FetchResponse:
+        return msg.FetchResponse(
             self._id,
             self._epoch,
             self._leader_id,
@@ -743,16 +727,16 @@ class QuorumCore:
         until the log is flushed to its end (``on_flushed`` sends it then).
         """
         self._drop_queued_fetches()
-        request: Message
+        request: msg.Message
         if self._snapshot_fetch is not None and self._leader_id is not None:
             snapshot_id, buffer = self._snapshot_fetch
-            request = FetchSnapshotRequest(self._id, self._epoch, snapshot_id, len(buffer))
+            request = msg.FetchSnapshotRequest(self._id, self._epoch, snapshot_id, len(buffer))
         elif self._flushed != self._log.end_offset:
             self._fetch_sent_ms = None
             return
         else:
             self._snapshot_fetch = None
-            request = FetchRequest(
+            request = msg.FetchRequest(
                 self._id, self._epoch, self._log.end_offset, self._log.last_epoch
             )
         target = self._leader_id
@@ -760,7 +744,7 @@ class QuorumCore:
             target = self._voter_order[self._bootstrap_index % len(self._voter_order)]
             self._bootstrap_index += 1
         self._fetch_sent_ms = now_ms
-        self._out.append(Send(target, request))
+        self._out.append(act.Send(target, request))
 
     def _drop_queued_fetches(self) -> None:
         """Forget fetches queued earlier in this batch: they describe a log position
@@ -769,7 +753,8 @@ class QuorumCore:
             a
             for a in self._out
             if not (
-                isinstance(a, Send) and isinstance(a.message, FetchRequest | FetchSnapshotRequest)
+                isinstance(a, act.Send)
+                and isinstance(a.message, msg.FetchRequest | msg.FetchSnapshotRequest)
             )
         ]
 
@@ -781,7 +766,7 @@ class QuorumCore:
         if sent is None or now_ms >= sent + self._config.request_timeout_ms:
             self._send_fetch(now_ms)
 
-    def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
+    def _on_fetch_response(self, response: msg.FetchResponse, now_ms: int) -> None:
         if (
             response.epoch != self._epoch
             or response.sender_id != self._leader_id
@@ -820,15 +805,15 @@ class QuorumCore:
                 first = response.entries[0].offset
                 assert first == self._log.end_offset, (first, self._log.end_offset)
                 self._log.append(response.entries)
-                self._out.append(Flush(self._log.end_offset))
+                self._out.append(act.Flush(self._log.end_offset))
             high_watermark = min(response.high_watermark, self._log.end_offset)
         if high_watermark > self._hw:
             self._hw = high_watermark
-            self._out.append(HighWatermarkChanged(high_watermark))
+            self._out.append(act.HighWatermarkChanged(high_watermark))
         if self._flushed == self._log.end_offset:
             self._send_fetch(now_ms)
 
-    def _on_fetch_snapshot_request(self, request: FetchSnapshotRequest, now_ms: int) -> None:
+    def _on_fetch_snapshot_request(self, request: msg.FetchSnapshotRequest, now_ms: int) -> None:
         error: str | None = None
         chunk: tuple[bytes, int] | None = None
         if request.epoch < self._epoch:
@@ -847,7 +832,7 @@ class QuorumCore:
             if chunk is None:
                 error = SNAPSHOT_NOT_FOUND
         data, size = chunk if chunk is not None else (b"", 0)
-        response = FetchSnapshotResponse(
+        response = msg.FetchSnapshotResponse(
             self._id,
             self._epoch,
             self._leader_id,
@@ -857,9 +842,9 @@ class QuorumCore:
             data,
             error,
         )
-        self._out.append(Send(request.sender_id, response))
+        self._out.append(act.Send(request.sender_id, response))
 
-    def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse, now_ms: int) -> None:
+    def _on_fetch_snapshot_response(self, response: msg.FetchSnapshotResponse, now_ms: int) -> None:
         fetch = self._snapshot_fetch
         if (
             fetch is None
@@ -886,22 +871,22 @@ class QuorumCore:
             self._snapshot_fetch = None
             self._log.install_snapshot(snapshot_id, bytes(buffer))
             self._flushed = self._log.end_offset
-            self._out.append(SnapshotInstalled(snapshot_id))
+            self._out.append(act.SnapshotInstalled(snapshot_id))
             if snapshot_id.end_offset > self._hw:  # a snapshot holds only committed entries
                 self._hw = snapshot_id.end_offset
-                self._out.append(HighWatermarkChanged(self._hw))
+                self._out.append(act.HighWatermarkChanged(self._hw))
         self._send_fetch(now_ms)
 
-    def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest, now_ms: int) -> None:
+    def _on_begin_quorum_epoch(self, request: msg.BeginQuorumEpochRequest, now_ms: int) -> None:
         if request.epoch == self._epoch and self._leader_id == request.sender_id:
             self._leader_contact_ms = now_ms
             if self._role is QuorumRole.PROSPECTIVE:
                 self._role = QuorumRole.FOLLOWER
         error = FENCED_LEADER_EPOCH if request.epoch < self._epoch else None
-        response = BeginQuorumEpochResponse(self._id, self._epoch, self._leader_id, error)
-        self._out.append(Send(request.sender_id, response))
+        response = msg.BeginQuorumEpochResponse(self._id, self._epoch, self._leader_id, error)
+        self._out.append(act.Send(request.sender_id, response))
 
-    def _on_end_quorum_epoch(self, request: EndQuorumEpochRequest, now_ms: int) -> None:
+    def _on_end_quorum_epoch(self, request: msg.EndQuorumEpochRequest, now_ms: int) -> None:
         if (
             request.epoch == self._epoch
             and self._leader_id in (None, request.sender_id)
@@ -930,8 +915,8 @@ class QuorumCore:
             else:
                 self._reset_election_timer(now_ms)
         error = FENCED_LEADER_EPOCH if request.epoch < self._epoch else None
-        response = EndQuorumEpochResponse(self._id, self._epoch, self._leader_id, error)
-        self._out.append(Send(request.sender_id, response))
+        response = msg.EndQuorumEpochResponse(self._id, self._epoch, self._leader_id, error)
+        self._out.append(act.Send(request.sender_id, response))
 
     # ------------------------------------------------------------------ plumbing
 
@@ -943,7 +928,7 @@ class QuorumCore:
         if self._role is QuorumRole.CANDIDATE:
             assert self._voted_id == self._id and self._leader_id is None
 
-    def _drain(self) -> list[Action]:
+    def _drain(self) -> list[act.Action]:
         self._check()
         out, self._out = self._out, []
         return out

@@ -58,17 +58,7 @@ from aiohttp import web
 
 from raftka.common.errors import KafkaTimeoutError, MessageTooLargeError, OffsetOutOfRangeError
 from raftka.common.time import monotonic_ms, wait_event
-from raftka.raft.quorum.actions import (
-    Action,
-    BecameLeader,
-    Flush,
-    HighWatermarkChanged,
-    LeaderChanged,
-    PersistQuorumState,
-    ResignedLeadership,
-    Send,
-    SnapshotInstalled,
-)
+from raftka.raft.quorum import actions as act
 from raftka.raft.quorum.core import NotLeader, QuorumCore
 from raftka.raft.quorum.engine import (
     CommitListener,
@@ -518,26 +508,26 @@ class NativeQuorumEngine:
         if request.fetch_offset >= log.end_offset:
             progress.last_caught_up_ms = now
 
-    def _execute(self, actions: list[Action]) -> None:
+    def _execute(self, actions: list[act.Action]) -> None:
         core, log = self._core, self._log
         assert core is not None and log is not None
         flush = False
         for action in actions:
-            if isinstance(action, Send):
+            if isinstance(action, act.Send):
                 self._transport.send(action.destination, action.message)
-            elif isinstance(action, Flush):
+            elif isinstance(action, act.Flush):
                 flush = True
-            elif isinstance(action, PersistQuorumState):
+            elif isinstance(action, act.PersistQuorumState):
                 write_quorum_state(
                     self._data_dir,
                     QuorumState(action.epoch, action.voted_id, action.leader_id),
                     self._voters,
                 )
-            elif isinstance(action, HighWatermarkChanged):
+            elif isinstance(action, act.HighWatermarkChanged):
                 self._on_high_watermark(action.high_watermark)
-            elif isinstance(action, LeaderChanged):
+            elif isinstance(action, act.LeaderChanged):
                 self._on_leader_changed(action)
-            elif isinstance(action, BecameLeader):
+            elif isinstance(action, act.BecameLeader):
                 logger.info(
                     "node %s became leader of epoch %s (epoch starts at offset %s)",
                     self._node_id,
@@ -547,13 +537,13 @@ class NativeQuorumEngine:
                 self._epoch_start_offset = action.epoch_start_offset
                 self._progress = {}
                 self._notify()
-            elif isinstance(action, ResignedLeadership):
+            elif isinstance(action, act.ResignedLeadership):
                 logger.info("node %s no longer leads epoch %s", self._node_id, action.epoch)
                 self._epoch_start_offset = -1
                 self._progress = {}
                 self._fail_inflight()
                 self._notify()
-            elif isinstance(action, SnapshotInstalled):
+            elif isinstance(action, act.SnapshotInstalled):
                 self._on_snapshot_installed(action)
             else:
                 raise AssertionError(f"unknown action {action!r}")
@@ -561,7 +551,7 @@ class NativeQuorumEngine:
             offset = log.flush()
             self._execute(core.on_flushed(offset, self._clock()))
 
-    def _on_leader_changed(self, action: LeaderChanged) -> None:
+    def _on_leader_changed(self, action: act.LeaderChanged) -> None:
         logger.info("node %s: epoch %s, leader %s", self._node_id, action.epoch, action.leader_id)
         listener = self._listener
         assert listener is not None
@@ -595,7 +585,7 @@ class NativeQuorumEngine:
                 done.future.set_result(done.last_offset)
         self._notify()
 
-    def _on_snapshot_installed(self, action: SnapshotInstalled) -> None:
+    def _on_snapshot_installed(self, action: act.SnapshotInstalled) -> None:
         log, listener = self._log, self._listener
         assert log is not None and listener is not None
         snapshot_id = action.snapshot_id

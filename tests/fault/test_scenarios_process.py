@@ -12,19 +12,14 @@ topics during controller kills and checks the final topic set against the histor
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from raftka.chaos.nodes import ChaosCluster
-from raftka.chaos.runner import RunResult, ScheduledFault, run_on
+from raftka.chaos.runner import RunResult, ScheduledFault
 
 pytestmark = pytest.mark.slow
-
-RECOVERY_BOUND_S = 20.0
-PNG_BYTES_MIN = 20_000
-SEED = 20261121
 
 
 @pytest.fixture(scope="module")
@@ -37,64 +32,44 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosCluster]:
         yield c
 
 
-def scenario(
-    cluster: ChaosCluster,
-    tmp_path: Path,
-    name: str,
-    faults: list[ScheduledFault],
-    workload: str = "queue",
-) -> RunResult:
-    out = tmp_path / name
-    result = run_on(
-        cluster,
-        nemeses=[f.kind for f in faults],
-        duration_s=max(f.offset_s + f.duration_s for f in faults),
-        seed=SEED,
-        out_dir=out,
-        schedule=faults,
-        topic=name,
-        workload=workload,
-    )
-    print(f"\n{name} ({cluster.placement}): {result.summary()}")
-    problems = result.problems(recovery_bound_s=RECOVERY_BOUND_S)
-    assert not problems, f"{name}: {problems}; report in {out}"
-    png = out / "timeline.png"
-    assert png.exists() and png.stat().st_size > PNG_BYTES_MIN, f"timeline {png} missing or empty"
-    return result
-
-
-def test_kill_majority_of_controllers_and_restart(cluster: ChaosCluster, tmp_path: Path) -> None:
+def test_kill_majority_of_controllers_and_restart(
+    cluster: ChaosCluster, scenario: Callable[..., RunResult]
+) -> None:
     """kill -9 of the active controller and one more (a majority) for 6 s, then both
     restart from their logs: the quorum is back within the bound, brokers keep serving
     the partitions they lead meanwhile, and no acknowledged write is lost."""
     faults = [ScheduledFault(1.5, "kill-controllers", (), 6.0)]
-    scenario(cluster, tmp_path, "killctl", faults)
+    scenario(cluster, "killctl", faults)
 
 
-def test_paused_zombie_leader_wakes_up(cluster: ChaosCluster, tmp_path: Path) -> None:
+def test_paused_zombie_leader_wakes_up(
+    cluster: ChaosCluster, scenario: Callable[..., RunResult]
+) -> None:
     """The leader of partition 2 is SIGSTOPped for 8 s (past its 2.5 s session: it is
     fenced and replaced) and then SIGCONTed: the zombie wakes believing it leads, must
     not acknowledge anything in its old epoch, and truncates to the new leader's log.
     No acknowledged write is lost and no offset holds two values."""
     faults = [ScheduledFault(1.5, "pause-leader", (), 8.0, (("partition", 2.0),))]
-    scenario(cluster, tmp_path, "zombie", faults)
+    scenario(cluster, "zombie", faults)
 
 
 def test_metadata_create_delete_while_controllers_killed(
-    cluster: ChaosCluster, tmp_path: Path
+    cluster: ChaosCluster, scenario: Callable[..., RunResult]
 ) -> None:
     """Three admin clients create and delete topics from a pool of six names while a
     majority of controllers is killed and restarted: the final topic set every broker
     agrees on must be explained by the acknowledged operations (no lost, resurrected or
     phantom topic)."""
     faults = [ScheduledFault(2.0, "kill-controllers", (), 5.0)]
-    result = scenario(cluster, tmp_path, "meta", faults, workload="metadata")
+    result = scenario(cluster, "meta", faults, workload="metadata")
     assert result.topics is not None and result.topics.complete
     ok = sum(c.get("ok", 0) for f, c in result.topics.ops.items() if f != "list_topics")
     assert ok > 0, f"no create or delete succeeded: {result.topics.ops}"
 
 
-def test_consumer_group_while_coordinator_killed(cluster: ChaosCluster, tmp_path: Path) -> None:
+def test_consumer_group_while_coordinator_killed(
+    cluster: ChaosCluster, scenario: Callable[..., RunResult]
+) -> None:
     """Workload (c): three members of one consumer group (eager range assignment)
     poll and commit what they polled while producers write to 6 partitions; the broker
     coordinating the group is killed -9 for 6 s and restarted, and mid-run one member
@@ -109,7 +84,7 @@ def test_consumer_group_while_coordinator_killed(cluster: ChaosCluster, tmp_path
     # never formed, leaving too little of the run for its first rebalance on the new
     # coordinator. At 11 s the kill meets a formed group that must move.
     faults = [ScheduledFault(11.0, "kill-coordinator", (), 6.0)]
-    result = scenario(cluster, tmp_path, "groups", faults, workload="groups")
+    result = scenario(cluster, "groups", faults, workload="groups")
     assert result.verdict is not None
     ops = result.verdict.ops
     assert ops.get("assign", {}).get("ok", 0) >= 4, f"too few rebalances recorded: {ops}"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -60,6 +60,13 @@ class Env(RaftkaCluster):
         configs = {"min.insync.replicas": str(min_isr)}
         return self.create_topic(name, partitions=partitions, configs=configs)
 
+    def send_to_partition_0(self, topic: str, values: Iterable[bytes]) -> None:
+        """Produce ``values`` to partition 0 of ``topic``, in order, and flush."""
+        with Producer(bootstrap_servers=self.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as p:
+            for value in values:
+                p.send(topic, value, partition=0)
+            p.flush(timeout_ms=API_TIMEOUT_MS)
+
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
@@ -88,10 +95,7 @@ def test_blocking_poll_serves_buffered_records_without_a_loop_hop(env: Env) -> N
     loop-thread hop, ``_thread.run``, is taken for fewer polls than returned records);
     the records come back once each, in offset order."""
     topic = env.topic("fastpoll")
-    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
-        for i in range(1_000):
-            producer.send(topic, b"v%d" % i, partition=0)
-        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    env.send_to_partition_0(topic, (b"v%d" % i for i in range(1_000)))
     with Consumer(
         bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest"
     ) as consumer:
@@ -288,10 +292,7 @@ def test_deserializer_error_stops_at_the_bad_record(env: Env) -> None:
 
     topic = env.topic("deser", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
-        for v in (b"a", b"b", b"bad", b"c"):
-            producer.send(topic, v, partition=0)
-        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    env.send_to_partition_0(topic, (b"a", b"b", b"bad", b"c"))
 
     def strict(value: bytes | None) -> str:
         if value == b"bad":
@@ -321,10 +322,7 @@ def test_consumer_interceptors_see_polls_and_commits(env: Env) -> None:
 
     topic = env.topic("icpt", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
-        for i in range(10):
-            producer.send(topic, b"%d" % i, partition=0)
-        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    env.send_to_partition_0(topic, (b"%d" % i for i in range(10)))
     commits: list[dict[TopicPartition, int]] = []
     closed: list[bool] = []
 
@@ -411,10 +409,7 @@ def test_getone_and_breaking_out_of_iteration_lose_no_record(env: Env) -> None:
     them)."""
     topic = env.topic("getone", partitions=1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
-        for i in range(20):
-            producer.send(topic, b"%d" % i, partition=0)
-        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    env.send_to_partition_0(topic, (b"%d" % i for i in range(20)))
 
     async def run() -> list[int]:
         async with AsyncConsumer(

@@ -59,6 +59,7 @@ from raftka.client.structs import OffsetAndMetadata
 from raftka.common.errors import CommitFailedError, RebalanceInProgressError
 from raftka.local import LocalCluster, http_json, wait_for
 from raftka.local.brokers import LocalBrokers
+from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -180,22 +181,23 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp: Path = tmp_path_factory.mktemp("groups")
-    with LocalCluster(tmp, extra_properties={"broker.session.timeout.ms": "2500"}) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        props = {
-            "replica.lag.time.max.ms": "1500",
-            "offsets.topic.num.partitions": "3",
-            "group.initial.rebalance.delay.ms": "100",
-            "group.min.session.timeout.ms": "1000",
-        }
-        with LocalBrokers(cluster, extra_properties=props) as brokers:
-            brokers.start()
-            with Admin(
-                bootstrap_servers=brokers.bootstrap_servers,
-                default_api_timeout_ms=API_TIMEOUT_MS,
-            ) as admin:
-                yield Env(cluster, brokers, admin, tmp)
+    props = {
+        "replica.lag.time.max.ms": "1500",
+        "offsets.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "100",
+        "group.min.session.timeout.ms": "1000",
+    }
+    with (
+        RaftkaCluster.start(
+            tmp,
+            controller_properties={"broker.session.timeout.ms": "2500"},
+            broker_properties=props,
+        ) as cluster,
+        Admin(
+            bootstrap_servers=cluster.bootstrap_servers, default_api_timeout_ms=API_TIMEOUT_MS
+        ) as admin,
+    ):
+        yield Env(cluster.controllers, cluster.brokers, admin, tmp)
 
 
 # ---------------------------------------------------------------------------------------

@@ -239,12 +239,7 @@ def test_committed_topics_survive_killing_all(cluster: LocalCluster) -> None:
     names = {f"durable-{i}" for i in range(5)}
     for name in sorted(names):
         create_topic(cluster, name)
-    for node in cluster.controllers.values():
-        node.kill()
-    for node in cluster.controllers.values():
-        node.start()
-    for node in cluster.controllers.values():
-        node.wait_healthy()
+    cluster.kill_all_and_restart()
     cluster.wait_leader()
     create_topic(cluster, "after-restart")
     for node in cluster.controllers.values():

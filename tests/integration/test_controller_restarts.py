@@ -248,15 +248,6 @@ def client_write(cluster: LocalCluster, path: str, body: object) -> Any:
     return wait_for(attempt, timeout_s=30, message=f"{path} did not succeed")
 
 
-def kill_all_and_restart(cluster: LocalCluster) -> None:
-    for node in cluster.controllers.values():
-        node.kill()
-    for node in cluster.controllers.values():
-        node.start()
-    for node in cluster.controllers.values():
-        node.wait_healthy()
-
-
 def snapshots_written(cluster: LocalCluster) -> int:
     return sum(
         n.log_path.read_text(errors="replace").count('"wrote metadata snapshot"')
@@ -294,12 +285,12 @@ def test_kill_all_controllers_repeatedly_loses_no_acknowledged_write(
                 timeout_s=30,
                 message=f"seed {seed}: the writer made no progress",
             )
-            kill_all_and_restart(cluster)
+            cluster.kill_all_and_restart()
             writer.stop.set()
             writer.thread.join(timeout=60)
         else:
             writer.thread.join(timeout=120)
-            kill_all_and_restart(cluster)
+            cluster.kill_all_and_restart()
         assert not writer.thread.is_alive()
         check_round(cluster, ledger, seed)
     elapsed = time.monotonic() - started

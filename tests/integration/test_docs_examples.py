@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,6 +42,7 @@ import pytest
 
 from raftka.client import Admin
 from raftka.local import wait_for
+from raftka.local.processes import port_in_use
 
 pytestmark = pytest.mark.slow
 
@@ -54,16 +54,6 @@ UP_DEADLINE_S = 90.0
 COMMAND_TIMEOUT_S = 90.0
 BIN = Path(sys.executable).parent
 _VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
-
-
-def _port_taken(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +94,7 @@ class DocsEnv:
 
 @pytest.fixture(scope="module")
 def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsEnv]:
-    taken = [p for p in PORTS if _port_taken(p)]
+    taken = [p for p in PORTS if port_in_use(HOST, p)]
     if taken:
         pytest.skip(
             f"ports {taken} on {HOST} are in use: the docs name raftka up's default ports "

@@ -140,14 +140,22 @@ def _create_topic(controllers: LocalCluster, brokers: LocalBrokers) -> dict[str,
     return p
 
 
+def _place_topic(
+    controllers: LocalCluster, brokers: LocalBrokers
+) -> tuple[dict[str, Any], int, int, str]:
+    """Create the topic; its partition, the leader's id, the follower's id and the
+    leader's address."""
+    p = _create_topic(controllers, brokers)
+    leader_id: int = p["leader"]
+    follower_id: int = next(b for b in p["replicas"] if b != leader_id)
+    return p, leader_id, follower_id, brokers[leader_id].address
+
+
 def test_impostor_follower_fetches_are_refused_and_the_hw_stays(
     cluster: tuple[LocalCluster, LocalBrokers],
 ) -> None:
     controllers, brokers = cluster
-    p = _create_topic(controllers, brokers)
-    leader_id = p["leader"]
-    follower_id = next(b for b in p["replicas"] if b != leader_id)
-    leader = brokers[leader_id].address
+    _, _, follower_id, leader = _place_topic(controllers, brokers)
     follower_health = brokers[follower_id].health()
     assert follower_health is not None
     follower_epoch = int(follower_health["broker_epoch"])
@@ -223,10 +231,7 @@ def test_a_follower_restarted_with_an_empty_disk_rejoins_only_caught_up(
     quick_cluster: tuple[LocalCluster, LocalBrokers],
 ) -> None:
     controllers, brokers = quick_cluster
-    p = _create_topic(controllers, brokers)
-    leader_id = p["leader"]
-    follower_id = next(b for b in p["replicas"] if b != leader_id)
-    leader = brokers[leader_id].address
+    p, leader_id, follower_id, leader = _place_topic(controllers, brokers)
     values = [f"v{i}".encode() for i in range(20)]
     for v in values:
         _produce(leader, [v], acks=-1)

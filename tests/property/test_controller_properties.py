@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftka.common.errors import KafkaError
-from raftka.metadata.controller import (
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import (
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
     ControllerResult,
     CreatableTopic,
-    QuorumController,
     RegisterBrokerRequest,
 )
 from raftka.metadata.delta import MetadataDelta

@@ -10,28 +10,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftka.metadata import metadata_records as mr
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
-from raftka.metadata.metadata_records import (
-    NO_LEADER,
-    NO_LEADER_CHANGE,
-    BrokerRegistrationChangeRecord,
-    ConfigRecord,
-    Endpoint,
-    MetadataRecord,
-    NoOpRecord,
-    PartitionChangeRecord,
-    PartitionRecord,
-    ProducerIdsRecord,
-    RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-    UnregisterBrokerRecord,
-    decode_record,
-    decode_records,
-    encode_record,
-    encode_records,
-)
 
 BROKERS = list(range(5))
 NAMES = ["a", "b", "c", "d"]
@@ -68,11 +49,11 @@ def _subset(draw: st.DrawFn, items: tuple[int, ...], min_size: int = 0) -> tuple
 def _assignment(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     replicas = tuple(draw(st.lists(st.sampled_from(BROKERS), unique=True, min_size=1, max_size=3)))
     isr = _subset(draw, replicas)
-    leader = draw(st.sampled_from((*isr, NO_LEADER)))
+    leader = draw(st.sampled_from((*isr, mr.NO_LEADER)))
     return replicas, isr, leader
 
 
-def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
+def _step(draw: st.DrawFn, m: _Model) -> list[mr.MetadataRecord]:
     kind = draw(
         st.sampled_from(
             [
@@ -94,11 +75,11 @@ def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
         broker = draw(st.sampled_from(BROKERS))
         m.brokers[broker] = m.epoch_counter
         return [
-            RegisterBrokerRecord(
+            mr.RegisterBrokerRecord(
                 broker_id=broker,
                 incarnation_id=_uuid(broker),
                 broker_epoch=m.epoch_counter,
-                endpoints=(Endpoint("PLAINTEXT", f"host{broker}", 9092 + broker),),
+                endpoints=(mr.Endpoint("PLAINTEXT", f"host{broker}", 9092 + broker),),
                 rack=draw(st.sampled_from([None, "r1"])),
                 fenced=draw(st.booleans()),
                 in_controlled_shutdown=draw(st.booleans()),
@@ -109,9 +90,9 @@ def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
         epoch = m.brokers[broker]
         if kind == "unregister":
             del m.brokers[broker]
-            return [UnregisterBrokerRecord(broker_id=broker, broker_epoch=epoch)]
+            return [mr.UnregisterBrokerRecord(broker_id=broker, broker_epoch=epoch)]
         return [
-            BrokerRegistrationChangeRecord(
+            mr.BrokerRegistrationChangeRecord(
                 broker_id=broker,
                 broker_epoch=epoch,
                 fenced=draw(st.sampled_from([-1, 0, 1])),
@@ -125,13 +106,13 @@ def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
         m.id_counter += 1
         topic_id = _uuid(1000 + m.id_counter)
         m.topics[topic_id] = draw(st.sampled_from(free))
-        out: list[MetadataRecord] = [TopicRecord(name=m.topics[topic_id], topic_id=topic_id)]
+        out: list[mr.MetadataRecord] = [mr.TopicRecord(name=m.topics[topic_id], topic_id=topic_id)]
         m.partitions[topic_id] = {}
         for index in range(draw(st.integers(1, 3))):
             replicas, isr, leader = _assignment(draw)
             m.partitions[topic_id][index] = _Partition(replicas, leader)
             out.append(
-                PartitionRecord(
+                mr.PartitionRecord(
                     partition_id=index,
                     topic_id=topic_id,
                     replicas=replicas,
@@ -154,13 +135,13 @@ def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
         else:
             new_replicas, replicas, moving = None, part.replicas, (None, None)
             isr = _subset(draw, replicas)
-            leader = draw(st.sampled_from((*replicas, NO_LEADER)))
-        keep_leader = part.leader in (*replicas, NO_LEADER) and draw(st.booleans())
-        record_leader = NO_LEADER_CHANGE if keep_leader else leader
+            leader = draw(st.sampled_from((*replicas, mr.NO_LEADER)))
+        keep_leader = part.leader in (*replicas, mr.NO_LEADER) and draw(st.booleans())
+        record_leader = mr.NO_LEADER_CHANGE if keep_leader else leader
         part.replicas = replicas
         part.leader = part.leader if keep_leader else leader
         return [
-            PartitionChangeRecord(
+            mr.PartitionChangeRecord(
                 partition_id=index,
                 topic_id=topic_id,
                 isr=isr,
@@ -174,30 +155,32 @@ def _step(draw: st.DrawFn, m: _Model) -> list[MetadataRecord]:
     if kind == "remove" and m.topics:
         topic_id = draw(st.sampled_from(sorted(m.topics)))
         del m.topics[topic_id], m.partitions[topic_id]
-        return [RemoveTopicRecord(topic_id=topic_id)]
+        return [mr.RemoveTopicRecord(topic_id=topic_id)]
     if kind == "config":
         value = draw(st.sampled_from([None, "1", "2"]))
         key = draw(st.sampled_from(KEYS))
         if m.topics and draw(st.booleans()):
             name = m.topics[draw(st.sampled_from(sorted(m.topics)))]
-            return [ConfigRecord("topic", name, key, value)]
-        return [ConfigRecord("broker", draw(st.sampled_from(["", "1"])), key, value)]
+            return [mr.ConfigRecord("topic", name, key, value)]
+        return [mr.ConfigRecord("broker", draw(st.sampled_from(["", "1"])), key, value)]
     if kind == "pid":
         m.next_producer_id += draw(st.integers(1, 1000))
-        return [ProducerIdsRecord(broker_id=0, broker_epoch=1, next_producer_id=m.next_producer_id)]
-    return [NoOpRecord()]
+        return [
+            mr.ProducerIdsRecord(broker_id=0, broker_epoch=1, next_producer_id=m.next_producer_id)
+        ]
+    return [mr.NoOpRecord()]
 
 
 @st.composite
-def record_sequences(draw: st.DrawFn) -> list[MetadataRecord]:
+def record_sequences(draw: st.DrawFn) -> list[mr.MetadataRecord]:
     model = _Model()
-    records: list[MetadataRecord] = []
+    records: list[mr.MetadataRecord] = []
     for _ in range(draw(st.integers(0, 30))):
         records.extend(_step(draw, model))
     return records
 
 
-def _one_delta(records: list[MetadataRecord]) -> MetadataImage:
+def _one_delta(records: list[mr.MetadataRecord]) -> MetadataImage:
     delta = MetadataDelta(MetadataImage.EMPTY)
     for offset, record in enumerate(records):
         delta.replay(record, offset=offset, epoch=1)
@@ -207,7 +190,7 @@ def _one_delta(records: list[MetadataRecord]) -> MetadataImage:
 @settings(max_examples=150, deadline=None)
 @given(records=record_sequences(), data=st.data())
 def test_one_delta_equals_many_small_deltas(
-    records: list[MetadataRecord], data: st.DataObject
+    records: list[mr.MetadataRecord], data: st.DataObject
 ) -> None:
     """Replaying a valid sequence in one delta, or cut at random points into many
     deltas applied one after another, gives equal images (offsets included)."""
@@ -224,25 +207,27 @@ def test_one_delta_equals_many_small_deltas(
 
 @settings(max_examples=150, deadline=None)
 @given(records=record_sequences())
-def test_image_to_records_round_trip(records: list[MetadataRecord]) -> None:
+def test_image_to_records_round_trip(records: list[mr.MetadataRecord]) -> None:
     """image -> to_records -> bytes -> records -> replay over EMPTY == image."""
     image = _one_delta(records)
-    written = decode_records(encode_records(image.to_records()))
+    written = mr.decode_records(mr.encode_records(image.to_records()))
     assert image_from_records(written, image.offset, image.epoch) == image
 
 
 @settings(max_examples=100, deadline=None)
 @given(records=record_sequences())
-def test_every_record_round_trips_through_bytes(records: list[MetadataRecord]) -> None:
+def test_every_record_round_trips_through_bytes(records: list[mr.MetadataRecord]) -> None:
     """Every generated record decodes to itself, alone and as a list."""
     for record in records:
-        assert decode_record(encode_record(record)) == record
-    assert decode_records(encode_records(records)) == records
+        assert mr.decode_record(mr.encode_record(record)) == record
+    assert mr.decode_records(mr.encode_records(records)) == records
 
 
 @settings(max_examples=100, deadline=None)
 @given(records=record_sequences(), data=st.data())
-def test_local_changes_match_the_images(records: list[MetadataRecord], data: st.DataObject) -> None:
+def test_local_changes_match_the_images(
+    records: list[mr.MetadataRecord], data: st.DataObject
+) -> None:
     """For a random split (before, after), local_changes(b) of the second delta agrees
     with the two images: a partition led by b in the new image and changed is in
     leaders, one b replicates but does not lead is in followers, and every delete was a

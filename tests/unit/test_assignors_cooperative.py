@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from raftka.client.consumer.assignors import CooperativeStickyAssignor, Subscription
 from raftka.client.consumer.assignors.cooperative_sticky import cooperative_sticky_assign
 from raftka.client.structs import TopicPartition
@@ -69,35 +71,23 @@ def test_protocol_name_and_rebalance_protocols() -> None:
     assert CooperativeStickyAssignor.rebalance_protocols == ("COOPERATIVE", "EAGER")
 
 
-def test_double_claim_withheld_until_both_revoke() -> None:
-    """topic-0 claimed by two members of one generation is given to nobody this round."""
+@pytest.mark.parametrize(
+    ("partitions", "first"),
+    [(3, [tp("topic", 1)]), (4, [tp("topic", 1), tp("topic", 3)])],
+)
+def test_double_claim_withheld_until_both_revoke(
+    partitions: int, first: list[TopicPartition]
+) -> None:
+    """topic-0 claimed by two members of one generation is given to nobody this round,
+    whether or not the partitions divide evenly among the members."""
     members = {
         "consumer1": sub(["topic"], [tp("topic", 0), tp("topic", 1)]),
         "consumer2": sub(["topic"], [tp("topic", 0), tp("topic", 2)]),
         "consumer3": sub(["topic"], []),
     }
-    assignment = cooperative_sticky_assign(members, {"topic": 3})
-    assert assignment == {
-        "consumer1": [tp("topic", 1)],
-        "consumer2": [tp("topic", 2)],
-        "consumer3": [],
-    }
-    settle(members, {"topic": 3}, assignment)
-
-
-def test_double_claim_with_unequal_partitions_per_consumer() -> None:
-    members = {
-        "consumer1": sub(["topic"], [tp("topic", 0), tp("topic", 1)]),
-        "consumer2": sub(["topic"], [tp("topic", 0), tp("topic", 2)]),
-        "consumer3": sub(["topic"], []),
-    }
-    assignment = cooperative_sticky_assign(members, {"topic": 4})
-    assert assignment == {
-        "consumer1": [tp("topic", 1), tp("topic", 3)],
-        "consumer2": [tp("topic", 2)],
-        "consumer3": [],
-    }
-    settle(members, {"topic": 4}, assignment)
+    assignment = cooperative_sticky_assign(members, {"topic": partitions})
+    assert assignment == {"consumer1": first, "consumer2": [tp("topic", 2)], "consumer3": []}
+    settle(members, {"topic": partitions}, assignment)
 
 
 def test_new_member_waits_for_revocation() -> None:

@@ -5,49 +5,6 @@ from __future__ import annotations
 
 import raftka.client
 
-EXPECTED = {
-    "Admin",
-    "AdminConfig",
-    "AlterConfigOp",
-    "AsyncAdmin",
-    "AsyncConsumer",
-    "AsyncGroupAdmin",
-    "AsyncProducer",
-    "ClientConfigError",
-    "ClusterDescription",
-    "ConfigEntry",
-    "Consumer",
-    "ConsumerConfig",
-    "ConsumerGroupMetadata",
-    "ConsumerInterceptor",
-    "ConsumerRebalanceListener",
-    "GroupAdmin",
-    "ConsumerRecord",
-    "KafkaError",
-    "ListedOffset",
-    "NewPartitions",
-    "NewTopic",
-    "Node",
-    "OffsetAndMetadata",
-    "OffsetAndTimestamp",
-    "PartitionInfo",
-    "Producer",
-    "ProducerInterceptor",
-    "ProducerRecord",
-    "ProducerConfig",
-    "RecordMetadata",
-    "TopicDescription",
-    "TopicPartition",
-}
-
-
-def test_all_is_pinned_and_resolves() -> None:
-    """__all__ equals the pinned set, is sorted, and each name is an attribute."""
-    assert set(raftka.client.__all__) == EXPECTED
-    assert list(raftka.client.__all__) == sorted(raftka.client.__all__)
-    for name in raftka.client.__all__:
-        assert getattr(raftka.client, name) is not None
-
 
 def test_subscribe_without_group_id_is_refused() -> None:
     """subscribe() on either consumer face without a group_id raises IllegalStateError

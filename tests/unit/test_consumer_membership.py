@@ -9,16 +9,8 @@ import re
 import pytest
 
 from raftka.client.config import ClientConfigError
-from raftka.client.consumer.membership import (
-    GroupOptions,
-    MemberState,
-    Phase,
-    Reaction,
-    Subscription,
-    assignment_change,
-    classify,
-    rebalance_protocol,
-)
+from raftka.client.consumer import membership
+from raftka.client.consumer.membership import Phase, Reaction
 from raftka.client.structs import TopicPartition
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
@@ -39,7 +31,7 @@ TP = [TopicPartition("t", p) for p in range(4)]
 def test_defaults_are_kafkas() -> None:
     """GroupOptions' defaults are Kafka 3.x's, and the rebalance timeout is
     max_poll_interval_ms."""
-    options = GroupOptions()
+    options = membership.GroupOptions()
     assert options.session_timeout_ms == 45_000
     assert options.heartbeat_interval_ms == 3_000
     assert options.max_poll_interval_ms == 300_000
@@ -63,14 +55,14 @@ def test_defaults_are_kafkas() -> None:
 def test_bad_options_name_the_option(kwargs: dict[str, object], name: str) -> None:
     """Each invalid option fails at construction with ClientConfigError naming it."""
     with pytest.raises(ClientConfigError, match=name):
-        GroupOptions(**kwargs)  # type: ignore[arg-type]
+        membership.GroupOptions(**kwargs)  # type: ignore[arg-type]
 
 
 def test_rebalance_protocol_is_cooperative_only_if_every_assignor_supports_it() -> None:
     """Kafka's rule: the common subset of the assignors' protocols decides."""
-    assert rebalance_protocol(("range", "cooperative-sticky")) == "EAGER"
-    assert rebalance_protocol(("cooperative-sticky",)) == "COOPERATIVE"
-    assert rebalance_protocol(("sticky",)) == "EAGER"
+    assert membership.rebalance_protocol(("range", "cooperative-sticky")) == "EAGER"
+    assert membership.rebalance_protocol(("cooperative-sticky",)) == "COOPERATIVE"
+    assert membership.rebalance_protocol(("sticky",)) == "EAGER"
 
 
 @pytest.mark.parametrize(
@@ -91,14 +83,14 @@ def test_rebalance_protocol_is_cooperative_only_if_every_assignor_supports_it() 
 )
 def test_classify(error: type | None, reaction: Reaction) -> None:
     """Every group error maps to one reaction, for the class and an instance alike."""
-    assert classify(error) is reaction  # type: ignore[arg-type]
+    assert membership.classify(error) is reaction  # type: ignore[arg-type]
     if error is not None:
-        assert classify(error("x")) is reaction
+        assert membership.classify(error("x")) is reaction
 
 
 def test_eager_change_adds_everything() -> None:
     """EAGER: the member owns nothing when the assignment arrives; all of it is added."""
-    change = assignment_change(owned=(), assigned=TP[:2], protocol="EAGER")
+    change = membership.assignment_change(owned=(), assigned=TP[:2], protocol="EAGER")
     assert change.added == frozenset(TP[:2])
     assert not change.revoked and not change.rejoin
 
@@ -106,23 +98,25 @@ def test_eager_change_adds_everything() -> None:
 def test_eager_change_refuses_owned_partitions() -> None:
     """An eager member must have revoked before joining (an invariant, asserted)."""
     with pytest.raises(AssertionError):
-        assignment_change(owned=TP[:1], assigned=TP[:2], protocol="EAGER")
+        membership.assignment_change(owned=TP[:1], assigned=TP[:2], protocol="EAGER")
 
 
 def test_cooperative_change_revokes_only_what_moves_and_rejoins() -> None:
     """COOPERATIVE: keep the intersection, revoke what left (then rejoin), add the new."""
-    change = assignment_change(owned=TP[:3], assigned=[TP[1], TP[2], TP[3]], protocol="COOPERATIVE")
+    change = membership.assignment_change(
+        owned=TP[:3], assigned=[TP[1], TP[2], TP[3]], protocol="COOPERATIVE"
+    )
     assert change.revoked == {TP[0]}
     assert change.added == {TP[3]}
     assert change.rejoin
-    same = assignment_change(owned=TP[:2], assigned=TP[:2], protocol="COOPERATIVE")
+    same = membership.assignment_change(owned=TP[:2], assigned=TP[:2], protocol="COOPERATIVE")
     assert not same.revoked and not same.added and not same.rejoin
 
 
 def test_member_state_resets() -> None:
     """reset_generation drops generation and protocol (and the member id when asked)
     and asks for a rejoin; stable() clears the rejoin flag."""
-    state = MemberState()
+    state = membership.MemberState()
     assert state.rejoin_needed and not state.in_generation
     state.joined(member_id="m-1", generation_id=4, protocol_name="range")
     state.stable()
@@ -136,10 +130,10 @@ def test_member_state_resets() -> None:
 
 def test_pattern_subscription_matches_whole_names() -> None:
     """A pattern matches whole topic names (Java's Pattern.matcher().matches())."""
-    sub = Subscription(pattern=re.compile(r"orders-\d+"))
+    sub = membership.Subscription(pattern=re.compile(r"orders-\d+"))
     assert sub.matching(["orders-1", "orders-22", "orders-x", "xorders-1"]) == {
         "orders-1",
         "orders-22",
     }
-    named = Subscription(topics=frozenset({"a"}))
+    named = membership.Subscription(topics=frozenset({"a"}))
     assert named.matching(["b"]) == {"a"}

@@ -11,24 +11,10 @@ from typing import TypeVar
 
 import pytest
 
-from raftka.common.errors import (
-    BrokerIdNotRegisteredError,
-    DuplicateBrokerRegistrationError,
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
-    InvalidRequestError,
-    InvalidTopicError,
-    KafkaError,
-    NotControllerError,
-    StaleBrokerEpochError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
-from raftka.metadata.controller import (
+from raftka.common import errors
+from raftka.metadata import metadata_records as mr
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.controller_api import (
     AlterConfigOp,
     AlterConfigsResource,
     AlterPartitionRequest,
@@ -38,32 +24,14 @@ from raftka.metadata.controller import (
     CreatablePartitions,
     CreatableTopic,
     CreateTopicsResponse,
-    InvalidUpdateVersionError,
-    QuorumController,
     RegisterBrokerRequest,
-    describe_configs,
 )
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.election import Election, PartitionChangeBuilder
 from raftka.metadata.image import MetadataImage, PartitionRegistration
-from raftka.metadata.metadata_records import (
-    FENCE,
-    IN_CONTROLLED_SHUTDOWN,
-    NO_LEADER,
-    NO_LEADER_CHANGE,
-    UNFENCE,
-    BrokerRegistrationChangeRecord,
-    ConfigRecord,
-    Endpoint,
-    PartitionChangeRecord,
-    PartitionRecord,
-    ProducerIdsRecord,
-    RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-)
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import validate_topic_config
+from raftka.metadata.topic_control import describe_configs
 from raftka.server_common.controller_config import ControllerConfig
 
 R = TypeVar("R")
@@ -81,7 +49,7 @@ def check_invariants(image: MetadataImage) -> None:
             where = f"{topic.name}-{index}: {p}"
             assert p.isr, where
             assert set(p.isr) <= set(p.replicas), where
-            if p.leader != NO_LEADER:
+            if p.leader != mr.NO_LEADER:
                 assert p.leader in p.isr, where
                 broker = image.cluster.broker(p.leader)
                 assert broker is not None and not broker.fenced, where
@@ -124,7 +92,7 @@ class Harness:
 
     def register(self, broker_id: int, generation: int = 0) -> int:
         request = RegisterBrokerRequest(
-            broker_id, _incarnation(broker_id, generation), (Endpoint("PLAINTEXT", "h", 9092),)
+            broker_id, _incarnation(broker_id, generation), (mr.Endpoint("PLAINTEXT", "h", 9092),)
         )
         result = self.ctl.register_broker(
             self.image, request, now_ms=self.now_ms, next_offset=self.next_offset
@@ -184,7 +152,7 @@ class Harness:
 
     def create_topics(
         self, *topics: tuple[str, int, int]
-    ) -> tuple[ControllerResult[CreateTopicsResponse], list[KafkaError | None]]:
+    ) -> tuple[ControllerResult[CreateTopicsResponse], list[errors.KafkaError | None]]:
         """One CreateTopics request of (name, partitions, replication factor), not run:
         its result and each topic's error, in request order."""
         creatable = [CreatableTopic(name, count, rf) for name, count, rf in topics]
@@ -217,7 +185,7 @@ class Harness:
             self.heartbeat(b)
 
 
-def assert_error(error: KafkaError | None, cls: type[KafkaError]) -> None:
+def assert_error(error: errors.KafkaError | None, cls: type[errors.KafkaError]) -> None:
     assert error is not None and type(error) is cls, error
 
 
@@ -230,12 +198,14 @@ def test_register_gives_the_record_offset_as_epoch_and_starts_fenced() -> None:
     h = Harness()
     result = h.ctl.register_broker(
         h.image,
-        RegisterBrokerRequest(1, _incarnation(1), (Endpoint("PLAINTEXT", "h", 1),), "r1"),
+        RegisterBrokerRequest(1, _incarnation(1), (mr.Endpoint("PLAINTEXT", "h", 1),), "r1"),
         now_ms=0,
         next_offset=h.next_offset,
     )
     assert result.records == (
-        RegisterBrokerRecord(1, _incarnation(1), 0, (Endpoint("PLAINTEXT", "h", 1),), "r1", True),
+        mr.RegisterBrokerRecord(
+            1, _incarnation(1), 0, (mr.Endpoint("PLAINTEXT", "h", 1),), "r1", True
+        ),
     )
     assert result.response.broker_epoch == 0
     h.run(result)
@@ -247,8 +217,8 @@ def test_register_with_other_incarnation_while_session_alive_is_duplicate() -> N
     no records; once the session has expired the new incarnation may register."""
     h = Harness()
     h.add_brokers(1)
-    request = RegisterBrokerRequest(1, _incarnation(1, 1), (Endpoint("PLAINTEXT", "h", 1),))
-    with pytest.raises(DuplicateBrokerRegistrationError):
+    request = RegisterBrokerRequest(1, _incarnation(1, 1), (mr.Endpoint("PLAINTEXT", "h", 1),))
+    with pytest.raises(errors.DuplicateBrokerRegistrationError):
         h.ctl.register_broker(h.image, request, now_ms=h.now_ms, next_offset=h.next_offset)
     h.now_ms += TIMEOUT_MS + 1
     old_epoch = h.epochs[1]
@@ -280,7 +250,7 @@ def test_reregister_same_incarnation_gets_new_epoch_and_leaves_partitions() -> N
 def test_register_rejects_a_malformed_incarnation_id() -> None:
     """The incarnation id must be a UUID: INVALID_REQUEST, no records."""
     h = Harness()
-    with pytest.raises(InvalidRequestError):
+    with pytest.raises(errors.InvalidRequestError):
         h.ctl.register_broker(
             h.image,
             RegisterBrokerRequest(1, "not-a-uuid", ()),
@@ -297,9 +267,9 @@ def test_heartbeat_from_unknown_broker_or_stale_epoch_is_refused() -> None:
     """BROKER_ID_NOT_REGISTERED for an unknown id, STALE_BROKER_EPOCH for an old epoch."""
     h = Harness()
     h.register(1)
-    with pytest.raises(BrokerIdNotRegisteredError):
+    with pytest.raises(errors.BrokerIdNotRegisteredError):
         h.ctl.heartbeat(h.image, BrokerHeartbeatRequest(9, 0, 0), now_ms=0, next_offset=1)
-    with pytest.raises(StaleBrokerEpochError):
+    with pytest.raises(errors.StaleBrokerEpochError):
         h.ctl.heartbeat(h.image, BrokerHeartbeatRequest(1, 99, 0), now_ms=0, next_offset=1)
 
 
@@ -313,7 +283,7 @@ def test_heartbeat_unfences_only_once_caught_up_with_its_registration() -> None:
     result, response = h.heartbeat(2, offset=epoch - 1)
     assert result.records == () and response == BrokerHeartbeatResponse(False, True, False, False)
     result, response = h.heartbeat(2, offset=epoch)
-    assert result.records == (BrokerRegistrationChangeRecord(2, epoch, fenced=UNFENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(2, epoch, fenced=mr.UNFENCE),)
     assert response == BrokerHeartbeatResponse(True, False, False, False)
     assert not h.fenced(2)
 
@@ -327,7 +297,7 @@ def test_heartbeat_want_fence_keeps_or_makes_a_broker_fenced() -> None:
     h.heartbeat(1)
     assert not h.fenced(1)
     result, response = h.heartbeat(1, want_fence=True)
-    assert result.records == (BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),)
     assert response.is_fenced and not response.should_shutdown
 
 
@@ -357,8 +327,8 @@ def test_expire_sessions_fences_silent_brokers_and_moves_leadership() -> None:
     result = h.ctl.expire_sessions(h.image, h.now_ms)
     assert result.response.fenced_brokers == (1,)
     assert result.records == (
-        PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
-        BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),
+        mr.PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
+        mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),
     )
     h.run(result)
     p = h.partition(t)
@@ -371,11 +341,11 @@ def test_fencing_the_last_isr_member_keeps_it_and_leaves_no_leader() -> None:
     h = Harness()
     t = h.fence_the_last_isr_member()
     p = h.partition(t)
-    assert (p.leader, p.isr) == (NO_LEADER, (1,))
+    assert (p.leader, p.isr) == (mr.NO_LEADER, (1,))
     # Broker 1 restarts: registers again and catches up; unfencing re-elects it.
     h.register(1, generation=1)
     result, _ = h.heartbeat(1)
-    assert result.records[-1] == PartitionChangeRecord(0, t, leader=1)
+    assert result.records[-1] == mr.PartitionChangeRecord(0, t, leader=1)
     assert h.partition(t).leader == 1
 
 
@@ -396,7 +366,7 @@ def test_topic_config_false_overrides_controller_unclean_default() -> None:
     """A topic's unclean.leader.election.enable=false wins over the controller's true."""
     h = Harness(ControllerConfig(unclean_leader_election_enable=True))
     t = h.fence_the_last_isr_member(configs={"unclean.leader.election.enable": "false"})
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
 
 
 def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> None:
@@ -405,13 +375,13 @@ def test_turning_unclean_election_on_elects_a_leaderless_partition_at_once() -> 
     true (Kafka re-evaluates on the config change); setting it false elects nothing."""
     h = Harness()
     t = h.fence_the_last_isr_member()
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
     off = [AlterConfigOp("unclean.leader.election.enable", "SET", "false")]
     h.run(h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", off)]))
-    assert h.partition(t).leader == NO_LEADER
+    assert h.partition(t).leader == mr.NO_LEADER
     on = [AlterConfigOp("unclean.leader.election.enable", "SET", "true")]
     result = h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", on)])
-    assert any(isinstance(r, PartitionChangeRecord) for r in result.records)
+    assert any(isinstance(r, mr.PartitionChangeRecord) for r in result.records)
     h.run(result)
     p = h.partition(t)
     assert (p.leader, p.isr) == (2, (2,))
@@ -430,11 +400,11 @@ def test_controlled_shutdown_moves_leadership_then_grants_shutdown() -> None:
     t = h.create("t", assignments={0: [1, 2, 3], 1: [2, 1, 3]})
     result, response = h.heartbeat(1, want_shutdown=True)
     assert result.records == (
-        BrokerRegistrationChangeRecord(
-            1, h.epochs[1], in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+        mr.BrokerRegistrationChangeRecord(
+            1, h.epochs[1], in_controlled_shutdown=mr.IN_CONTROLLED_SHUTDOWN
         ),
-        PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
-        PartitionChangeRecord(1, t, isr=(2, 3)),
+        mr.PartitionChangeRecord(0, t, isr=(2, 3), leader=2),
+        mr.PartitionChangeRecord(1, t, isr=(2, 3)),
     )
     assert response == BrokerHeartbeatResponse(True, False, True, False)
     assert (h.partition(t, 0).leader, h.partition(t, 1).isr) == (2, (2, 3))
@@ -446,7 +416,7 @@ def test_controlled_shutdown_moves_leadership_then_grants_shutdown() -> None:
     h.heartbeat(2)
     result, response = h.heartbeat(1, want_shutdown=True)
     assert response.should_shutdown and response.is_fenced
-    assert result.records == (BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),)
+    assert result.records == (mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),)
 
 
 def test_controlled_shutdown_keeps_a_leader_no_one_can_replace() -> None:
@@ -458,8 +428,8 @@ def test_controlled_shutdown_keeps_a_leader_no_one_can_replace() -> None:
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
     result, response = h.heartbeat(1, want_shutdown=True)
     assert result.records == (
-        BrokerRegistrationChangeRecord(
-            1, h.epochs[1], in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+        mr.BrokerRegistrationChangeRecord(
+            1, h.epochs[1], in_controlled_shutdown=mr.IN_CONTROLLED_SHUTDOWN
         ),
     )
     assert h.partition(t).leader == 1 and not response.should_shutdown
@@ -478,8 +448,8 @@ def test_broker_leading_nothing_may_shut_down_at_once() -> None:
     result, response = h.heartbeat(1, want_shutdown=True)
     assert response.should_shutdown and response.is_fenced
     assert result.records == (
-        PartitionChangeRecord(0, t, isr=(2,)),
-        BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=FENCE),
+        mr.PartitionChangeRecord(0, t, isr=(2,)),
+        mr.BrokerRegistrationChangeRecord(1, h.epochs[1], fenced=mr.FENCE),
     )
 
 
@@ -524,9 +494,9 @@ def test_create_topic_uses_defaults_and_writes_configs() -> None:
     response = h.run(result)
     topic = response.result("t")
     assert (topic.error, topic.num_partitions, topic.replication_factor) == (None, 3, 2)
-    assert isinstance(result.records[0], TopicRecord)
-    assert [type(r) for r in result.records[1:4]] == [PartitionRecord] * 3
-    assert result.records[4] == ConfigRecord("topic", "t", "retention.ms", "1000")
+    assert isinstance(result.records[0], mr.TopicRecord)
+    assert [type(r) for r in result.records[1:4]] == [mr.PartitionRecord] * 3
+    assert result.records[4] == mr.ConfigRecord("topic", "t", "retention.ms", "1000")
     assert h.image.configs.topic_config("t") == {"retention.ms": "1000"}
 
 
@@ -537,7 +507,7 @@ def test_create_topic_rejects_illegal_names(name: str) -> None:
     h.add_brokers(1)
     result = h.ctl.create_topics(h.image, [CreatableTopic(name, 1, 1)], rng=h.rng)
     assert result.records == ()
-    assert_error(result.response.topics[0].error, InvalidTopicError)
+    assert_error(result.response.topics[0].error, errors.InvalidTopicError)
 
 
 def test_create_topic_accepts_the_longest_legal_name() -> None:
@@ -553,11 +523,11 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("a.b")
-    result, errors = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
-    assert_error(errors[0], TopicAlreadyExistsError)
-    assert_error(errors[1], InvalidTopicError)
-    assert errors[2] is None
-    assert_error(errors[3], InvalidTopicError)
+    result, per_topic = h.create_topics(("a.b", 1, 1), ("a_b", 1, 1), ("c_d", 1, 1), ("c.d", 1, 1))
+    assert_error(per_topic[0], errors.TopicAlreadyExistsError)
+    assert_error(per_topic[1], errors.InvalidTopicError)
+    assert per_topic[2] is None
+    assert_error(per_topic[3], errors.InvalidTopicError)
     h.run(result)
     assert sorted(h.image.topics.by_name) == ["a.b", "c_d"]
 
@@ -565,14 +535,14 @@ def test_create_topic_rejects_existing_and_colliding_names() -> None:
 @pytest.mark.parametrize(
     ("partitions", "rf", "error"),
     [
-        (0, 1, InvalidPartitionsError),
-        (-2, 1, InvalidPartitionsError),
-        (1, 0, InvalidReplicationFactorError),
-        (1, 3, InvalidReplicationFactorError),
+        (0, 1, errors.InvalidPartitionsError),
+        (-2, 1, errors.InvalidPartitionsError),
+        (1, 0, errors.InvalidReplicationFactorError),
+        (1, 3, errors.InvalidReplicationFactorError),
     ],
 )
 def test_create_topic_checks_partitions_and_replication_factor(
-    partitions: int, rf: int, error: type[KafkaError]
+    partitions: int, rf: int, error: type[errors.KafkaError]
 ) -> None:
     """num_partitions >= 1, 1 <= replication factor <= usable brokers."""
     h = Harness()
@@ -588,23 +558,23 @@ def test_replication_factor_counts_only_usable_brokers() -> None:
     h.add_brokers(1)
     h.register(2)
     result = h.ctl.create_topics(h.image, [CreatableTopic("t", 1, 2)], rng=h.rng)
-    assert_error(result.response.topics[0].error, InvalidReplicationFactorError)
+    assert_error(result.response.topics[0].error, errors.InvalidReplicationFactorError)
 
 
 @pytest.mark.parametrize(
     ("assignments", "error"),
     [
-        ({0: [1, 2], 2: [2, 1]}, InvalidReplicaAssignmentError),  # gap
-        ({1: [1, 2]}, InvalidReplicaAssignmentError),  # not from 0
-        ({0: [1, 1]}, InvalidReplicaAssignmentError),  # duplicate
-        ({0: []}, InvalidReplicaAssignmentError),  # empty
-        ({0: [1, 9]}, InvalidReplicaAssignmentError),  # not registered
-        ({0: [1, 2], 1: [1]}, InvalidReplicaAssignmentError),  # inconsistent
-        ({0: [3]}, InvalidReplicaAssignmentError),  # only a fenced broker
+        ({0: [1, 2], 2: [2, 1]}, errors.InvalidReplicaAssignmentError),  # gap
+        ({1: [1, 2]}, errors.InvalidReplicaAssignmentError),  # not from 0
+        ({0: [1, 1]}, errors.InvalidReplicaAssignmentError),  # duplicate
+        ({0: []}, errors.InvalidReplicaAssignmentError),  # empty
+        ({0: [1, 9]}, errors.InvalidReplicaAssignmentError),  # not registered
+        ({0: [1, 2], 1: [1]}, errors.InvalidReplicaAssignmentError),  # inconsistent
+        ({0: [3]}, errors.InvalidReplicaAssignmentError),  # only a fenced broker
     ],
 )
 def test_create_topic_validates_explicit_assignments(
-    assignments: dict[int, list[int]], error: type[KafkaError]
+    assignments: dict[int, list[int]], error: type[errors.KafkaError]
 ) -> None:
     """Explicit assignments are checked: INVALID_REPLICA_ASSIGNMENT, no records."""
     h = Harness()
@@ -631,7 +601,7 @@ def test_assignments_with_partition_count_is_invalid_request() -> None:
     h = Harness()
     h.add_brokers(1)
     result = h.ctl.create_topics(h.image, [CreatableTopic("t", 1, -1, {0: [1]})], rng=h.rng)
-    assert_error(result.response.topics[0].error, InvalidRequestError)
+    assert_error(result.response.topics[0].error, errors.InvalidRequestError)
 
 
 @pytest.mark.parametrize(
@@ -659,7 +629,7 @@ def test_create_topic_rejects_bad_configs(key: str, value: str) -> None:
         h.image, [CreatableTopic("t", 1, 1, configs={key: value})], rng=h.rng
     )
     assert result.records == ()
-    assert_error(result.response.topics[0].error, InvalidConfigError)
+    assert_error(result.response.topics[0].error, errors.InvalidConfigError)
 
 
 @pytest.mark.parametrize(
@@ -686,11 +656,11 @@ def test_one_bad_topic_does_not_fail_the_others_and_duplicates_fail() -> None:
     listed twice is INVALID_REQUEST for both entries."""
     h = Harness()
     h.add_brokers(1)
-    result, errors = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
-    assert_error(errors[0], InvalidReplicationFactorError)
-    assert errors[1] is None
-    assert_error(errors[2], InvalidRequestError)
-    assert_error(errors[3], InvalidRequestError)
+    result, per_topic = h.create_topics(("bad", 1, 5), ("good", 2, 1), ("dup", 1, 1), ("dup", 1, 1))
+    assert_error(per_topic[0], errors.InvalidReplicationFactorError)
+    assert per_topic[1] is None
+    assert_error(per_topic[2], errors.InvalidRequestError)
+    assert_error(per_topic[3], errors.InvalidRequestError)
     h.run(result)
     assert list(h.image.topics.by_name) == ["good"]
 
@@ -718,11 +688,11 @@ def test_delete_topics_by_name_and_id() -> None:
     a = h.create("a", configs={"retention.ms": "5"})
     b = h.create("b")
     result = h.ctl.delete_topics(h.image, names=["a", "nope"], topic_ids=[b, a, str(uuid.uuid4())])
-    assert result.records == (RemoveTopicRecord(a), RemoveTopicRecord(b))
-    errors = [t.error for t in result.response.topics]
-    assert errors[0] is None and errors[2] is None and errors[3] is None
-    assert_error(errors[1], UnknownTopicOrPartitionError)
-    assert_error(errors[4], UnknownTopicOrPartitionError)
+    assert result.records == (mr.RemoveTopicRecord(a), mr.RemoveTopicRecord(b))
+    per_topic = [t.error for t in result.response.topics]
+    assert per_topic[0] is None and per_topic[2] is None and per_topic[3] is None
+    assert_error(per_topic[1], errors.UnknownTopicOrPartitionError)
+    assert_error(per_topic[4], errors.UnknownTopicOrPartitionError)
     h.run(result)
     assert not h.image.topics.by_name and not h.image.configs.topic_config("a")
 
@@ -735,7 +705,7 @@ def test_create_partitions_grows_a_topic_continuing_placement() -> None:
     t = h.create("t", partitions=1, rf=2)
     result = h.ctl.create_partitions(h.image, [CreatablePartitions("t", 3)])
     assert result.response.topics[0].error is None
-    assert [r.partition_id for r in result.records if isinstance(r, PartitionRecord)] == [1, 2]
+    assert [r.partition_id for r in result.records if isinstance(r, mr.PartitionRecord)] == [1, 2]
     h.run(result)
     leaders = sorted(h.partition(t, i).leader for i in range(3))
     assert leaders == [1, 2, 3]
@@ -745,15 +715,17 @@ def test_create_partitions_grows_a_topic_continuing_placement() -> None:
 @pytest.mark.parametrize(
     ("request_", "error"),
     [
-        (CreatablePartitions("t", 1), InvalidPartitionsError),
-        (CreatablePartitions("t", 2), InvalidPartitionsError),
-        (CreatablePartitions("zz", 3), UnknownTopicOrPartitionError),
-        (CreatablePartitions("t", 4, [[1, 2]]), InvalidReplicaAssignmentError),
-        (CreatablePartitions("t", 3, [[1]]), InvalidReplicaAssignmentError),
-        (CreatablePartitions("t", 3, [[1, 9]]), InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 1), errors.InvalidPartitionsError),
+        (CreatablePartitions("t", 2), errors.InvalidPartitionsError),
+        (CreatablePartitions("zz", 3), errors.UnknownTopicOrPartitionError),
+        (CreatablePartitions("t", 4, [[1, 2]]), errors.InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 3, [[1]]), errors.InvalidReplicaAssignmentError),
+        (CreatablePartitions("t", 3, [[1, 9]]), errors.InvalidReplicaAssignmentError),
     ],
 )
-def test_create_partitions_errors(request_: CreatablePartitions, error: type[KafkaError]) -> None:
+def test_create_partitions_errors(
+    request_: CreatablePartitions, error: type[errors.KafkaError]
+) -> None:
     """Shrinking or keeping the count: INVALID_PARTITIONS; unknown topic; assignments of
     the wrong count, width or brokers: INVALID_REPLICA_ASSIGNMENT."""
     h = Harness()
@@ -793,8 +765,8 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
     )
     result = h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", ops)])
     assert result.records == (
-        ConfigRecord("topic", "t", "cleanup.policy", "delete,compact"),
-        ConfigRecord("topic", "t", "max.message.bytes", "2000"),
+        mr.ConfigRecord("topic", "t", "cleanup.policy", "delete,compact"),
+        mr.ConfigRecord("topic", "t", "max.message.bytes", "2000"),
     )
     h.run(result)
     ops = (
@@ -813,23 +785,23 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
     [
         (
             AlterConfigsResource("topic", "zz", (AlterConfigOp("retention.ms", "SET", "1"),)),
-            UnknownTopicOrPartitionError,
+            errors.UnknownTopicOrPartitionError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("bogus", "SET", "1"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "SET", "x"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "APPEND", "1"),)),
-            InvalidConfigError,
+            errors.InvalidConfigError,
         ),
         (
             AlterConfigsResource("topic", "t", (AlterConfigOp("retention.ms", "SET"),)),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
         (
             AlterConfigsResource(
@@ -840,16 +812,16 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
                     AlterConfigOp("retention.ms", "DELETE"),
                 ),
             ),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
         (
             AlterConfigsResource("broker", "1", (AlterConfigOp("x", "SET", "1"),)),
-            InvalidRequestError,
+            errors.InvalidRequestError,
         ),
     ],
 )
 def test_incremental_alter_configs_errors(
-    resource: AlterConfigsResource, error: type[KafkaError]
+    resource: AlterConfigsResource, error: type[errors.KafkaError]
 ) -> None:
     """Each bad resource gets its error and writes nothing; a good one in the same
     request still applies."""
@@ -860,7 +832,7 @@ def test_incremental_alter_configs_errors(
     result = h.ctl.incremental_alter_configs(h.image, [resource, good])
     assert_error(result.response.resources[0].error, error)
     assert result.response.resources[1].error is None
-    assert result.records == (ConfigRecord("topic", "t", "segment.ms", "5"),)
+    assert result.records == (mr.ConfigRecord("topic", "t", "segment.ms", "5"),)
     assert h.ctl.incremental_alter_configs(h.image, [good], validate_only=True).records == ()
 
 
@@ -870,7 +842,7 @@ def test_describe_configs_shows_value_and_source() -> None:
     h = Harness()
     h.add_brokers(1)
     h.create("t", configs={"retention.ms": "7"})
-    h.run(ControllerResult((ConfigRecord("broker", "", "log.segment.bytes", "2048"),), None))
+    h.run(ControllerResult((mr.ConfigRecord("broker", "", "log.segment.bytes", "2048"),), None))
     result = describe_configs(h.image, "t")
     entries = {e.name: e for e in result.entries}
     assert result.error is None and len(entries) > 20
@@ -884,8 +856,8 @@ def test_describe_configs_shows_value_and_source() -> None:
     assert [e.name for e in describe_configs(h.image, "t", ["min.insync.replicas"]).entries] == [
         "min.insync.replicas"
     ]
-    assert_error(describe_configs(h.image, "zz").error, UnknownTopicOrPartitionError)
-    assert_error(describe_configs(h.image, "t", ["nope"]).error, InvalidConfigError)
+    assert_error(describe_configs(h.image, "zz").error, errors.UnknownTopicOrPartitionError)
+    assert_error(describe_configs(h.image, "t", ["nope"]).error, errors.InvalidConfigError)
 
 
 # ---------------------------------------------------------------------------------------
@@ -922,7 +894,7 @@ def test_alter_partition_shrinks_and_expands_the_isr() -> None:
     h.add_brokers(1, 2, 3)
     t = h.create("t", assignments={0: [1, 2, 3]})
     result = h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 3)))
-    assert result.records == (PartitionChangeRecord(0, t, isr=(1, 3)),)
+    assert result.records == (mr.PartitionChangeRecord(0, t, isr=(1, 3)),)
     response = h.run(result)
     assert (response.isr, response.leader, response.leader_epoch, response.partition_epoch) == (
         (1, 3),
@@ -943,27 +915,30 @@ def test_alter_partition_errors_in_kafkas_order() -> None:
     h.add_brokers(1, 2, 3, 4)
     t = h.create("t", assignments={0: [1, 2, 3]})
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2))))  # partition epoch 1
-    cases: list[tuple[AlterPartitionRequest, type[KafkaError]]] = [
-        (_alter(h, t, 1, (1,), broker_epoch=999), StaleBrokerEpochError),
-        (AlterPartitionRequest(9, 0, t, 0, 0, 0, (1,)), StaleBrokerEpochError),
+    cases: list[tuple[AlterPartitionRequest, type[errors.KafkaError]]] = [
+        (_alter(h, t, 1, (1,), broker_epoch=999), errors.StaleBrokerEpochError),
+        (AlterPartitionRequest(9, 0, t, 0, 0, 0, (1,)), errors.StaleBrokerEpochError),
         (
             AlterPartitionRequest(1, h.epochs[1], str(uuid.uuid4()), 0, 0, 1, (1,)),
-            UnknownTopicOrPartitionError,
+            errors.UnknownTopicOrPartitionError,
         ),
-        (AlterPartitionRequest(1, h.epochs[1], t, 5, 0, 1, (1,)), UnknownTopicOrPartitionError),
-        (_alter(h, t, 1, (1,), leader_epoch=1), NotControllerError),
-        (_alter(h, t, 1, (1,), partition_epoch=2), NotControllerError),
-        (_alter(h, t, 2, (1, 2), partition_epoch=0), InvalidRequestError),
-        (_alter(h, t, 1, (1,), partition_epoch=0), InvalidUpdateVersionError),
-        (_alter(h, t, 1, (2, 3)), InvalidRequestError),
-        (_alter(h, t, 1, (1, 4)), InvalidRequestError),
-        (_alter(h, t, 1, (1, 1)), InvalidRequestError),
+        (
+            AlterPartitionRequest(1, h.epochs[1], t, 5, 0, 1, (1,)),
+            errors.UnknownTopicOrPartitionError,
+        ),
+        (_alter(h, t, 1, (1,), leader_epoch=1), errors.NotControllerError),
+        (_alter(h, t, 1, (1,), partition_epoch=2), errors.NotControllerError),
+        (_alter(h, t, 2, (1, 2), partition_epoch=0), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1,), partition_epoch=0), errors.InvalidUpdateVersionError),
+        (_alter(h, t, 1, (2, 3)), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1, 4)), errors.InvalidRequestError),
+        (_alter(h, t, 1, (1, 1)), errors.InvalidRequestError),
     ]
     for request, error in cases:
         with pytest.raises(error):
             h.ctl.alter_partition(h.image, request)
-    assert InvalidUpdateVersionError.code == 95
-    assert InvalidUpdateVersionError.name == "INVALID_UPDATE_VERSION"
+    assert errors.InvalidUpdateVersionError.code == 95
+    assert errors.InvalidUpdateVersionError.name == "INVALID_UPDATE_VERSION"
 
 
 def test_alter_partition_fenced_leader_epoch() -> None:
@@ -977,7 +952,7 @@ def test_alter_partition_fenced_leader_epoch() -> None:
     h.run(h.ctl.expire_sessions(h.image, h.now_ms))
     h.now_ms += 1
     h.heartbeat(1)  # back, unfenced; broker 2 leads in epoch 1
-    with pytest.raises(FencedLeaderEpochError):
+    with pytest.raises(errors.FencedLeaderEpochError):
         h.ctl.alter_partition(h.image, old)
 
 
@@ -988,12 +963,12 @@ def test_alter_partition_refuses_fenced_and_shutting_down_replicas() -> None:
     t = h.create("t", assignments={0: [1, 2, 3]})
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
     h.heartbeat(2, want_fence=True)
-    with pytest.raises(IneligibleReplicaError):
+    with pytest.raises(errors.IneligibleReplicaError):
         h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2)))
     u = h.create("u", assignments={0: [3, 1]})
     h.heartbeat(3, want_shutdown=True)
     assert h.image.cluster.brokers[3].in_controlled_shutdown
-    with pytest.raises(IneligibleReplicaError):
+    with pytest.raises(errors.IneligibleReplicaError):
         h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 3)))
     assert h.partition(u).leader == 1
 
@@ -1014,7 +989,7 @@ def test_rebalance_moves_leadership_back_to_the_preferred_replica() -> None:
     assert h.ctl.rebalance_leaders(h.image, h.now_ms).records == ()  # 1 not in ISR yet
     h.run(h.ctl.alter_partition(h.image, _alter(h, t, 2, (2, 1))))
     result = h.ctl.rebalance_leaders(h.image, h.now_ms)
-    assert result.records == (PartitionChangeRecord(0, t, leader=1),)
+    assert result.records == (mr.PartitionChangeRecord(0, t, leader=1),)
     assert [tp.partition for tp in result.response.elected] == [0] and not result.response.more
     h.run(result)
     p = h.partition(t)
@@ -1048,17 +1023,17 @@ def test_partition_change_builder_rules() -> None:
     p = PartitionRegistration((1, 2, 3), (2, 3), (), (), 2, 4, 9)
     tid = str(uuid.uuid4())
     assert PartitionChangeBuilder(p, tid, 0, lambda b: True).build() is None
-    assert PartitionChangeBuilder(p, tid, 0, lambda b: b != 2).build() == PartitionChangeRecord(
+    assert PartitionChangeBuilder(p, tid, 0, lambda b: b != 2).build() == mr.PartitionChangeRecord(
         0, tid, leader=3
     )
     q = PartitionRegistration((1, 2, 3), (1, 2), (), (), 2, 4, 9)
     preferred = PartitionChangeBuilder(q, tid, 0, lambda b: True).set_election(Election.PREFERRED)
-    assert preferred.build() == PartitionChangeRecord(0, tid, leader=1)
+    assert preferred.build() == mr.PartitionChangeRecord(0, tid, leader=1)
     kept = PartitionChangeBuilder(q, tid, 0, lambda b: False).set_target_isr([]).build()
-    assert kept == PartitionChangeRecord(0, tid, leader=NO_LEADER)
+    assert kept == mr.PartitionChangeRecord(0, tid, leader=mr.NO_LEADER)
     unclean = PartitionChangeBuilder(q, tid, 0, lambda b: b == 3, unclean_election=True)
-    assert unclean.build() == PartitionChangeRecord(0, tid, isr=(3,), leader=3)
-    assert PartitionChangeRecord(0, tid).leader == NO_LEADER_CHANGE
+    assert unclean.build() == mr.PartitionChangeRecord(0, tid, isr=(3,), leader=3)
+    assert mr.PartitionChangeRecord(0, tid).leader == mr.NO_LEADER_CHANGE
 
 
 # ---------------------------------------------------------------------------------------
@@ -1070,11 +1045,11 @@ def test_allocate_producer_ids_hands_out_consecutive_blocks() -> None:
     h = Harness()
     h.add_brokers(1)
     first = h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1])
-    assert first.records == (ProducerIdsRecord(1, h.epochs[1], 1000),)
+    assert first.records == (mr.ProducerIdsRecord(1, h.epochs[1], 1000),)
     assert (first.response.producer_id_start, first.response.producer_id_len) == (0, 1000)
     h.run(first)
     assert h.run(h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1])).producer_id_start == 1000
-    with pytest.raises(StaleBrokerEpochError):
+    with pytest.raises(errors.StaleBrokerEpochError):
         h.ctl.allocate_producer_ids(h.image, 1, h.epochs[1] + 1)
 
 

@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftka.common.errors import OffsetOutOfRangeError
-from raftka.metadata.controller import CreatableTopic
+from raftka.metadata.controller_api import CreatableTopic
 from raftka.metadata.controller_process import ControllerServer
 from raftka.metadata.delta import image_from_records
 from raftka.metadata.metadata_records import record_from_dict

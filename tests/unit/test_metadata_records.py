@@ -6,68 +6,47 @@ import orjson
 import pytest
 
 from raftka.common.errors import InvalidRequestError, KafkaError
-from raftka.metadata.metadata_records import (
-    FENCE,
-    NO_LEADER_CHANGE,
-    RECORD_TYPES,
-    BrokerRegistrationChangeRecord,
-    ConfigRecord,
-    Endpoint,
-    MetadataRecord,
-    MetadataRecordError,
-    NoOpRecord,
-    PartitionChangeRecord,
-    PartitionRecord,
-    ProducerIdsRecord,
-    RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-    UnregisterBrokerRecord,
-    decode_record,
-    decode_records,
-    encode_record,
-    encode_records,
-)
+from raftka.metadata import metadata_records as mr
 
 T1 = "7d1f6c4e-2a4b-4c8e-9f10-0123456789ab"
 INC = "00000000-0000-4000-8000-000000000001"
 
-ONE_OF_EACH: list[MetadataRecord] = [
-    RegisterBrokerRecord(
+ONE_OF_EACH: list[mr.MetadataRecord] = [
+    mr.RegisterBrokerRecord(
         broker_id=1,
         incarnation_id=INC,
         broker_epoch=10,
-        endpoints=(Endpoint("PLAINTEXT", "localhost", 9092),),
+        endpoints=(mr.Endpoint("PLAINTEXT", "localhost", 9092),),
         rack="r1",
     ),
-    UnregisterBrokerRecord(broker_id=1, broker_epoch=10),
-    BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=10, fenced=FENCE),
-    TopicRecord(name="orders", topic_id=T1),
-    PartitionRecord(
+    mr.UnregisterBrokerRecord(broker_id=1, broker_epoch=10),
+    mr.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=10, fenced=mr.FENCE),
+    mr.TopicRecord(name="orders", topic_id=T1),
+    mr.PartitionRecord(
         partition_id=0, topic_id=T1, replicas=(1, 2, 3), isr=(1, 2), leader=1, leader_epoch=4
     ),
-    PartitionChangeRecord(partition_id=0, topic_id=T1, isr=(1,), leader=NO_LEADER_CHANGE),
-    RemoveTopicRecord(topic_id=T1),
-    ConfigRecord("topic", "orders", "retention.ms", "1000"),
-    ConfigRecord("broker", "", "log.retention.hours", None),
-    ProducerIdsRecord(broker_id=1, broker_epoch=10, next_producer_id=1000),
-    NoOpRecord(),
+    mr.PartitionChangeRecord(partition_id=0, topic_id=T1, isr=(1,), leader=mr.NO_LEADER_CHANGE),
+    mr.RemoveTopicRecord(topic_id=T1),
+    mr.ConfigRecord("topic", "orders", "retention.ms", "1000"),
+    mr.ConfigRecord("broker", "", "log.retention.hours", None),
+    mr.ProducerIdsRecord(broker_id=1, broker_epoch=10, next_producer_id=1000),
+    mr.NoOpRecord(),
 ]
 
 
 def test_every_record_type_round_trips_through_bytes() -> None:
     """Each record type, encoded and decoded, equals itself; covers all RECORD_TYPES by
     checking the sample list names every registered type."""
-    assert {r.type for r in ONE_OF_EACH} == set(RECORD_TYPES)
+    assert {r.type for r in ONE_OF_EACH} == set(mr.RECORD_TYPES)
     for record in ONE_OF_EACH:
-        assert decode_record(encode_record(record)) == record
-    assert decode_records(encode_records(ONE_OF_EACH)) == ONE_OF_EACH
+        assert mr.decode_record(mr.encode_record(record)) == record
+    assert mr.decode_records(mr.encode_records(ONE_OF_EACH)) == ONE_OF_EACH
 
 
 def test_wire_form_is_type_version_data() -> None:
     """The JSON object carries type, version and data with the field names, lists for
     tuples and endpoints as objects."""
-    obj = orjson.loads(encode_record(ONE_OF_EACH[0]))
+    obj = orjson.loads(mr.encode_record(ONE_OF_EACH[0]))
     assert obj["type"] == "RegisterBrokerRecord"
     assert obj["version"] == 0
     assert obj["data"]["endpoints"] == [{"name": "PLAINTEXT", "host": "localhost", "port": 9092}]
@@ -77,8 +56,8 @@ def test_wire_form_is_type_version_data() -> None:
 def test_lists_are_normalised_to_tuples() -> None:
     """A record built with lists holds tuples, so it equals and hashes like one built
     with tuples."""
-    a = PartitionRecord(partition_id=0, topic_id=T1, replicas=[1, 2], isr=[1], leader=1)  # type: ignore[arg-type]
-    b = PartitionRecord(partition_id=0, topic_id=T1, replicas=(1, 2), isr=(1,), leader=1)
+    a = mr.PartitionRecord(partition_id=0, topic_id=T1, replicas=[1, 2], isr=[1], leader=1)  # type: ignore[arg-type]
+    b = mr.PartitionRecord(partition_id=0, topic_id=T1, replicas=(1, 2), isr=(1,), leader=1)
     assert a == b and hash(a) == hash(b)
     assert isinstance(a.replicas, tuple)
 
@@ -87,7 +66,7 @@ def test_defaults_may_be_omitted_when_decoding() -> None:
     """A field with a default may be missing from the data (forward compatibility)."""
     data = {"broker_id": 1, "broker_epoch": 3}
     raw = orjson.dumps({"type": "BrokerRegistrationChangeRecord", "version": 0, "data": data})
-    assert decode_record(raw) == BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=3)
+    assert mr.decode_record(raw) == mr.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=3)
 
 
 def _raw(type_name: str, data: object, version: object = 0) -> bytes:
@@ -224,8 +203,8 @@ MALFORMED: list[tuple[str, bytes, str]] = [
 def test_malformed_records_raise_metadata_record_error(why: str, raw: bytes, says: str) -> None:
     """Each malformed input raises MetadataRecordError (an INVALID_REQUEST KafkaError),
     never KeyError/TypeError, and the message points at the problem."""
-    with pytest.raises(MetadataRecordError) as info:
-        decode_record(raw)
+    with pytest.raises(mr.MetadataRecordError) as info:
+        mr.decode_record(raw)
     assert isinstance(info.value, InvalidRequestError)
     assert isinstance(info.value, KafkaError)
     assert info.value.name == "INVALID_REQUEST"
@@ -234,27 +213,27 @@ def test_malformed_records_raise_metadata_record_error(why: str, raw: bytes, say
 
 def test_record_list_errors_name_the_bad_record() -> None:
     """decode_records rejects a non-array and says which element is malformed."""
-    with pytest.raises(MetadataRecordError, match="JSON array"):
-        decode_records(b"{}")
-    raw = b"[" + encode_record(NoOpRecord()) + b"," + _raw("Nope", {}) + b"]"
-    with pytest.raises(MetadataRecordError, match="record 1"):
-        decode_records(raw)
+    with pytest.raises(mr.MetadataRecordError, match="JSON array"):
+        mr.decode_records(b"{}")
+    raw = b"[" + mr.encode_record(mr.NoOpRecord()) + b"," + _raw("Nope", {}) + b"]"
+    with pytest.raises(mr.MetadataRecordError, match="record 1"):
+        mr.decode_records(raw)
 
 
 def test_non_bytes_input_is_rejected() -> None:
     """decode_record given a str (not bytes) raises MetadataRecordError."""
-    with pytest.raises(MetadataRecordError, match="bytes"):
-        decode_record('{"type": "NoOpRecord"}')  # type: ignore[arg-type]
+    with pytest.raises(mr.MetadataRecordError, match="bytes"):
+        mr.decode_record('{"type": "NoOpRecord"}')  # type: ignore[arg-type]
 
 
 def test_constructing_a_bad_record_fails_the_same_way() -> None:
     """The checks run when a record is built in code, not only when decoded."""
-    with pytest.raises(MetadataRecordError, match="isr"):
-        PartitionRecord(partition_id=0, topic_id=T1, replicas=(1,), isr=(2,))
-    with pytest.raises(MetadataRecordError, match="replicas must not be empty"):
-        PartitionRecord(partition_id=0, topic_id=T1, replicas=(), isr=())
-    with pytest.raises(MetadataRecordError, match="both adding and removing"):
-        PartitionRecord(
+    with pytest.raises(mr.MetadataRecordError, match="isr"):
+        mr.PartitionRecord(partition_id=0, topic_id=T1, replicas=(1,), isr=(2,))
+    with pytest.raises(mr.MetadataRecordError, match="replicas must not be empty"):
+        mr.PartitionRecord(partition_id=0, topic_id=T1, replicas=(), isr=())
+    with pytest.raises(mr.MetadataRecordError, match="both adding and removing"):
+        mr.PartitionRecord(
             partition_id=0,
             topic_id=T1,
             replicas=(1, 2),

@@ -31,17 +31,31 @@ size, with N small; the issue asks for medians over at least 20 faults per kind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from raftka.chaos.availability import describe_summary, read_runs, summarize_runs
+import orjson
+
+from raftka.chaos.availability import (
+    FENCED_MESSAGE,
+    Distribution,
+    describe_summary,
+    read_runs,
+    summarize_runs,
+)
+from raftka.chaos.breakdown import BECAME_LEADER, ClientLog, LogOffsets, leader_breakdown
+from raftka.chaos.metadata_probe import MetadataProbe, first_commit_after, read_attempts
 from raftka.chaos.nodes import ChaosCluster
 from raftka.chaos.runner import ScheduledFault, run_on
+from raftka.client import Admin, NewTopic
 from raftka.local import LOCAL_QUORUM_PROPERTIES
 from raftka.local.brokers import LOCAL_BROKER_PROPERTIES
 from raftka.local.up import UP_LOCAL_PROPERTIES
@@ -54,28 +68,51 @@ PARTITIONS = 3  # the queue workload's
 UP_DEFAULTS_CONTROLLER = {**LOCAL_QUORUM_PROPERTIES, **UP_LOCAL_PROPERTIES}
 UP_DEFAULTS_BROKER = {**LOCAL_BROKER_PROPERTIES, **UP_LOCAL_PROPERTIES}
 HEALTHY_TIMEOUT_S = 60.0
+PROBE_TOPIC = "fo-metadata-probe"
 
 
 def one_fault(
-    cluster: ChaosCluster, kind: str, index: int, out: Path, *, fault_s: float, lead_in_s: float
+    cluster: ChaosCluster,
+    kind: str,
+    index: int,
+    out: Path,
+    *,
+    fault_s: float,
+    lead_in_s: float,
+    probe_topic: str,
 ) -> dict[str, Any]:
     params = (("partition", float(index % PARTITIONS)),) if kind in LEADER_KINDS else ()
     fault = ScheduledFault(lead_in_s, kind, (), fault_s, params)
     cluster.wait_healthy(HEALTHY_TIMEOUT_S)
     folder = out / f"{kind}-{index:02d}"
-    started = time.monotonic()
-    result = run_on(
-        cluster,
-        nemeses=[kind],
-        duration_s=lead_in_s + fault_s,
-        seed=index,
-        out_dir=folder,
-        schedule=[fault],
-        topic=f"fo-{kind}-{index}",
+    folder.mkdir(parents=True, exist_ok=True)
+    topic = f"fo-{kind}-{index}"
+    offsets = LogOffsets(
+        {name: cluster.specs[name].data_dir / "process.log" for name in cluster.nodes}
     )
+    client_log = folder / "client.jsonl"
+    started = time.monotonic()
+    with client_log.open("wb") as stream, _client_debug(stream), contextlib.ExitStack() as stack:
+        if kind not in LEADER_KINDS:
+            # controller faults: is metadata committed again, and how soon?
+            stack.enter_context(
+                MetadataProbe(
+                    cluster.bootstrap_controllers, probe_topic, folder / "metadata_probe.jsonl"
+                )
+            )
+        result = run_on(
+            cluster,
+            nemeses=[kind],
+            duration_s=lead_in_s + fault_s,
+            seed=index,
+            out_dir=folder,
+            schedule=[fault],
+            topic=topic,
+        )
     assert result.availability is not None, "the queue workload always reports availability"
     (figures,) = result.availability.faults
-    return {
+    start_wall = _fault_start_wall(folder / "history.jsonl")
+    row: dict[str, Any] = {
         "kind": kind,
         "index": index,
         "valid": result.valid,
@@ -86,6 +123,96 @@ def one_fault(
         "wall_s": round(time.monotonic() - started, 1),
         "report": str(folder),
     }
+    if kind in LEADER_KINDS:
+        partition = index % PARTITIONS
+        (target,) = figures.fault.targets
+        row["breakdown"] = leader_breakdown(
+            offsets.events([FENCED_MESSAGE, BECAME_LEADER]),
+            start=start_wall,
+            topic=topic,
+            partition=partition,
+            leader_id=_node_id(cluster, target),
+            first_ack_s=figures.first_ack_s.get(partition),
+            retries=ClientLog.retries(client_log, topic, partition),
+        )
+    else:
+        attempts = read_attempts(folder / "metadata_probe.jsonl")
+        row["metadata_commit_s"] = first_commit_after(start_wall, attempts)
+        row["metadata_commits_before"] = sum(1 for a in attempts if a.ok and a.done < start_wall)
+    return row
+
+
+def _node_id(cluster: ChaosCluster, target: str) -> int:
+    """The node id of a fault's target: a node name (kill) or its host (isolate)."""
+    for name, spec in cluster.specs.items():
+        if target in (name, spec.host):
+            return spec.node_id
+    raise ValueError(f"fault target {target!r} is no node and no node's host")
+
+
+def _fault_start_wall(history: Path) -> float:
+    """The wall time the run's (only) fault window started, from its history."""
+    for line in history.read_bytes().splitlines():
+        event = orjson.loads(line)
+        if event.get("type") == "nemesis" and event.get("f") == "start":
+            return float(event["wall_time"])
+    raise RuntimeError(f"{history}: no fault started")
+
+
+@contextlib.contextmanager
+def _client_debug(stream: IO[bytes]) -> Iterator[None]:
+    """The workload producers' debug lines (their retries) into ``stream`` while
+    inside (not the consumers': they log every failed fetch, thousands a fault)."""
+    logger = logging.getLogger("raftka.client.producer")
+    handler = ClientLog(stream)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _create_probe_topic(cluster: ChaosCluster) -> str:
+    """The topic whose config the metadata probe alters (1 partition, RF 3)."""
+    admin = Admin(
+        bootstrap_servers=cluster.bootstrap_servers,
+        bootstrap_controllers=cluster.bootstrap_controllers,
+    )
+    with admin:
+        admin.create_topics([NewTopic(PROBE_TOPIC, 1, 3)], timeout_ms=30_000)
+    return PROBE_TOPIC
+
+
+def _figures(rows: list[dict[str, Any]]) -> list[str]:
+    """Metadata commit time per controller fault kind and the leader faults' steps."""
+    lines: list[str] = []
+    for kind in KINDS:
+        mine = [r for r in rows if r["kind"] == kind and "error" not in r]
+        if not mine:
+            continue
+        if kind in LEADER_KINDS:
+            for step in ("fenced_s", "new_leader_s", "client_s", "first_ack_s"):
+                values = [r["breakdown"][step] for r in mine]
+                lines.append(f"{kind} {step}: {Distribution.of(values).describe()}")
+        else:
+            values = [r["metadata_commit_s"] for r in mine]
+            lines.append(f"{kind} metadata commits again: {Distribution.of(values).describe()}")
+    return lines
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    """KEY=VALUE arguments as a dict; ValueError names one without ``=``. The nodes
+    refuse a key they do not know at start, by name."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{pair!r}: want KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def main() -> None:
@@ -95,7 +222,26 @@ def main() -> None:
     ap.add_argument("--fault-s", type=float, default=8.0, help="How long each fault lasts.")
     ap.add_argument("--lead-in-s", type=float, default=3.0, help="Healthy load before it.")
     ap.add_argument("--out", type=Path, help="Report folders (default: a new temp folder).")
+    ap.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A controller setting over raftka up's (repeatable): a faster profile.",
+    )
+    ap.add_argument(
+        "--broker",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A broker setting over raftka up's (repeatable).",
+    )
     args = ap.parse_args()
+    try:
+        controller = {**UP_DEFAULTS_CONTROLLER, **_settings(args.controller)}
+        broker = {**UP_DEFAULTS_BROKER, **_settings(args.broker)}
+    except ValueError as exc:
+        ap.error(str(exc))
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds or args.faults < 1:
@@ -116,24 +262,31 @@ def main() -> None:
         out / "nodes",
         placement="netns",
         prefix=f"rkfo{os.getpid() % 1000:03d}",
-        extra_controller=UP_DEFAULTS_CONTROLLER,
-        extra_broker=UP_DEFAULTS_BROKER,
+        extra_controller=controller,
+        extra_broker=broker,
     ) as cluster:
         cluster.start()
+        probe_topic = _create_probe_topic(cluster)
         for kind in kinds:
             for index in range(args.faults):
                 try:
                     row = one_fault(
-                        cluster, kind, index, out, fault_s=args.fault_s, lead_in_s=args.lead_in_s
+                        cluster,
+                        kind,
+                        index,
+                        out,
+                        fault_s=args.fault_s,
+                        lead_in_s=args.lead_in_s,
+                        probe_topic=probe_topic,
                     )
-                except (RuntimeError, TimeoutError, OSError) as exc:
+                except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
                     # one broken run (clients stuck, cluster not healthy in time) is
                     # reported; the campaign goes on with the next fault
                     row = {"kind": kind, "index": index, "valid": False, "error": repr(exc)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     summary = summarize_runs(read_runs([out]))
-    lines = describe_summary(summary)
+    lines = describe_summary(summary) + _figures(rows)
     print("\n".join(lines))
     invalid = [r.get("report", r.get("error")) for r in rows if not r["valid"]]
     if invalid:
@@ -146,8 +299,8 @@ def main() -> None:
                     "faults_per_kind": args.faults,
                     "fault_s": args.fault_s,
                     "lead_in_s": args.lead_in_s,
-                    "controller": UP_DEFAULTS_CONTROLLER,
-                    "broker": UP_DEFAULTS_BROKER,
+                    "controller": controller,
+                    "broker": broker,
                 },
                 "faults": rows,
                 "summary": lines,

@@ -1,17 +1,21 @@
 """Fail-over times (issue #19, 4): N faults of each kind against a fault-suite cluster
 with ``raftka up``'s timeouts, the time from each fault's start to the first
-acknowledged write after it.
+acknowledged write after it; after a controller fault, the time to the first committed
+metadata change; after a leader fault, where the time went.
 
     sudo .venv/bin/python bench/failover_bench.py [--faults N] [--kinds K,K..]
         [--fault-s S] [--lead-in-s S] [--out DIR]
+        [--controller KEY=VALUE ...] [--broker KEY=VALUE ...]
 
 Needs root: the cluster is raftka.chaos's (3 controllers and 3 brokers, each on its own
 network-namespace host), with the timeouts ``raftka up`` gives its nodes overlaid on
-the suite's shorter ones (:data:`UP_DEFAULTS`: broker session 3 s, replica lag 3 s,
-request timeout 10 s, quorum timeouts of raftka.local). Kinds (``raftka chaos run``
-nemeses): ``kill-leader`` (kill -9 of a queue partition's leader), ``isolate-leader``
-(its host cut off), ``kill-controller`` (kill -9 of the active controller),
-``isolate-controller`` (its host cut off); the partition rotates over 0, 1, 2.
+the suite's shorter ones (``UP_DEFAULTS_CONTROLLER`` / ``UP_DEFAULTS_BROKER``: broker
+session 3 s, replica lag 3 s, request timeout 10 s, quorum timeouts of raftka.local);
+``--controller`` / ``--broker`` put settings over those (a faster profile; a node
+refuses a key it does not know, by name). Kinds (``raftka chaos run`` nemeses):
+``kill-leader`` (kill -9 of a queue partition's leader), ``isolate-leader`` (its host
+cut off), ``kill-controller`` (kill -9 of the active controller), ``isolate-controller``
+(its host cut off); the partition rotates over 0, 1, 2.
 
 Each fault is its own ``raftka.chaos.runner.run_on`` on a fresh topic (RF 3,
 ``min.insync.replicas=2``, the queue workload's acks=all idempotent producers): a
@@ -23,9 +27,19 @@ the topic's three partitions had acknowledged a write after the fault started (f
 leader fault, the affected partition's time; for a controller fault, whether producing
 stopped anywhere). A run whose checker finds an anomaly is reported and counted.
 
-Prints one JSON line per fault and the machine (cores, load) first; writes
-``summary.json`` under ``--out``. The machine is shared: the figures are orders of
-size, with N small; the issue asks for medians over at least 20 faults per kind.
+Beside it, per fault (in the JSON line and ``summary.json``):
+
+- controller faults: ``metadata_commit_s``, seconds from the fault's start to the first
+  metadata change committed after it (:mod:`raftka.chaos.metadata_probe`: every
+  controller is asked ten times a second to alter a probe topic's config; the attempts
+  are in the run's ``metadata_probe.jsonl``);
+- leader faults: ``breakdown`` (:mod:`raftka.chaos.breakdown`): when the controller
+  fenced the leader, when a broker became the partition's new leader, the first ack,
+  and the producers' retries in between (their debug lines are in ``client.jsonl``).
+
+Prints one JSON line per fault and the machine (cores, load) first, the distributions
+last; writes ``summary.json`` under ``--out``. The machine is shared: the figures are
+dominated by the timeouts, but a loaded machine stretches the rest.
 """
 
 from __future__ import annotations
@@ -51,7 +65,15 @@ from raftka.chaos.availability import (
     read_runs,
     summarize_runs,
 )
-from raftka.chaos.breakdown import BECAME_LEADER, ClientLog, LogOffsets, leader_breakdown
+from raftka.chaos.breakdown import (
+    BECAME_ACTIVE,
+    BECAME_LEADER,
+    LEADER_CHANGED,
+    ClientLog,
+    LogOffsets,
+    controller_breakdown,
+    leader_breakdown,
+)
 from raftka.chaos.metadata_probe import MetadataProbe, first_commit_after, read_attempts
 from raftka.chaos.nodes import ChaosCluster
 from raftka.chaos.runner import ScheduledFault, run_on
@@ -123,11 +145,19 @@ def one_fault(
         "wall_s": round(time.monotonic() - started, 1),
         "report": str(folder),
     }
+    events = offsets.events([FENCED_MESSAGE, BECAME_LEADER, LEADER_CHANGED, BECAME_ACTIVE])
+    # Every fencing in the run (seconds from the fault's start): a leader fault should
+    # fence its leader once; anything else is a broker fenced by a late heartbeat.
+    row["fences"] = [
+        {"brokers": e.fields.get("brokers"), "at_s": round(e.wall - start_wall, 3)}
+        for e in events
+        if e.message == FENCED_MESSAGE
+    ]
     if kind in LEADER_KINDS:
         partition = index % PARTITIONS
         (target,) = figures.fault.targets
         row["breakdown"] = leader_breakdown(
-            offsets.events([FENCED_MESSAGE, BECAME_LEADER]),
+            events,
             start=start_wall,
             topic=topic,
             partition=partition,
@@ -138,16 +168,24 @@ def one_fault(
     else:
         attempts = read_attempts(folder / "metadata_probe.jsonl")
         row["metadata_commit_s"] = first_commit_after(start_wall, attempts)
+        (target,) = figures.fault.targets
+        row["breakdown"] = controller_breakdown(
+            events, start=start_wall, old=_node_name(cluster, target)
+        )
         row["metadata_commits_before"] = sum(1 for a in attempts if a.ok and a.done < start_wall)
     return row
 
 
-def _node_id(cluster: ChaosCluster, target: str) -> int:
-    """The node id of a fault's target: a node name (kill) or its host (isolate)."""
+def _node_name(cluster: ChaosCluster, target: str) -> str:
+    """The node a fault's target names: a node name (kill) or its host (isolate)."""
     for name, spec in cluster.specs.items():
         if target in (name, spec.host):
-            return spec.node_id
+            return name
     raise ValueError(f"fault target {target!r} is no node and no node's host")
+
+
+def _node_id(cluster: ChaosCluster, target: str) -> int:
+    return cluster.specs[_node_name(cluster, target)].node_id
 
 
 def _fault_start_wall(history: Path) -> float:
@@ -198,6 +236,9 @@ def _figures(rows: list[dict[str, Any]]) -> list[str]:
                 values = [r["breakdown"][step] for r in mine]
                 lines.append(f"{kind} {step}: {Distribution.of(values).describe()}")
         else:
+            for step in ("leader_lost_s", "elected_s", "active_s"):
+                values = [r["breakdown"][step] for r in mine]
+                lines.append(f"{kind} {step}: {Distribution.of(values).describe()}")
             values = [r["metadata_commit_s"] for r in mine]
             lines.append(f"{kind} metadata commits again: {Distribution.of(values).describe()}")
     return lines

@@ -1,6 +1,6 @@
-"""Where the time goes in a leader fault (issue #19, 4): the steps from a fault's start
-to the first acknowledged write on the partition whose leader failed, read from the
-nodes' process logs and the workload clients' own log.
+"""Where the time goes in a fail-over (issue #19, 4): the steps from a fault's start
+to the first acknowledged write on the partition whose leader failed, or to the new
+active controller, read from the nodes' process logs and the workload clients' own log.
 
 The steps, each as seconds from the fault's start (wall clock, the history's
 ``wall_time``):
@@ -16,6 +16,12 @@ The steps, each as seconds from the fault's start (wall clock, the history's
    (:mod:`raftka.chaos.availability`); ``client_s`` = ``first_ack_s - new_leader_s``
    is the client finding the new leader (metadata refresh, retry backoff) plus the
    acks=all round trip through the new ISR.
+
+After a controller fault (:func:`controller_breakdown`): ``leader_lost_s``, a
+surviving controller logged "quorum leader changed" with no leader (it stopped hearing
+from the leader, ``controller.quorum.fetch.timeout.ms``, and started an election);
+``elected_s``, a controller logged a new quorum leader; ``active_s``, the new leader
+logged "became the active controller" (after a read barrier: it can commit).
 
 ``client_retries`` counts the producers' retries on the partition between the fault
 and the first ack, by error (the sender's "retrying ... after ..." debug line), which
@@ -37,16 +43,23 @@ import orjson
 from raftka.chaos.availability import FENCED_MESSAGE
 
 __all__ = [
+    "BECAME_ACTIVE",
     "BECAME_LEADER",
+    "LEADER_CHANGED",
     "ClientLog",
     "LogEvent",
     "LogOffsets",
+    "controller_breakdown",
     "leader_breakdown",
     "log_time",
 ]
 
 #: What a broker logs when it takes a partition's leadership (raftka.broker.replication).
 BECAME_LEADER: Final = "became leader"
+#: What a controller logs when it learns of a new quorum leader, or of none
+#: (raftka.metadata.controller_events), and when it can serve as the active controller.
+LEADER_CHANGED: Final = "quorum leader changed"
+BECAME_ACTIVE: Final = "became the active controller"
 #: The producer sender's retry line (raftka.client.producer.sender): args (tp, error, n).
 RETRY_MESSAGE: Final = "retrying %s after %s (attempt %d)"
 
@@ -181,4 +194,29 @@ def leader_breakdown(
         if first_ack_s is None or new_leader_s is None
         else round(first_ack_s - new_leader_s, 3),
         "client_retries": dict(seen),
+    }
+
+
+def controller_breakdown(events: Sequence[LogEvent], *, start: float, old: str) -> dict[str, Any]:
+    """The steps (module doc) of a fault that began at ``start`` (wall) on the active
+    controller named ``old`` (c1..); a step not found is None."""
+    after = [e for e in events if e.wall >= start]
+    lost = next(
+        (
+            e
+            for e in after
+            if e.message == LEADER_CHANGED and e.node != old and e.fields.get("leader_id") is None
+        ),
+        None,
+    )
+    elected = next(
+        (e for e in after if e.message == LEADER_CHANGED and e.fields.get("leader_id") is not None),
+        None,
+    )
+    active = next((e for e in after if e.message == BECAME_ACTIVE), None)
+    return {
+        "leader_lost_s": None if lost is None else round(lost.wall - start, 3),
+        "elected_s": None if elected is None else round(elected.wall - start, 3),
+        "active_s": None if active is None else round(active.wall - start, 3),
+        "new_controller": None if active is None else active.node,
     }

@@ -17,9 +17,12 @@ import pytest
 
 from raftka.chaos.availability import FENCED_MESSAGE
 from raftka.chaos.breakdown import (
+    BECAME_ACTIVE,
     BECAME_LEADER,
+    LEADER_CHANGED,
     ClientLog,
     LogOffsets,
+    controller_breakdown,
     leader_breakdown,
     log_time,
 )
@@ -215,3 +218,36 @@ def test_client_log_keeps_the_senders_retry_lines(tmp_path: Path) -> None:
     path.write_bytes(stream.getvalue())
     (retry,) = ClientLog.retries(path, "t", 0)
     assert retry[1] == "NetworkError: x"
+
+
+def test_controller_breakdown_reads_the_election_after_the_fault(tmp_path: Path) -> None:
+    logs = {name: tmp_path / f"{name}.log" for name in ("c1", "c2", "c3")}
+    for path in logs.values():
+        path.write_bytes(b"")
+    offsets = LogOffsets(logs)
+    start = log_time("2026-11-27T16:10:00.000Z")
+    lines = {
+        # the old leader (c2, cut off) gives up too; that is not a survivor noticing
+        "c2": [("00.300", LEADER_CHANGED, {"leader_id": None, "epoch": 3})],
+        "c1": [
+            ("00.451", LEADER_CHANGED, {"leader_id": None, "epoch": 3}),
+            ("00.502", LEADER_CHANGED, {"leader_id": 1, "epoch": 3}),
+            ("00.556", BECAME_ACTIVE, {"node_id": 1, "epoch": 3}),
+        ],
+        "c3": [("00.528", LEADER_CHANGED, {"leader_id": 1, "epoch": 3})],
+    }
+    for name, entries in lines.items():
+        with logs[name].open("ab") as f:
+            for when, message, fields in entries:
+                f.write(_line(f"2026-11-27T16:10:{when}Z", message, **fields) + b"\n")
+    events = offsets.events([LEADER_CHANGED, BECAME_ACTIVE])
+    steps = controller_breakdown(events, start=start, old="c2")
+    assert steps == {
+        "leader_lost_s": 0.451,
+        "elected_s": 0.502,
+        "active_s": 0.556,
+        "new_controller": "c1",
+    }
+    assert controller_breakdown(events, start=start + 1.0, old="c2") == dict.fromkeys(
+        ("leader_lost_s", "elected_s", "active_s", "new_controller")
+    )

@@ -40,7 +40,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from raftka.chaos.availability import FENCED_MESSAGE
+from raftka.chaos.availability import FENCED_MESSAGE, log_events
 
 __all__ = [
     "BECAME_ACTIVE",
@@ -91,29 +91,17 @@ class LogOffsets:
     def events(self, messages: Iterable[str]) -> list[LogEvent]:
         """The JSON lines logged since, whose message is one of ``messages``, by time."""
         wanted = set(messages)
-        out: list[LogEvent] = []
-        for node, (path, offset) in self._from.items():
-            if not path.exists():
-                continue
-            with path.open("rb") as f:
-                f.seek(offset)
-                lines = f.read().splitlines()
-            for line in lines:
-                try:
-                    raw = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue  # a line that is not JSON (a traceback's) carries no step
-                if not isinstance(raw, dict) or raw.get("message") not in wanted:
-                    continue
-                fields = raw.get("fields")
-                out.append(
-                    LogEvent(
-                        log_time(str(raw["time"])),
-                        node,
-                        str(raw["message"]),
-                        fields if isinstance(fields, dict) else {},
-                    )
-                )
+        out = [
+            LogEvent(
+                log_time(str(raw["time"])),
+                node,
+                str(raw["message"]),
+                raw["fields"] if isinstance(raw.get("fields"), dict) else {},
+            )
+            for node, (path, offset) in self._from.items()
+            if path.exists()
+            for raw in log_events(path, wanted, offset)
+        ]
         return sorted(out, key=lambda e: e.wall)
 
 

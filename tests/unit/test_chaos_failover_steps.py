@@ -71,6 +71,7 @@ def _controller(active: bool, bodies: list[dict[str, Any]]) -> type[BaseHTTPRequ
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            answer: dict[str, Any]
             if active:
                 bodies.append(body)
                 resource = {"resource_type": "topic", "resource_name": "probe", "error": None}
@@ -226,7 +227,7 @@ def test_controller_breakdown_reads_the_election_after_the_fault(tmp_path: Path)
         path.write_bytes(b"")
     offsets = LogOffsets(logs)
     start = log_time("2026-11-27T16:10:00.000Z")
-    lines = {
+    lines: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
         # the old leader (c2, cut off) gives up too; that is not a survivor noticing
         "c2": [("00.300", LEADER_CHANGED, {"leader_id": None, "epoch": 3})],
         "c1": [

@@ -32,7 +32,8 @@ Beside it, per fault (in the JSON line and ``summary.json``):
 - controller faults: ``metadata_commit_s``, seconds from the fault's start to the first
   metadata change committed after it (:mod:`raftka.chaos.metadata_probe`: every
   controller is asked ten times a second to alter a probe topic's config; the attempts
-  are in the run's ``metadata_probe.jsonl``);
+  are in the run's ``metadata_probe.jsonl``) and ``brokers_see_s``, per broker, when it
+  applied such a change;
 - leader faults: ``breakdown`` (:mod:`raftka.chaos.breakdown`): when the controller
   fenced the leader, when a broker became the partition's new leader, the first ack,
   and the producers' retries in between (their debug lines are in ``client.jsonl``).
@@ -68,9 +69,11 @@ from raftka.chaos.availability import (
 from raftka.chaos.breakdown import (
     BECAME_ACTIVE,
     BECAME_LEADER,
+    CONFIG_APPLIED,
     LEADER_CHANGED,
     ClientLog,
     LogOffsets,
+    brokers_see_after,
     controller_breakdown,
     leader_breakdown,
 )
@@ -172,6 +175,13 @@ def one_fault(
         row["breakdown"] = controller_breakdown(
             events, start=start_wall, old=_node_name(cluster, target)
         )
+        # does every broker see metadata committed after the fault, and when?
+        row["brokers_see_s"] = brokers_see_after(
+            offsets.events([CONFIG_APPLIED]),
+            start=start_wall,
+            topic=probe_topic,
+            brokers=cluster.broker_names,
+        )
         row["metadata_commits_before"] = sum(1 for a in attempts if a.ok and a.done < start_wall)
     return row
 
@@ -241,6 +251,8 @@ def _figures(rows: list[dict[str, Any]]) -> list[str]:
                 lines.append(f"{kind} {step}: {Distribution.of(values).describe()}")
             values = [r["metadata_commit_s"] for r in mine]
             lines.append(f"{kind} metadata commits again: {Distribution.of(values).describe()}")
+            seen = [v for r in mine for v in r["brokers_see_s"].values()]
+            lines.append(f"{kind} each broker applies it: {Distribution.of(seen).describe()}")
     return lines
 
 

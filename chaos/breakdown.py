@@ -23,6 +23,11 @@ from the leader, ``controller.quorum.fetch.timeout.ms``, and started an election
 ``elected_s``, a controller logged a new quorum leader; ``active_s``, the new leader
 logged "became the active controller" (after a read barrier: it can commit).
 
+:func:`brokers_see_after` reads when each broker applied metadata committed after a
+controller fault: the first "topic config applied" line of the metadata probe's topic
+(:mod:`raftka.chaos.metadata_probe`) with a value above every value a broker had applied
+before the fault (each probe change sets a larger one).
+
 ``client_retries`` counts the producers' retries on the partition between the fault
 and the first ack, by error (the sender's "retrying ... after ..." debug line), which
 shows what the clients saw while they waited.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,10 +51,12 @@ from raftka.chaos.availability import FENCED_MESSAGE, log_events
 __all__ = [
     "BECAME_ACTIVE",
     "BECAME_LEADER",
+    "CONFIG_APPLIED",
     "LEADER_CHANGED",
     "ClientLog",
     "LogEvent",
     "LogOffsets",
+    "brokers_see_after",
     "controller_breakdown",
     "leader_breakdown",
     "log_time",
@@ -60,6 +68,10 @@ BECAME_LEADER: Final = "became leader"
 #: (raftka.metadata.controller_events), and when it can serve as the active controller.
 LEADER_CHANGED: Final = "quorum leader changed"
 BECAME_ACTIVE: Final = "became the active controller"
+#: What a broker logs when a topic's log config changes (raftka.broker.replication).
+CONFIG_APPLIED: Final = "topic config applied"
+#: The probe's config as the broker's LogConfig prints it.
+_PROBE_VALUE = re.compile(r"\bretention_ms=(\d+)")
 #: The producer sender's retry line (raftka.client.producer.sender): args (tp, error, n).
 RETRY_MESSAGE: Final = "retrying %s after %s (attempt %d)"
 
@@ -208,3 +220,25 @@ def controller_breakdown(events: Sequence[LogEvent], *, start: float, old: str) 
         "active_s": None if active is None else round(active.wall - start, 3),
         "new_controller": None if active is None else active.node,
     }
+
+
+def brokers_see_after(
+    events: Sequence[LogEvent], *, start: float, topic: str, brokers: Iterable[str]
+) -> dict[str, float | None]:
+    """Per broker (node name), seconds from ``start`` (wall) until it applied a change
+    of ``topic``'s probe config committed after ``start`` (module doc); None: not seen
+    in ``events``."""
+    name = f"{topic}-0"
+    applied: list[tuple[LogEvent, int]] = []
+    for e in events:
+        found = _PROBE_VALUE.search(str(e.fields.get("config", "")))
+        if e.message == CONFIG_APPLIED and e.fields.get("partition") == name and found:
+            applied.append((e, int(found.group(1))))
+    before = max((value for e, value in applied if e.wall <= start), default=-1)
+    out: dict[str, float | None] = {}
+    for broker in brokers:
+        newer = [
+            e.wall for e, value in applied if e.node == broker and e.wall > start and value > before
+        ]
+        out[broker] = round(min(newer) - start, 3) if newer else None
+    return out

@@ -37,8 +37,10 @@ from raftka.local.processes import http_json
 
 __all__ = ["PROBE_CONFIG", "MetadataProbe", "ProbeAttempt", "first_commit_after", "read_attempts"]
 
-#: The config the probe sets, to ``PROBE_BASE_MS`` plus a counter (about 7 days: no
-#: retention ever acts on the probe topic).
+#: The config the probe sets, to ``PROBE_BASE_MS`` (7 days) plus a counter that starts
+#: at the probe's start time in ms, so values only grow, also from one probe to the next
+#: (how :func:`raftka.chaos.breakdown.brokers_see_after` tells new changes from old
+#: ones); no retention ever acts on the probe topic.
 PROBE_CONFIG: Final = "retention.ms"
 PROBE_BASE_MS: Final = 7 * 24 * 3600 * 1000
 INTERVAL_S: Final = 0.1
@@ -121,7 +123,7 @@ class MetadataProbe:
         self.path = path
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._counter = itertools.count(1)
+        self._counter = itertools.count(int(time.time() * 1000))
         self._lock = threading.Lock()  # the counter and the file
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -19,9 +19,11 @@ from raftka.chaos.availability import FENCED_MESSAGE
 from raftka.chaos.breakdown import (
     BECAME_ACTIVE,
     BECAME_LEADER,
+    CONFIG_APPLIED,
     LEADER_CHANGED,
     ClientLog,
     LogOffsets,
+    brokers_see_after,
     controller_breakdown,
     leader_breakdown,
     log_time,
@@ -252,3 +254,28 @@ def test_controller_breakdown_reads_the_election_after_the_fault(tmp_path: Path)
     assert controller_breakdown(events, start=start + 1.0, old="c2") == dict.fromkeys(
         ("leader_lost_s", "elected_s", "active_s", "new_controller")
     )
+
+
+def test_brokers_see_after_takes_only_changes_newer_than_the_fault(tmp_path: Path) -> None:
+    logs = {name: tmp_path / f"{name}.log" for name in ("b101", "b102")}
+    for path in logs.values():
+        path.write_bytes(b"")
+    offsets = LogOffsets(logs)
+    start = log_time("2026-11-27T16:10:00.000Z")
+
+    def applied(node: str, when: str, value: int, partition: str = "probe-0") -> None:
+        config = f"LogConfig(segment_bytes=1, retention_ms={value}, retention_bytes=-1)"
+        line = _line(
+            f"2026-11-27T16:10:{when}Z", CONFIG_APPLIED, partition=partition, config=config
+        )
+        with logs[node].open("ab") as f:
+            f.write(line + b"\n")
+
+    applied("b101", "00.000", 10)  # the last change before the fault (b101 saw it)
+    applied("b101", "00.700", 11)  # committed after it
+    applied("b102", "01.000", 9)  # b102 catching up on older changes: not yet
+    applied("b102", "01.100", 12, partition="other-0")  # another topic's config
+    applied("b102", "08.250", 11)
+    events = offsets.events([CONFIG_APPLIED])
+    seen = brokers_see_after(events, start=start, topic="probe", brokers=["b101", "b102", "b103"])
+    assert seen == {"b101": 0.7, "b102": 8.25, "b103": None}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -83,21 +83,24 @@ def first_ack_after_fault(history: Path, partition: int, grace_s: float = 0.3) -
     return None
 
 
-def log_events(path: Path, message: str, since_bytes: int = 0) -> list[dict[str, Any]]:
-    """The JSON log lines of a raftka process log whose message is ``message``, from
-    byte ``since_bytes`` on (lines that are not JSON are skipped)."""
+def log_events(
+    path: Path, message: str | Collection[str], since_bytes: int = 0
+) -> list[dict[str, Any]]:
+    """The JSON log lines of a raftka process log whose message is ``message`` (or one
+    of several), from byte ``since_bytes`` on (lines that are not JSON are skipped)."""
+    wanted = {message} if isinstance(message, str) else set(message)
     with path.open("rb") as f:
         f.seek(since_bytes)
         lines = f.read().splitlines()
     out: list[dict[str, Any]] = []
     for line in lines:
-        if message.encode() not in line:
+        if not any(m.encode() in line for m in wanted):
             continue
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(event, dict) and event.get("message") == message:
+        if isinstance(event, dict) and event.get("message") in wanted:
             out.append(event)
     return out
 

@@ -26,7 +26,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,13 +60,7 @@ class ProbeAttempt:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "controller": self.controller,
-            "invoke": self.invoke,
-            "done": self.done,
-            "ok": self.ok,
-            "error": self.error,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ProbeAttempt:

@@ -15,19 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
+from raftka.chaos import breakdown
 from raftka.chaos.availability import FENCED_MESSAGE
-from raftka.chaos.breakdown import (
-    BECAME_ACTIVE,
-    BECAME_LEADER,
-    CONFIG_APPLIED,
-    LEADER_CHANGED,
-    ClientLog,
-    LogOffsets,
-    brokers_see_after,
-    controller_breakdown,
-    leader_breakdown,
-    log_time,
-)
 from raftka.chaos.metadata_probe import (
     PROBE_CONFIG,
     MetadataProbe,
@@ -162,16 +151,16 @@ def test_leader_breakdown_reads_the_steps_logged_after_the_offsets(tmp_path: Pat
     # before the offsets: an earlier fault's lines, which must not count
     c1.write_bytes(_line("2026-11-27T16:00:00.000Z", FENCED_MESSAGE, brokers=[101]) + b"\n")
     b102.write_bytes(b"")
-    offsets = LogOffsets({"c1": c1, "b102": b102, "b103": tmp_path / "missing.log"})
-    start = log_time("2026-11-27T16:10:00.000Z")
+    offsets = breakdown.LogOffsets({"c1": c1, "b102": b102, "b103": tmp_path / "missing.log"})
+    start = breakdown.log_time("2026-11-27T16:10:00.000Z")
     with c1.open("ab") as f:
         f.write(b"Traceback (not JSON)\n")
         f.write(_line("2026-11-27T16:10:03.012Z", FENCED_MESSAGE, brokers=[101]) + b"\n")
     with b102.open("ab") as f:
-        f.write(_line("2026-11-27T16:10:03.007Z", BECAME_LEADER, partition="t-1") + b"\n")
-        f.write(_line("2026-11-27T16:10:03.008Z", BECAME_LEADER, partition="t-0") + b"\n")
+        f.write(_line("2026-11-27T16:10:03.007Z", breakdown.BECAME_LEADER, partition="t-1") + b"\n")
+        f.write(_line("2026-11-27T16:10:03.008Z", breakdown.BECAME_LEADER, partition="t-0") + b"\n")
         f.write(_line("2026-11-27T16:10:03.009Z", "unrelated", partition="t-0") + b"\n")
-    events = offsets.events([FENCED_MESSAGE, BECAME_LEADER])
+    events = offsets.events([FENCED_MESSAGE, breakdown.BECAME_LEADER])
     assert [e.node for e in events] == ["b102", "b102", "c1"]
     retries = [
         (start - 1.0, "NetworkError: before the fault"),
@@ -180,7 +169,7 @@ def test_leader_breakdown_reads_the_steps_logged_after_the_offsets(tmp_path: Pat
         (start + 2.9, "RequestTimedOutError: acks"),
         (start + 9.0, "NetworkError: after the first ack"),
     ]
-    steps = leader_breakdown(
+    steps = breakdown.leader_breakdown(
         events,
         start=start,
         topic="t",
@@ -198,7 +187,7 @@ def test_leader_breakdown_reads_the_steps_logged_after_the_offsets(tmp_path: Pat
         "client_retries": {"NetworkError": 2, "RequestTimedOutError": 1},
     }
     # another broker's fence, or no new leader: the step is missing, not invented
-    other = leader_breakdown(
+    other = breakdown.leader_breakdown(
         events, start=start, topic="t", partition=2, leader_id=103, first_ack_s=None
     )
     assert other["fenced_s"] is None and other["new_leader_s"] is None
@@ -208,7 +197,7 @@ def test_leader_breakdown_reads_the_steps_logged_after_the_offsets(tmp_path: Pat
 def test_client_log_keeps_the_senders_retry_lines(tmp_path: Path) -> None:
     stream = io.BytesIO()
     logger = logging.getLogger("raftka.client.test_breakdown")
-    handler = ClientLog(stream)
+    handler = breakdown.ClientLog(stream)
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
@@ -219,7 +208,7 @@ def test_client_log_keeps_the_senders_retry_lines(tmp_path: Path) -> None:
         logger.removeHandler(handler)
     path = tmp_path / "client.jsonl"
     path.write_bytes(stream.getvalue())
-    (retry,) = ClientLog.retries(path, "t", 0)
+    (retry,) = breakdown.ClientLog.retries(path, "t", 0)
     assert retry[1] == "NetworkError: x"
 
 
@@ -227,31 +216,31 @@ def test_controller_breakdown_reads_the_election_after_the_fault(tmp_path: Path)
     logs = {name: tmp_path / f"{name}.log" for name in ("c1", "c2", "c3")}
     for path in logs.values():
         path.write_bytes(b"")
-    offsets = LogOffsets(logs)
-    start = log_time("2026-11-27T16:10:00.000Z")
+    offsets = breakdown.LogOffsets(logs)
+    start = breakdown.log_time("2026-11-27T16:10:00.000Z")
     lines: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
         # the old leader (c2, cut off) gives up too; that is not a survivor noticing
-        "c2": [("00.300", LEADER_CHANGED, {"leader_id": None, "epoch": 3})],
+        "c2": [("00.300", breakdown.LEADER_CHANGED, {"leader_id": None, "epoch": 3})],
         "c1": [
-            ("00.451", LEADER_CHANGED, {"leader_id": None, "epoch": 3}),
-            ("00.502", LEADER_CHANGED, {"leader_id": 1, "epoch": 3}),
-            ("00.556", BECAME_ACTIVE, {"node_id": 1, "epoch": 3}),
+            ("00.451", breakdown.LEADER_CHANGED, {"leader_id": None, "epoch": 3}),
+            ("00.502", breakdown.LEADER_CHANGED, {"leader_id": 1, "epoch": 3}),
+            ("00.556", breakdown.BECAME_ACTIVE, {"node_id": 1, "epoch": 3}),
         ],
-        "c3": [("00.528", LEADER_CHANGED, {"leader_id": 1, "epoch": 3})],
+        "c3": [("00.528", breakdown.LEADER_CHANGED, {"leader_id": 1, "epoch": 3})],
     }
     for name, entries in lines.items():
         with logs[name].open("ab") as f:
             for when, message, fields in entries:
                 f.write(_line(f"2026-11-27T16:10:{when}Z", message, **fields) + b"\n")
-    events = offsets.events([LEADER_CHANGED, BECAME_ACTIVE])
-    steps = controller_breakdown(events, start=start, old="c2")
+    events = offsets.events([breakdown.LEADER_CHANGED, breakdown.BECAME_ACTIVE])
+    steps = breakdown.controller_breakdown(events, start=start, old="c2")
     assert steps == {
         "leader_lost_s": 0.451,
         "elected_s": 0.502,
         "active_s": 0.556,
         "new_controller": "c1",
     }
-    assert controller_breakdown(events, start=start + 1.0, old="c2") == dict.fromkeys(
+    assert breakdown.controller_breakdown(events, start=start + 1.0, old="c2") == dict.fromkeys(
         ("leader_lost_s", "elected_s", "active_s", "new_controller")
     )
 
@@ -260,13 +249,16 @@ def test_brokers_see_after_takes_only_changes_newer_than_the_fault(tmp_path: Pat
     logs = {name: tmp_path / f"{name}.log" for name in ("b101", "b102")}
     for path in logs.values():
         path.write_bytes(b"")
-    offsets = LogOffsets(logs)
-    start = log_time("2026-11-27T16:10:00.000Z")
+    offsets = breakdown.LogOffsets(logs)
+    start = breakdown.log_time("2026-11-27T16:10:00.000Z")
 
     def applied(node: str, when: str, value: int, partition: str = "probe-0") -> None:
         config = f"LogConfig(segment_bytes=1, retention_ms={value}, retention_bytes=-1)"
         line = _line(
-            f"2026-11-27T16:10:{when}Z", CONFIG_APPLIED, partition=partition, config=config
+            f"2026-11-27T16:10:{when}Z",
+            breakdown.CONFIG_APPLIED,
+            partition=partition,
+            config=config,
         )
         with logs[node].open("ab") as f:
             f.write(line + b"\n")
@@ -276,6 +268,8 @@ def test_brokers_see_after_takes_only_changes_newer_than_the_fault(tmp_path: Pat
     applied("b102", "01.000", 9)  # b102 catching up on older changes: not yet
     applied("b102", "01.100", 12, partition="other-0")  # another topic's config
     applied("b102", "08.250", 11)
-    events = offsets.events([CONFIG_APPLIED])
-    seen = brokers_see_after(events, start=start, topic="probe", brokers=["b101", "b102", "b103"])
+    events = offsets.events([breakdown.CONFIG_APPLIED])
+    seen = breakdown.brokers_see_after(
+        events, start=start, topic="probe", brokers=["b101", "b102", "b103"]
+    )
     assert seen == {"b101": 0.7, "b102": 8.25, "b103": None}

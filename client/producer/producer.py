@@ -63,7 +63,7 @@ from raftka.client.producer.accumulator import (
     record_size,
 )
 from raftka.client.producer.partitioner import BuiltInPartitioner, PartitionChoice
-from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
+from raftka.client.producer.sender import DeliveryCallback, Handle, PendingRecord, Sender
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.common.errors import (
     IllegalStateError,
@@ -170,7 +170,7 @@ class AsyncProducer(AsyncStartedOnEnter):
         self._partitioner = BuiltInPartitioner(
             batch_size=max(batch_size, 1), partitioner_ignore_keys=partitioner_ignore_keys
         )
-        self._accumulator: RecordAccumulator[PendingRecord] = RecordAccumulator(
+        self._accumulator: RecordAccumulator[Handle] = RecordAccumulator(
             batch_size=batch_size,
             linger_ms=linger_ms,
             buffer_memory=buffer_memory,
@@ -183,6 +183,8 @@ class AsyncProducer(AsyncStartedOnEnter):
         self._sender_task: asyncio.Task[None] | None = None
         self._room: asyncio.Event | None = None
         self._closed = False
+        #: Set by the blocking face before start: its futures are completed per batch.
+        self._future_group: FutureGroup | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +203,7 @@ class AsyncProducer(AsyncStartedOnEnter):
             metadata=self._metadata,
             transport=self._transport,
             on_release=self._on_release,
+            future_group=self._future_group,
         )
         self._sender_task = asyncio.create_task(self._sender.run(), name="raftka-producer-sender")
 
@@ -321,7 +324,7 @@ class AsyncProducer(AsyncStartedOnEnter):
         tp = TopicPartition(topic, choice.partition)
         # start_ms is recent enough for the batch's linger clock unless send waited.
         now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
-        result = self._accumulator.append(
+        result, _, _ = self._accumulator.append(
             tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, now_ms
         )
         if choice.sticky:
@@ -534,8 +537,9 @@ class Producer(ClosingOnExit):
         #: buffer room (first come, first served); the accumulator has its own lock.
         self._send_lock = threading.Lock()
         self._start_lock = threading.Lock()
-        #: The condition every future of this producer shares (see RecordFuture).
-        self._futures = FutureGroup()
+        #: The condition every future of this producer shares, and what completes
+        #: them a batch at a time (see RecordFuture).
+        self._futures = self._async._future_group = FutureGroup()
         #: The loop thread's loop once the core started (set once, read without lock).
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -588,15 +592,12 @@ class Producer(ClosingOnExit):
         if partition is None and core._custom_partitioner is not None:
             partition = core._choose_partition(topic, key_bytes, topic_view)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
-        # without the per-future condition the garbage collector would pay for.
-        future: RecordFuture[RecordMetadata] = RecordFuture(self._futures)
-        pending = PendingRecord(
-            future,
-            ts,
-            -1 if key_bytes is None else len(key_bytes),
-            -1 if value_bytes is None else len(value_bytes),
-            callback,
+        key_size = -1 if key_bytes is None else len(key_bytes)
+        value_size = -1 if value_bytes is None else len(value_bytes)
+        # The sender completes the record's future with its batch; it needs a handle
+        # per record only to run a callback.
+        pending = (
+            None if callback is None else PendingRecord(None, ts, key_size, value_size, callback)
         )
         record = Record(value_bytes, key_bytes, ts, header_tuple)
         with self._send_lock:
@@ -617,7 +618,7 @@ class Producer(ClosingOnExit):
                     )
                 now_ms = monotonic_ms()
             # Raises IllegalStateError if close began meanwhile.
-            result = accumulator.append(
+            result, batch, index = accumulator.append(
                 TopicPartition(topic, choice.partition), record, size, pending, now_ms
             )
             if choice.sticky:
@@ -631,7 +632,10 @@ class Producer(ClosingOnExit):
             # close() ran to the end after this append, so the sender drained it.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(sender.wake)
-        return future
+        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
+        # without the per-future condition the garbage collector would pay for, and
+        # read from the batch's result (it may be complete already).
+        return RecordFuture(self._futures, batch.result, index, ts, key_size, value_size)
 
     def flush(self, *, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until each is acknowledged or

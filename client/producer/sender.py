@@ -494,54 +494,52 @@ class Sender:
         )
 
     def _complete(self, batch: Batch, base_offset: int, log_append_time_ms: int) -> None:
-        topic, partition = batch.tp
-        callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
-        group = self._future_group
-        if group is not None:
-            group.complete(batch.result, base_offset, log_append_time_ms, None)
-        # The blocking face without callbacks: every handle is None, nothing per record.
-        if group is None or any(batch.handles):
-            for i, pending in enumerate(batch.handles):
-                if pending is None:
-                    continue
-                metadata = RecordMetadata(  # positional: the per-record hot path
-                    topic,
-                    partition,
-                    -1 if base_offset < 0 else base_offset + i,
-                    log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
-                    pending.key_size,
-                    pending.value_size,
-                )
-                future = pending.future
-                if future is None or not future.done():
-                    if future is not None:
-                        future.set_result(metadata)
-                    if pending.callback is not None:
-                        callbacks.append((pending.callback, metadata, None))
-                elif pending.callback is not None:
-                    callbacks.append((pending.callback, *_outcome(future)))
         if batch.base_sequence >= 0 and self._idempotence is not None:
             self._idempotence.resolved()
-        self._finish(batch, callbacks)
+        self._settle(batch, base_offset, log_append_time_ms, None)
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         if batch.base_sequence >= 0 and self._idempotence is not None:
             self._idempotence.resolved()
             self._idempotence.request_reset(f"{error.name} for {batch.tp}")
+        self._settle(batch, -1, -1, error)
+
+    def _settle(
+        self, batch: Batch, base_offset: int, log_append_time_ms: int, error: KafkaError | None
+    ) -> None:
+        """Give every record of the batch its outcome (offsets from ``base_offset``, or
+        ``error``), then finish it. A record whose future is already done (its caller
+        cancelled it) keeps that outcome, and its callback gets it."""
+        group = self._future_group
+        if group is not None and not batch.result.done:
+            group.complete(batch.result, base_offset, log_append_time_ms, error)
         callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
-        if self._future_group is not None and not batch.result.done:
-            self._future_group.complete(batch.result, -1, -1, error)
-        for pending in batch.handles:
-            if pending is None:
-                continue
-            future = pending.future
-            if future is None or not future.done():
-                if future is not None:
-                    future.set_exception(error)
-                if pending.callback is not None:
-                    callbacks.append((pending.callback, None, error))
-            elif pending.callback is not None:
-                callbacks.append((pending.callback, *_outcome(future)))
+        # The blocking face without callbacks: every handle is None, nothing per record.
+        if group is None or any(batch.handles):
+            topic, partition = batch.tp
+            metadata: RecordMetadata | None = None
+            for i, pending in enumerate(batch.handles):
+                if pending is None:
+                    continue
+                if error is None:
+                    metadata = RecordMetadata(  # positional: the per-record hot path
+                        topic,
+                        partition,
+                        -1 if base_offset < 0 else base_offset + i,
+                        log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
+                        pending.key_size,
+                        pending.value_size,
+                    )
+                future = pending.future
+                if future is None or not future.done():
+                    if future is not None and metadata is not None:
+                        future.set_result(metadata)
+                    elif future is not None and error is not None:
+                        future.set_exception(error)
+                    if pending.callback is not None:
+                        callbacks.append((pending.callback, metadata, error))
+                elif pending.callback is not None:
+                    callbacks.append((pending.callback, *_outcome(future)))
         self._finish(batch, callbacks)
 
     def _finish(

@@ -527,6 +527,12 @@ class Producer(ClosingOnExit):
     not per record. It waits on the loop thread only for a metadata miss, and in its own
     thread for buffer room; both at most ``max_block_ms``. Records of concurrent
     callers take the partitioner and the accumulator one at a time (``_send_lock``).
+
+    Its futures are completed per batch, not per record: each points to its batch's
+    result and its index in the batch (:mod:`._future`), so the loop thread's share of
+    the work per record is the encoding alone, and a ``RecordMetadata`` is built only
+    when a caller asks for it. A ``PendingRecord`` is kept only for a record with a
+    ``callback``.
     """
 
     def __init__(self, **config: Any) -> None:

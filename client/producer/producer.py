@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -78,6 +78,8 @@ from raftka.common.record.header import HEADER_SIZE
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | None]] | None
+#: Topics whose TopicPartition objects a producer keeps for reuse (then it starts over).
+TOPICS_CACHED_MAX: Final = 10_000
 #: ``partitioner(key_bytes, all_partitions, available_partitions) -> partition`` (the
 #: shape kafka-python's ``partitioner`` option takes); called for every record sent
 #: without an explicit partition. None: Kafka's built-in partitioner (murmur2 of the
@@ -185,6 +187,9 @@ class AsyncProducer(AsyncStartedOnEnter):
         self._closed = False
         #: Set by the blocking face before start: its futures are completed per batch.
         self._future_group: FutureGroup | None = None
+        #: Per topic, one TopicPartition per partition, reused by every record (a named
+        #: tuple's constructor is a Python-level call).
+        self._tps: dict[str, list[TopicPartition]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -321,7 +326,7 @@ class AsyncProducer(AsyncStartedOnEnter):
             -1 if value_bytes is None else len(value_bytes),
             callback,
         )
-        tp = TopicPartition(topic, choice.partition)
+        tp = self._topic_partition(topic, choice.partition)
         # start_ms is recent enough for the batch's linger clock unless send waited.
         now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
         result, _, _ = self._accumulator.append(
@@ -385,6 +390,18 @@ class AsyncProducer(AsyncStartedOnEnter):
         if self._closed:
             raise IllegalStateError("the producer was closed while send waited")
         return view
+
+    def _topic_partition(self, topic: str, partition: int) -> TopicPartition:
+        """The record's TopicPartition (``partition`` is valid: the partitioner
+        checked it). The blocking face calls this under its send lock."""
+        tps = self._tps.get(topic)
+        if tps is None:
+            if len(self._tps) >= TOPICS_CACHED_MAX:
+                self._tps.clear()  # a bound; the common case is a few topics
+            tps = self._tps[topic] = []
+        if partition >= len(tps):
+            tps.extend(TopicPartition(topic, p) for p in range(len(tps), partition + 1))
+        return tps[partition]
 
     def _builtin_partition(
         self, topic: str, key_bytes: bytes | None, view: TopicView, partition: int | None
@@ -625,7 +642,7 @@ class Producer(ClosingOnExit):
                 now_ms = monotonic_ms()
             # Raises IllegalStateError if close began meanwhile.
             result, batch, index = accumulator.append(
-                TopicPartition(topic, choice.partition), record, size, pending, now_ms
+                core._topic_partition(topic, choice.partition), record, size, pending, now_ms
             )
             if choice.sticky:
                 core._partitioner.on_append(

@@ -708,3 +708,16 @@ def test_sync_buffer_full_blocks_then_times_out(broker: FakeBroker) -> None:
         p.close(timeout_ms=10_000)
     with pytest.raises(IllegalStateError):
         p.send("t", b"late")
+
+
+def test_topic_partitions_are_built_once_and_grow_with_the_topic() -> None:
+    """send reuses one TopicPartition per partition; a partition beyond those seen (the
+    topic grew) extends the topic's list without replacing the others."""
+    from raftka.client import TopicPartition
+
+    p = AsyncProducer(bootstrap_servers="127.0.0.1:1")
+    first = p._topic_partition("t", 1)
+    assert first == TopicPartition("t", 1) and p._topic_partition("t", 1) is first
+    assert p._topic_partition("t", 4) == TopicPartition("t", 4)
+    assert p._topic_partition("t", 1) is first
+    assert p._topic_partition("u", 0) == TopicPartition("u", 0)

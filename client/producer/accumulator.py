@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from raftka.client.structs import TopicPartition
 from raftka.common.errors import IllegalStateError
@@ -47,6 +47,7 @@ from raftka.common.record.varint import VARINT_BYTES_MAX, VARLONG_BYTES_MAX
 __all__ = [
     "RECORD_OVERHEAD_MAX",
     "AppendResult",
+    "BatchResult",
     "ProducerBatch",
     "ReadyCheck",
     "RecordAccumulator",
@@ -74,6 +75,22 @@ def record_size(
 
 
 @dataclass(eq=False, slots=True)
+class BatchResult:
+    """A batch's outcome, shared by the futures of its records (Kafka's
+    ProduceRequestResult): the blocking producer's futures read it, so the sender
+    completes a batch, not each record (see :mod:`._future`, which writes it)."""
+
+    tp: TopicPartition
+    done: bool = False
+    #: The first record's offset (-1: acks=0, or failed).
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    error: BaseException | None = None
+    #: Futures waited on one by one or given done-callbacks: notified one by one.
+    watchers: list[Any] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
 class ProducerBatch(Generic[H]):
     tp: TopicPartition
     created_ms: int
@@ -89,6 +106,10 @@ class ProducerBatch(Generic[H]):
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    result: BatchResult = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.result = BatchResult(self.tp)
 
     def try_append(self, record: Record, size: int, handle: H, batch_size: int) -> bool:
         if self.closed:
@@ -197,10 +218,11 @@ class RecordAccumulator(Generic[H]):
 
     def append(
         self, tp: TopicPartition, record: Record, size: int, handle: H, now_ms: int
-    ) -> AppendResult:
-        """Add the record to its partition's open batch (or a new one). Raises
-        IllegalStateError once ``closing`` is set: the sender may already have drained
-        its last batch, so a later record would never be sent.
+    ) -> tuple[AppendResult, ProducerBatch[H], int]:
+        """Add the record to its partition's open batch (or a new one): what it did,
+        the batch, and the record's index in it (a plain tuple: once per record).
+        Raises IllegalStateError once ``closing`` is set: the sender may already have
+        drained its last batch, so a later record would never be sent.
 
         Waking the sender: waking it from another thread costs a system call on the
         loop's self-pipe, which under the GIL often means waiting for the loop thread
@@ -217,10 +239,11 @@ class RecordAccumulator(Generic[H]):
             queue = self._queues.get(tp)
             if queue and queue[-1].try_append(record, size, handle, self._batch_size):
                 self.buffered_bytes += size
-                if not queue[-1].closed:
+                batch = queue[-1]
+                if not batch.closed:
                     # The common case, one record into an open batch that is not yet
                     # full: nothing is due earlier than before, so no wake decision.
-                    return _APPEND_RESULTS[False, False, False]
+                    return _APPEND_RESULTS[False, False, False], batch, len(batch.records) - 1
                 new_batch = False
             else:
                 if queue is None:
@@ -230,22 +253,22 @@ class RecordAccumulator(Generic[H]):
                     # lock, so one may arrive with an older now_ms than the batch
                     # another just opened; expire() relies on creation order.
                     now_ms = queue[-1].created_ms
-                batch: ProducerBatch[H] = ProducerBatch(tp, now_ms)
+                batch = ProducerBatch(tp, now_ms)
                 ok = batch.try_append(record, size, handle, self._batch_size)
                 assert ok, "an empty batch takes any record"
                 queue.append(batch)
                 self._unreleased[batch] = None
                 new_batch = True
                 self.buffered_bytes += size
-            full = queue[-1].closed
+            full = batch.closed
             wake = False
             if (new_batch or full) and tp not in self._muted:
-                due_ms = now_ms if full else queue[-1].created_ms + self._linger_ms
+                due_ms = now_ms if full else batch.created_ms + self._linger_ms
                 next_ms = self._sender_next_ms
                 if next_ms is None or next_ms > due_ms:
                     wake = True
                     self._sender_next_ms = now_ms
-            return _APPEND_RESULTS[new_batch, full, wake]
+            return _APPEND_RESULTS[new_batch, full, wake], batch, len(batch.records) - 1
 
     # --------------------------------------------------------------- draining
 

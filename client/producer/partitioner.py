@@ -65,6 +65,9 @@ class PartitionChoice(NamedTuple):
 @dataclass(slots=True)
 class _Sticky:
     partition: int
+    #: What ``partition()`` answers while this partition sticks: built once, not per
+    #: record (a named tuple's constructor is a Python-level call).
+    choice: PartitionChoice
     produced_bytes: int = 0
 
 
@@ -138,8 +141,8 @@ class BuiltInPartitioner:
             chosen = self._next_partition(topic, num_partitions, available_partitions, rng)
             if len(self._sticky) >= TOPICS_TRACKED_MAX and topic not in self._sticky:
                 del self._sticky[next(iter(self._sticky))]
-            sticky = self._sticky[topic] = _Sticky(chosen)
-        return PartitionChoice(sticky.partition, sticky=True)
+            sticky = self._sticky[topic] = _Sticky(chosen, PartitionChoice(chosen, sticky=True))
+        return sticky.choice
 
     def on_append(self, *, topic: str, appended_bytes: int, enable_switch: bool) -> None:
         """The accumulator appended ``appended_bytes`` of a sticky record to the topic's

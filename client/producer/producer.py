@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -63,7 +63,7 @@ from raftka.client.producer.accumulator import (
     record_size,
 )
 from raftka.client.producer.partitioner import BuiltInPartitioner, PartitionChoice
-from raftka.client.producer.sender import DeliveryCallback, PendingRecord, Sender
+from raftka.client.producer.sender import DeliveryCallback, Handle, PendingRecord, Sender
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.common.errors import (
     IllegalStateError,
@@ -78,6 +78,8 @@ from raftka.common.record.header import HEADER_SIZE
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | None]] | None
+#: Topics whose TopicPartition objects a producer keeps for reuse (then it starts over).
+TOPICS_CACHED_MAX: Final = 10_000
 #: ``partitioner(key_bytes, all_partitions, available_partitions) -> partition`` (the
 #: shape kafka-python's ``partitioner`` option takes); called for every record sent
 #: without an explicit partition. None: Kafka's built-in partitioner (murmur2 of the
@@ -170,7 +172,7 @@ class AsyncProducer(AsyncStartedOnEnter):
         self._partitioner = BuiltInPartitioner(
             batch_size=max(batch_size, 1), partitioner_ignore_keys=partitioner_ignore_keys
         )
-        self._accumulator: RecordAccumulator[PendingRecord] = RecordAccumulator(
+        self._accumulator: RecordAccumulator[Handle] = RecordAccumulator(
             batch_size=batch_size,
             linger_ms=linger_ms,
             buffer_memory=buffer_memory,
@@ -183,6 +185,11 @@ class AsyncProducer(AsyncStartedOnEnter):
         self._sender_task: asyncio.Task[None] | None = None
         self._room: asyncio.Event | None = None
         self._closed = False
+        #: Set by the blocking face before start: its futures are completed per batch.
+        self._future_group: FutureGroup | None = None
+        #: Per topic, one TopicPartition per partition, reused by every record (a named
+        #: tuple's constructor is a Python-level call).
+        self._tps: dict[str, list[TopicPartition]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +208,7 @@ class AsyncProducer(AsyncStartedOnEnter):
             metadata=self._metadata,
             transport=self._transport,
             on_release=self._on_release,
+            future_group=self._future_group,
         )
         self._sender_task = asyncio.create_task(self._sender.run(), name="raftka-producer-sender")
 
@@ -318,10 +326,10 @@ class AsyncProducer(AsyncStartedOnEnter):
             -1 if value_bytes is None else len(value_bytes),
             callback,
         )
-        tp = TopicPartition(topic, choice.partition)
+        tp = self._topic_partition(topic, choice.partition)
         # start_ms is recent enough for the batch's linger clock unless send waited.
         now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
-        result = self._accumulator.append(
+        result, _, _ = self._accumulator.append(
             tp, Record(value_bytes, key_bytes, ts, header_tuple), size, pending, now_ms
         )
         if choice.sticky:
@@ -382,6 +390,18 @@ class AsyncProducer(AsyncStartedOnEnter):
         if self._closed:
             raise IllegalStateError("the producer was closed while send waited")
         return view
+
+    def _topic_partition(self, topic: str, partition: int) -> TopicPartition:
+        """The record's TopicPartition (``partition`` is valid: the partitioner
+        checked it). The blocking face calls this under its send lock."""
+        tps = self._tps.get(topic)
+        if tps is None:
+            if len(self._tps) >= TOPICS_CACHED_MAX:
+                self._tps.clear()  # a bound; the common case is a few topics
+            tps = self._tps[topic] = []
+        if partition >= len(tps):
+            tps.extend(TopicPartition(topic, p) for p in range(len(tps), partition + 1))
+        return tps[partition]
 
     def _builtin_partition(
         self, topic: str, key_bytes: bytes | None, view: TopicView, partition: int | None
@@ -524,6 +544,12 @@ class Producer(ClosingOnExit):
     not per record. It waits on the loop thread only for a metadata miss, and in its own
     thread for buffer room; both at most ``max_block_ms``. Records of concurrent
     callers take the partitioner and the accumulator one at a time (``_send_lock``).
+
+    Its futures are completed per batch, not per record: each points to its batch's
+    result and its index in the batch (:mod:`._future`), so the loop thread's share of
+    the work per record is the encoding alone, and a ``RecordMetadata`` is built only
+    when a caller asks for it. A ``PendingRecord`` is kept only for a record with a
+    ``callback``.
     """
 
     def __init__(self, **config: Any) -> None:
@@ -534,8 +560,9 @@ class Producer(ClosingOnExit):
         #: buffer room (first come, first served); the accumulator has its own lock.
         self._send_lock = threading.Lock()
         self._start_lock = threading.Lock()
-        #: The condition every future of this producer shares (see RecordFuture).
-        self._futures = FutureGroup()
+        #: The condition every future of this producer shares, and what completes
+        #: them a batch at a time (see RecordFuture).
+        self._futures = self._async._future_group = FutureGroup()
         #: The loop thread's loop once the core started (set once, read without lock).
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -588,15 +615,12 @@ class Producer(ClosingOnExit):
         if partition is None and core._custom_partitioner is not None:
             partition = core._choose_partition(topic, key_bytes, topic_view)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
-        # without the per-future condition the garbage collector would pay for.
-        future: RecordFuture[RecordMetadata] = RecordFuture(self._futures)
-        pending = PendingRecord(
-            future,
-            ts,
-            -1 if key_bytes is None else len(key_bytes),
-            -1 if value_bytes is None else len(value_bytes),
-            callback,
+        key_size = -1 if key_bytes is None else len(key_bytes)
+        value_size = -1 if value_bytes is None else len(value_bytes)
+        # The sender completes the record's future with its batch; it needs a handle
+        # per record only to run a callback.
+        pending = (
+            None if callback is None else PendingRecord(None, ts, key_size, value_size, callback)
         )
         record = Record(value_bytes, key_bytes, ts, header_tuple)
         with self._send_lock:
@@ -617,8 +641,8 @@ class Producer(ClosingOnExit):
                     )
                 now_ms = monotonic_ms()
             # Raises IllegalStateError if close began meanwhile.
-            result = accumulator.append(
-                TopicPartition(topic, choice.partition), record, size, pending, now_ms
+            result, batch, index = accumulator.append(
+                core._topic_partition(topic, choice.partition), record, size, pending, now_ms
             )
             if choice.sticky:
                 core._partitioner.on_append(
@@ -631,7 +655,10 @@ class Producer(ClosingOnExit):
             # close() ran to the end after this append, so the sender drained it.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(sender.wake)
-        return future
+        # A concurrent.futures.Future, RUNNING (the record is queued: no cancel), built
+        # without the per-future condition the garbage collector would pay for, and
+        # read from the batch's result (it may be complete already).
+        return RecordFuture(self._futures, batch.result, index, ts, key_size, value_size)
 
     def flush(self, *, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until each is acknowledged or

@@ -52,6 +52,7 @@ from raftka.client._transport import (
     monotonic_ms,
 )
 from raftka.client.config import ProducerConfig
+from raftka.client.producer._future import FutureGroup
 from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from raftka.client.producer.idempotence import IdempotenceState
 from raftka.client.structs import RecordMetadata, TopicPartition
@@ -69,7 +70,7 @@ from raftka.common.messages import broker as api
 from raftka.common.record import build_batch
 from raftka.common.time import wait_event
 
-__all__ = ["CompletableFuture", "DeliveryCallback", "PendingRecord", "Sender"]
+__all__ = ["CompletableFuture", "DeliveryCallback", "Handle", "PendingRecord", "Sender"]
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,8 @@ DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
 
 class CompletableFuture(Protocol):
     """What the sender needs of a record's future: an ``asyncio.Future`` (the async
-    face, on the sender's own loop) or a ``concurrent.futures.Future`` (the blocking
-    face, whose callers wait in their own threads; completing it from the loop thread
-    is safe, its state is guarded by its own condition)."""
+    face, on the sender's own loop). The blocking face's futures are completed per
+    batch instead (see ``Sender(future_group=...)``)."""
 
     def done(self) -> bool: ...
     def cancelled(self) -> bool: ...
@@ -113,16 +113,21 @@ class PendingRecord:
 
     The callback is called directly by the sender (not as a done-callback of the
     future): a done-callback costs an ``add_done_callback`` per record and a
-    ``call_soon`` handle per completion, a large share of the producer's CPU."""
+    ``call_soon`` handle per completion, a large share of the producer's CPU.
 
-    future: CompletableFuture
+    The blocking face's records have no ``future`` here (their futures read the
+    batch's result) and no PendingRecord at all without a callback: a batch's handle
+    is then None."""
+
+    future: CompletableFuture | None
     timestamp_ms: int
     key_size: int
     value_size: int
     callback: DeliveryCallback | None = None
 
 
-Batch = ProducerBatch[PendingRecord]
+Handle = PendingRecord | None
+Batch = ProducerBatch[Handle]
 
 
 class Sender:
@@ -130,12 +135,17 @@ class Sender:
         self,
         *,
         config: ProducerConfig,
-        accumulator: RecordAccumulator[PendingRecord],
+        accumulator: RecordAccumulator[Handle],
         metadata: MetadataCache,
         transport: Transport,
         on_release: Callable[[], None],
+        future_group: FutureGroup | None = None,
     ) -> None:
+        """``future_group``: the blocking face's, whose futures read their batch's
+        result (:mod:`._future`): a batch is then completed with one call, where
+        the async face's futures are completed one by one (``PendingRecord.future``)."""
         self._config = config
+        self._future_group = future_group
         self._acc = accumulator
         self._metadata = metadata
         self._transport = transport
@@ -344,7 +354,7 @@ class Sender:
             log.exception("produce request failed")
             for group in groups:
                 for batch in group:
-                    if not all(p.future.done() for p in batch.handles):
+                    if not self._done(batch):
                         self._fail(batch, UnknownServerError(f"{type(e).__name__}: {e}"))
         finally:
             self._in_flight[broker_id] -= 1
@@ -475,42 +485,61 @@ class Sender:
             self._fail(batch, KafkaError("the producer closed before the record was sent"))
         self._wake.set()
 
+    def _done(self, batch: Batch) -> bool:
+        """Whether every record of the batch has its outcome already."""
+        if self._future_group is not None:
+            return batch.result.done
+        return all(
+            p is not None and p.future is not None and p.future.done() for p in batch.handles
+        )
+
     def _complete(self, batch: Batch, base_offset: int, log_append_time_ms: int) -> None:
-        topic, partition = batch.tp
-        callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
-        for i, pending in enumerate(batch.handles):
-            future = pending.future
-            metadata = RecordMetadata(  # positional: the per-record hot path
-                topic,
-                partition,
-                -1 if base_offset < 0 else base_offset + i,
-                log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
-                pending.key_size,
-                pending.value_size,
-            )
-            if not future.done():
-                future.set_result(metadata)
-                if pending.callback is not None:
-                    callbacks.append((pending.callback, metadata, None))
-            elif pending.callback is not None:
-                callbacks.append((pending.callback, *_outcome(future)))
         if batch.base_sequence >= 0 and self._idempotence is not None:
             self._idempotence.resolved()
-        self._finish(batch, callbacks)
+        self._settle(batch, base_offset, log_append_time_ms, None)
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         if batch.base_sequence >= 0 and self._idempotence is not None:
             self._idempotence.resolved()
             self._idempotence.request_reset(f"{error.name} for {batch.tp}")
+        self._settle(batch, -1, -1, error)
+
+    def _settle(
+        self, batch: Batch, base_offset: int, log_append_time_ms: int, error: KafkaError | None
+    ) -> None:
+        """Give every record of the batch its outcome (offsets from ``base_offset``, or
+        ``error``), then finish it. A record whose future is already done (its caller
+        cancelled it) keeps that outcome, and its callback gets it."""
+        group = self._future_group
+        if group is not None and not batch.result.done:
+            group.complete(batch.result, base_offset, log_append_time_ms, error)
         callbacks: list[tuple[DeliveryCallback, RecordMetadata | None, BaseException | None]] = []
-        for pending in batch.handles:
-            future = pending.future
-            if not future.done():
-                future.set_exception(error)
-                if pending.callback is not None:
-                    callbacks.append((pending.callback, None, error))
-            elif pending.callback is not None:
-                callbacks.append((pending.callback, *_outcome(future)))
+        # The blocking face without callbacks: every handle is None, nothing per record.
+        if group is None or any(batch.handles):
+            topic, partition = batch.tp
+            metadata: RecordMetadata | None = None
+            for i, pending in enumerate(batch.handles):
+                if pending is None:
+                    continue
+                if error is None:
+                    metadata = RecordMetadata(  # positional: the per-record hot path
+                        topic,
+                        partition,
+                        -1 if base_offset < 0 else base_offset + i,
+                        log_append_time_ms if log_append_time_ms >= 0 else pending.timestamp_ms,
+                        pending.key_size,
+                        pending.value_size,
+                    )
+                future = pending.future
+                if future is None or not future.done():
+                    if future is not None and metadata is not None:
+                        future.set_result(metadata)
+                    elif future is not None and error is not None:
+                        future.set_exception(error)
+                    if pending.callback is not None:
+                        callbacks.append((pending.callback, metadata, error))
+                elif pending.callback is not None:
+                    callbacks.append((pending.callback, *_outcome(future)))
         self._finish(batch, callbacks)
 
     def _finish(

@@ -46,7 +46,7 @@ def test_linger_makes_a_partition_ready_and_says_when() -> None:
     moment it will be, so the sender can sleep exactly that long."""
     acc = _acc()
     rec, size = _rec()
-    result = acc.append(TP, rec, size, 1, now_ms=1000)
+    result, _, _ = acc.append(TP, rec, size, 1, now_ms=1000)
     assert result.new_batch and not result.batch_full
     check = acc.ready(1002, set())
     assert check.ready == () and check.next_ready_ms == 1005
@@ -59,7 +59,9 @@ def test_batch_size_closes_batches() -> None:
     acc = _acc(batch_size=300)
     rec, size = _rec(50)
     appended = [acc.append(TP, rec, size, i, now_ms=0) for i in range(4)]
-    assert [a.new_batch for a in appended].count(True) == 2
+    assert [a.new_batch for a, _, _ in appended].count(True) == 2
+    # Each append names its batch and the record's index in it.
+    assert [(b.handles[i], i) for _, b, i in appended] == [(0, 0), (1, 1), (2, 0), (3, 1)]
     assert acc.ready(0, set()).ready == (TP,)
     first = acc.drain(TP)
     assert first is not None and first.handles == [0, 1]
@@ -191,20 +193,20 @@ def test_append_asks_for_a_wake_up_only_when_the_sender_would_look_too_late() ->
     answer wakes the sender); a full batch when the sender's plan is later than now."""
     rec, size = _rec()
     acc = _acc(batch_size=HEADER_SIZE + 3 * size, linger_ms=5)  # 3 records fill a batch
-    assert acc.append(TP, rec, size, 0, now_ms=0).wake_sender  # no plan yet
-    assert not acc.append(TP1, rec, size, 1, now_ms=0).wake_sender  # a wake is on its way
+    assert acc.append(TP, rec, size, 0, now_ms=0)[0].wake_sender  # no plan yet
+    assert not acc.append(TP1, rec, size, 1, now_ms=0)[0].wake_sender  # a wake is on its way
     check = acc.ready(1, set())
     assert check.next_ready_ms == 5  # the sender will look at 5
     tp2 = TopicPartition("t", 2)
-    assert not acc.append(tp2, rec, size, 2, now_ms=1).wake_sender  # due at 6 >= 5
+    assert not acc.append(tp2, rec, size, 2, now_ms=1)[0].wake_sender  # due at 6 >= 5
     # A batch filling up is due now, before the planned look at 5.
-    results = [acc.append(TP, rec, size, 3, now_ms=2) for _ in range(2)]
+    results = [acc.append(TP, rec, size, 3, now_ms=2)[0] for _ in range(2)]
     assert results[-1].batch_full and results[-1].wake_sender
     # Muted (in flight): the answer wakes the sender, whatever its plan.
     acc.ready(3, {TopicPartition("t", 3)})
     acc.drain(TP)
     acc.ready(3, {TP, TopicPartition("t", 3)})
-    assert not acc.append(TopicPartition("t", 3), rec, size, 4, now_ms=3).wake_sender
+    assert not acc.append(TopicPartition("t", 3), rec, size, 4, now_ms=3)[0].wake_sender
 
 
 def test_appends_from_several_threads_while_a_sender_drains() -> None:

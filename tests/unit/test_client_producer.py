@@ -355,6 +355,44 @@ def test_sync_producer_from_several_threads(broker: FakeBroker) -> None:
     assert len(broker.logs[("t", 2)]) == 200
 
 
+def test_sync_futures_complete_with_their_batch(broker: FakeBroker) -> None:
+    """The blocking face completes a batch, not each record: in one batch of 20
+    records where only every third has a callback, every future reports base offset +
+    its index, the callbacks run in send order with the same metadata, and a
+    done-callback added before the answer runs once. A batch the broker refuses
+    (INVALID_RECORD) fails every future of it, and its callbacks get the error."""
+    from raftka.common.errors import InvalidRecordError
+
+    seen: list[tuple[int, BaseException | None]] = []
+
+    def callback(md: RecordMetadata | None, error: BaseException | None) -> None:
+        seen.append((-1 if md is None else md.offset, error))
+
+    with Producer(bootstrap_servers=broker.address, max_block_ms=2_000, linger_ms=5_000) as p:
+        futures = [
+            p.send("t", b"v", partition=1, callback=callback if i % 3 == 0 else None)
+            for i in range(20)
+        ]
+        done_once: list[int] = []
+        futures[5].add_done_callback(lambda f: done_once.append(f.result().offset))
+        p.flush(timeout_ms=10_000)
+        assert broker.requests == 1  # one batch (flush, not linger, sent it), one request
+        assert [f.result(0).offset for f in futures] == list(range(20))
+        assert all(f.result(0).partition == 1 for f in futures)
+        assert seen == [(i, None) for i in range(0, 20, 3)]
+        assert done_once == [5]
+
+        broker.fail_with = ["INVALID_RECORD"]
+        seen.clear()
+        failed = [p.send("t", b"w", partition=0, callback=callback) for _ in range(3)]
+        p.flush(timeout_ms=10_000)
+        assert all(isinstance(f.exception(0), InvalidRecordError) for f in failed)
+        assert [offset for offset, _ in seen] == [-1, -1, -1]
+        assert all(isinstance(e, InvalidRecordError) for _, e in seen)
+        with pytest.raises(InvalidRecordError):
+            failed[0].result(0)
+
+
 @async_test
 async def test_callbacks_run_in_order_before_flush_returns(
     broker: FakeBroker, producer: AsyncProducer
@@ -670,3 +708,16 @@ def test_sync_buffer_full_blocks_then_times_out(broker: FakeBroker) -> None:
         p.close(timeout_ms=10_000)
     with pytest.raises(IllegalStateError):
         p.send("t", b"late")
+
+
+def test_topic_partitions_are_built_once_and_grow_with_the_topic() -> None:
+    """send reuses one TopicPartition per partition; a partition beyond those seen (the
+    topic grew) extends the topic's list without replacing the others."""
+    from raftka.client import TopicPartition
+
+    p = AsyncProducer(bootstrap_servers="127.0.0.1:1")
+    first = p._topic_partition("t", 1)
+    assert first == TopicPartition("t", 1) and p._topic_partition("t", 1) is first
+    assert p._topic_partition("t", 4) == TopicPartition("t", 4)
+    assert p._topic_partition("t", 1) is first
+    assert p._topic_partition("u", 0) == TopicPartition("u", 0)

@@ -659,41 +659,64 @@ async def await_unless_leader_moved(
     leader for one of ``partitions``, the request is cancelled and NetworkError raised,
     so the caller retries at the new leader (an idempotent producer's batch under the
     same sequence) instead of waiting for a zombie. A request that fails to connect, is
-    reset or times out marks the broker suspect too."""
-    task = asyncio.ensure_future(request)
-    wait_ms = check_after_ms
-    try:
+    reset or times out marks the broker suspect too.
+
+    The request is awaited in the caller's task and the check is a timer: an answer
+    that comes in time costs no extra task and no extra event-loop turns. (Wrapping
+    every request in its own task and ``asyncio.wait`` cost three loop turns per
+    request; the perf producer enqueues a batch of records per turn, so acks=all
+    latency rose from ~65 ms to ~240 ms at the same throughput.)"""
+    loop = asyncio.get_running_loop()
+    caller = asyncio.current_task()
+    assert caller is not None
+    moved: list[NetworkError] = []
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=wait_ms / 1000)
-            if done:
-                break
             metadata.mark_suspect(address)
             refresh = asyncio.ensure_future(metadata.refresh())
             # The refresh may outlive this request: never leave its error unretrieved.
             refresh.add_done_callback(_retrieve)
-            await asyncio.wait({task, refresh}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                break
-            moved = [
+            await asyncio.wait({refresh})
+            gone = [
                 tp
                 for tp in partitions
                 if (leader := metadata.view.leader_address(tp)) is not None
                 and leader[0] != broker_id
             ]
-            if moved:
-                raise NetworkError(
-                    f"{address} (broker {broker_id}) gave no answer and is no longer the "
-                    f"leader of {', '.join(str(tp) for tp in moved)}; retrying at the new leader"
+            if gone:
+                moved.append(
+                    NetworkError(
+                        f"{address} (broker {broker_id}) gave no answer and is no longer the "
+                        f"leader of {', '.join(str(tp) for tp in gone)}; retrying at the new "
+                        "leader"
+                    )
                 )
-            wait_ms = LEADER_CHECK_MS
-    finally:
-        if not task.done():
-            task.cancel()
+                caller.cancel()
+                return
+            await asyncio.sleep(LEADER_CHECK_MS / 1000)  # the next check, not synchronisation
+
+    def start_watch() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(check_after_ms / 1000, start_watch)
     try:
-        return task.result()
+        return await request
+    except asyncio.CancelledError:
+        # Our own cancel (the leader moved) becomes NetworkError; a cancel from
+        # elsewhere (or as well) stays a cancel.
+        if moved and caller.uncancel() == 0:
+            raise moved[0] from None
+        raise
     except (NetworkError, RequestTimedOutError):
         metadata.mark_suspect(address)
         raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

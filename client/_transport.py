@@ -703,7 +703,7 @@ async def await_unless_leader_moved(
 
     timer = loop.call_later(check_after_ms / 1000, start_watch)
     try:
-        return await request
+        answer = await request
     except asyncio.CancelledError:
         # Our own cancel (the leader moved) becomes NetworkError; a cancel from
         # elsewhere (or as well) stays a cancel.
@@ -712,11 +712,19 @@ async def await_unless_leader_moved(
         raise
     except (NetworkError, RequestTimedOutError):
         metadata.mark_suspect(address)
+        if moved:
+            caller.uncancel()  # as below: the request turned the cancel into this error
         raise
     finally:
         timer.cancel()
         if watcher is not None:
             watcher.cancel()
+    if moved:
+        # The watcher's cancel reached a request that swallowed it and answered: keep
+        # the answer, and take back the cancel so that the caller's task does not
+        # count it (asyncio.timeout reads that count).
+        caller.uncancel()
+    return answer
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

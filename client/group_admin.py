@@ -16,7 +16,7 @@ implementation; :class:`GroupAdmin` runs it on a loop thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -171,17 +171,31 @@ class AsyncGroupAdmin(AdminClientBase):
                 last = e
             await self._backoff(deadline_ms, last)
 
-    async def _retry_item_error(self, raw: ErrorObject | None, deadline_ms: int) -> bool:
-        """For a group's own error in an answer (DescribeGroups, DeleteGroups): False
-        when there is none; after a backoff, True to ask again when it is retriable
-        (the coordinator moved or is loading, as after a broker restart); else raised."""
-        if raw is None:
-            return False
-        error = error_from_message(raw)
-        if not error.retriable:
-            raise error
-        await self._backoff(deadline_ms, error)
-        return True
+    async def _coordinator_call_per_group(
+        self,
+        group_id: str,
+        path: str,
+        message: Message,
+        answer_type: type[A],
+        deadline_ms: int,
+        *,
+        group_error: Callable[[A], ErrorObject | None],
+    ) -> tuple[int, A]:
+        """:meth:`_coordinator_call` for answers that carry the group's own error per
+        item (DescribeGroups, DeleteGroups), which ``group_error`` picks out: asked
+        again after a backoff while that error is retriable (the coordinator moved or
+        is loading, as after a broker restart), raised when it is not."""
+        while True:
+            node_id, answer = await self._coordinator_call(
+                group_id, path, message, answer_type, deadline_ms
+            )
+            raw = group_error(answer)
+            if raw is None:
+                return node_id, answer
+            error = error_from_message(raw)
+            if not error.retriable:
+                raise error
+            await self._backoff(deadline_ms, error)
 
     async def _find_coordinator(self, group_id: str, deadline_ms: int) -> tuple[int, str]:
         transport, _ = self._started()
@@ -230,17 +244,15 @@ class AsyncGroupAdmin(AdminClientBase):
         """State, protocol and members (with their assignments) of one group; an unknown
         group is described as Dead with no members (Kafka's answer)."""
         deadline = self._deadline(timeout_ms)
-        while True:
-            node_id, answer = await self._coordinator_call(
-                group_id,
-                "/v1/describe-groups",
-                api.DescribeGroupsRequest(groups=(group_id,)),
-                api.DescribeGroupsResponse,
-                deadline,
-            )
-            (g,) = answer.groups
-            if not await self._retry_item_error(g.error, deadline):
-                break
+        node_id, answer = await self._coordinator_call_per_group(
+            group_id,
+            "/v1/describe-groups",
+            api.DescribeGroupsRequest(groups=(group_id,)),
+            api.DescribeGroupsResponse,
+            deadline,
+            group_error=lambda a: a.groups[0].error,
+        )
+        (g,) = answer.groups
         members = tuple(
             MemberDescription(
                 member_id=m.member_id,
@@ -310,17 +322,14 @@ class AsyncGroupAdmin(AdminClientBase):
         """Delete empty groups (NON_EMPTY_GROUP for an active one, GROUP_ID_NOT_FOUND)."""
         deadline = self._deadline(timeout_ms)
         for group_id in group_ids:
-            while True:
-                _, deleted = await self._coordinator_call(
-                    group_id,
-                    "/v1/delete-groups",
-                    api.DeleteGroupsRequest(groups=(group_id,)),
-                    api.DeleteGroupsResponse,
-                    deadline,
-                )
-                errors = [r.error for r in deleted.results if r.error is not None]
-                if not await self._retry_item_error(errors[0] if errors else None, deadline):
-                    break
+            await self._coordinator_call_per_group(
+                group_id,
+                "/v1/delete-groups",
+                api.DeleteGroupsRequest(groups=(group_id,)),
+                api.DeleteGroupsResponse,
+                deadline,
+                group_error=lambda a: next((r.error for r in a.results if r.error), None),
+            )
 
     async def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None

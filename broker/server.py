@@ -37,6 +37,7 @@ from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
+from raftka.broker.log_dirs import log_dirs_routes
 from raftka.broker.metadata_follower import MetadataFollower
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
@@ -342,6 +343,7 @@ class BrokerServer:
                 web.get("/v1/metadata", _metadata),
                 *coordinator_routes(self.coordinator),
                 *delete_records_routes(lambda request: _server(request).manager),
+                *log_dirs_routes(lambda request: _server(request).manager.logs),
             ]
         )
         return app

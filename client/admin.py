@@ -34,6 +34,7 @@ from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ListedOffset,
+    error_from_message,
     error_from_wire,
     list_offsets,
     monotonic_ms,
@@ -47,6 +48,7 @@ from raftka.client.structs import (
     TopicPartition,
 )
 from raftka.common.errors import (
+    BrokerNotAvailableError,
     KafkaError,
     KafkaTimeoutError,
     NotControllerError,
@@ -54,6 +56,7 @@ from raftka.common.errors import (
 )
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import controller as msg
+from raftka.common.messages import log_dirs as log_dirs_api
 
 __all__ = [
     "Admin",
@@ -62,7 +65,9 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ListedOffset",
+    "LogDirDescription",
     "OffsetSpec",
+    "ReplicaInfo",
 ]
 
 T = TypeVar("T")
@@ -107,6 +112,28 @@ class ClusterDescription:
     brokers: tuple[Node, ...]
     controller_id: int | None
     controllers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica in a log dir (Kafka's ReplicaInfo): its size in bytes, its offset
+    lag (high watermark minus log end, never below 0) and whether it is a future
+    replica (never, in raftka: replicas do not move between dirs)."""
+
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a broker (Kafka's LogDirDescription): its error (None, or
+    KAFKA_STORAGE_ERROR when it cannot be read), its replicas, total and usable bytes."""
+
+    error: KafkaError | None
+    replica_infos: Mapping[TopicPartition, ReplicaInfo]
+    total_bytes: int
+    usable_bytes: int
 
 
 def _raise_first(results: dict[str, KafkaError | None]) -> None:
@@ -552,6 +579,48 @@ class AsyncAdmin(AdminClientBase):
             await asyncio.sleep(min(self.config.retry_backoff_ms, deadline - now) / 1000)
         return results
 
+    # ------------------------------------------------------------------ log dirs
+
+    async def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """Kafka's describeLogDirs: for each broker (every live one when none is named),
+        each of its log dirs with the replicas stored there. A broker id that is not
+        a live broker is BROKER_NOT_AVAILABLE."""
+        transport, _ = self._started()
+        deadline = self._deadline(timeout_ms)
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        nodes: Mapping[int, Node] = view.brokers
+        wanted = sorted(nodes) if broker_ids is None else list(broker_ids)
+        out: dict[int, dict[str, LogDirDescription]] = {}
+        for broker_id in wanted:
+            node = nodes.get(broker_id)
+            if node is None:
+                raise BrokerNotAvailableError(f"broker {broker_id} is not a live broker")
+            answer = await transport.request_message(
+                f"{node.host}:{node.port}",
+                "POST",
+                "/v1/describe-log-dirs",
+                log_dirs_api.DescribeLogDirsResponse,
+                message=log_dirs_api.DescribeLogDirsRequest(),
+                timeout_ms=max(1, deadline - monotonic_ms()),
+            )
+            out[broker_id] = {
+                r.log_dir: LogDirDescription(
+                    error=None if r.error is None else error_from_message(r.error),
+                    replica_infos={
+                        TopicPartition(p.topic, p.partition): ReplicaInfo(
+                            p.size, p.offset_lag, p.is_future
+                        )
+                        for p in r.partitions
+                    },
+                    total_bytes=r.total_bytes,
+                    usable_bytes=r.usable_bytes,
+                )
+                for r in answer.results
+            }
+        return out
+
 
 #: How much sooner than the HTTP timeout the broker is asked to answer DeleteRecords.
 DELETE_RECORDS_MARGIN_MS = 1_000
@@ -683,6 +752,13 @@ class Admin(ClosingOnExit):
     ) -> dict[TopicPartition, int]:
         return self._run(
             self._async.delete_records(dict(before), timeout_ms=timeout_ms), timeout_ms
+        )
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        return self._run(
+            self._async.describe_log_dirs(broker_ids, timeout_ms=timeout_ms), timeout_ms
         )
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ import datetime
 import hashlib
 import io
 import logging
-import shutil
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -34,6 +33,7 @@ from kio.serial import entity_reader, entity_writer
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.delete_records import delete_records
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
+from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
 from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages import Message, decode_value
@@ -913,45 +913,34 @@ class KafkaApis:
         wanted: set[tuple[str, int]] | None = None
         if request.topics is not None:
             wanted = {(t.topic, int(i)) for t in request.topics for i in t.partitions}
-        logs = self._server.manager.logs
-        results = []
-        for log_dir, stored in logs.stored_by_dir().items():
-            items = []
-            for tp in stored:
-                opened = logs.get(tp)
-                if (wanted is not None and tp not in wanted) or opened is None:
-                    continue  # a log not open (being deleted or not yet placed) has no size
-                items.append(
-                    (
-                        tp[0],
-                        _build(
-                            partition_cls,
-                            partition_index=tp[1],
-                            partition_size=opened.size_bytes,
-                            # Kafka's lag of a current (not future) log: HW - LEO, >= 0.
-                            offset_lag=max(0, opened.high_watermark - opened.log_end_offset),
-                            is_future_key=False,
-                        ),
+        results = [
+            _build(
+                result_cls,
+                error_code=ErrorCode.none if d.error is None else d.error.error_code,
+                log_dir=d.log_dir,
+                topics=tuple(
+                    _build(topic_cls, name=t, partitions=tuple(ps))
+                    for t, ps in _by_topic(
+                        [
+                            (
+                                p.topic,
+                                _build(
+                                    partition_cls,
+                                    partition_index=p.partition,
+                                    partition_size=p.size,
+                                    offset_lag=p.offset_lag,
+                                    is_future_key=p.is_future,
+                                ),
+                            )
+                            for p in d.partitions
+                        ]
                     )
-                )
-            try:
-                usage = shutil.disk_usage(log_dir)
-                total, usable, code = usage.total, usage.free, ErrorCode.none
-            except OSError:
-                total, usable, code = -1, -1, ErrorCode.kafka_storage_error
-            results.append(
-                _build(
-                    result_cls,
-                    error_code=code,
-                    log_dir=str(log_dir),
-                    topics=tuple(
-                        _build(topic_cls, name=t, partitions=tuple(ps))
-                        for t, ps in _by_topic(items)
-                    ),
-                    total_bytes=total,
-                    usable_bytes=usable,
-                )
+                ),
+                total_bytes=d.total_bytes,
+                usable_bytes=d.usable_bytes,
             )
+            for d in describe_log_dirs(self._server.manager.logs, wanted)
+        ]
         return _build(
             cls, throttle_time=_NO_TIME, error_code=ErrorCode.none, results=tuple(results)
         )

@@ -6,7 +6,12 @@ line ``Topic: T  TopicId: ...  PartitionCount: 3  ReplicationFactor: 3  Configs:
 then per partition ``Topic: T  Partition: 0  Leader: 101  Replicas: 101,102,103
 Isr: 101,102,103``.
 
-``Configs`` lists the topic's non-default configs, as Kafka's describe does. ``alter``
+``Configs`` lists the topic's non-default configs, as Kafka's describe does. Its
+report options print only the partitions that need an operator's look, without the
+summary lines, as kafka-topics' do: ``--under-replicated-partitions`` (ISR smaller than
+the replicas), ``--unavailable-partitions`` (no leader, or a leader that is not a live
+broker), ``--under-min-isr-partitions`` and ``--at-min-isr-partitions`` (ISR below, or
+at, the topic's ``min.insync.replicas``). ``alter``
 also does what Kafka keeps in kafka-configs (``--add-config k=v``, ``--delete-config
 k``), next to ``--partitions N`` (add partitions up to N).
 
@@ -17,7 +22,8 @@ line and exit status 1 (see :mod:`._common`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Final, TypeVar
 
 import click
 
@@ -31,10 +37,32 @@ from raftka.client.cli._common import (
     one_line_errors,
     one_name,
 )
-from raftka.client.structs import BROKER_DEFAULT, NewPartitions, NewTopic, TopicDescription
+from raftka.client.structs import (
+    BROKER_DEFAULT,
+    NewPartitions,
+    NewTopic,
+    PartitionInfo,
+    TopicDescription,
+)
 from raftka.common.errors import TopicAlreadyExistsError
 
-__all__ = ["format_description", "parse_configs", "topics_command"]
+__all__ = [
+    "REPORTS",
+    "format_description",
+    "parse_configs",
+    "reported_partition",
+    "topics_command",
+]
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+#: kafka-topics' describe report options (each takes the option's name).
+REPORTS: Final = (
+    "under-replicated-partitions",
+    "unavailable-partitions",
+    "under-min-isr-partitions",
+    "at-min-isr-partitions",
+)
 
 
 def parse_configs(values: Sequence[str], option: str) -> dict[str, str]:
@@ -49,10 +77,29 @@ def parse_configs(values: Sequence[str], option: str) -> dict[str, str]:
     return out
 
 
+def reported_partition(
+    report: str, p: PartitionInfo, *, live_brokers: Collection[int], min_insync: int
+) -> bool:
+    """True if ``p`` belongs in kafka-topics' ``--<report>`` (one of :data:`REPORTS`)."""
+    if report == "under-replicated-partitions":
+        return len(p.isr) < len(p.replicas)
+    if report == "unavailable-partitions":
+        return p.leader is None or p.leader < 0 or p.leader not in live_brokers
+    if report == "under-min-isr-partitions":
+        return len(p.isr) < min_insync
+    if report == "at-min-isr-partitions":
+        return len(p.isr) == min_insync
+    raise ValueError(f"unknown report {report!r}")
+
+
 def format_description(
-    description: TopicDescription, configs: dict[str, ConfigEntry] | None
+    description: TopicDescription,
+    configs: dict[str, ConfigEntry] | None,
+    *,
+    only: Collection[int] | None = None,
 ) -> list[str]:
-    """kafka-topics' describe lines for one topic: a summary, then one per partition."""
+    """kafka-topics' describe lines for one topic: a summary, then one per partition;
+    with ``only``, the lines of those partitions alone (a report's output)."""
     partitions = description.partitions
     rf = len(partitions[0].replicas) if partitions else 0
     shown = ",".join(
@@ -60,11 +107,17 @@ def format_description(
         for e in sorted((configs or {}).values(), key=lambda e: e.name)
         if not e.is_default and e.value is not None
     )
-    lines = [
-        f"Topic: {description.name}\tTopicId: {description.topic_id}\t"
-        f"PartitionCount: {len(partitions)}\tReplicationFactor: {rf}\tConfigs: {shown}"
-    ]
+    lines = (
+        []
+        if only is not None
+        else [
+            f"Topic: {description.name}\tTopicId: {description.topic_id}\t"
+            f"PartitionCount: {len(partitions)}\tReplicationFactor: {rf}\tConfigs: {shown}"
+        ]
+    )
     for p in sorted(partitions, key=lambda p: p.partition):
+        if only is not None and p.partition not in only:
+            continue
         leader = "none" if p.leader is None or p.leader < 0 else str(p.leader)
         lines.append(
             f"\tTopic: {description.name}\tPartition: {p.partition}\tLeader: {leader}\t"
@@ -142,24 +195,53 @@ def list_command(*, exclude_internal: bool, bootstrap_server: str, api_timeout_m
         click.echo(name)
 
 
+def _report_options(command: _F) -> _F:
+    for report in reversed(REPORTS):
+        command = click.option(
+            f"--{report}",
+            "reports",
+            flag_value=report,
+            multiple=True,
+            help=f"Only the {report.replace('-', ' ')} (kafka-topics' report).",
+        )(command)
+    return command
+
+
 @topics_command.command("describe")
 @name_options("topic", multiple=True, help_text="Repeatable; every topic when none is named.")
+@_report_options
 @bootstrap_option
 @api_timeout_option
 def describe_command(
     *,
     topic_args: tuple[str, ...],
     topic_opt: tuple[str, ...],
+    reports: tuple[str, ...],
     bootstrap_server: str,
     api_timeout_ms: int,
 ) -> None:
     """Show partitions (leader, replicas, ISR) and non-default configs."""
     topics = many_names("topic", topic_args, topic_opt)
+    if len(set(reports)) > 1:
+        raise click.UsageError(
+            "give one report option at a time: " + ", ".join(f"--{r}" for r in sorted(set(reports)))
+        )
+    report = reports[0] if reports else None
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
         descriptions = admin.describe_topics(topics or None)
         configs = admin.describe_configs([d.name for d in descriptions])
+        live = {n.node_id for n in admin.describe_cluster().brokers} if report else set()
     for d in descriptions:
-        for line in format_description(d, configs.get(d.name)):
+        only = None
+        if report is not None:
+            min_isr_entry = configs.get(d.name, {}).get("min.insync.replicas")
+            min_isr = int(min_isr_entry.value or 1) if min_isr_entry is not None else 1
+            only = {
+                p.partition
+                for p in d.partitions
+                if reported_partition(report, p, live_brokers=live, min_insync=min_isr)
+            }
+        for line in format_description(d, configs.get(d.name), only=only):
             click.echo(line)
 
 

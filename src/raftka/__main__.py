@@ -46,6 +46,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "groups_command",
         "List, describe, reset offsets of and delete consumer groups.",
     ),
+    "log-dirs": (
+        "raftka.client.cli.log_dirs",
+        "log_dirs_command",
+        "Describe the brokers' log dirs: partitions, sizes, lag (like kafka-log-dirs).",
+    ),
     "metadata": (
         "raftka.metadata.cli",
         "metadata_group",
@@ -55,6 +60,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "raftka.perf_cli",
         "perf_command",
         "Performance tools: storage (log), produce and consume (like Kafka's perf-test).",
+    ),
+    "records": (
+        "raftka.client.cli.records",
+        "records_command",
+        "Delete records below an offset (like kafka-delete-records).",
     ),
     "server": (
         "raftka.server_cli",

@@ -10,6 +10,7 @@ is about what a person sees in a terminal.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -259,6 +261,66 @@ def test_delete_records_moves_the_log_start_on_every_replica(env: Env) -> None:
         env.admin.delete_records({tp: 101}, timeout_ms=API_TIMEOUT_MS)
     assert env.admin.delete_records({tp: -1}, timeout_ms=API_TIMEOUT_MS) == {tp: 100}
     assert env.admin.list_offsets({tp: "earliest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset == 100
+
+
+def test_records_delete_log_dirs_and_topic_reports(env: Env, tmp_path: Path) -> None:
+    """The operator tools of kafka-delete-records, kafka-log-dirs and kafka-topics'
+    reports: ``records delete`` with Kafka's offset file moves the log start and prints
+    the low watermark; ``log-dirs describe`` lists the partition in a log dir of every
+    replica with the bytes written; the min-ISR reports name the partitions whose ISR
+    is at (or below) the topic's min.insync.replicas, and a healthy topic is in no
+    under-replicated or unavailable report."""
+    topic = "operator-tools"
+    env.create_topic(topic, partitions=2, configs={"min.insync.replicas": "3"})
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=env.bootstrap_servers, max_block_ms=API_TIMEOUT_MS) as producer:
+        for i in range(20):
+            producer.send(topic, b"value-%d" % i, partition=0)
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(
+        '{"partitions": [{"topic": "operator-tools", "partition": 0, "offset": 5}], "version": 1}'
+    )
+    out = _ok(env.run("records", "delete", "--offset-json-file", str(offsets)))
+    assert out.splitlines() == [
+        "Executing records delete operation",
+        "Records delete operation completed:",
+        "partition: operator-tools-0\tlow_watermark: 5",
+    ]
+    assert env.admin.list_offsets({tp: "earliest"}, timeout_ms=API_TIMEOUT_MS)[tp].offset == 5
+
+    out = _ok(env.run("log-dirs", "describe", "--topic-list", topic))
+    head, received, document = out.splitlines()
+    assert head == "Querying brokers for log directories information"
+    assert received == "Received log directory information from brokers " + ",".join(
+        str(b) for b in sorted(env.brokers.ids)
+    )
+    parsed = json.loads(document)
+    assert parsed["version"] == 1
+    sizes: dict[int, dict[str, int]] = {}
+    for broker in parsed["brokers"]:
+        for d in broker["logDirs"]:
+            assert d["error"] is None, d
+            for p in d["partitions"]:
+                assert p["isFuture"] is False and p["offsetLag"] >= 0, p
+                sizes.setdefault(broker["broker"], {})[p["partition"]] = p["size"]
+    assert set(sizes) == set(env.brokers.ids), f"a replica is missing from {sizes}"
+    for broker_id, by_partition in sizes.items():
+        assert set(by_partition) == {f"{topic}-0", f"{topic}-1"}, (broker_id, by_partition)
+        assert by_partition[f"{topic}-0"] > 0, f"broker {broker_id} stores no bytes of {topic}-0"
+
+    def report(option: str) -> list[str]:
+        return _ok(env.run("topics", "describe", "--topic", topic, option)).splitlines()
+
+    for healthy in ("--under-replicated-partitions", "--unavailable-partitions"):
+        assert report(healthy) == [], healthy
+    assert report("--under-min-isr-partitions") == []
+    at_min = report("--at-min-isr-partitions")
+    assert [line.split("\t")[2] for line in at_min] == ["Partition: 0", "Partition: 1"], at_min
+    assert all(line.startswith(f"\tTopic: {topic}") for line in at_min), at_min
+    bad = env.run("topics", "describe", "--at-min-isr-partitions", "--unavailable-partitions")
+    assert bad.exit_code == 2 and "one report option at a time" in bad.output, bad.output
 
 
 def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:

@@ -1,0 +1,90 @@
+"""The pure parts of the operator tools: kafka-topics' describe reports (which
+partitions each names) and kafka-delete-records' offset file (what it accepts, and the
+one-line refusal of anything else)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from raftka.client.cli.records import parse_offset_json
+from raftka.client.cli.topics import REPORTS, reported_partition
+from raftka.client.structs import PartitionInfo
+from raftka.common.structs import TopicPartition
+
+LIVE = {1, 2, 3}
+
+
+def _p(
+    leader: int | None, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)
+) -> PartitionInfo:
+    return PartitionInfo("t", 0, leader, 0, replicas, isr)
+
+
+@pytest.mark.parametrize(
+    ("partition", "min_insync", "expected"),
+    [
+        # healthy, min.insync.replicas 2
+        (_p(1, (1, 2, 3)), 2, set()),
+        # one follower out of the ISR: under-replicated, and at min ISR
+        (_p(1, (1, 2)), 2, {"under-replicated-partitions", "at-min-isr-partitions"}),
+        # leader alone: under-replicated and under min ISR
+        (_p(1, (1,)), 2, {"under-replicated-partitions", "under-min-isr-partitions"}),
+        # no leader: unavailable
+        (
+            _p(None, (1,)),
+            1,
+            {"unavailable-partitions", "under-replicated-partitions", "at-min-isr-partitions"},
+        ),
+        # a leader that is not a live broker: unavailable
+        (_p(4, (4, 1, 2), (4, 1, 2)), 2, {"unavailable-partitions"}),
+        # -1 is "no leader" on the wire
+        (_p(-1, (1, 2, 3)), 2, {"unavailable-partitions"}),
+    ],
+)
+def test_each_report_names_the_partitions_kafka_topics_names(
+    partition: PartitionInfo, min_insync: int, expected: set[str]
+) -> None:
+    got = {
+        r
+        for r in REPORTS
+        if reported_partition(r, partition, live_brokers=LIVE, min_insync=min_insync)
+    }
+    assert got == expected
+
+
+def test_an_unknown_report_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown report"):
+        reported_partition("lagging-partitions", _p(1, (1,)), live_brokers=LIVE, min_insync=1)
+
+
+def test_kafka_delete_records_offset_file() -> None:
+    text = (
+        b'{"partitions": [{"topic": "a", "partition": 0, "offset": 5},'
+        b' {"topic": "a", "partition": 1, "offset": -1}], "version": 1}'
+    )
+    assert parse_offset_json(text, "f") == {TopicPartition("a", 0): 5, TopicPartition("a", 1): -1}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b"{", "not JSON"),
+        (b"[]", "expected"),
+        (b'{"partitions": []}', "no partitions"),
+        (b'{"partitions": [], "version": 2}', "unsupported version 2"),
+        (b'{"partitions": [{"topic": "", "partition": 0, "offset": 1}]}', "topic"),
+        (b'{"partitions": [{"topic": "a", "partition": -1, "offset": 1}]}', "partition must"),
+        (b'{"partitions": [{"topic": "a", "partition": 0, "offset": -2}]}', "offset must"),
+        (b'{"partitions": [{"topic": "a", "partition": 0, "offset": "5"}]}', "offset must"),
+        (
+            b'{"partitions": [{"topic": "a", "partition": 0, "offset": 1},'
+            b' {"topic": "a", "partition": 0, "offset": 2}]}',
+            "named twice",
+        ),
+    ],
+)
+def test_a_bad_offset_file_is_refused_in_one_line(text: bytes, why: str) -> None:
+    with pytest.raises(click.BadParameter, match=why) as raised:
+        parse_offset_json(text, "f.json")
+    assert "\n" not in raised.value.format_message()

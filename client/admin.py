@@ -384,6 +384,43 @@ class AsyncAdmin(AdminClientBase):
             controllers=view.controllers,
         )
 
+    # ------------------------------------------------------------------ elections
+
+    async def elect_leaders(
+        self,
+        election_type: Literal["preferred", "unclean"],
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's electLeaders (KIP-460): ``"preferred"`` moves each partition's
+        leadership to its first replica where that replica is an active ISR member;
+        ``"unclean"`` elects a leader for each leaderless partition, outside the ISR if
+        it must (records the new leader lacks are lost). ``partitions`` None: every
+        partition, answering only those that needed an election. Per partition: None
+        when elected, else ElectionNotNeededError, PreferredLeaderNotAvailableError,
+        EligibleLeadersNotAvailableError or UnknownTopicOrPartitionError."""
+        if election_type not in ("preferred", "unclean"):
+            raise ValueError(f"election_type must be preferred or unclean, not {election_type!r}")
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = msg.ElectLeadersRequest(
+            election_type=election_type,
+            topic_partitions=(
+                None
+                if partitions is None
+                else [msg.ElectionPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+            ),
+        )
+        answer = await self._controller_call(
+            "POST", "/v1/elect-leaders", body=request, timeout_ms=timeout_ms
+        )
+        return {
+            TopicPartition(r.topic, r.partition): _item_error(r.error)
+            for r in decode_value(answer, msg.ElectLeadersResponse).results
+        }
+
     # ------------------------------------------------------------------ configs
 
     async def describe_configs(
@@ -752,6 +789,18 @@ class Admin(ClosingOnExit):
     ) -> dict[TopicPartition, int]:
         return self._run(
             self._async.delete_records(dict(before), timeout_ms=timeout_ms), timeout_ms
+        )
+
+    def elect_leaders(
+        self,
+        election_type: Literal["preferred", "unclean"],
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(
+            self._async.elect_leaders(election_type, partitions, timeout_ms=timeout_ms),
+            timeout_ms,
         )
 
     def describe_log_dirs(

@@ -258,8 +258,16 @@ class MemberIdRequiredError(KafkaError):
     name, code = "MEMBER_ID_REQUIRED", 79
 
 
+class PreferredLeaderNotAvailableError(KafkaError):
+    name, code, retriable = "PREFERRED_LEADER_NOT_AVAILABLE", 80, True
+
+
 class EligibleLeadersNotAvailableError(KafkaError):
     name, code, retriable = "ELIGIBLE_LEADERS_NOT_AVAILABLE", 83, True
+
+
+class ElectionNotNeededError(KafkaError):
+    name, code, retriable = "ELECTION_NOT_NEEDED", 84, True
 
 
 class GroupMaxSizeReachedError(KafkaError):

@@ -51,18 +51,22 @@ lost) and elects new leaders for the partitions it led (see ``election.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from raftka.common.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidRequestError,
     InvalidUpdateVersionError,
+    KafkaError,
     NotControllerError,
+    PreferredLeaderNotAvailableError,
     StaleBrokerEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -76,6 +80,8 @@ from raftka.metadata.controller_api import (
     CommandBatch,
     ControllerDeadlines,
     ControllerResult,
+    ElectLeadersResponse,
+    ElectLeadersResult,
     ExpireSessionsResponse,
     RebalanceResponse,
     RegisterBrokerRequest,
@@ -94,6 +100,7 @@ from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     NO_LEADER,
+    NO_LEADER_CHANGE,
     UNFENCE,
     BrokerRegistrationChangeRecord,
     PartitionChangeRecord,
@@ -135,6 +142,28 @@ def _unclean_enabled(image: MetadataImage, config: ControllerConfig, topic: str)
             if parsed is not None:
                 return parsed
     return config.unclean_leader_election_enable
+
+
+def _election_refusal(
+    image: MetadataImage,
+    election: Election,
+    name: str,
+    index: int,
+    partition: PartitionRegistration,
+) -> KafkaError | None:
+    """Why ElectLeaders does not elect ``partition``'s leader, or None if it may."""
+    if election is Election.PREFERRED:
+        preferred = partition.preferred_leader()
+        if partition.leader == preferred:
+            return ElectionNotNeededError(f"{name}-{index} is led by its preferred replica")
+        if preferred not in partition.isr or not is_active_broker(image, preferred):
+            return PreferredLeaderNotAvailableError(
+                f"{name}-{index}: the preferred replica {preferred} is not an active ISR member"
+            )
+        return None
+    if partition.has_leader() and is_active_broker(image, partition.leader):
+        return ElectionNotNeededError(f"{name}-{index} has a leader")
+    return None
 
 
 def _check_broker_epoch(
@@ -540,6 +569,56 @@ class QuorumController(TopicControl):
             batch.add(record)
             elected.append(TopicIdPartition(topic.topic_id, topic.name, index))
         return batch.result(RebalanceResponse(tuple(elected), more))
+
+    def elect_leaders(
+        self,
+        image: MetadataImage,
+        election: Election,
+        partitions: Sequence[tuple[str, int]] | None,
+    ) -> ControllerResult[ElectLeadersResponse]:
+        """ElectLeaders (KIP-460, kafka-leader-election): ``Election.PREFERRED`` makes
+        each partition's first replica its leader where it is in the ISR and active;
+        ``Election.UNCLEAN`` elects a leader for each leaderless partition, from the ISR
+        if a member is active, else from any active replica (the ISR then restarts from
+        it: records it lacks are lost, which is what the operator asks for). With
+        ``partitions`` None, every partition, and those that need no election are left
+        out of the answer (as Kafka's controller does)."""
+        batch = CommandBatch(image)
+        results: list[ElectLeadersResult] = []
+        if partitions is None:
+            wanted = [(t.name, i) for t, i, _ in _partitions(image)]
+        else:
+            wanted = list(dict.fromkeys(partitions))  # once each, in the asked order
+        for name, index in wanted:
+            topic = image.topics.by_name.get(name)
+            partition = None if topic is None else topic.partition(index)
+            if topic is None or partition is None:
+                error: KafkaError | None = UnknownTopicOrPartitionError(
+                    f"{name}-{index} does not exist"
+                )
+            else:
+                builder = PartitionChangeBuilder(
+                    partition,
+                    topic.topic_id,
+                    index,
+                    lambda b: is_active_broker(image, b),
+                    unclean_election=election is Election.UNCLEAN,
+                )
+                error = _election_refusal(image, election, name, index, partition)
+                if error is None:
+                    record = builder.set_election(
+                        Election.PREFERRED if election is Election.PREFERRED else Election.ANY
+                    ).build()
+                    if record is None or record.leader in (NO_LEADER, NO_LEADER_CHANGE):
+                        error = EligibleLeadersNotAvailableError(
+                            f"{name}-{index}: no active replica can lead"
+                        )
+                    else:
+                        batch.add(record)
+            if partitions is None and isinstance(error, ElectionNotNeededError):
+                continue
+            results.append(ElectLeadersResult(name, index, error))
+        return batch.result(ElectLeadersResponse(tuple(results)))
 
     # -- producer ids -----------------------------------------------------------------
 

@@ -53,6 +53,8 @@ __all__ = [
     "DeleteTopicResult",
     "DeleteTopicsResponse",
     "DescribeConfigsResult",
+    "ElectLeadersResponse",
+    "ElectLeadersResult",
     "ExpireSessionsResponse",
     "RebalanceResponse",
     "RegisterBrokerRequest",
@@ -272,6 +274,22 @@ class RebalanceResponse:
 
     elected: tuple[TopicIdPartition, ...]
     more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResult:
+    """One partition of an ElectLeaders command: None when its leader was elected,
+    else why not (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    topic: str
+    partition: int
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResponse:
+    results: tuple[ElectLeadersResult, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,8 @@ __all__ = ["Election", "ElectionResult", "PartitionChangeBuilder"]
 class Election(enum.Enum):
     ANY = "any"
     PREFERRED = "preferred"
+    #: Only as an ElectLeaders request's type (the builder takes unclean_election).
+    UNCLEAN = "unclean"
 
 
 class ElectionResult:

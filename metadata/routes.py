@@ -38,6 +38,7 @@ from raftka.metadata import controller_api as qc
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.controller_events import ControllerEventLoop, NotControllerRedirectError
+from raftka.metadata.election import Election
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_fetch import fetch_metadata
 from raftka.metadata.metadata_records import Endpoint
@@ -96,6 +97,7 @@ def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> we
             web.post("/v1/topics", _create_topics),
             web.delete("/v1/topics", _delete_topics),
             web.post("/v1/partitions", _create_partitions),
+            web.post("/v1/elect-leaders", _elect_leaders),
             web.post("/v1/configs", _alter_configs),
             web.get("/v1/configs", _describe_configs),
             web.post("/v1/alter-partition", _alter_partition),
@@ -353,6 +355,29 @@ async def _create_partitions(request: web.Request) -> web.Response:
             topics=[
                 msg.TopicErrorResult(name=t.name, error=msg.error_data(t.error))
                 for t in response.topics
+            ]
+        )
+    )
+
+
+async def _elect_leaders(request: web.Request) -> web.Response:
+    body = await _body(request, msg.ElectLeadersRequest)
+    election = Election.PREFERRED if body.election_type == "preferred" else Election.UNCLEAN
+    partitions = (
+        None
+        if body.topic_partitions is None
+        else [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+    )
+    response = await _write(
+        request, "elect_leaders", lambda c, image: c.elect_leaders(image, election, partitions)
+    )
+    return _answer(
+        msg.ElectLeadersResponse(
+            results=[
+                msg.ElectionResult(
+                    topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
+                )
+                for r in response.results
             ]
         )
     )

@@ -195,14 +195,6 @@ class TopicDeletionDisabledError(KafkaError):
     name, code = "TOPIC_DELETION_DISABLED", 73
 
 
-class PreferredLeaderNotAvailableError(KafkaError):
-    name, code, retriable = "PREFERRED_LEADER_NOT_AVAILABLE", 80, True
-
-
-class ElectionNotNeededError(KafkaError):
-    name, code, retriable = "ELECTION_NOT_NEEDED", 84, True
-
-
 class NoReassignmentInProgressError(KafkaError):
     name, code = "NO_REASSIGNMENT_IN_PROGRESS", 85
 

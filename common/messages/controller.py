@@ -39,7 +39,14 @@ import msgspec
 from msgspec import Meta
 
 from raftka.common.errors import KafkaError
-from raftka.common.messages import INT32_MAX, INT64_MAX, Message, NonNegInt32, PartitionId
+from raftka.common.messages import (
+    INT32_MAX,
+    INT64_MAX,
+    Message,
+    NonNegInt32,
+    PartitionId,
+    TopicName,
+)
 
 #: Response header of every controller answer: the quorum epoch (a decimal integer) of
 #: the node that gave it, so a broker learns which epoch an answer belongs to.
@@ -76,6 +83,10 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeQuorumRequest",
     "DescribeQuorumResponse",
+    "ElectLeadersRequest",
+    "ElectLeadersResponse",
+    "ElectionPartitions",
+    "ElectionResult",
     "EndpointData",
     "ErrorData",
     "FetchMetadataRequest",
@@ -265,6 +276,33 @@ class TopicErrorResult(Message, frozen=True, kw_only=True):
 
 class CreatePartitionsResponse(Message, frozen=True, kw_only=True):
     topics: list[TopicErrorResult]
+
+
+# ---------------------------------------------------------------------------------------
+# Leader elections (client/admin.py, kafka-leader-election)
+
+
+class ElectionPartitions(Message, frozen=True, kw_only=True):
+    topic: TopicName
+    partitions: Annotated[list[NonNegInt32], _ITEMS]
+
+
+class ElectLeadersRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/elect-leaders`` (KIP-460): ``topic_partitions`` None means every
+    partition."""
+
+    election_type: Literal["preferred", "unclean"]
+    topic_partitions: Annotated[list[ElectionPartitions], _ITEMS] | None = None
+
+
+class ElectionResult(Message, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error: ErrorData | None
+
+
+class ElectLeadersResponse(Message, frozen=True, kw_only=True):
+    results: list[ElectionResult]
 
 
 # ---------------------------------------------------------------------------------------

@@ -46,6 +46,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "groups_command",
         "List, describe, reset offsets of and delete consumer groups.",
     ),
+    "leaders": (
+        "raftka.client.cli.leaders",
+        "leaders_command",
+        "Elect partition leaders: preferred or unclean (like kafka-leader-election).",
+    ),
     "log-dirs": (
         "raftka.client.cli.log_dirs",
         "log_dirs_command",

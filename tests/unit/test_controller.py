@@ -996,6 +996,73 @@ def test_rebalance_moves_leadership_back_to_the_preferred_replica() -> None:
     assert (p.leader, p.isr, p.leader_epoch) == (1, (2, 1), 2)
 
 
+def _elect(
+    h: Harness, election: Election, partitions: list[tuple[str, int]] | None
+) -> dict[tuple[str, int], str | None]:
+    """ElectLeaders run: each partition's error name (None: elected)."""
+    response = h.run(h.ctl.elect_leaders(h.image, election, partitions))
+    return {
+        (r.topic, r.partition): None if r.error is None else r.error.name for r in response.results
+    }
+
+
+def test_elect_leaders_preferred_moves_leadership_where_it_can() -> None:
+    """kafka-leader-election --election-type preferred: the partition whose preferred
+    replica is back in the ISR is elected; one already led by it needs no election;
+    one whose preferred replica is out of the ISR cannot be; an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION. Asked for every partition, only the attempted ones
+    are answered."""
+    h = Harness(ControllerConfig(auto_leader_rebalance_enable=False))
+    h.add_brokers(1, 2, 3)
+    t = h.create("t", assignments={0: [1, 2], 1: [2, 3], 2: [3, 1]})
+    h.heartbeat(1, want_fence=True)
+    h.heartbeat(1)
+    assert h.partition(t, 0).leader == 2 and h.partition(t, 2).leader == 3
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 2, (2, 1), partition=0)))
+    # t-2 is led by its preferred replica 3; t-0's preferred 1 is back in the ISR.
+    got = _elect(h, Election.PREFERRED, [("t", 0), ("t", 1), ("t", 2), ("t", 9), ("u", 0)])
+    assert got == {
+        ("t", 0): None,
+        ("t", 1): "ELECTION_NOT_NEEDED",
+        ("t", 2): "ELECTION_NOT_NEEDED",
+        ("t", 9): "UNKNOWN_TOPIC_OR_PARTITION",
+        ("u", 0): "UNKNOWN_TOPIC_OR_PARTITION",
+    }
+    assert h.partition(t, 0).leader == 1
+    # t-2's ISR lost 1 when 1 was fenced; fencing 3, its last member, leaves it leaderless.
+    h.heartbeat(3, want_fence=True)
+    assert (h.partition(t, 2).leader, h.partition(t, 2).isr) == (mr.NO_LEADER, (3,))
+    assert _elect(h, Election.PREFERRED, [("t", 2)]) == {("t", 2): "PREFERRED_LEADER_NOT_AVAILABLE"}
+    assert _elect(h, Election.PREFERRED, None) == {("t", 2): "PREFERRED_LEADER_NOT_AVAILABLE"}
+
+
+def test_elect_leaders_unclean_elects_a_leaderless_partition_outside_the_isr() -> None:
+    """--election-type unclean: a partition whose last ISR member is fenced gets a
+    leader from the other live replicas (the ISR restarts from it), whatever the
+    topic's unclean.leader.election.enable; a partition with a leader needs none;
+    with no live replica at all, ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+    h = Harness()
+    t = h.fence_the_last_isr_member()
+    p = h.partition(t)
+    assert p.leader == mr.NO_LEADER and p.isr == (1,)
+    assert _elect(h, Election.PREFERRED, [("t", 0)]) == {("t", 0): "PREFERRED_LEADER_NOT_AVAILABLE"}
+    assert _elect(h, Election.UNCLEAN, [("t", 0)]) == {("t", 0): None}
+    p = h.partition(t)
+    assert (p.leader, p.isr) == (2, (2,))
+    assert _elect(h, Election.UNCLEAN, [("t", 0)]) == {("t", 0): "ELECTION_NOT_NEEDED"}
+    assert _elect(h, Election.UNCLEAN, None) == {}
+
+
+def test_elect_leaders_unclean_without_a_live_replica() -> None:
+    h = Harness()
+    h.add_brokers(1)
+    t = h.create("t", assignments={0: [1]})
+    h.heartbeat(1, want_fence=True)
+    assert h.partition(t).leader == mr.NO_LEADER
+    assert _elect(h, Election.UNCLEAN, [("t", 0)]) == {("t", 0): "ELIGIBLE_LEADERS_NOT_AVAILABLE"}
+    assert h.partition(t).leader == mr.NO_LEADER
+
+
 def test_deadlines_follow_sessions_and_imbalance() -> None:
     """Session expiry is due just after the earliest unfenced session ends; rebalance is
     due an interval after the last run, only while something is imbalanced and the

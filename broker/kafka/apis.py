@@ -83,6 +83,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     35: (1, 4),  # DescribeLogDirs (kio has no v0)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders (v0: preferred only)
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
 }
@@ -309,6 +310,7 @@ class KafkaApis:
             35: self.describe_log_dirs,
             37: self.create_partitions,
             42: self.delete_groups,
+            43: self.elect_leaders,
             44: self.incremental_alter_configs,
             60: self.describe_cluster,
         }
@@ -763,6 +765,63 @@ class KafkaApis:
             code, message = _controller_result(answers.get(t.name), failure)
             results.append(_build(result_cls, name=t.name, error_code=code, error_message=message))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
+
+    async def elect_leaders(self, request: Any, version: int, call: Call) -> Any:
+        # Forwarded to the active controller's POST /v1/elect-leaders, as Kafka's
+        # brokers forward ElectLeaders; Kafka's ElectionType 0 is preferred, 1 unclean.
+        cls = load_response_schema(43, version)
+        result_cls = _nested(cls, "ReplicaElectionResult")
+        partition_cls = _nested(cls, "PartitionResult")
+        election_type = int(getattr(request, "election_type", 0))
+        if election_type not in (0, 1):
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.invalid_request,
+                replica_election_results=(),
+            )
+        body: dict[str, Any] = {
+            "election_type": "preferred" if election_type == 0 else "unclean",
+            "topic_partitions": (
+                None
+                if request.topic_partitions is None
+                else [
+                    {"topic": t.topic, "partitions": [int(p) for p in t.partitions]}
+                    for t in request.topic_partitions
+                ]
+            ),
+        }
+        answer, failure = await self._forward("/v1/elect-leaders", body, _ms(request.timeout))
+        if failure is not None:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=_code(failure),
+                replica_election_results=(),
+            )
+        items = []
+        for r in answer.get("results", []):
+            code, message = _controller_result(r, None)
+            items.append(
+                (
+                    r["topic"],
+                    _build(
+                        partition_cls,
+                        partition_id=int(r["partition"]),
+                        error_code=code,
+                        error_message=message,
+                    ),
+                )
+            )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            replica_election_results=tuple(
+                _build(result_cls, topic=t, partition_result=tuple(ps))
+                for t, ps in _by_topic(items)
+            ),
+        )
 
     # ------------------------------------------------------------------ configs
 

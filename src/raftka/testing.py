@@ -85,11 +85,14 @@ class RaftkaCluster:
         controller_properties: Mapping[str, str] | None = None,
         broker_properties: Mapping[str, str] | None = None,
         timeout_s: float = READY_TIMEOUT_S,
+        kafka_listener: bool = False,
     ) -> Self:
         """Start 3 controllers and ``brokers`` brokers as real processes with their data
         in ``data_dir``, and return once a controller leads and every broker is
-        unfenced; whatever was started is killed if that fails. Use it as a context
-        manager (or call :meth:`close`)."""
+        unfenced; whatever was started is killed if that fails. ``kafka_listener``
+        gives each broker a Kafka binary-protocol listener too
+        (``brokers.kafka_bootstrap_servers``). Use it as a context manager (or call
+        :meth:`close`)."""
         from raftka.local.brokers import LocalBrokers  # noqa: PLC0415  (keeps the plugin import cheap)
         from raftka.local.processes import LocalCluster  # noqa: PLC0415  (keeps the plugin import cheap)
 
@@ -100,7 +103,12 @@ class RaftkaCluster:
         try:
             controllers.start(timeout_s)
             controllers.wait_leader(timeout_s)
-            started = LocalBrokers(controllers, count=brokers, extra_properties=broker_properties)
+            started = LocalBrokers(
+                controllers,
+                count=brokers,
+                extra_properties=broker_properties,
+                kafka_listener=kafka_listener,
+            )
             started.start(timeout_s)
         except BaseException:
             if started is not None:

@@ -32,6 +32,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RaftkaCluster]:
     with RaftkaCluster.start(
         tmp_path_factory.mktemp("elect"),
         controller_properties={"auto.leader.rebalance.enable": "false"},
+        kafka_listener=True,
     ) as env:
         yield env
 
@@ -107,3 +108,24 @@ def test_election_errors_are_reported_per_partition(env: RaftkaCluster) -> None:
     assert lines[-1] == "Error: 1 replica(s) could not be elected", lines
     both = _run(env, "--election-type", "preferred", "--all-topic-partitions", "--topic", TOPIC)
     assert both.exit_code == 2 and "one way" in both.output, both.output
+
+
+def test_confluent_kafka_elect_leaders_over_the_kafka_listener(env: RaftkaCluster) -> None:
+    """librdkafka's ElectLeaders (through the Kafka listener, forwarded to the
+    controller): a balanced partition answers ELECTION_NOT_NEEDED, an unknown one
+    UNKNOWN_TOPIC_OR_PARTITION, per partition."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    env.create_topic("elect-ck", partitions=1)
+    admin = AdminClient({"bootstrap.servers": env.brokers.kafka_bootstrap_servers})
+    future = admin.elect_leaders(
+        ElectionType.PREFERRED,
+        [CkTopicPartition("elect-ck", 0), CkTopicPartition("elect-ck", 5)],
+    )
+    results = {(tp.topic, tp.partition): e for tp, e in future.result(timeout=30).items()}
+    assert set(results) == {("elect-ck", 0), ("elect-ck", 5)}, results
+    codes = {tp: None if e is None else e.code() for tp, e in results.items()}
+    # Kafka's codes: ELECTION_NOT_NEEDED 84, UNKNOWN_TOPIC_OR_PARTITION 3.
+    assert codes == {("elect-ck", 0): 84, ("elect-ck", 5): 3}, results

@@ -67,6 +67,7 @@ __all__ = [
     "ListedOffset",
     "LogDirDescription",
     "OffsetSpec",
+    "PartitionReassignment",
     "ReplicaInfo",
 ]
 
@@ -112,6 +113,16 @@ class ClusterDescription:
     brokers: tuple[Node, ...]
     controller_id: int | None
     controllers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment in progress (Kafka's PartitionReassignment): every replica now
+    (the target ones first, then those leaving), those being added, those leaving."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +431,59 @@ class AsyncAdmin(AdminClientBase):
             TopicPartition(r.topic, r.partition): _item_error(r.error)
             for r in decode_value(answer, msg.ElectLeadersResponse).results
         }
+
+    # ------------------------------------------------------------------ reassignments
+
+    async def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's alterPartitionReassignments (KIP-455): move each partition to its
+        target replicas (None: cancel its reassignment in progress). The new replicas
+        copy the log first; the old ones leave once every new one is in sync. Per
+        partition: None when started (or done), else its error
+        (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT,
+        NO_REASSIGNMENT_IN_PROGRESS)."""
+        request = msg.AlterPartitionReassignmentsRequest(
+            partitions=[
+                msg.ReassignablePartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    replicas=None if replicas is None else list(replicas),
+                )
+                for tp, replicas in reassignments.items()
+            ]
+        )
+        if not request.partitions:
+            return {}
+        answer = await self._controller_call(
+            "POST", "/v1/reassignments", body=request, timeout_ms=timeout_ms
+        )
+        return {
+            TopicPartition(r.topic, r.partition): _item_error(r.error)
+            for r in decode_value(answer, msg.AlterPartitionReassignmentsResponse).results
+        }
+
+    async def list_partition_reassignments(
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """Kafka's listPartitionReassignments: the reassignments in progress (of
+        ``partitions`` only, when given)."""
+        wanted = None if partitions is None else set(partitions)
+        answer = await self._controller_call("GET", "/v1/reassignments", timeout_ms=timeout_ms)
+        out: dict[TopicPartition, PartitionReassignment] = {}
+        for r in decode_value(answer, msg.ListPartitionReassignmentsResponse).reassignments:
+            tp = TopicPartition(r.topic, r.partition)
+            if wanted is None or tp in wanted:
+                out[tp] = PartitionReassignment(
+                    tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas)
+                )
+        return out
 
     # ------------------------------------------------------------------ configs
 
@@ -800,6 +864,28 @@ class Admin(ClosingOnExit):
     ) -> dict[TopicPartition, KafkaError | None]:
         return self._run(
             self._async.elect_leaders(election_type, partitions, timeout_ms=timeout_ms),
+            timeout_ms,
+        )
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(
+            self._async.alter_partition_reassignments(reassignments, timeout_ms=timeout_ms),
+            timeout_ms,
+        )
+
+    def list_partition_reassignments(
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._run(
+            self._async.list_partition_reassignments(partitions, timeout_ms=timeout_ms),
             timeout_ms,
         )
 

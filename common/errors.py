@@ -270,6 +270,10 @@ class ElectionNotNeededError(KafkaError):
     name, code, retriable = "ELECTION_NOT_NEEDED", 84, True
 
 
+class NoReassignmentInProgressError(KafkaError):
+    name, code = "NO_REASSIGNMENT_IN_PROGRESS", 85
+
+
 class GroupMaxSizeReachedError(KafkaError):
     name, code = "GROUP_MAX_SIZE_REACHED", 81
 

@@ -83,6 +83,8 @@ from raftka.metadata.controller_api import (
     ElectLeadersResponse,
     ElectLeadersResult,
     ExpireSessionsResponse,
+    ReassignmentResult,
+    ReassignmentsResponse,
     RebalanceResponse,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
@@ -107,6 +109,7 @@ from raftka.metadata.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
 )
+from raftka.metadata.reassignment import completion_record, start_record
 from raftka.metadata.topic_config import parse_bool
 from raftka.metadata.topic_control import TopicControl
 from raftka.server_common.controller_config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
@@ -521,6 +524,17 @@ class QuorumController(TopicControl):
             )
         after = batch.image.topics.partition(request.topic_id, request.partition)
         assert after is not None
+        # A reassignment completes once its adding replicas are in sync (KIP-455).
+        done = completion_record(
+            request.topic_id,
+            request.partition,
+            after,
+            is_active=lambda b: is_active_broker(batch.image, b),
+        )
+        if done is not None:
+            batch.add(done)
+            after = batch.image.topics.partition(request.topic_id, request.partition)
+            assert after is not None
         return batch.result(
             AlterPartitionResponse(
                 topic_id=request.topic_id,
@@ -619,6 +633,51 @@ class QuorumController(TopicControl):
                 continue
             results.append(ElectLeadersResult(name, index, error))
         return batch.result(ElectLeadersResponse(tuple(results)))
+
+    def alter_partition_reassignments(
+        self,
+        image: MetadataImage,
+        reassignments: Sequence[tuple[str, int, Sequence[int] | None]],
+    ) -> ControllerResult[ReassignmentsResponse]:
+        """AlterPartitionReassignments (KIP-455): start each (topic, partition, target
+        replicas) reassignment, or cancel it (target None); see
+        :mod:`raftka.metadata.reassignment`. One that needs no copy completes at once."""
+        batch = CommandBatch(image)
+        results: list[ReassignmentResult] = []
+
+        def active(b: int) -> bool:  # broker states do not change in this command
+            return is_active_broker(image, b)
+
+        for name, index, target in reassignments:
+            where = f"{name}-{index}"
+            topic = batch.image.topics.by_name.get(name)
+            partition = None if topic is None else topic.partition(index)
+            error: KafkaError | None = None
+            if topic is None or partition is None:
+                error = UnknownTopicOrPartitionError(f"{where} does not exist")
+            else:
+                try:
+                    record = start_record(
+                        batch.image,
+                        topic.topic_id,
+                        index,
+                        partition,
+                        target,
+                        where=where,
+                        is_active=active,
+                    )
+                except KafkaError as e:
+                    error = e
+                else:
+                    if record is not None:
+                        batch.add(record)
+                        started = batch.image.topics.partition(topic.topic_id, index)
+                        assert started is not None
+                        done = completion_record(topic.topic_id, index, started, is_active=active)
+                        if done is not None:
+                            batch.add(done)
+            results.append(ReassignmentResult(name, index, error))
+        return batch.result(ReassignmentsResponse(tuple(results)))
 
     # -- producer ids -----------------------------------------------------------------
 

@@ -56,6 +56,8 @@ __all__ = [
     "ElectLeadersResponse",
     "ElectLeadersResult",
     "ExpireSessionsResponse",
+    "ReassignmentResult",
+    "ReassignmentsResponse",
     "RebalanceResponse",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
@@ -290,6 +292,21 @@ class ElectLeadersResult:
 @dataclass(frozen=True, slots=True)
 class ElectLeadersResponse:
     results: tuple[ElectLeadersResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    """One partition of an AlterPartitionReassignments command: None when started,
+    cancelled or completed, else why not."""
+
+    topic: str
+    partition: int
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentsResponse:
+    results: tuple[ReassignmentResult, ...]
 
 
 @dataclass(frozen=True, slots=True)

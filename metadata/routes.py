@@ -98,6 +98,8 @@ def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> we
             web.delete("/v1/topics", _delete_topics),
             web.post("/v1/partitions", _create_partitions),
             web.post("/v1/elect-leaders", _elect_leaders),
+            web.post("/v1/reassignments", _alter_reassignments),
+            web.get("/v1/reassignments", _list_reassignments),
             web.post("/v1/configs", _alter_configs),
             web.get("/v1/configs", _describe_configs),
             web.post("/v1/alter-partition", _alter_partition),
@@ -374,13 +376,53 @@ async def _elect_leaders(request: web.Request) -> web.Response:
     return _answer(
         msg.ElectLeadersResponse(
             results=[
-                msg.ElectionResult(
+                msg.PartitionErrorResult(
                     topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
                 )
                 for r in response.results
             ]
         )
     )
+
+
+async def _alter_reassignments(request: web.Request) -> web.Response:
+    body = await _body(request, msg.AlterPartitionReassignmentsRequest)
+    items = [
+        (p.topic, p.partition, None if p.replicas is None else tuple(p.replicas))
+        for p in body.partitions
+    ]
+    response = await _write(
+        request,
+        "alter_partition_reassignments",
+        lambda c, image: c.alter_partition_reassignments(image, items),
+    )
+    return _answer(
+        msg.AlterPartitionReassignmentsResponse(
+            results=[
+                msg.PartitionErrorResult(
+                    topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
+                )
+                for r in response.results
+            ]
+        )
+    )
+
+
+async def _list_reassignments(request: web.Request) -> web.Response:
+    image = _events(request).loader.image
+    ongoing = [
+        msg.OngoingReassignment(
+            topic=name,
+            partition=index,
+            replicas=list(p.replicas),
+            adding_replicas=list(p.adding_replicas),
+            removing_replicas=list(p.removing_replicas),
+        )
+        for name in sorted(image.topics.by_name)
+        for index, p in sorted(image.topics.by_name[name].partitions.items())
+        if p.is_reassigning()
+    ]
+    return _answer(msg.ListPartitionReassignmentsResponse(reassignments=ongoing))
 
 
 # ---------------------------------------------------------------------------------------

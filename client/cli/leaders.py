@@ -70,7 +70,7 @@ def format_election(
 ) -> list[str]:
     """kafka-leader-election's report lines for ``results``."""
     kind = election_type.upper()
-    ordered = sorted(results, key=lambda tp: (tp.topic, tp.partition))
+    ordered = sorted(results)
     elected = [str(tp) for tp in ordered if results[tp] is None]
     not_needed = [str(tp) for tp in ordered if isinstance(results[tp], ElectionNotNeededError)]
     lines = []

@@ -93,5 +93,5 @@ def delete_command(*, offset_json_file: Path, bootstrap_server: str, api_timeout
     with one_line_errors(), command_admin(Admin, bootstrap_server, api_timeout_ms) as admin:
         low_watermarks = admin.delete_records(before)
     click.echo("Records delete operation completed:")
-    for tp in sorted(low_watermarks, key=lambda tp: (tp.topic, tp.partition)):
+    for tp in sorted(low_watermarks):
         click.echo(f"partition: {tp}\tlow_watermark: {low_watermarks[tp]}")

@@ -195,10 +195,6 @@ class TopicDeletionDisabledError(KafkaError):
     name, code = "TOPIC_DELETION_DISABLED", 73
 
 
-class NoReassignmentInProgressError(KafkaError):
-    name, code = "NO_REASSIGNMENT_IN_PROGRESS", 85
-
-
 class GroupSubscribedToTopicError(KafkaError):
     name, code = "GROUP_SUBSCRIBED_TO_TOPIC", 86
 

@@ -63,6 +63,8 @@ __all__ = [
     "AlterConfigOp",
     "AlterConfigsResource",
     "AlterConfigsResourceResult",
+    "AlterPartitionReassignmentsRequest",
+    "AlterPartitionReassignmentsResponse",
     "AlterPartitionRequest",
     "AlterPartitionResponse",
     "BrokerHeartbeatRequest",
@@ -86,7 +88,6 @@ __all__ = [
     "ElectLeadersRequest",
     "ElectLeadersResponse",
     "ElectionPartitions",
-    "ElectionResult",
     "EndpointData",
     "ErrorData",
     "FetchMetadataRequest",
@@ -95,9 +96,13 @@ __all__ = [
     "HealthStartingResponse",
     "IncrementalAlterConfigsRequest",
     "IncrementalAlterConfigsResponse",
+    "ListPartitionReassignmentsResponse",
     "MetadataBatch",
     "MetadataSnapshot",
+    "OngoingReassignment",
+    "PartitionErrorResult",
     "QuorumReplica",
+    "ReassignablePartition",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
     "TopicErrorResult",
@@ -295,14 +300,51 @@ class ElectLeadersRequest(ControllerRequest, frozen=True, kw_only=True):
     topic_partitions: Annotated[list[ElectionPartitions], _ITEMS] | None = None
 
 
-class ElectionResult(Message, frozen=True, kw_only=True):
+class PartitionErrorResult(Message, frozen=True, kw_only=True):
+    """One partition's outcome in an answer: None when done, else why not."""
+
     topic: str
     partition: int
     error: ErrorData | None
 
 
 class ElectLeadersResponse(Message, frozen=True, kw_only=True):
-    results: list[ElectionResult]
+    results: list[PartitionErrorResult]
+
+
+# ---------------------------------------------------------------------------------------
+# Partition reassignments (client/admin.py, kafka-reassign-partitions; KIP-455)
+
+
+class ReassignablePartition(Message, frozen=True, kw_only=True):
+    topic: TopicName
+    partition: NonNegInt32
+    # The target replicas; None cancels the partition's reassignment in progress.
+    replicas: Annotated[list[BrokerId], _ITEMS] | None
+
+
+class AlterPartitionReassignmentsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/reassignments``."""
+
+    partitions: Annotated[list[ReassignablePartition], _ITEMS]
+
+
+class AlterPartitionReassignmentsResponse(Message, frozen=True, kw_only=True):
+    results: list[PartitionErrorResult]
+
+
+class OngoingReassignment(Message, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+class ListPartitionReassignmentsResponse(Message, frozen=True, kw_only=True):
+    """``GET /v1/reassignments``: every partition being reassigned."""
+
+    reassignments: list[OngoingReassignment]
 
 
 # ---------------------------------------------------------------------------------------

@@ -61,6 +61,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "metadata_group",
         "Read the metadata log (dump).",
     ),
+    "partitions": (
+        "raftka.client.cli.reassign",
+        "partitions_command",
+        "Move partition replicas between brokers (like kafka-reassign-partitions).",
+    ),
     "perf": (
         "raftka.perf_cli",
         "perf_command",

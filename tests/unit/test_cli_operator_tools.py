@@ -7,6 +7,12 @@ from __future__ import annotations
 import click
 import pytest
 
+from raftka.client.cli.reassign import (
+    assignment_json,
+    parse_reassignment_json,
+    parse_topics_json,
+    propose,
+)
 from raftka.client.cli.records import parse_offset_json
 from raftka.client.cli.topics import REPORTS, reported_partition
 from raftka.client.structs import PartitionInfo
@@ -88,3 +94,40 @@ def test_a_bad_offset_file_is_refused_in_one_line(text: bytes, why: str) -> None
     with pytest.raises(click.BadParameter, match=why) as raised:
         parse_offset_json(text, "f.json")
     assert "\n" not in raised.value.format_message()
+
+
+def test_kafka_reassign_partitions_files_and_the_generated_plan() -> None:
+    text = (
+        b'{"version": 1, "partitions": [{"topic": "a", "partition": 1, "replicas": [3, 1],'
+        b' "log_dirs": ["any", "any"]}]}'
+    )
+    plan = parse_reassignment_json(text, "f")
+    assert plan == {TopicPartition("a", 1): (3, 1)}
+    assert parse_reassignment_json(assignment_json(plan).encode(), "again") == plan
+    assert parse_topics_json(b'{"topics": [{"topic": "a"}, {"topic": "a"}]}', "f") == ["a"]
+    current = {TopicPartition("a", i): (1, 2) for i in range(3)}
+    assert propose(current, [103, 101, 102]) == {
+        TopicPartition("a", 0): (101, 102),
+        TopicPartition("a", 1): (102, 103),
+        TopicPartition("a", 2): (103, 101),
+    }
+    with pytest.raises(click.UsageError, match="2 replicas but --broker-list names 1"):
+        propose(current, [101])
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b'{"partitions": [{"topic": "a", "partition": 0, "replicas": []}]}', "broker ids"),
+        (b'{"partitions": [{"topic": "a", "partition": 0, "replicas": [1, "2"]}]}', "broker ids"),
+        (
+            b'{"partitions": [{"topic": "a", "partition": 0, "replicas": [1],'
+            b' "log_dirs": ["/data"]}]}',
+            'only "any"',
+        ),
+        (b'{"partitions": [], "version": 1}', "no partitions"),
+    ],
+)
+def test_a_bad_reassignment_file_is_refused_in_one_line(text: bytes, why: str) -> None:
+    with pytest.raises(click.BadParameter, match=why):
+        parse_reassignment_json(text, "f.json")

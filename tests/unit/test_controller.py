@@ -1168,3 +1168,97 @@ def test_a_new_controller_fences_no_one_within_a_session_of_its_activation() -> 
     fenced = h.run(h.ctl.expire_sessions(h.image, activated + TIMEOUT_MS + 1)).fenced_brokers
     assert fenced == (3,)
     assert [b for b in (1, 2, 3) if h.image.cluster.brokers[b].fenced] == [3]
+
+
+# ---------------------------------------------------------------------------------------
+# Partition reassignment (KIP-455)
+
+
+def _reassign(
+    h: Harness, *items: tuple[str, int, list[int] | None]
+) -> dict[tuple[str, int], str | None]:
+    response = h.run(h.ctl.alter_partition_reassignments(h.image, list(items)))
+    return {
+        (r.topic, r.partition): None if r.error is None else r.error.name for r in response.results
+    }
+
+
+def _state(h: Harness, t: str) -> tuple[object, ...]:
+    p = h.partition(t)
+    return (p.replicas, p.isr, p.adding_replicas, p.removing_replicas, p.leader)
+
+
+def test_reassignment_adds_then_completes_once_the_new_replica_is_in_sync() -> None:
+    """[1, 2, 3] -> [2, 3, 4]: broker 4 is added while 1 stays (nothing is
+    under-replicated by the move); when the leader puts 4 in the ISR, the
+    reassignment completes in the same AlterPartition: 1 leaves, and since it led, the
+    first target replica in the ISR leads."""
+    h = Harness()
+    h.add_brokers(1, 2, 3, 4)
+    t = h.create("t", assignments={0: [1, 2, 3]})
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2, 3))))
+    assert _reassign(h, ("t", 0, [2, 3, 4])) == {("t", 0): None}
+    assert _state(h, t) == ((2, 3, 4, 1), (1, 2, 3), (4,), (1,), 1)
+    epoch = h.partition(t).leader_epoch
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2, 3, 4))))
+    assert _state(h, t) == ((2, 3, 4), (2, 3, 4), (), (), 2)
+    assert h.partition(t).leader_epoch == epoch + 1
+
+
+def test_reassignment_without_a_copy_completes_at_once() -> None:
+    """A removal or a reordering adds nobody: it completes in the same command."""
+    h = Harness()
+    h.add_brokers(1, 2, 3)
+    t = h.create("t", assignments={0: [1, 2, 3]})
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2, 3))))
+    assert _reassign(h, ("t", 0, [3, 2, 1])) == {("t", 0): None}
+    assert _state(h, t) == ((3, 2, 1), (1, 2, 3), (), (), 1)
+    assert _reassign(h, ("t", 0, [2, 3])) == {("t", 0): None}
+    assert _state(h, t) == ((2, 3), (2, 3), (), (), 2)
+    # The target is the assignment already: nothing to do, no record.
+    assert h.ctl.alter_partition_reassignments(h.image, [("t", 0, [2, 3])]).records == ()
+
+
+def test_reassignment_cancel_and_restart_go_back_to_the_original_replicas() -> None:
+    h = Harness()
+    h.add_brokers(1, 2, 3, 4)
+    t = h.create("t", assignments={0: [1, 2]})
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2))))
+    assert _reassign(h, ("t", 0, [3, 4])) == {("t", 0): None}
+    assert _state(h, t) == ((3, 4, 1, 2), (1, 2), (3, 4), (1, 2), 1)
+    # 3 catches up; 4 not yet: still reassigning.
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 2, 3))))
+    assert _state(h, t) == ((3, 4, 1, 2), (1, 2, 3), (3, 4), (1, 2), 1)
+    # A new target starts again from [1, 2]: 3 stays (kept, in sync), 4 is dropped.
+    assert _reassign(h, ("t", 0, [1, 3])) == {("t", 0): None}
+    # 3 is added again and already in sync: the move completes in the same command.
+    assert _state(h, t) == ((1, 3), (1, 3), (), (), 1)
+    t2 = h.create("u", assignments={0: [1, 2]})
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t2, 1, (1, 2))))
+    assert _reassign(h, ("u", 0, [3])) == {("u", 0): None}
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t2, 1, (1, 2))))  # no change
+    assert _reassign(h, ("u", 0, None)) == {("u", 0): None}
+    assert _state(h, t2) == ((1, 2), (1, 2), (), (), 1)
+    assert _reassign(h, ("u", 0, None)) == {("u", 0): "NO_REASSIGNMENT_IN_PROGRESS"}
+
+
+def test_reassignment_refusals() -> None:
+    h = Harness()
+    h.add_brokers(1, 2)
+    h.create("t", assignments={0: [1, 2]})
+    items: list[tuple[str, int, list[int] | None]] = [
+        ("t", 5, [1]),
+        ("nope", 0, [1]),
+        ("t", 0, []),
+        ("t", 0, [1, 1]),
+        ("t", 0, [1, 9]),
+    ]
+    result = h.ctl.alter_partition_reassignments(h.image, items)
+    assert result.records == ()
+    assert [None if r.error is None else r.error.name for r in result.response.results] == [
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "INVALID_REPLICA_ASSIGNMENT",
+        "INVALID_REPLICA_ASSIGNMENT",
+        "INVALID_REPLICA_ASSIGNMENT",
+    ]

@@ -47,17 +47,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import KafkaStorageError
 from raftka.common.time import wall_clock_ms
-from raftka.storage.cleaner import CleanerStats, LogCleaner
+from raftka.storage.cleaner import CleanerStats, CleaningAbortedError, LogCleaner
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["CleanerCounters", "LogCleanerService"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -67,6 +69,7 @@ class CleanerCounters:
     passes_started: int = 0
     passes_cleaned: int = 0  # passes that rewrote segments
     passes_failed: int = 0
+    passes_aborted: int = 0  # the log changed under the pass, or its partition stopped
     storage_errors: int = 0  # of which KafkaStorageError (the log was reopened)
     bytes_read: int = 0
     bytes_written: int = 0
@@ -76,7 +79,7 @@ class CleanerCounters:
     segments_before: int = 0
     segments_after: int = 0
     forced_by_max_lag: int = 0
-    cleaning: str | None = None  # the partition a pass holds now
+    cleaning: str | None = None  # the partition a pass works on now
     last_cleaned: str | None = None
     last_end_offset: int = -1
     last_duration_ms: int = 0
@@ -157,16 +160,35 @@ class LogCleanerService:
         handed = self._manager.begin_clean(tp)
         if handed is None:
             return None
-        segment_log, active = handed
+        segment_log, active, stop = handed
         name = f"{tp[0]}-{tp[1]}"
         c = self.counters
         c.passes_started += 1
         c.cleaning = name
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        manager = self._manager
+
+        def exclusive(step: Callable[[], T]) -> T:
+            """On the cleaner thread: run ``step`` while the pass holds the log (the
+            loop takes the hold for it, after any I/O worker's job)."""
+            held = asyncio.run_coroutine_threadsafe(manager.hold_for_cleaner(tp), loop)
+            if not held.result():
+                raise CleaningAbortedError("the partition is stopping")
+            try:
+                return step()
+            finally:
+                loop.call_soon_threadsafe(manager.release_cleaner, tp)
+
         running = loop.run_in_executor(
             self._executor,
-            lambda: self.cleaner.clean_once(segment_log, now_ms, active_producers=active),
+            lambda: self.cleaner.clean_once(
+                segment_log,
+                now_ms,
+                active_producers=active,
+                exclusive=exclusive,
+                stop_requested=stop.is_set,
+            ),
         )
         self._running = running
         stats: CleanerStats | None = None
@@ -198,6 +220,12 @@ class LogCleanerService:
             self._manager.reopen_log(tp)
         if stats is None:
             return None
+        if stats.aborted:
+            c.passes_aborted += 1
+            log.info(
+                "log cleaning aborted",
+                extra={"fields": {"partition": name, "reason": stats.reason}},
+            )
         took_ms = int((time.monotonic() - started) * 1000)
         if stats.cleaned:
             c.passes_cleaned += 1

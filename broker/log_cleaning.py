@@ -217,6 +217,9 @@ class LogCleanerService:
             c.cleaning = None
             self._manager.end_clean(tp)
         if reopen:
+            # An I/O worker's job (a snapshot after a roll) may hold the log now: the
+            # pass did not hold it; reopen once the job ends.
+            await self._manager.wait_clean_ended(tp)
             self._manager.reopen_log(tp)
         if stats is None:
             return None

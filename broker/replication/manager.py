@@ -288,7 +288,7 @@ class ReplicaManager:
                     log=SegmentPartitionLog(
                         opened,
                         on_truncate=self._on_truncate,
-                        held=lambda: tp in self._held,
+                        held=lambda: tp in self._held or tp in self._cleaning,
                         defer_epoch_writes=True,  # see _persist_epochs
                     ),
                     high_watermark=high_watermark,

@@ -8,16 +8,21 @@ Theory of operation
   and the small ``cleaner-offset-checkpoint`` file); the pass itself,
   ``LogCleaner.clean_once``, runs on one dedicated worker thread (a single-thread
   executor: ``log.cleaner.threads`` is 1), never on the loop.
-- **Exclusion.** The loop is single-threaded and owns every log; before a pass it hands
-  the partition's log to the thread (``ReplicaManager.begin_clean``) and takes it back
-  when the pass returns (``end_clean``). In between the loop does not touch that log:
-  produces to it queue (they wait, in arrival order, up to their timeout), fetches see
-  nothing new and park until the pass ends, the follower side drops and refetches,
-  retention skips it, a stop or delete waits (see replication/manager.py). This is a
-  hand-over on the loop instead of a lock the append path would take, because a lock
-  taken on the loop would block the whole broker for the length of a pass; the flag is
-  only read and written on the loop, so it needs no lock of its own. Other partitions
-  are not affected.
+- **Exclusion.** The loop is single-threaded and owns every log. A pass does not own
+  the partition (``ReplicaManager.begin_clean`` registers it, ``end_clean`` ends it):
+  it reads the segments below the active one and writes its ``.cleaned`` files on its
+  thread while the loop appends, reads, credits followers and truncates (Kafka's
+  cleaner beside appends). Its three kinds of exclusive step (the start, each swap,
+  the checkpoint; see ``LogCleaner.clean_once``) run on its thread while it holds the
+  log: the thread asks the loop for the hold (``hold_for_cleaner``, after any I/O
+  worker's job on the log) and gives it back (``release_cleaner``). During a step,
+  produces to the partition queue (up to their timeout) and fetches park, as for any
+  held log (see replication/manager.py); a step is a few renames and fsyncs. A stop
+  or delete of the partition sets the pass's abort event; retention skips it until
+  the pass ends. This is a hold on the loop instead of a lock the append path would
+  take, because a lock taken on the loop would block the whole broker while the
+  thread waits for it; the flags are only read and written on the loop, so they need
+  no lock of their own. Other partitions are not affected.
 - **I/O workers.** The cleaner keeps its own thread (``log.cleaner.threads``, as Kafka
   keeps its cleaner threads apart from ``num.io.threads``): a pass takes minutes on a
   large log and would hold one of the request-handling workers all that time. Short
@@ -32,9 +37,12 @@ Theory of operation
   (``ReplicaManager.reopen_log``; ``Log.open`` finishes or rolls back a half-done swap)
   and the partition takes its role from the metadata again. Any other error is logged
   and counted; the service goes on with the next backoff.
+- **Aborts.** A pass the log changed under (a truncation into its range, its segments
+  deleted) or whose partition stopped returns ``aborted`` stats: counted in
+  ``passes_aborted`` and logged; the next choice comes after the backoff.
 - **Shutdown.** :meth:`close` stops choosing and waits for a running pass to end (a
-  thread cannot be interrupted; a pass is bounded by the log's size), then gives the
-  log back, so the logs close cleanly after it.
+  thread cannot be interrupted; a pass is bounded by the log's size; the manager's
+  close asks it to abort), so the logs close cleanly after it.
 - **Counters** (:meth:`health`) go to the broker's ``/health`` JSON.
 """
 

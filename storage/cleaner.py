@@ -110,8 +110,32 @@ pending in the map pass (their keys and batch offsets, kept until a marker decid
 count against the dedupe buffer too, so one bound covers the map pass's memory. Every
 loop walks a finite list: segments, the batches of a segment, the records of a batch.
 
-Not thread-safe, like :class:`Log`: the caller holds the partition's lock for the whole
-of :meth:`LogCleaner.clean_once` (see its docstring for how the broker schedules it).
+Concurrency (Kafka's cleaner runs beside appends; :meth:`LogCleaner.clean_once` says
+how): a pass touches the :class:`Log` only in short exclusive steps its caller grants
+(its start, each group's swap, the checkpoint write). In between it reads the segments
+below the active one through descriptors of its own (``os.dup``: a segment deleted or
+closed meanwhile stays readable, so no read fails under it) and writes its ``.cleaned``
+files, while the log's owner goes on. What the owner may do meanwhile, and what the
+pass makes of it:
+
+- append, roll, read, move the high watermark: harmless (only the active segment and
+  new segments above the range change; the range's segments are immutable);
+- move the log start (DeleteRecords): harmless; the swapped segment keeps the records
+  below it until retention deletes the segment, as before the pass;
+- delete segments of the range (retention): the swap finds them gone and the pass
+  aborts (the broker skips retention on a log being cleaned, Kafka's rule);
+- truncate below the range's end (a follower): the pass aborts at its next step (its
+  map may name offsets that are gone); a read that the truncation made short aborts
+  it too instead of failing as corrupt data;
+- close the log, or ask the pass to stop (``stop_requested``, polled every batch and
+  before each swap): the pass aborts;
+- change ``cleanup.policy`` to delete: the pass finishes with the settings it started
+  with (a compacted log is a valid log under delete; recovery allows its gaps).
+
+An aborted pass removes its unswapped ``.cleaned`` files and leaves the checkpoint;
+groups it swapped before stay. The swap's on-disk protocol and recovery are unchanged,
+so kill -9 at any point still leaves a log that opens (the tests stop a pass at each
+step). Without an ``exclusive`` the caller holds the log for the whole call.
 """
 
 from __future__ import annotations
@@ -569,10 +593,12 @@ class LogCleaner:
     - Every ``log.cleaner.backoff.ms`` (Kafka: 15000) while idle: for every log whose
       ``config.compact`` is true, :meth:`dirty_ratio` says how dirty it is; take the log
       with the highest ratio (or any log :meth:`needs_cleaning` reports forced by
-      ``max.compaction.lag.ms``) and call :meth:`clean_once` with the partition's lock
-      held for the whole call, ``now_ms`` from the wall clock, and ``active_producers``
-      from the partition's producer state (producer id -> last offset of its last batch,
-      for producers not yet expired). Loop without backoff while a pass cleaned.
+      ``max.compaction.lag.ms``) and call :meth:`clean_once` with an ``exclusive``
+      that runs a step while the partition is held (or hold the partition for the whole
+      call and pass none), ``now_ms`` from the wall clock, ``active_producers`` from
+      the partition's producer state (producer id -> last offset of its last batch, for
+      producers not yet expired) and ``stop_requested`` for a stop or delete. Loop
+      without backoff while a pass cleaned.
     - After a follower truncation: :meth:`truncate_checkpoint`; after deleting a
       partition: :meth:`forget`.
     - Time and size retention are not the cleaner's: the broker keeps calling

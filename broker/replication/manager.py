@@ -36,21 +36,30 @@ needed).
   :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
-  a while: the cleaner's pass (:meth:`begin_clean` / :meth:`end_clean`, used by
-  :mod:`raftka.broker.log_cleaning`) or an I/O worker's job (:meth:`_on_worker`:
-  the fsync and producer-state snapshot after a roll, a flush.ms flush, a retention
-  delete; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
-  thread and the loop does not touch it (no append, read, truncation, retention,
-  close). Produces to it wait for the hold to end (bounded by their timeout); fetches
-  read nothing from it and park until it ends; a follower's fetched records for it are
+  a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
+  :meth:`release_cleaner`: the pass's start, each swap of cleaned segments, its
+  checkpoint write; short) or an I/O worker's job (:meth:`_on_worker`: the fsync and
+  producer-state snapshot after a roll, a flush.ms flush, a retention delete;
+  :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the thread and
+  the loop does not touch it (no append, read, truncation, retention, close).
+  Produces to it wait for the hold to end (bounded by their timeout); fetches read
+  nothing from it and park until it ends; a follower's fetched records for it are
   dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
   (retriable); a stop or delete waits for it. Worker jobs of one partition run in
-  submission order (its strand), one at a time, never beside a cleaner's pass; a job's
+  submission order (its strand), one at a time, never beside another hold; a job's
   ``prepare`` runs on the loop once the log is held (it reads the state the job
   writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
   changed (a new log start) before the log is given back. Ownership is handed over on
   the loop, so the flags need no lock. Metadata changes and DeleteRecords wait for
-  the worker jobs on their partitions (short), not for a cleaner's pass (long).
+  the worker jobs on their partitions (short), not for a cleaner's step.
+- **A cleaner pass between its steps** (:meth:`begin_clean` / :meth:`end_clean`,
+  :mod:`raftka.broker.log_cleaning`) holds nothing: it reads the segments below the
+  active one through descriptors of its own and writes ``.cleaned`` files while
+  appends, reads, follower credit, HW moves and truncations go on (storage/cleaner.py
+  says what each change does to the pass). What the manager does for it: retention
+  skips the partition until the pass ends (Kafka's rule; DeleteRecords moves the log
+  start but leaves the segments); a stop or delete (or a recreate under the same name)
+  sets the pass's abort event and waits for :meth:`end_clean`.
 - **Start-up recovery** (:meth:`on_metadata`): the logs a metadata change makes new
   here are opened (recovered, producer state loaded) on the I/O workers,
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
@@ -697,8 +706,8 @@ class ReplicaManager:
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._held:
-                # Nothing from a log the cleaner holds; end_clean fires the signal this
-                # fetch parks on, so it reads again as soon as the pass ends. A consumer's
+                # Nothing from a held log; its release fires the signal this fetch
+                # parks on, so it reads again as soon as the hold ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
                 # state alone, so they are answered at once.
                 if replica_id < 0:

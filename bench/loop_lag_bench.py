@@ -24,10 +24,10 @@ measures any tree (run it with each tree's Python for a before/after).
   beyond its 500 ms; and whether /health ever showed the broker fenced (late
   heartbeats) during the pass. Traffic on the partition being cleaned, from before
   the alter until after the pass: a producer sends one record every 50 ms (acks=1,
-  waiting for each ack: ``produce_*``, the ack latency of the records sent during the
-  pass) and a consumer of that partition, positioned at its end, long-polls
-  (``fetch.max.wait.ms`` 500) and reports how long after its send each of those
-  records reached it (``consume_*``). While a pass holds the partition (before
+  waiting for each ack: ``produce_*``, the ack latency of the records in flight during
+  the pass) and a consumer of that partition, positioned at its end, long-polls
+  (``fetch.max.wait.ms`` 500) and reports how long after its send each record in
+  flight during the pass reached it (``consume_*``). While a pass holds the partition (before
   issue #13 item 4) both stall for the pass; beside a pass they should not.
 
 Prints one JSON line per scenario.
@@ -235,7 +235,10 @@ class _Traffic:
     def summary(
         name: str, samples: list[tuple[float, float]], start: float, end: float
     ) -> dict[str, Any]:
-        got = sorted(ms for t, ms in samples if start <= t <= end)
+        # Every record in flight during the pass: sent before its end, answered (or
+        # delivered) after its start; a record sent just before the pass and held for
+        # all of it counts.
+        got = sorted(ms for t, ms in samples if t <= end and t + ms / 1000 >= start)
         if not got:
             return {f"{name}_n": 0}
         return {

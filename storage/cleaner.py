@@ -805,6 +805,8 @@ class LogCleaner:
             except CleaningAbortedError:
                 _discard(cleaned)
                 raise
+            except OSError as e:  # mid-swap: reopening the log finishes or undoes it
+                raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
 
         def checkpoint() -> None:
             self._check_unchanged(log, plan)

@@ -21,7 +21,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ from raftka.metadata.topic_config import (
 from raftka.server_common.process_config import ConfigError
 from raftka.storage import Log
 from raftka.storage import cleaner as cleaner_module
-from raftka.storage.cleaner import CleanerStats, Exclusive, LogCleaner, read_cleaner_checkpoint
+from raftka.storage.cleaner import CleanerStats, LogCleaner, read_cleaner_checkpoint
 
 TOPIC_ID = str(uuid.uuid4())
 TP = ("t", 0)
@@ -256,26 +256,12 @@ class _BlockingCleaner(LogCleaner):
         self.release = threading.Event()
         self.error = error
 
-    def clean_once(
-        self,
-        log: Log,
-        now_ms: int,
-        *,
-        active_producers: Mapping[int, int] | None = None,
-        exclusive: Exclusive | None = None,
-        stop_requested: Callable[[], bool] | None = None,
-    ) -> CleanerStats:
+    def clean_once(self, log: Log, now_ms: int, **kwargs: Any) -> CleanerStats:
         self.started.set()
         assert self.release.wait(10), "never released"
         if self.error is not None:
             raise self.error
-        return super().clean_once(
-            log,
-            now_ms,
-            active_producers=active_producers,
-            exclusive=exclusive,
-            stop_requested=stop_requested,
-        )
+        return super().clean_once(log, now_ms, **kwargs)
 
 
 def test_shutdown_waits_for_a_running_pass(tmp_path: Path) -> None:

@@ -766,3 +766,59 @@ def test_a_stop_request_aborts_the_pass_and_removes_its_files(
     assert stats.aborted and "stopping" in stats.reason, stats.reason
     assert read_all(log)[0] == before
     assert _strays(log_dir) == []
+
+
+class _KilledError(Exception):
+    pass
+
+
+def test_kill_at_any_step_of_a_pass_beside_appends_leaves_a_valid_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass during which the owner appends and rolls (at its first step, before any
+    swap), killed at each of its steps in turn: the log opens with every appended
+    record at its offset, every key's latest value, and no .cleaned/.swap left."""
+    saved = cleaner_module._crash_point
+    # A kill here loses no page cache, so fsyncs change nothing but the test's time.
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+    def run(crash_step: int) -> int:
+        path = tmp_path / f"kill{crash_step}" / "compacted-0"
+        log = Log.open(path, config(), clock_ms=Clock())
+        before = fill(log, keys=5, rounds=6)
+        appended: list[Row] = []
+        steps = 0
+
+        def point(step: str) -> None:
+            nonlocal steps
+            steps += 1
+            if steps == 1:  # the owner's appends, beside the pass
+                for r in range(3):
+                    offset = produce(log, [(b"k1", b"late-%d" % r)], ts=T0 + 10)
+                    appended.append((offset, b"k1", b"late-%d" % r))
+                    log.roll()
+            if steps == crash_step:
+                raise _KilledError(step)
+
+        cleaner_module._crash_point = point
+        try:
+            LogCleaner().clean_once(log, T0)
+        except _KilledError:
+            pass
+        finally:
+            cleaner_module._crash_point = saved
+        log._close_files()  # kill -9: nothing flushed, no checkpoints, no marker
+        reopened = Log.open(path, config(), clock_ms=Clock())
+        try:
+            rows = read_all(reopened)[0]
+            assert latest_by_key(rows) == latest_by_key(before + appended), crash_step
+            assert rows[-3:] == appended, crash_step
+            assert _strays(path) == [], crash_step
+        finally:
+            reopened.close()
+        return steps
+
+    total = run(0)  # no kill: how many steps a pass has
+    assert total > 5
+    for crash_step in range(1, total + 1):
+        run(crash_step)

@@ -752,6 +752,23 @@ def test_delete_records_alone_does_not_stop_a_pass(
     assert latest_by_key(after) == latest_by_key([row for row in before if row[0] >= start])
 
 
+def test_a_change_to_cleanup_policy_delete_lets_the_pass_finish(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cleanup.policy changed to delete during a pass: the pass finishes with the
+    settings it started with (its output is a valid log under either policy); the next
+    pass skips the log."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        log.reconfigure(config(cleanup_policy="delete"))
+    stats = paused.resume()
+    assert stats.cleaned, stats.reason
+    assert latest_by_key(read_all(log)[0]) == latest_by_key(before)
+    assert not LogCleaner().clean_once(log, T0).cleaned
+
+
 def test_a_stop_request_aborts_the_pass_and_removes_its_files(
     log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
 ) -> None:

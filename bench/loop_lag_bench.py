@@ -22,7 +22,13 @@ measures any tree (run it with each tree's Python for a before/after).
   (from its end in /health minus its duration). Besides the probe's lag: consumer long
   polls (``max_wait_ms`` 500 on an empty partition) back to back, each one's lateness
   beyond its 500 ms; and whether /health ever showed the broker fenced (late
-  heartbeats) during the pass.
+  heartbeats) during the pass. Traffic on the partition being cleaned, from before
+  the alter until after the pass: a producer sends one record every 50 ms (acks=1,
+  waiting for each ack: ``produce_*``, the ack latency of the records in flight during
+  the pass) and a consumer of that partition, positioned at its end, long-polls
+  (``fetch.max.wait.ms`` 500) and reports how long after its send each record in
+  flight during the pass reached it (``consume_*``). While a pass holds the partition (before
+  issue #13 item 4) both stall for the pass; beside a pass they should not.
 
 Prints one JSON line per scenario.
 """
@@ -43,7 +49,8 @@ from typing import Any, Final
 import orjson
 from broker_bench import RECORD_SIZE, produce  # this folder's (sys.path[0])
 
-from raftka.client import Admin, NewTopic, Producer
+from raftka.client import Admin, Consumer, NewTopic, Producer
+from raftka.common.structs import TopicPartition
 from raftka.local import LocalCluster
 from raftka.local.brokers import LocalBrokers
 from raftka.local.processes import NodeProcess, http_json, http_post, wait_for
@@ -167,6 +174,81 @@ def _long_poll_probe(node: NodeProcess, topic: str) -> Callable[[], float]:
     return probe
 
 
+class _Traffic:
+    """A producer (one record every 50 ms, acks=1, each ack awaited) and a consumer of
+    partition 0 of ``topic``; both record (send wall time, latency ms)."""
+
+    KEY: Final = b"bench-live"
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.stopped = threading.Event()
+        self.acks: list[tuple[float, float]] = []
+        self.seen: list[tuple[float, float]] = []
+        self.errors = 0
+        self.positioned = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+
+    def start(self) -> None:
+        self._threads[1].start()
+        wait_for(self.positioned.is_set, timeout_s=60, message="the consumer did not start")
+        self._threads[0].start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for t in self._threads:
+            t.join(120)
+
+    def _produce(self) -> None:
+        with Producer(
+            bootstrap_servers=self.bootstrap, acks=1, enable_idempotence=False, linger_ms=0
+        ) as producer:
+            while not self.stopped.is_set():
+                sent = time.time()
+                future = producer.send(self.topic, b"%.6f" % sent, key=self.KEY, partition=0)
+                try:
+                    future.result(timeout=120)
+                    self.acks.append((sent, (time.time() - sent) * 1000))
+                except Exception:
+                    self.errors += 1
+                self.stopped.wait(0.05)  # the producer's period
+
+    def _consume(self) -> None:
+        tp = TopicPartition(self.topic, 0)
+        with Consumer(bootstrap_servers=self.bootstrap, fetch_max_wait_ms=LONG_POLL_MS) as c:
+            c.assign([tp])
+            c.seek_to_end(tp)
+            c.poll(timeout_ms=0)
+            self.positioned.set()
+            while not self.stopped.is_set():
+                for records in c.poll(timeout_ms=LONG_POLL_MS).values():
+                    now = time.time()
+                    for r in records:
+                        if r.key == self.KEY:
+                            sent = float(r.value)
+                            self.seen.append((sent, (now - sent) * 1000))
+
+    @staticmethod
+    def summary(
+        name: str, samples: list[tuple[float, float]], start: float, end: float
+    ) -> dict[str, Any]:
+        # Every record in flight during the pass: sent before its end, answered (or
+        # delivered) after its start; a record sent just before the pass and held for
+        # all of it counts.
+        got = sorted(ms for t, ms in samples if t <= end and t + ms / 1000 >= start)
+        if not got:
+            return {f"{name}_n": 0}
+        return {
+            f"{name}_n": len(got),
+            f"{name}_p50_ms": round(got[len(got) // 2], 1),
+            f"{name}_p99_ms": round(got[min(len(got) - 1, int(0.99 * len(got)))], 1),
+            f"{name}_max_ms": round(got[-1], 1),
+        }
+
+
 def recovery(base: Path, brokers: LocalBrokers, admin: Admin, partitions: int, mb: int) -> None:
     node = next(iter(brokers.nodes()))
     topic = "recovery"
@@ -227,8 +309,10 @@ def clean(base: Path, brokers: LocalBrokers, admin: Admin, mb: int) -> None:
     passes = before.get("passes_cleaned", 0)
     health = _Poller(_health_probe(node), pause_s=0.05)
     polls = _Poller(_long_poll_probe(node, idle))
+    traffic = _Traffic(brokers.bootstrap_servers, topic)
     health.start()
     polls.start()
+    traffic.start()
     admin.alter_configs(
         {topic: {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}},
         timeout_ms=API_TIMEOUT_MS,
@@ -244,6 +328,7 @@ def clean(base: Path, brokers: LocalBrokers, admin: Admin, mb: int) -> None:
     time.sleep(1.5)  # a last long poll and the probe's file
     health.stopped.set()
     polls.stopped.set()
+    traffic.stop()
     health.join()
     polls.join()
     answers = health.between(start, end)
@@ -261,6 +346,10 @@ def clean(base: Path, brokers: LocalBrokers, admin: Admin, mb: int) -> None:
                 "long_poll_late_max_ms": round(late[-1], 1) if late else None,
                 "health_rtt_max_ms": round(max((a["rtt_ms"] for a in answers), default=0), 1),
                 "fenced_seen": any(a["body"].get("fenced") for a in answers),
+                # Traffic on the partition being cleaned, records sent during the pass.
+                **_Traffic.summary("produce", traffic.acks, start, end),
+                "produce_errors": traffic.errors,
+                **_Traffic.summary("consume", traffic.seen, start, end),
             }
         ),
         flush=True,

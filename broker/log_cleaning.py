@@ -8,16 +8,21 @@ Theory of operation
   and the small ``cleaner-offset-checkpoint`` file); the pass itself,
   ``LogCleaner.clean_once``, runs on one dedicated worker thread (a single-thread
   executor: ``log.cleaner.threads`` is 1), never on the loop.
-- **Exclusion.** The loop is single-threaded and owns every log; before a pass it hands
-  the partition's log to the thread (``ReplicaManager.begin_clean``) and takes it back
-  when the pass returns (``end_clean``). In between the loop does not touch that log:
-  produces to it queue (they wait, in arrival order, up to their timeout), fetches see
-  nothing new and park until the pass ends, the follower side drops and refetches,
-  retention skips it, a stop or delete waits (see replication/manager.py). This is a
-  hand-over on the loop instead of a lock the append path would take, because a lock
-  taken on the loop would block the whole broker for the length of a pass; the flag is
-  only read and written on the loop, so it needs no lock of its own. Other partitions
-  are not affected.
+- **Exclusion.** The loop is single-threaded and owns every log. A pass does not own
+  the partition (``ReplicaManager.begin_clean`` registers it, ``end_clean`` ends it):
+  it reads the segments below the active one and writes its ``.cleaned`` files on its
+  thread while the loop appends, reads, credits followers and truncates (Kafka's
+  cleaner beside appends). Its three kinds of exclusive step (the start, each swap,
+  the checkpoint; see ``LogCleaner.clean_once``) run on its thread while it holds the
+  log: the thread asks the loop for the hold (``hold_for_cleaner``, after any I/O
+  worker's job on the log) and gives it back (``release_cleaner``). During a step,
+  produces to the partition queue (up to their timeout) and fetches park, as for any
+  held log (see replication/manager.py); a step is a few renames and fsyncs. A stop
+  or delete of the partition sets the pass's abort event; retention skips it until
+  the pass ends. This is a hold on the loop instead of a lock the append path would
+  take, because a lock taken on the loop would block the whole broker while the
+  thread waits for it; the flags are only read and written on the loop, so they need
+  no lock of their own. Other partitions are not affected.
 - **I/O workers.** The cleaner keeps its own thread (``log.cleaner.threads``, as Kafka
   keeps its cleaner threads apart from ``num.io.threads``): a pass takes minutes on a
   large log and would hold one of the request-handling workers all that time. Short
@@ -32,9 +37,12 @@ Theory of operation
   (``ReplicaManager.reopen_log``; ``Log.open`` finishes or rolls back a half-done swap)
   and the partition takes its role from the metadata again. Any other error is logged
   and counted; the service goes on with the next backoff.
+- **Aborts.** A pass the log changed under (a truncation into its range, its segments
+  deleted) or whose partition stopped returns ``aborted`` stats: counted in
+  ``passes_aborted`` and logged; the next choice comes after the backoff.
 - **Shutdown.** :meth:`close` stops choosing and waits for a running pass to end (a
-  thread cannot be interrupted; a pass is bounded by the log's size), then gives the
-  log back, so the logs close cleanly after it.
+  thread cannot be interrupted; a pass is bounded by the log's size; the manager's
+  close asks it to abort), so the logs close cleanly after it.
 - **Counters** (:meth:`health`) go to the broker's ``/health`` JSON.
 """
 
@@ -47,17 +55,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import KafkaStorageError
 from raftka.common.time import wall_clock_ms
-from raftka.storage.cleaner import CleanerStats, LogCleaner
+from raftka.storage.cleaner import CleanerStats, CleaningAbortedError, LogCleaner
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["CleanerCounters", "LogCleanerService"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -67,6 +77,7 @@ class CleanerCounters:
     passes_started: int = 0
     passes_cleaned: int = 0  # passes that rewrote segments
     passes_failed: int = 0
+    passes_aborted: int = 0  # the log changed under the pass, or its partition stopped
     storage_errors: int = 0  # of which KafkaStorageError (the log was reopened)
     bytes_read: int = 0
     bytes_written: int = 0
@@ -76,7 +87,7 @@ class CleanerCounters:
     segments_before: int = 0
     segments_after: int = 0
     forced_by_max_lag: int = 0
-    cleaning: str | None = None  # the partition a pass holds now
+    cleaning: str | None = None  # the partition a pass works on now
     last_cleaned: str | None = None
     last_end_offset: int = -1
     last_duration_ms: int = 0
@@ -157,16 +168,35 @@ class LogCleanerService:
         handed = self._manager.begin_clean(tp)
         if handed is None:
             return None
-        segment_log, active = handed
+        segment_log, active, stop = handed
         name = f"{tp[0]}-{tp[1]}"
         c = self.counters
         c.passes_started += 1
         c.cleaning = name
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        manager = self._manager
+
+        def exclusive(step: Callable[[], T]) -> T:
+            """On the cleaner thread: run ``step`` while the pass holds the log (the
+            loop takes the hold for it, after any I/O worker's job)."""
+            held = asyncio.run_coroutine_threadsafe(manager.hold_for_cleaner(tp), loop)
+            if not held.result():
+                raise CleaningAbortedError("the partition is stopping")
+            try:
+                return step()
+            finally:
+                loop.call_soon_threadsafe(manager.release_cleaner, tp)
+
         running = loop.run_in_executor(
             self._executor,
-            lambda: self.cleaner.clean_once(segment_log, now_ms, active_producers=active),
+            lambda: self.cleaner.clean_once(
+                segment_log,
+                now_ms,
+                active_producers=active,
+                exclusive=exclusive,
+                stop_requested=stop.is_set,
+            ),
         )
         self._running = running
         stats: CleanerStats | None = None
@@ -195,9 +225,18 @@ class LogCleanerService:
             c.cleaning = None
             self._manager.end_clean(tp)
         if reopen:
+            # An I/O worker's job (a snapshot after a roll) may hold the log now: the
+            # pass did not hold it; reopen once the job ends.
+            await self._manager.wait_clean_ended(tp)
             self._manager.reopen_log(tp)
         if stats is None:
             return None
+        if stats.aborted:
+            c.passes_aborted += 1
+            log.info(
+                "log cleaning aborted",
+                extra={"fields": {"partition": name, "reason": stats.reason}},
+            )
         took_ms = int((time.monotonic() - started) * 1000)
         if stats.cleaned:
             c.passes_cleaned += 1

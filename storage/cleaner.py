@@ -110,8 +110,32 @@ pending in the map pass (their keys and batch offsets, kept until a marker decid
 count against the dedupe buffer too, so one bound covers the map pass's memory. Every
 loop walks a finite list: segments, the batches of a segment, the records of a batch.
 
-Not thread-safe, like :class:`Log`: the caller holds the partition's lock for the whole
-of :meth:`LogCleaner.clean_once` (see its docstring for how the broker schedules it).
+Concurrency (Kafka's cleaner runs beside appends; :meth:`LogCleaner.clean_once` says
+how): a pass touches the :class:`Log` only in short exclusive steps its caller grants
+(its start, each group's swap, the checkpoint write). In between it reads the segments
+below the active one through descriptors of its own (``os.dup``: a segment deleted or
+closed meanwhile stays readable, so no read fails under it) and writes its ``.cleaned``
+files, while the log's owner goes on. What the owner may do meanwhile, and what the
+pass makes of it:
+
+- append, roll, read, move the high watermark: harmless (only the active segment and
+  new segments above the range change; the range's segments are immutable);
+- move the log start (DeleteRecords): harmless; the swapped segment keeps the records
+  below it until retention deletes the segment, as before the pass;
+- delete segments of the range (retention): the swap finds them gone and the pass
+  aborts (the broker skips retention on a log being cleaned, Kafka's rule);
+- truncate below the range's end (a follower): the pass aborts at its next step (its
+  map may name offsets that are gone); a read that the truncation made short aborts
+  it too instead of failing as corrupt data;
+- close the log, or ask the pass to stop (``stop_requested``, polled every batch and
+  before each swap): the pass aborts;
+- change ``cleanup.policy`` to delete: the pass finishes with the settings it started
+  with (a compacted log is a valid log under delete; recovery allows its gaps).
+
+An aborted pass removes its unswapped ``.cleaned`` files and leaves the checkpoint;
+groups it swapped before stay. The swap's on-disk protocol and recovery are unchanged,
+so kill -9 at any point still leaves a log that opens (the tests stop a pass at each
+step). Without an ``exclusive`` the caller holds the log for the whole call.
 """
 
 from __future__ import annotations
@@ -122,10 +146,10 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from raftka.common.errors import CorruptMessageError, KafkaStorageError
 from raftka.common.record.batch import DecodedRecord, decode_batch
@@ -149,6 +173,7 @@ from raftka.common.record.header import (
 from raftka.common.record.varint import write_bytes, write_varint, write_varlong
 from raftka.storage.checkpoint import fsync_dir, read_checkpoint_lines, write_checkpoint
 from raftka.storage.index import OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES
+from raftka.storage.log_config import LONG_MAX
 from raftka.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -162,6 +187,9 @@ from raftka.storage.segment import (
 
 if TYPE_CHECKING:
     from raftka.storage.log import Log
+    from raftka.storage.log_config import LogConfig
+
+_T = TypeVar("_T")
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -169,6 +197,8 @@ __all__ = [
     "SWAP_SUFFIX",
     "CleanerConfig",
     "CleanerStats",
+    "CleaningAbortedError",
+    "Exclusive",
     "LogCleaner",
     "complete_interrupted_clean",
     "partition_of",
@@ -206,6 +236,13 @@ def _crash_point(step: str) -> None:
 # ------------------------------------------------------------------------ config, stats
 
 
+class CleaningAbortedError(Exception):
+    """A pass stopped because its log changed under it (truncated, its segments deleted,
+    closed) or its owner asked (a stop or delete of the partition): Kafka's "cleaning
+    aborted". Nothing half-done stays in the log; :meth:`LogCleaner.clean_once` turns it
+    into a CleanerStats with ``aborted`` set."""
+
+
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
     """The broker-level settings of the cleaner (Kafka's ``log.cleaner.*``)."""
@@ -241,6 +278,7 @@ class CleanerStats:
     aborted_records_removed: int = 0
     empty_batches_kept: int = 0  # headers kept for producer state
     batches_removed: int = 0
+    aborted: bool = False  # see CleaningAbortedError; groups swapped before it stay
 
 
 # ---------------------------------------------------------------------- checkpoint file
@@ -388,7 +426,51 @@ class _MapResult:
     full: bool
 
 
-def _iter_raw_batches(seg: LogSegment, io_buffer_bytes: int) -> Iterator[bytes]:
+@dataclass(slots=True)
+class _Source:
+    """A segment below the active one as a pass found it (taken while the log was held):
+    the pass reads it through its own descriptor, so a delete or close on the loop
+    meanwhile cannot take the file from under a read (an unlinked file stays readable
+    through an open descriptor), and the swap checks ``seg`` and ``size`` are still
+    what the log holds (a truncation or delete meanwhile aborts the pass)."""
+
+    seg: LogSegment
+    fd: int  # os.dup of the segment's descriptor, closed when the pass ends
+    size: int
+    base_offset: int
+    time_ms: int  # _segment_time_ms: the tombstone age reference
+    created_ms: int
+    log_path: Path
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What the exclusive start of a pass decided (see :meth:`LogCleaner.clean_once`)."""
+
+    config: LogConfig  # the log's settings at the start (a reconfigure does not stop it)
+    first_dirty: int
+    d: int  # index of the first dirty segment
+    k: int  # index of the first segment not read (the end of the cleanable range)
+    end: int  # its base offset: a truncation below it aborts the pass
+    ratio: float
+    forced: bool
+    sources: list[_Source]  # segments [0, k)
+    groups: list[list[_Source]]  # the rewrite groups of [0, k) (cut later at the map's stop)
+
+
+class Exclusive(Protocol):
+    """Runs a step of a pass while nothing else touches the log; returns its result or
+    raises CleaningAbortedError (see :meth:`LogCleaner.clean_once`)."""
+
+    def __call__(self, step: Callable[[], _T], /) -> _T: ...
+
+
+def _run_now(step: Callable[[], _T]) -> _T:
+    """The exclusion of a caller that holds the log for the whole pass."""
+    return step()
+
+
+def _iter_raw_batches(seg: _Source, io_buffer_bytes: int) -> Iterator[bytes]:
     """Each whole batch of ``seg``, read in chunks of at most ``io_buffer_bytes`` (one
     larger batch is read alone)."""
     position, size = 0, seg.size
@@ -406,6 +488,8 @@ def _iter_raw_batches(seg: LogSegment, io_buffer_bytes: int) -> Iterator[bytes]:
         if off == 0:
             # One batch larger than the chunk: read it whole.
             head = os.pread(seg.fd, LOG_OVERHEAD, position)
+            if len(head) < LOG_OVERHEAD:  # the file is shorter than the pass found it
+                raise CorruptMessageError(f"{seg.log_path}: short read at {position}")
             length = struct.unpack_from(">i", head, 8)[0] + LOG_OVERHEAD
             if length < HEADER_SIZE or position + length > size:
                 raise CorruptMessageError(f"{seg.log_path}: torn batch at {position}")
@@ -509,10 +593,12 @@ class LogCleaner:
     - Every ``log.cleaner.backoff.ms`` (Kafka: 15000) while idle: for every log whose
       ``config.compact`` is true, :meth:`dirty_ratio` says how dirty it is; take the log
       with the highest ratio (or any log :meth:`needs_cleaning` reports forced by
-      ``max.compaction.lag.ms``) and call :meth:`clean_once` with the partition's lock
-      held for the whole call, ``now_ms`` from the wall clock, and ``active_producers``
-      from the partition's producer state (producer id -> last offset of its last batch,
-      for producers not yet expired). Loop without backoff while a pass cleaned.
+      ``max.compaction.lag.ms``) and call :meth:`clean_once` with an ``exclusive``
+      that runs a step while the partition is held (or hold the partition for the whole
+      call and pass none), ``now_ms`` from the wall clock, ``active_producers`` from
+      the partition's producer state (producer id -> last offset of its last batch, for
+      producers not yet expired) and ``stop_requested`` for a stop or delete. Loop
+      without backoff while a pass cleaned.
     - After a follower truncation: :meth:`truncate_checkpoint`; after deleting a
       partition: :meth:`forget`.
     - Time and size retention are not the cleaner's: the broker keeps calling
@@ -602,18 +688,161 @@ class LogCleaner:
         now_ms: int,
         *,
         active_producers: Mapping[int, int] | None = None,
+        exclusive: Exclusive | None = None,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> CleanerStats:
         """Clean ``log`` once if it needs it (see the module docstring). Returns what
         was done. ``active_producers``: producer id -> last offset of that producer's
         last batch (the broker's producer state); None keeps every emptied producer
         batch's header. Raises KafkaStorageError on an I/O error or corrupt data (then
-        reopen the log)."""
+        reopen the log).
+
+        Concurrency (Kafka's cleaner beside appends): ``exclusive(step)`` runs ``step``
+        while nothing else touches ``log`` and returns its result, or raises
+        CleaningAbortedError. Only three kinds of step run under it: the start (choose
+        the range, take the segments below it with their own descriptors), each
+        group's swap, and the checkpoint write. Between them the pass reads those
+        segments (immutable until it swaps them: appends only write the active segment
+        or roll new ones above) and writes its ``.cleaned`` files, while the owner may
+        append, roll, read, move the high watermark or the log start, truncate or
+        delete segments. A step finds out what changed: a truncation below the range's
+        end, a segment of the group gone or shortened, a closed log, or
+        ``stop_requested()`` (also polled between batches) abort the pass, with its
+        unswapped ``.cleaned`` files removed; groups already swapped stay (each is a
+        whole, valid segment). Without ``exclusive`` the caller holds the log for the
+        whole call (the steps run in place)."""
+        run: Exclusive = exclusive or _run_now
+
+        def aborted_by() -> None:
+            if stop_requested is not None and stop_requested():
+                raise CleaningAbortedError("the partition is stopping")
+
+        plan: _Plan | None = None
+        stats = _Counters()
+        try:
+            found = run(lambda: self._plan(log, now_ms))
+            if isinstance(found, CleanerStats):
+                return found
+            plan = found
+            return self._clean_planned(
+                log,
+                plan,
+                now_ms,
+                run=run,
+                aborted_by=aborted_by,
+                active_producers=active_producers,
+                stats=stats,
+            )
+        except CleaningAbortedError as e:
+            first = -1 if plan is None else plan.first_dirty
+            return CleanerStats(
+                cleaned=False,
+                reason=f"cleaning aborted: {e}",
+                first_dirty_offset=first,
+                end_offset=first,
+                dirty_ratio=0.0 if plan is None else plan.ratio,
+                aborted=True,
+                **asdict(stats),
+            )
+        finally:
+            for src in [] if plan is None else plan.sources:
+                os.close(src.fd)
+
+    def _clean_planned(
+        self,
+        log: Log,
+        plan: _Plan,
+        now_ms: int,
+        *,
+        run: Exclusive,
+        aborted_by: Callable[[], None],
+        active_producers: Mapping[int, int] | None,
+        stats: _Counters,
+    ) -> CleanerStats:
+        """The pass after its start: map, rewrite and swap (see :meth:`clean_once`)."""
+
+        def unchanged() -> None:
+            self._check_unchanged(log, plan)
+
+        offset_map = _OffsetMap(self.config.dedupe_buffer_bytes)
+        try:
+            built = self._build_offset_map(
+                plan.sources, plan.d, plan.k, plan.first_dirty, offset_map, aborted_by=aborted_by
+            )
+        except (OSError, CorruptMessageError, struct.error) as e:
+            run(unchanged)  # a truncation meanwhile reads short: an abort, not an error
+            raise KafkaStorageError(f"cleaning {log.path}: reading the dirty section: {e}") from e
+        if built.stop <= plan.d:
+            reason = "an open transaction starts in the first dirty segment"
+            if built.full:
+                reason = "the offset map filled inside the first dirty segment"
+            return CleanerStats(False, reason, plan.first_dirty, plan.first_dirty, plan.ratio)
+        end = plan.sources[built.stop].base_offset if built.stop < plan.k else plan.end
+        groups = _cut_groups(plan.groups, built.stop)
+        for group in groups:
+            try:
+                cleaned = self._clean_group(
+                    log,
+                    plan.config,
+                    group,
+                    latest=offset_map.offsets,
+                    aborted=built.aborted_batches,
+                    now_ms=now_ms,
+                    active_producers=active_producers,
+                    stats=stats,
+                    aborted_by=aborted_by,
+                )
+            except (OSError, CorruptMessageError, struct.error) as e:
+                run(unchanged)
+                raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
+
+            def swap(group: list[_Source] = group, cleaned: LogSegment = cleaned) -> None:
+                aborted_by()  # a stop asked while the group was written: no swap
+                self._swap_checked(log, plan, group, cleaned)
+
+            try:
+                run(swap)
+            except CleaningAbortedError:
+                _discard(cleaned)
+                raise
+            except OSError as e:  # mid-swap: reopening the log finishes or undoes it
+                raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
+
+        def checkpoint() -> None:
+            self._check_unchanged(log, plan)
+            # A crash before this leaves the old checkpoint: the next pass cleans the
+            # same range again, which changes nothing already clean.
+            _update_cleaner_checkpoint(log.path.parent, partition_of(log.path), end)
+
+        try:
+            run(checkpoint)
+        except OSError as e:
+            raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
+        return CleanerStats(
+            cleaned=True,
+            reason="forced by max.compaction.lag.ms"
+            if plan.forced
+            else f"dirty ratio {plan.ratio:.3f}",
+            first_dirty_offset=plan.first_dirty,
+            end_offset=end,
+            dirty_ratio=plan.ratio,
+            forced_by_max_lag=plan.forced,
+            map_keys=len(offset_map.offsets),
+            segments_before=built.stop,
+            segments_after=len(groups),
+            **asdict(stats),  # the counters, named as in CleanerStats
+        )
+
+    def _plan(self, log: Log, now_ms: int) -> _Plan | CleanerStats:
+        """The exclusive start of a pass: the range to clean and its segments, each
+        with a descriptor of the pass's own; or why there is nothing to do."""
+        if log.closed:
+            raise CleaningAbortedError("the log is closed")
         segments = log.segments_for_cleaner()
         first_dirty, d, k = self._dirty_range(log, segments, now_ms)
         clean_bytes = sum(s.size for s in segments[:d])
         dirty_bytes = sum(s.size for s in segments[d:k])
         ratio = dirty_bytes / (clean_bytes + dirty_bytes) if dirty_bytes else 0.0
-        end = segments[k].base_offset
 
         def skipped(reason: str) -> CleanerStats:
             return CleanerStats(False, reason, first_dirty, first_dirty, ratio)
@@ -628,58 +857,69 @@ class LogCleaner:
                 f"dirty ratio {ratio:.3f} <= min.cleanable.dirty.ratio "
                 f"{log.config.min_cleanable_dirty_ratio}"
             )
-        offset_map = _OffsetMap(self.config.dedupe_buffer_bytes)
+        sources: list[_Source] = []
         try:
-            built = self._build_offset_map(segments, d, k, first_dirty, offset_map)
-        except (OSError, CorruptMessageError) as e:
-            raise KafkaStorageError(f"cleaning {log.path}: reading the dirty section: {e}") from e
-        if built.stop <= d:
-            reason = "an open transaction starts in the first dirty segment"
-            if built.full:
-                reason = "the offset map filled inside the first dirty segment"
-            return skipped(reason)
-        end = segments[built.stop].base_offset
-        stats = _Counters()
-        try:
-            groups = self._group_segments(log, segments[: built.stop])
-            for first, group in enumerate(groups):
-                cleaned = self._clean_group(
-                    log,
-                    group,
-                    latest=offset_map.offsets,
-                    aborted=built.aborted_batches,
-                    now_ms=now_ms,
-                    active_producers=active_producers,
-                    stats=stats,
+            for seg in segments[:k]:
+                sources.append(
+                    _Source(
+                        seg,
+                        os.dup(seg.fd),
+                        seg.size,
+                        seg.base_offset,
+                        _segment_time_ms(seg),
+                        seg.created_ms,
+                        seg.log_path,
+                    )
                 )
-                # Each earlier group became one segment, so this one starts at index
-                # ``first`` of the log's list.
-                self._swap(log, first, group, cleaned)
-            # A crash before this line leaves the old checkpoint: the next pass cleans
-            # the same range again, which changes nothing already clean.
-            _update_cleaner_checkpoint(log.path.parent, partition_of(log.path), end)
-        except (OSError, CorruptMessageError) as e:
-            raise KafkaStorageError(f"cleaning {log.path} failed: {e}") from e
-        return CleanerStats(
-            cleaned=True,
-            reason="forced by max.compaction.lag.ms" if forced else f"dirty ratio {ratio:.3f}",
-            first_dirty_offset=first_dirty,
-            end_offset=end,
-            dirty_ratio=ratio,
-            forced_by_max_lag=forced,
-            map_keys=len(offset_map.offsets),
-            segments_before=built.stop,
-            segments_after=len(groups),
-            **asdict(stats),  # the counters, named as in CleanerStats
+        except OSError as e:
+            for src in sources:
+                os.close(src.fd)
+            raise KafkaStorageError(f"cleaning {log.path}: {e}") from e
+        # From here on the truncation record says whether the range changed under us.
+        log.lowest_truncation = LONG_MAX
+        by_seg = {id(src.seg): src for src in sources}
+        groups = [[by_seg[id(seg)] for seg in g] for g in self._group_segments(log, segments[:k])]
+        return _Plan(
+            log.config, first_dirty, d, k, segments[k].base_offset, ratio, forced, sources, groups
         )
+
+    @staticmethod
+    def _check_unchanged(log: Log, plan: _Plan) -> None:
+        """Under exclusion: abort if the log was closed or truncated below the range."""
+        if log.closed:
+            raise CleaningAbortedError("the log was closed")
+        if log.lowest_truncation < plan.end:
+            raise CleaningAbortedError(
+                f"the log was truncated to {log.lowest_truncation}, below the cleaned "
+                f"range's end {plan.end}"
+            )
+
+    def _swap_checked(
+        self, log: Log, plan: _Plan, group: list[_Source], cleaned: LogSegment
+    ) -> None:
+        """Under exclusion: swap ``cleaned`` in if ``group``'s segments are still in the
+        log as the pass read them (retention or DeleteRecords may have deleted them)."""
+        self._check_unchanged(log, plan)
+        segments = log.segments_for_cleaner()
+        first = next((i for i, s in enumerate(segments) if s is group[0].seg), -1)
+        now = segments[first : first + len(group)] if first >= 0 else []
+        if len(now) != len(group) or any(
+            s is not src.seg or s.size != src.size for s, src in zip(now, group, strict=True)
+        ):
+            raise CleaningAbortedError(
+                f"segments from {group[0].base_offset} were deleted or changed meanwhile"
+            )
+        self._swap(log, first, now, cleaned)
 
     def _build_offset_map(
         self,
-        segments: list[LogSegment],
+        segments: list[_Source],
         d: int,
         k: int,
         first_dirty: int,
         offset_map: _OffsetMap,
+        *,
+        aborted_by: Callable[[], None],
     ) -> _MapResult:
         """Fill ``offset_map`` from segments [d, k) (records at or above first_dirty)."""
         # Per producer id, the open transaction: its keyed records and its batches.
@@ -690,6 +930,7 @@ class LogCleaner:
         for i in range(d, k):  # bounded by the segment count
             seg = segments[i]
             for raw in _iter_raw_batches(seg, self.config.io_buffer_bytes):
+                aborted_by()
                 h = parse_header(raw)
                 if h.last_offset < first_dirty or h.records_count == 0:
                     continue
@@ -780,13 +1021,15 @@ class LogCleaner:
     def _clean_group(
         self,
         log: Log,
-        group: list[LogSegment],
+        config: LogConfig,
+        group: list[_Source],
         *,
         latest: dict[bytes, int],
         aborted: set[int],
         now_ms: int,
         active_producers: Mapping[int, int] | None,
         stats: _Counters,
+        aborted_by: Callable[[], None],
     ) -> LogSegment:
         """Write the cleaned copy of ``group`` as ``<base>.*.cleaned``, fsynced."""
         base = group[0].base_offset
@@ -795,18 +1038,19 @@ class LogCleaner:
         cleaned = LogSegment(
             log.path,
             base,
-            index_bytes_max=log.config.segment_index_bytes,
-            index_interval_bytes=log.config.index_interval_bytes,
+            index_bytes_max=config.segment_index_bytes,
+            index_interval_bytes=config.index_interval_bytes,
             created_ms=group[0].created_ms,
             suffix=CLEANED_SUFFIX,
         )
         try:
             buf = bytearray()
             spans: list[BatchSpan] = []
-            retention_ms = log.config.delete_retention_ms
+            retention_ms = config.delete_retention_ms
             for seg in group:
-                drop_tombstones = now_ms - _segment_time_ms(seg) > retention_ms
+                drop_tombstones = now_ms - seg.time_ms > retention_ms
                 for raw in _iter_raw_batches(seg, self.config.io_buffer_bytes):
+                    aborted_by()
                     out = self._clean_batch(
                         raw,
                         latest=latest,
@@ -833,6 +1077,9 @@ class LogCleaner:
             _crash_point("fsync .cleaned")
             cleaned.flush()
             fsync_dir(log.path)
+        except CleaningAbortedError:
+            _discard(cleaned)
+            raise
         except BaseException:
             cleaned.close()  # the .cleaned files stay: the next pass or open removes them
             raise
@@ -913,6 +1160,26 @@ class LogCleaner:
             cleaned.close()
             raise
         log.replace_cleaned_segments(first, len(group), cleaned)
+
+
+def _cut_groups(groups: list[list[_Source]], stop: int) -> list[list[_Source]]:
+    """The groups of sources [0, stop) (grouping is greedy from the front, so those of
+    a prefix are the whole range's groups cut at ``stop``)."""
+    out: list[list[_Source]] = []
+    taken = 0
+    for group in groups:  # bounded by the segment count
+        if taken >= stop:
+            break
+        out.append(group[: stop - taken])
+        taken += len(group)
+    return out
+
+
+def _discard(cleaned: LogSegment) -> None:
+    """Remove a ``.cleaned`` segment an aborted pass will not swap in."""
+    cleaned.close()
+    for path in (cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path):
+        path.unlink(missing_ok=True)
 
 
 def _rename_suffix(seg: LogSegment, old: str, new: str) -> None:

@@ -246,6 +246,10 @@ class Log:
         # and flush.ms is left to the owner's timer (flush_due), as Kafka's scheduler.
         self.defer_flushes = False
         self._dir_fsync_due = False
+        # The lowest offset a truncation cut the log to since the cleaner last reset it
+        # (LONG_MAX: none): a pass reading beside appends aborts if it fell below the
+        # range it cleans (storage/cleaner.py).
+        self.lowest_truncation = LONG_MAX
         self.leader_epoch_cache = LeaderEpochFileCache(path / LEADER_EPOCH_CHECKPOINT)
 
     # ------------------------------------------------------------------ opening
@@ -407,6 +411,10 @@ class Log:
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def segment_count(self) -> int:
@@ -887,6 +895,7 @@ class Log:
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        self.lowest_truncation = min(self.lowest_truncation, offset)
         try:
             while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
                 self._segments.pop().delete()
@@ -908,6 +917,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and restart the log, empty, at ``offset``."""
         self._check_open()
+        self.lowest_truncation = -1  # every segment goes
         try:
             for seg in self._segments:
                 seg.delete()
@@ -1066,8 +1076,10 @@ class Log:
             raise KafkaStorageError(f"checkpoint write in {self.path} failed: {e}") from e
 
     # ------------------------------------------ log cleaner hooks (storage/cleaner.py)
-    # The cleaner reads segments below the active one and, once a cleaned segment's
-    # files are in place on disk, swaps it into the segment list here. Nothing else.
+    # The cleaner reads segments below the active one (through descriptors of its own,
+    # beside appends) and, once a cleaned segment's files are in place on disk, swaps it
+    # into the segment list here, while its owner excludes every other use of the log;
+    # lowest_truncation tells it a truncation happened meanwhile. Nothing else.
 
     def segments_for_cleaner(self) -> list[LogSegment]:
         """The segments, oldest first (a copy of the list; the last one is active)."""

@@ -36,21 +36,30 @@ needed).
   :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
-  a while: the cleaner's pass (:meth:`begin_clean` / :meth:`end_clean`, used by
-  :mod:`raftka.broker.log_cleaning`) or an I/O worker's job (:meth:`_on_worker`:
-  the fsync and producer-state snapshot after a roll, a flush.ms flush, a retention
-  delete; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
-  thread and the loop does not touch it (no append, read, truncation, retention,
-  close). Produces to it wait for the hold to end (bounded by their timeout); fetches
-  read nothing from it and park until it ends; a follower's fetched records for it are
+  a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
+  :meth:`release_cleaner`: the pass's start, each swap of cleaned segments, its
+  checkpoint write; short) or an I/O worker's job (:meth:`_on_worker`: the fsync and
+  producer-state snapshot after a roll, a flush.ms flush, a retention delete;
+  :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the thread and
+  the loop does not touch it (no append, read, truncation, retention, close).
+  Produces to it wait for the hold to end (bounded by their timeout); fetches read
+  nothing from it and park until it ends; a follower's fetched records for it are
   dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
   (retriable); a stop or delete waits for it. Worker jobs of one partition run in
-  submission order (its strand), one at a time, never beside a cleaner's pass; a job's
+  submission order (its strand), one at a time, never beside another hold; a job's
   ``prepare`` runs on the loop once the log is held (it reads the state the job
   writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
   changed (a new log start) before the log is given back. Ownership is handed over on
   the loop, so the flags need no lock. Metadata changes and DeleteRecords wait for
-  the worker jobs on their partitions (short), not for a cleaner's pass (long).
+  the worker jobs on their partitions (short), not for a cleaner's step.
+- **A cleaner pass between its steps** (:meth:`begin_clean` / :meth:`end_clean`,
+  :mod:`raftka.broker.log_cleaning`) holds nothing: it reads the segments below the
+  active one through descriptors of its own and writes ``.cleaned`` files while
+  appends, reads, follower credit, HW moves and truncations go on (storage/cleaner.py
+  says what each change does to the pass). What the manager does for it: retention
+  skips the partition until the pass ends (Kafka's rule; DeleteRecords moves the log
+  start but leaves the segments); a stop or delete (or a recreate under the same name)
+  sets the pass's abort event and waits for :meth:`end_clean`.
 - **Start-up recovery** (:meth:`on_metadata`): the logs a metadata change makes new
   here are opened (recovered, producer state loaded) on the I/O workers,
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
@@ -72,6 +81,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -187,6 +197,9 @@ class ReplicaManager:
         # when it gives it back; and who holds it.
         self._held: dict[PartitionKey, asyncio.Future[None]] = {}
         self._holders: dict[PartitionKey, str] = {}
+        # Partitions a cleaner pass works on now (it holds them only for its short
+        # exclusive steps) -> set to ask the pass to abort (a stop, a delete).
+        self._cleaning: dict[PartitionKey, threading.Event] = {}
         # Within on_metadata: the partitions whose new leader epoch a worker writes.
         self._epoch_writes: list[Partition] | None = None
         # Partitions opened on the I/O workers for the metadata change being applied.
@@ -284,7 +297,7 @@ class ReplicaManager:
                     log=SegmentPartitionLog(
                         opened,
                         on_truncate=self._on_truncate,
-                        held=lambda: tp in self._held,
+                        held=lambda: tp in self._held or tp in self._cleaning,
                         defer_epoch_writes=True,  # see _persist_epochs
                     ),
                     high_watermark=high_watermark,
@@ -448,11 +461,12 @@ class ReplicaManager:
                 self.fetch_targets.set_leader(p.tp, change.ready.fetch_from_leader)
 
     def stop_replica(self, tp: PartitionKey, *, delete: bool, topic_id: str | None = None) -> None:
-        if tp in self._held:
-            # The cleaner thread holds the log: stop when it gives it back (end_clean).
+        if tp in self._held or tp in self._cleaning:
+            # A thread holds the log, or a cleaner pass reads it: stop when the hold or
+            # the pass ends (the pass is asked to abort, Kafka's abortAndPauseCleaning).
             # Until then the partition stays registered, so nothing reopens its log.
             previous = self._stop_after_hold.get(tp, (False, None))
-            self._stop_after_hold[tp] = (delete or previous[0], topic_id)
+            self._defer_stop(tp, delete or previous[0], topic_id)
             return
         p = self.partitions.get(tp)
         if p is not None and (topic_id is None or p.topic_id == topic_id):
@@ -692,8 +706,8 @@ class ReplicaManager:
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._held:
-                # Nothing from a log the cleaner holds; end_clean fires the signal this
-                # fetch parks on, so it reads again as soon as the pass ends. A consumer's
+                # Nothing from a held log; its release fires the signal this fetch
+                # parks on, so it reads again as soon as the hold ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
                 # state alone, so they are answered at once.
                 if replica_id < 0:
@@ -1028,7 +1042,9 @@ class ReplicaManager:
         return sum(
             p.replica.enforce_retention()
             for p in list(self.partitions.values())
-            if p.tp not in self._held  # its turn comes at the next check
+            # Its turn comes at the next check (a log being cleaned too: Kafka's
+            # retention skips a log whose cleaning is in progress).
+            if p.tp not in self._held and p.tp not in self._cleaning
         )
 
     async def enforce_retention_on_workers(self) -> int:
@@ -1036,7 +1052,7 @@ class ReplicaManager:
         at a time (each holds its log meanwhile); returns the segments deleted."""
         total = 0
         for tp in list(self.partitions):
-            if self._holders.get(tp) == CLEANER:
+            if tp in self._cleaning:
                 continue  # its turn comes at the next check (a worker's job: wait for it)
             deleted = await self._on_worker(
                 tp,
@@ -1121,7 +1137,8 @@ class ReplicaManager:
         self._holders.pop(tp, None)
         if done is not None and not done.done():
             done.set_result(None)
-        stop = self._stop_after_hold.pop(tp, None)
+        # A stop waits for the whole cleaner pass, not one of its steps (end_clean).
+        stop = None if tp in self._cleaning else self._stop_after_hold.pop(tp, None)
         if stop is not None:
             self.stop_replica(tp, delete=stop[0], topic_id=stop[1])
             # A leader or follower change that came meanwhile (a topic recreated under
@@ -1134,11 +1151,19 @@ class ReplicaManager:
     def _holder_of(self, tp: PartitionKey) -> str:
         return f"the log is held by {self._holders.get(tp, 'a worker')}"
 
-    def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int]] | None:
-        """Hand ``tp``'s log to the cleaner thread; with it, the active producers
-        (producer id -> last offset of its last batch). None if ``tp`` is not here or
-        an I/O worker holds it (the cleaner chooses again later)."""
-        if not self._hold(tp, CLEANER):
+    def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int], threading.Event] | None:
+        """Start a cleaner pass over ``tp``'s log: the log, the active producers
+        (producer id -> last offset of its last batch) and the event that asks the pass
+        to abort. The pass runs beside appends, reads and truncations and takes the log
+        only for its exclusive steps (:meth:`hold_for_cleaner`). None if ``tp`` is not
+        here, a pass runs on it, or an I/O worker holds it (the cleaner chooses again
+        later)."""
+        if (
+            self.partitions.get(tp) is None
+            or tp in self._held
+            or tp in self._cleaning
+            or self._stopping
+        ):
             return None
         p = self.partitions[tp]
         active = {
@@ -1146,11 +1171,38 @@ class ReplicaManager:
             for pid, entry in p.producers.entries.items()
             if entry.last_offset >= 0
         }
-        return p.log, active
+        stop = self._cleaning[tp] = threading.Event()
+        return p.log, active, stop
+
+    async def hold_for_cleaner(self, tp: PartitionKey) -> bool:
+        """Take ``tp``'s log for one exclusive step of a pass (its start, a swap, the
+        checkpoint), after any I/O worker's job on it; False if the pass must abort
+        (asked to, the partition gone, the manager stopping). Give it back with
+        :meth:`release_cleaner`."""
+        while tp in self._held:
+            await self.wait_clean_ended(tp)
+        stop = self._cleaning.get(tp)
+        if stop is None or stop.is_set():
+            return False
+        return self._hold(tp, CLEANER)
+
+    def release_cleaner(self, tp: PartitionKey) -> None:
+        """The end of an exclusive step of a pass: produces and fetches go on."""
+        if self._holders.get(tp) == CLEANER:
+            self._release(tp)
 
     def end_clean(self, tp: PartitionKey) -> None:
-        """The cleaner thread gave ``tp``'s log back."""
-        self._release(tp)
+        """The cleaner pass over ``tp`` ended: a stop that waited for it happens now."""
+        self._cleaning.pop(tp, None)
+        if tp not in self._held or self._holders.get(tp) == CLEANER:
+            self._release(tp)
+        # else an I/O worker's job holds the log: its release runs the deferred stop.
+
+    def _defer_stop(self, tp: PartitionKey, delete: bool, topic_id: str | None) -> None:
+        self._stop_after_hold[tp] = (delete, topic_id)
+        stop = self._cleaning.get(tp)
+        if stop is not None:
+            stop.set()
 
     async def _on_worker(
         self,
@@ -1186,13 +1238,15 @@ class ReplicaManager:
         one whose log a thread holds (the old replica is deleted first)."""
         tp = (tip.topic, tip.partition)
         existing = self.partitions.get(tp)
-        if tp in self._held and existing is not None and existing.topic_id != tip.topic_id:
-            self._stop_after_hold[tp] = (True, existing.topic_id)
+        busy = tp in self._held or tp in self._cleaning
+        if busy and existing is not None and existing.topic_id != tip.topic_id:
+            self._defer_stop(tp, True, existing.topic_id)
         return tp in self._stop_after_hold
 
     def is_cleaning(self, tp: PartitionKey) -> bool:
-        """True while a thread (the cleaner or an I/O worker) holds ``tp``'s log."""
-        return tp in self._held
+        """True while a thread (the cleaner or an I/O worker) holds ``tp``'s log or a
+        cleaner pass works on it."""
+        return tp in self._held or tp in self._cleaning
 
     async def wait_clean_ended(self, tp: PartitionKey) -> None:
         """Until no thread holds ``tp``'s log (at once if none does)."""
@@ -1275,6 +1329,8 @@ class ReplicaManager:
     async def close(self) -> None:
         """Fail waiting produces, stop AlterPartition tasks, close the logs cleanly."""
         self._stopping = True
+        for stop in self._cleaning.values():
+            stop.set()  # a pass still running aborts at its next batch or step
         for done in list(self._held.values()):
             # The log cleaner service is closed first (server.stop); this is a backstop
             # so no log is closed under a running pass.

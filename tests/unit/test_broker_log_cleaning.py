@@ -1,9 +1,12 @@
 """The broker's log cleaner service (broker/log_cleaning.py) and the hooks it needs in
 the ReplicaManager, in process: real segment logs in a temp dir, no sockets.
 
-- While the cleaner holds a partition's log, produces to it wait (and complete once it
-  is given back), consumer fetches read nothing and park, ListOffsets by timestamp is
-  OFFSET_NOT_AVAILABLE, retention skips it, a delete waits for the pass.
+- A cleaner pass runs beside the partition: produces to it are appended and acked,
+  parked fetches return the new records, while the pass rewrites. Only its exclusive
+  steps (start, swaps, checkpoint) hold the log: then produces wait (and complete once
+  it is given back), consumer fetches read nothing and park, ListOffsets by timestamp
+  is OFFSET_NOT_AVAILABLE. Retention skips a log being cleaned; a truncation into the
+  range aborts the pass; a delete aborts it and happens when it ends.
 - The service cleans the dirtiest compacted log; the read-back holds the latest value of
   each key at its original offset; /health counters move.
 - A follower truncation moves the cleaner checkpoint down; a delete forgets it.
@@ -54,6 +57,7 @@ from raftka.metadata.topic_config import (
 )
 from raftka.server_common.process_config import ConfigError
 from raftka.storage import Log
+from raftka.storage import cleaner as cleaner_module
 from raftka.storage.cleaner import CleanerStats, LogCleaner, read_cleaner_checkpoint
 
 TOPIC_ID = str(uuid.uuid4())
@@ -95,10 +99,10 @@ class _Harness(BrokerHarness):
         )
         return result
 
-    async def read_all(self) -> list[Any]:
-        """Every record below the HW (a fetch answers from one segment at a time)."""
+    async def read_all(self, offset: int = 0) -> list[Any]:
+        """Every record from ``offset`` below the HW (a fetch answers from one segment
+        at a time)."""
         out: list[Any] = []
-        offset = 0
         while True:
             result = await self.consume(offset)
             assert result.error is None, result
@@ -149,6 +153,8 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
         handed = h.manager.begin_clean(TP)
         assert handed is not None and handed[0] is h.log()
         assert h.manager.begin_clean(TP) is None, "one pass per log"
+        # One exclusive step of the pass (a swap) holds the log.
+        assert await h.manager.hold_for_cleaner(TP)
         produce = asyncio.create_task(h.produce((b"k0", b"late")))
         fetch = asyncio.create_task(h.consume(end, max_wait_ms=10_000))
         for _ in range(5):
@@ -168,20 +174,27 @@ def test_a_held_log_queues_produces_parks_fetches_and_defers_a_delete(tmp_path: 
         target, _ = h.manager.partitions[TP].replica.delete_records(second)
         assert target == second and h.log().log_start_offset == second
         assert h.log().segment_count == segments
-        assert h.manager.enforce_retention() == 0, "retention skips a held log"
-        h.manager.end_clean(TP)
-        assert h.manager.enforce_retention() == 1, "the segment below the start goes now"
+        assert h.manager.enforce_retention() == 0, "retention skips a log being cleaned"
+        h.manager.release_cleaner(TP)
+        # The step is over, the pass goes on: the produce and the fetch complete.
         appended = await asyncio.wait_for(produce, 5)
         assert appended.error is None and appended.base_offset == end
         woken = await asyncio.wait_for(fetch, 5)
         assert [r.value for r in iter_records(woken.records)] == [b"late"]
+        assert h.manager.enforce_retention() == 0, "retention skips a log being cleaned"
+        h.manager.end_clean(TP)
+        assert h.manager.enforce_retention() == 1, "the segment below the start goes now"
 
         # A produce waits no longer than its timeout: REQUEST_TIMED_OUT (retriable).
-        assert h.manager.begin_clean(TP) is not None
+        handed = h.manager.begin_clean(TP)
+        assert handed is not None and await h.manager.hold_for_cleaner(TP)
         late = await h.produce((b"k1", b"x"), timeout_ms=20)
         assert late.error is not None and late.error.name == "REQUEST_TIMED_OUT"
-        # A topic delete while the cleaner holds the log happens when it is given back.
+        h.manager.release_cleaner(TP)
+        # A topic delete during a pass asks it to abort and happens when it ends.
         h.commit(RemoveTopicRecord(topic_id=TOPIC_ID))
+        assert handed[2].is_set(), "the pass was not asked to abort"
+        assert not await h.manager.hold_for_cleaner(TP), "an aborted pass swaps nothing"
         assert TP in h.manager.partitions and h.logs.get(TP) is not None
         h.manager.end_clean(TP)
         assert TP not in h.manager.partitions and h.logs.get(TP) is None
@@ -243,14 +256,12 @@ class _BlockingCleaner(LogCleaner):
         self.release = threading.Event()
         self.error = error
 
-    def clean_once(
-        self, log: Log, now_ms: int, *, active_producers: Mapping[int, int] | None = None
-    ) -> CleanerStats:
+    def clean_once(self, log: Log, now_ms: int, **kwargs: Any) -> CleanerStats:
         self.started.set()
         assert self.release.wait(10), "never released"
         if self.error is not None:
             raise self.error
-        return super().clean_once(log, now_ms, active_producers=active_producers)
+        return super().clean_once(log, now_ms, **kwargs)
 
 
 def test_shutdown_waits_for_a_running_pass(tmp_path: Path) -> None:
@@ -288,6 +299,146 @@ def test_a_storage_error_reopens_the_log(tmp_path: Path) -> None:
         assert new is not old and new.log is not old.log and new.state.is_leader
         got = {r.key: (r.offset, r.value) for r in await h.read_all()}
         assert all(got[k] == v for k, v in latest.items())
+        await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+# ------------------------------------------------- a pass beside the partition's traffic
+
+
+class _Pause:
+    """Stops the next cleaner pass once its first group's ``.cleaned`` file is written
+    (before its swap; the pass holds nothing then) until :meth:`resume`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+        def point(step: str) -> None:
+            if step == "fsync .cleaned" and not self.reached.is_set():
+                self.reached.set()
+                assert self.go.wait(10), "the test never resumed the pass"
+
+        monkeypatch.setattr(cleaner_module, "_crash_point", point)
+
+    async def start(
+        self, h: _Harness, service: LogCleanerService
+    ) -> asyncio.Task[CleanerStats | None]:
+        """A pass over t-0, stopped; started again if it found the log held by an I/O
+        worker's job (a producer-state snapshot after a roll), as run() would."""
+        deadline = time.monotonic() + 10
+        while True:  # bounded by the deadline
+            await h.manager.wait_clean_ended(TP)
+            task = asyncio.create_task(service.clean_one())
+            while not task.done():
+                if await asyncio.to_thread(self.reached.wait, 0.05):
+                    return task
+            assert task.result() is None, f"the pass ended without stopping: {task}"
+            assert time.monotonic() < deadline, f"no pass started: {service.health()}"
+
+    def resume(self) -> None:
+        self.go.set()
+
+
+def test_produces_and_fetches_go_on_during_a_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body() -> None:
+        h, latest, service = await _cleanable(tmp_path, LogCleaner())
+        pause = _Pause(monkeypatch)
+        task = await pause.start(h, service)
+        assert h.manager.is_cleaning(TP) and service.health()["cleaning"] == "t-0"
+        end = h.log().log_end_offset
+        fetch = asyncio.create_task(h.consume(end, max_wait_ms=10_000))
+        appended = await asyncio.wait_for(h.produce((b"k0", b"during")), 5)
+        assert appended.error is None and appended.base_offset == end
+        woken = await asyncio.wait_for(fetch, 5)
+        assert [r.value for r in iter_records(woken.records)] == [b"during"]
+        assert not task.done(), "the pass ended before the produce: nothing was shown"
+        pause.resume()
+        stats = await asyncio.wait_for(task, 10)
+        assert stats is not None and stats.cleaned, stats
+        got = {r.key: (r.offset, r.value) for r in await h.read_all()}
+        assert got[b"k0"] == (end, b"during")
+        assert all(got[k] == v for k, v in latest.items() if k != b"k0")
+        await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+def test_a_truncation_during_a_pass_aborts_it_and_keeps_every_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body() -> None:
+        h, _, service = await _cleanable(tmp_path, LogCleaner())
+        before = [(r.offset, r.key, r.value) for r in await h.read_all()]
+        pause = _Pause(monkeypatch)
+        task = await pause.start(h, service)
+        # Into the second segment, below the pass's end (the active segment's base).
+        cut = h.log().segment_base_offsets[1] + 1
+        h.manager.partitions[TP].replica.log.truncate_to(cut)
+        cut = h.log().log_end_offset  # the base of the batch holding the cut
+        pause.resume()
+        stats = await asyncio.wait_for(task, 10)
+        assert stats is not None and stats.aborted and "truncated" in stats.reason, stats
+        assert service.health()["passes_aborted"] == 1
+        after = [(r.offset, r.key, r.value) for r in await h.read_all()]
+        assert after == [row for row in before if row[0] < cut]
+        assert not [n.name for n in h.log().path.iterdir() if n.suffix in (".cleaned", ".swap")]
+        # The next pass cleans what the truncation left.
+        again = await service.clean_one()
+        assert again is not None and again.cleaned, again
+        await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+def test_delete_records_and_retention_during_a_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRecords moves the log start at once; retention leaves the segments below it
+    until the pass ends (Kafka's retention skips a log being cleaned)."""
+
+    async def body() -> None:
+        h, latest, service = await _cleanable(tmp_path, LogCleaner())
+        pause = _Pause(monkeypatch)
+        task = await pause.start(h, service)
+        start = h.log().segment_base_offsets[1]
+        target, _ = h.manager.partitions[TP].replica.delete_records(start)
+        assert target == start and h.log().log_start_offset == start
+        assert await h.manager.enforce_retention_on_workers() == 0
+        pause.resume()
+        stats = await asyncio.wait_for(task, 10)
+        assert stats is not None and stats.cleaned, stats
+        assert h.log().log_start_offset == start
+        assert await h.manager.enforce_retention_on_workers() >= 1
+        got = {r.key: (r.offset, r.value) for r in await h.read_all(start)}
+        assert all(got[k] == v for k, v in latest.items() if v[0] >= start)
+        await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+def test_a_topic_delete_during_a_pass_aborts_it_then_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body() -> None:
+        h, _, service = await _cleanable(tmp_path, LogCleaner())
+        path = h.log().path
+        pause = _Pause(monkeypatch)
+        task = await pause.start(h, service)
+        h.commit(RemoveTopicRecord(topic_id=TOPIC_ID))
+        assert TP in h.manager.partitions, "the delete waits for the pass"
+        pause.resume()
+        stats = await asyncio.wait_for(task, 10)
+        assert stats is not None and stats.aborted, stats
+        assert TP not in h.manager.partitions and h.logs.get(TP) is None
+        assert not path.exists()
         await service.close()
         await h.manager.close()
 

@@ -8,8 +8,10 @@ and reads it back through ``Log.read``, the path a consumer takes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +30,7 @@ from raftka.storage import cleaner as cleaner_module
 from raftka.storage.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerConfig,
+    CleanerStats,
     LogCleaner,
     read_cleaner_checkpoint,
 )
@@ -599,3 +602,240 @@ def test_dump_log_shows_checkpoint_and_offset_gaps(log_dir: Path, opened: list[L
     out = CliRunner().invoke(dump_log_command, [str(first_segment), "--json"])
     assert '"gap"' in out.output and '"cleaner_checkpoint"' in out.output
     assert sum(1 for _ in iter_batches(first_segment.read_bytes())) > 0
+
+
+# ------------------------------------------------------------------- beside the owner
+# A pass runs on its own thread and takes the log (here: a lock the test also takes)
+# only for its start, each swap and the checkpoint. It is stopped once its first group's
+# .cleaned file is written (before its swap, outside every exclusive step), while the
+# test changes the log.
+
+_T = TypeVar("_T")
+
+
+class _PausedPass:
+    """``LogCleaner.clean_once`` on a thread, stopped before the fsync of its first
+    group's ``.cleaned`` file (nothing swapped yet) until :meth:`resume`."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        log: Log,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self.lock = threading.Lock()
+        self.reached = threading.Event()
+        self._go = threading.Event()
+        self._result: list[CleanerStats] = []
+
+        def point(step: str) -> None:
+            if step == "fsync .cleaned" and not self.reached.is_set():
+                self.reached.set()
+                assert self._go.wait(10), "the test never resumed the pass"
+
+        monkeypatch.setattr(cleaner_module, "_crash_point", point)
+
+        def exclusive(step: Callable[[], _T]) -> _T:
+            with self.lock:
+                return step()
+
+        def run() -> None:
+            stats = LogCleaner().clean_once(
+                log, T0, exclusive=exclusive, stop_requested=stop_requested
+            )
+            self._result.append(stats)
+
+        self._thread = threading.Thread(target=run, name="cleaner-test")
+        self._thread.start()
+        assert self.reached.wait(10), "the pass never reached its rewrite"
+
+    def resume(self) -> CleanerStats:
+        self._go.set()
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the pass did not end"
+        assert self._result, "the pass raised (see the thread's traceback)"
+        return self._result[0]
+
+
+def _strays(log_dir: Path) -> list[str]:
+    return [n for n in os.listdir(log_dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+def _reopened(log: Log, log_dir: Path, opened: list[Log]) -> list[Row]:
+    """The records of ``log`` as a fresh open (recovery included) reads them."""
+    log.close()
+    return read_all(open_log(log_dir, opened, log.config))[0]
+
+
+def test_appends_rolls_and_reads_go_on_during_a_pass(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the pass rewrites, the owner appends (rolling new segments above the
+    range) and reads: the appends land at the log end and the pass still swaps in."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        end = log.log_end_offset
+        for r in range(4):
+            produce(log, [(b"k0", b"during-%d" % r)], ts=T0 + 10)
+            log.roll()
+        during = read_all(log)[0]
+    assert during == before + [(end + r, b"k0", b"during-%d" % r) for r in range(4)]
+    stats = paused.resume()
+    assert stats.cleaned and not stats.aborted, stats.reason
+    after = read_all(log)[0]
+    assert latest_by_key(after) == latest_by_key(during)
+    assert after[-4:] == during[-4:]
+    assert len(after) < len(during), "superseded records went"
+    assert _strays(log_dir) == []
+    assert _reopened(log, log_dir, opened) == after
+
+
+def test_a_truncation_below_the_cleaned_range_aborts_the_pass(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower truncating into the segments being cleaned: the pass aborts before
+    its swap, its .cleaned files go, and the log holds every offset below the cut."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        cut = log.segment_base_offsets[2] + 1
+        log.truncate_to(cut)
+    stats = paused.resume()
+    assert stats.aborted and not stats.cleaned
+    assert "truncated" in stats.reason, stats.reason
+    kept = [row for row in before if row[0] < cut]
+    assert read_all(log)[0] == kept
+    assert _strays(log_dir) == []
+    assert read_cleaner_checkpoint(log_dir.parent) == {}, "no progress recorded"
+    assert _reopened(log, log_dir, opened) == kept
+
+
+def test_retention_deleting_segments_being_cleaned_aborts_the_pass(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRecords then retention delete segments the pass is rewriting: the swap
+    finds them gone and aborts; nothing deleted comes back."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        start = log.segment_base_offsets[2]
+        assert log.maybe_increment_log_start_offset(start)
+        assert log.delete_retention_segments() == 2
+    stats = paused.resume()
+    assert stats.aborted and "deleted" in stats.reason, stats.reason
+    kept = [row for row in before if row[0] >= start]
+    assert read_all(log)[0] == kept
+    assert _strays(log_dir) == []
+    assert _reopened(log, log_dir, opened) == kept
+
+
+def test_delete_records_alone_does_not_stop_a_pass(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRecords moves the log start inside the range (segments stay until
+    retention): the pass swaps in and the log start holds."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        start = log.segment_base_offsets[1] + 1
+        assert log.maybe_increment_log_start_offset(start)
+    stats = paused.resume()
+    assert stats.cleaned, stats.reason
+    assert log.log_start_offset == start
+    after = read_all(log)[0]
+    assert all(row[0] >= start for row in after)
+    assert latest_by_key(after) == latest_by_key([row for row in before if row[0] >= start])
+
+
+def test_a_change_to_cleanup_policy_delete_lets_the_pass_finish(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cleanup.policy changed to delete during a pass: the pass finishes with the
+    settings it started with (its output is a valid log under either policy); the next
+    pass skips the log."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    paused = _PausedPass(monkeypatch, log)
+    with paused.lock:
+        log.reconfigure(config(cleanup_policy="delete"))
+    stats = paused.resume()
+    assert stats.cleaned, stats.reason
+    assert latest_by_key(read_all(log)[0]) == latest_by_key(before)
+    assert not LogCleaner().clean_once(log, T0).cleaned
+
+
+def test_a_stop_request_aborts_the_pass_and_removes_its_files(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner asks the pass to stop (a partition being deleted): it stops at the
+    next batch, removes its .cleaned files and leaves the log as it was."""
+    log = open_log(log_dir, opened, config())
+    before = fill(log, keys=5, rounds=6)
+    stop = threading.Event()
+    paused = _PausedPass(monkeypatch, log, stop_requested=stop.is_set)
+    stop.set()
+    stats = paused.resume()
+    assert stats.aborted and "stopping" in stats.reason, stats.reason
+    assert read_all(log)[0] == before
+    assert _strays(log_dir) == []
+
+
+class _KilledError(Exception):
+    pass
+
+
+def test_kill_at_any_step_of_a_pass_beside_appends_leaves_a_valid_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass during which the owner appends and rolls (at its first step, before any
+    swap), killed at each of its steps in turn: the log opens with every appended
+    record at its offset, every key's latest value, and no .cleaned/.swap left."""
+    saved = cleaner_module._crash_point
+    # A kill here loses no page cache, so fsyncs change nothing but the test's time.
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+    def run(crash_step: int) -> int:
+        path = tmp_path / f"kill{crash_step}" / "compacted-0"
+        log = Log.open(path, config(), clock_ms=Clock())
+        before = fill(log, keys=5, rounds=6)
+        appended: list[Row] = []
+        steps = 0
+
+        def point(step: str) -> None:
+            nonlocal steps
+            steps += 1
+            if steps == 1:  # the owner's appends, beside the pass
+                for r in range(3):
+                    offset = produce(log, [(b"k1", b"late-%d" % r)], ts=T0 + 10)
+                    appended.append((offset, b"k1", b"late-%d" % r))
+                    log.roll()
+            if steps == crash_step:
+                raise _KilledError(step)
+
+        cleaner_module._crash_point = point
+        try:
+            LogCleaner().clean_once(log, T0)
+        except _KilledError:
+            pass
+        finally:
+            cleaner_module._crash_point = saved
+        log._close_files()  # kill -9: nothing flushed, no checkpoints, no marker
+        reopened = Log.open(path, config(), clock_ms=Clock())
+        try:
+            rows = read_all(reopened)[0]
+            assert latest_by_key(rows) == latest_by_key(before + appended), crash_step
+            assert rows[-3:] == appended, crash_step
+            assert _strays(path) == [], crash_step
+        finally:
+            reopened.close()
+        return steps
+
+    total = run(0)  # no kill: how many steps a pass has
+    assert total > 5
+    for crash_step in range(1, total + 1):
+        run(crash_step)

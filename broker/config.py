@@ -320,6 +320,9 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
+    # Every property as given (the properties file, flattened): what DescribeConfigs
+    # of this broker answers as its static configs.
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.log_dirs, "at least one log dir"
@@ -480,6 +483,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         kafka_listener=kafka_listener_config(props),
         auto_create_topics_enable=_bool(props, "auto.create.topics.enable", True),
         log_defaults=log_defaults,
+        properties=dict(props),
     )
 
 

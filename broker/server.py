@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from raftka.broker.broker_configs import broker_configs_routes
 from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
@@ -344,6 +345,12 @@ class BrokerServer:
                 *coordinator_routes(self.coordinator),
                 *delete_records_routes(lambda request: _server(request).manager),
                 *log_dirs_routes(lambda request: _server(request).manager.logs),
+                *broker_configs_routes(
+                    lambda request: (
+                        _server(request).config.node_id,
+                        _server(request).config.properties,
+                    )
+                ),
             ]
         )
         return app

@@ -503,17 +503,35 @@ class AsyncAdmin(AdminClientBase):
                 "GET", "/v1/configs", params=msg.query_params(request), timeout_ms=timeout_ms
             )
             out[topic] = {
-                e.name: ConfigEntry(
-                    name=e.name,
-                    value=e.value,
-                    source=e.source,
-                    is_default=e.is_default,
-                    read_only=e.read_only,
-                    is_sensitive=e.is_sensitive,
-                    type=e.type,
-                )
+                e.name: _config_entry(e)
                 for e in decode_value(answer, msg.DescribeConfigsResponse).entries
             }
+        return out
+
+    async def describe_broker_configs(
+        self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[int, dict[str, ConfigEntry]]:
+        """DescribeConfigs of broker resources: each broker's (every live one when none
+        is named) static configs, the properties it was started with (raftka has no
+        dynamic broker configs). Sensitive values are None. A broker id that is not a
+        live broker is BROKER_NOT_AVAILABLE."""
+        transport, _ = self._started()
+        deadline = self._deadline(timeout_ms)
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        nodes: Mapping[int, Node] = view.brokers
+        out: dict[int, dict[str, ConfigEntry]] = {}
+        for broker_id in sorted(nodes) if broker_ids is None else list(broker_ids):
+            node = nodes.get(broker_id)
+            if node is None:
+                raise BrokerNotAvailableError(f"broker {broker_id} is not a live broker")
+            answer = await transport.request_message(
+                f"{node.host}:{node.port}",
+                "GET",
+                "/v1/broker-configs",
+                msg.DescribeConfigsResponse,
+                timeout_ms=max(1, deadline - monotonic_ms()),
+            )
+            out[broker_id] = {e.name: _config_entry(e) for e in answer.entries}
         return out
 
     async def incremental_alter_configs(
@@ -733,6 +751,18 @@ def _json_value(message: Message) -> object:
     return msgspec.to_builtins(message, str_keys=True)
 
 
+def _config_entry(e: msg.ConfigEntryData) -> ConfigEntry:
+    return ConfigEntry(
+        name=e.name,
+        value=e.value,
+        source=e.source,
+        is_default=e.is_default,
+        read_only=e.read_only,
+        is_sensitive=e.is_sensitive,
+        type=e.type,
+    )
+
+
 def _item_error(error: msg.ErrorData | None) -> KafkaError | None:
     return None if error is None else error_from_wire(msgspec.to_builtins(error))
 
@@ -887,6 +917,13 @@ class Admin(ClosingOnExit):
         return self._run(
             self._async.list_partition_reassignments(partitions, timeout_ms=timeout_ms),
             timeout_ms,
+        )
+
+    def describe_broker_configs(
+        self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[int, dict[str, ConfigEntry]]:
+        return self._run(
+            self._async.describe_broker_configs(broker_ids, timeout_ms=timeout_ms), timeout_ms
         )
 
     def describe_log_dirs(

@@ -21,6 +21,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "broker_command",
         "Run a broker (partition logs, replication, produce and fetch).",
     ),
+    "configs": (
+        "raftka.client.cli.configs",
+        "configs_command",
+        "Describe and alter topic and broker configs (like kafka-configs).",
+    ),
     "consume": (
         "raftka.client.cli.consume",
         "consume_command",

@@ -323,6 +323,65 @@ def test_records_delete_log_dirs_and_topic_reports(env: Env, tmp_path: Path) -> 
     assert bad.exit_code == 2 and "one report option at a time" in bad.output, bad.output
 
 
+def test_configs_describe_and_alter_topics_and_brokers(env: Env) -> None:
+    """kafka-configs: a topic's overrides are its dynamic configs (``--all`` adds the
+    defaults); --alter sets and deletes, with a bracketed list value; a broker has no
+    dynamic configs, ``--all`` lists the properties it was started with, and altering
+    a broker is refused by name."""
+    topic = "configs-tool"
+    env.create_topic(topic, configs={"retention.ms": "86400000"})
+
+    def configs(*args: str) -> str:
+        return _ok(env.run("configs", "--entity-type", *args))
+
+    assert configs("topics", "--entity-name", topic, "--describe").splitlines() == [
+        f"Dynamic configs for topic {topic} are:",
+        "  retention.ms=86400000 sensitive=false"
+        " synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=86400000}",
+    ]
+    out = configs(
+        "topics",
+        "--entity-name",
+        topic,
+        "--alter",
+        "--add-config",
+        "cleanup.policy=[compact,delete],segment.ms=3600000",
+        "--delete-config",
+        "retention.ms",
+    )
+    assert out.strip() == f"Completed updating config for topic {topic}."
+    lines = configs("topics", "--entity-name", topic, "--describe").splitlines()
+    assert lines[1:] == [
+        "  cleanup.policy=compact,delete sensitive=false"
+        " synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}",
+        "  segment.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.ms=3600000}",
+    ]
+    everything = configs("topics", "--entity-name", topic, "--describe", "--all")
+    assert "  max.message.bytes=" in everything and "DEFAULT_CONFIG" in everything
+
+    broker = str(env.brokers.ids[0])
+    assert configs("brokers", "--entity-name", broker, "--describe").splitlines() == [
+        f"Dynamic configs for broker {broker} are:"
+    ]
+    static = configs("brokers", "--entity-name", broker, "--describe", "--all")
+    assert (
+        f"  node.id={broker} sensitive=false synonyms={{STATIC_BROKER_CONFIG:node.id={broker}}}"
+        in static
+    )
+    refused = env.run(
+        "configs",
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        broker,
+        "--alter",
+        "--add-config",
+        "log.retention.ms=1",
+    )
+    assert refused.exit_code == 1
+    assert refused.output.startswith("Error: INVALID_REQUEST: "), refused.output
+
+
 def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:
     """SIGINT to a running ``raftka produce`` (stdin still open, one line sent) and to a
     ``raftka consume`` (waiting for more after printing one record): both exit 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import click
 import pytest
 
+from raftka.client.admin import ConfigEntry
+from raftka.client.cli.configs import format_configs, parse_add_config
 from raftka.client.cli.reassign import (
     assignment_json,
     parse_reassignment_json,
@@ -131,3 +133,35 @@ def test_kafka_reassign_partitions_files_and_the_generated_plan() -> None:
 def test_a_bad_reassignment_file_is_refused_in_one_line(text: bytes, why: str) -> None:
     with pytest.raises(click.BadParameter, match=why):
         parse_reassignment_json(text, "f.json")
+
+
+def test_kafka_configs_add_config_syntax() -> None:
+    assert parse_add_config("retention.ms=1000,cleanup.policy=[compact,delete],x=") == {
+        "retention.ms": "1000",
+        "cleanup.policy": "compact,delete",
+        "x": "",
+    }
+    for bad in ("retention.ms", "a=[b", "a=[b]c", "=1"):
+        with pytest.raises(click.BadParameter):
+            parse_add_config(bad)
+
+
+def test_kafka_configs_describe_lines() -> None:
+    entries = {
+        "retention.ms": ConfigEntry(
+            "retention.ms", "1000", "DYNAMIC_TOPIC_CONFIG", False, False, False
+        ),
+        "segment.ms": ConfigEntry("segment.ms", "604800000", "DEFAULT_CONFIG", True, False, False),
+        "ssl.key.password": ConfigEntry(
+            "ssl.key.password", None, "STATIC_BROKER_CONFIG", False, True, True
+        ),
+    }
+    assert format_configs("topic", "t", entries, everything=False) == [
+        "Dynamic configs for topic t are:",
+        "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}",
+    ]
+    assert format_configs("topic", "t", entries, everything=True)[2:] == [
+        "  segment.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:segment.ms=604800000}",
+        "  ssl.key.password=null sensitive=true"
+        " synonyms={STATIC_BROKER_CONFIG:ssl.key.password=null}",
+    ]

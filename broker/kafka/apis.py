@@ -85,6 +85,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v0: preferred only)
     44: (0, 1),  # IncrementalAlterConfigs
+    45: (0, 1),  # AlterPartitionReassignments
+    46: (0, 0),  # ListPartitionReassignments
     60: (0, 1),  # DescribeCluster
 }
 
@@ -312,6 +314,8 @@ class KafkaApis:
             42: self.delete_groups,
             43: self.elect_leaders,
             44: self.incremental_alter_configs,
+            45: self.alter_partition_reassignments,
+            46: self.list_partition_reassignments,
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
@@ -820,6 +824,113 @@ class KafkaApis:
             replica_election_results=tuple(
                 _build(result_cls, topic=t, partition_result=tuple(ps))
                 for t, ps in _by_topic(items)
+            ),
+        )
+
+    async def alter_partition_reassignments(self, request: Any, version: int, call: Call) -> Any:
+        # Forwarded to the active controller's POST /v1/reassignments (KIP-455). v1's
+        # allow_replication_factor_change=false (KIP-860) refuses a target whose size
+        # differs from the partition's replicas before the move, here, from this
+        # broker's image.
+        cls = load_response_schema(45, version)
+        topic_cls = _nested(cls, "ReassignableTopicResponse")
+        partition_cls = _nested(cls, "ReassignablePartitionResponse")
+        allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+        image = self._server.manager.image
+        refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        forward = []
+        for t in request.topics:
+            for p in t.partitions:
+                replicas = None if p.replicas is None else [int(r) for r in p.replicas]
+                topic = image.topics.topic_by_name(t.name)
+                now = None if topic is None else topic.partition(int(p.partition_index))
+                if not allow_rf_change and replicas is not None and now is not None:
+                    before = len(now.replicas) - len(now.adding_replicas)
+                    if len(replicas) != before:
+                        refused[(t.name, int(p.partition_index))] = (
+                            ErrorCode.invalid_replication_factor,
+                            f"{t.name}-{int(p.partition_index)}: {len(replicas)} replicas, "
+                            f"not {before}, and the replication factor may not change",
+                        )
+                        continue
+                forward.append(
+                    {"topic": t.name, "partition": int(p.partition_index), "replicas": replicas}
+                )
+        answers: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        failure: KafkaError | None = None
+        if forward:
+            answer, failure = await self._forward(
+                "/v1/reassignments", {"partitions": forward}, _ms(request.timeout)
+            )
+            for r in answer.get("results", []):
+                answers[(r["topic"], int(r["partition"]))] = _controller_result(r, None)
+        items = []
+        for t in request.topics:
+            for p in t.partitions:
+                key = (t.name, int(p.partition_index))
+                code, message = (
+                    refused.get(key) or answers.get(key) or _controller_result(None, failure)
+                )
+                items.append(
+                    (
+                        t.name,
+                        _build(
+                            partition_cls,
+                            partition_index=key[1],
+                            error_code=code,
+                            error_message=message,
+                        ),
+                    )
+                )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            responses=tuple(
+                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
+            ),
+        )
+
+    async def list_partition_reassignments(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(46, version)
+        topic_cls = _nested(cls, "OngoingTopicReassignment")
+        partition_cls = _nested(cls, "OngoingPartitionReassignment")
+        answer, failure = await self._forward(
+            "/v1/reassignments", {}, _ms(request.timeout), method="GET"
+        )
+        if failure is not None:
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=_code(failure),
+                error_message=failure.message,
+                topics=(),
+            )
+        wanted: set[tuple[str, int]] | None = None
+        if request.topics is not None:
+            wanted = {(t.name, int(i)) for t in request.topics for i in t.partition_indexes}
+        items = [
+            (
+                r["topic"],
+                _build(
+                    partition_cls,
+                    partition_index=int(r["partition"]),
+                    replicas=tuple(int(b) for b in r["replicas"]),
+                    adding_replicas=tuple(int(b) for b in r["adding_replicas"]),
+                    removing_replicas=tuple(int(b) for b in r["removing_replicas"]),
+                ),
+            )
+            for r in answer.get("reassignments", [])
+            if wanted is None or (r["topic"], int(r["partition"])) in wanted
+        ]
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topics=tuple(
+                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
             ),
         )
 

@@ -36,6 +36,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RaftkaCluster]:
         tmp_path_factory.mktemp("reassign"),
         brokers=4,
         controller_properties={"auto.leader.rebalance.enable": "false"},
+        kafka_listener=True,
     ) as env:
         yield env
 
@@ -241,3 +242,38 @@ def test_generate_cancel_and_refusals(env: RaftkaCluster, tmp_path: Path) -> Non
     assert sorted(_replicas(env, "plan")[0]) == sorted(current)
     nothing = _run(env, "--verify")
     assert nothing.exit_code == 2 and "--reassignment-json-file" in nothing.output
+
+
+def test_kafka_python_reassignments_over_the_kafka_listener(env: RaftkaCluster) -> None:
+    """kafka-python's alter/list_partition_reassignments through the Kafka listener:
+    a reordering completes at once, an unregistered broker is
+    INVALID_REPLICA_ASSIGNMENT, a cancel of nothing NO_REASSIGNMENT_IN_PROGRESS, and
+    nothing is listed as in progress."""
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import (
+        InvalidReplicationAssignmentError,
+        NoReassignmentInProgressError,
+    )
+
+    env.create_topic("kp-move", partitions=1, replication_factor=2)
+    before = _replicas(env, "kp-move")[0]
+    admin = KafkaAdminClient(
+        bootstrap_servers=env.brokers.kafka_bootstrap_servers, request_timeout_ms=20_000
+    )
+    try:
+        tp = KpTopicPartition("kp-move", 0)
+        assert admin.alter_partition_reassignments({tp: list(reversed(before))}) == {tp: None}
+        wait_for(
+            lambda: _replicas(env, "kp-move")[0] == tuple(reversed(before)),
+            timeout_s=DEADLINE_S,
+            message="the reordering did not complete",
+        )
+        refused = admin.alter_partition_reassignments({tp: [before[0], 999]})
+        assert refused[tp] is InvalidReplicationAssignmentError, refused
+        assert admin.alter_partition_reassignments({tp: None}) == {
+            tp: NoReassignmentInProgressError
+        }
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()

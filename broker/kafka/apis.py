@@ -503,6 +503,7 @@ class KafkaApis:
         produced = await self._server.manager.produce(
             acks=int(request.acks), timeout_ms=_ms(request.timeout), entries=entries
         )
+        self._server.metrics.topics.record_produce(entries, produced)
         if request.acks == 0:
             return None
         return self._produce_response(
@@ -578,6 +579,7 @@ class KafkaApis:
             max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
             partitions=partitions,
         )
+        self._server.metrics.topics.record_fetch(results, follower=False)
         partition_cls = _nested(cls, "PartitionData")
         topic_cls = _nested(cls, "FetchableTopicResponse")
         # read_committed wants a (here always empty) aborted list; read_uncommitted null.

@@ -1,0 +1,259 @@
+"""A broker's Prometheus metrics, with Kafka's names (see ``raftka.server_common.metrics``
+for the naming rule and ``docs/operations.md``, "Metrics", for the list).
+
+Theory of operation
+-------------------
+:class:`BrokerCollector` reads the broker's state when scraped and nothing else: the
+replica manager's partitions (partition, leader, under-replicated and offline counts),
+the produce and fetch purgatories, the ISR changes the manager counted, the event-loop
+lag monitor and the I/O workers, and the group coordinator's groups with their committed
+offsets (consumer lag). :class:`BrokerTopicMetrics` counts what leaves no state behind:
+bytes and messages appended per topic, bytes fetched. Both HTTP and Kafka-protocol
+produce and fetch count there (``record_produce`` and ``record_fetch``).
+
+Consumer lag is ``high watermark - committed offset`` per group and partition, for the
+groups this broker coordinates, with the high watermark of this broker's own replica of
+the partition (leader or follower: a follower's HW trails the leader's by at most a
+fetch). A partition with no replica here has no lag series on this broker: it would
+need a ListOffsets round trip per scrape.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from raftka.broker.coordinator.group import GroupState
+from raftka.broker.replication.partition_state import ReplicaRole
+from raftka.server_common.metrics import RequestMetrics, StateCollector, gauge
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from raftka.broker.replication.data_plane import FetchResult, ProduceResult
+    from raftka.broker.server import BrokerServer
+
+__all__ = [
+    "BrokerCollector",
+    "BrokerMetrics",
+    "BrokerTopicMetrics",
+    "count_records",
+]
+
+# RecordBatch v2: baseOffset int64, batchLength int32 (bytes after this field), ...,
+# the record count is the int32 at byte 57.
+_BATCH_LENGTH: Final = struct.Struct(">q i")
+_RECORDS_COUNT: Final = struct.Struct(">i")
+_RECORDS_COUNT_AT: Final = 57
+_LOG_OVERHEAD: Final = 12
+
+
+def count_records(batches: bytes) -> int:
+    """Records in a run of RecordBatch v2 (Kafka's MessagesInPerSec counts records, not
+    batches). Reads only the batch headers; a truncated tail counts nothing."""
+    count, at, end = 0, 0, len(batches)
+    while at + _RECORDS_COUNT_AT + _RECORDS_COUNT.size <= end:
+        _, length = _BATCH_LENGTH.unpack_from(batches, at)
+        if length <= 0:
+            break
+        count += _RECORDS_COUNT.unpack_from(batches, at + _RECORDS_COUNT_AT)[0]
+        at += _LOG_OVERHEAD + length
+    return count
+
+
+class BrokerTopicMetrics:
+    """Kafka's ``kafka.server:type=BrokerTopicMetrics`` meters, per topic."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Bytes of record batches appended by produce requests (Kafka's BytesInPerSec).",
+            ["topic"],
+            registry=registry,
+        )
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin",
+            "Records appended by produce requests (Kafka's MessagesInPerSec).",
+            ["topic"],
+            registry=registry,
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Bytes of record batches sent to consumers (Kafka's BytesOutPerSec).",
+            ["topic"],
+            registry=registry,
+        )
+        self.replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "Bytes of record batches sent to follower replicas "
+            "(Kafka's ReplicationBytesOutPerSec).",
+            ["topic"],
+            registry=registry,
+        )
+
+    def record_produce(
+        self, entries: Sequence[tuple[str, int, bytes]], results: Sequence[ProduceResult]
+    ) -> None:
+        """Count the entries answered with an offset. A refused partition counts
+        nothing; so does an acks=all entry that timed out waiting for its followers
+        (appended, but its answer has no offset to tell it from a refused one)."""
+        for (topic, _, data), result in zip(entries, results, strict=True):
+            if result.base_offset is None or result.base_offset < 0:
+                continue
+            self.bytes_in.labels(topic).inc(len(data))
+            self.messages_in.labels(topic).inc(count_records(data))
+
+    def record_fetch(self, results: Iterable[FetchResult], *, follower: bool) -> None:
+        counter = self.replication_bytes_out if follower else self.bytes_out
+        for r in results:
+            if r.records:
+                counter.labels(r.topic).inc(len(r.records))
+
+
+class BrokerMetrics:
+    """Everything a broker exports: its registry and the parts that count events."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.topics = BrokerTopicMetrics(registry)
+        self.requests = RequestMetrics(registry)
+
+    def watch(self, server: BrokerServer) -> None:
+        """Register the scrape-time collector of ``server``'s state."""
+        self.registry.register(BrokerCollector(server))
+
+
+class BrokerCollector(StateCollector):
+    """The broker's state at scrape time (see the module docstring)."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._replica_manager()
+        yield from self._purgatories()
+        yield from self._loop_and_workers()
+        yield from self._groups()
+
+    def _replica_manager(self) -> Iterator[Metric]:
+        manager = self._server.manager
+        leaders = under = offline = 0
+        for p in manager.partitions.values():
+            state = p.state
+            if state.role is ReplicaRole.OFFLINE:
+                offline += 1
+            if state.is_leader:
+                leaders += 1
+                # Kafka's test: the leader's (maximal) ISR is smaller than the replicas.
+                if len(state.maximal_isr) < len(state.replicas):
+                    under += 1
+        prefix = "kafka_server_replicamanager_"
+        yield gauge(prefix + "partitioncount", "Replicas on this broker.", len(manager.partitions))
+        yield gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
+        yield gauge(
+            prefix + "underreplicatedpartitions",
+            "Partitions this broker leads whose ISR is smaller than their replica set.",
+            under,
+        )
+        yield gauge(
+            prefix + "offlinereplicacount",
+            "Replicas on this broker taken offline (a storage error on their log).",
+            offline,
+        )
+        shrinks = CounterMetricFamily(
+            prefix + "isrshrinks",
+            "ISR shrinks the controller accepted for partitions this broker leads "
+            "(Kafka's IsrShrinksPerSec).",
+        )
+        shrinks.add_metric([], manager.isr_shrinks)
+        yield shrinks
+        expands = CounterMetricFamily(
+            prefix + "isrexpands",
+            "ISR expansions the controller accepted for partitions this broker leads "
+            "(Kafka's IsrExpandsPerSec).",
+        )
+        expands.add_metric([], manager.isr_expands)
+        yield expands
+
+    def _purgatories(self) -> Iterator[Metric]:
+        manager = self._server.manager
+        size = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            "Requests parked: produces waiting for acks=all, fetches in their long poll.",
+            labels=["delayedOperation"],
+        )
+        size.add_metric(["Produce"], len(manager.purgatory))
+        size.add_metric(["Fetch"], manager.fetch_waiters)
+        yield size
+
+    def _loop_and_workers(self) -> Iterator[Metric]:
+        lag = self._server.loop_lag.health()
+        family = GaugeMetricFamily(
+            "raftka_broker_eventloop_lag_ms",
+            "How late the event loop ran a timer, over the monitor's recent window, ms "
+            "(no Kafka counterpart: Kafka has threads, not one loop).",
+            labels=["quantile"],
+        )
+        family.add_metric(["0.5"], lag["p50_ms"])
+        family.add_metric(["0.99"], lag["p99_ms"])
+        family.add_metric(["1"], lag["window_max_ms"])
+        yield family
+        io = self._server.manager.io
+        yield gauge(
+            "raftka_broker_ioworkers_queuesize",
+            "Disk jobs admitted and waiting for an I/O worker thread "
+            "(like Kafka's RequestQueueSize, for num.io.threads).",
+            io.queued,
+        )
+        yield gauge("raftka_broker_ioworkers_busy", "Disk jobs an I/O worker runs now.", io.busy)
+
+    def _groups(self) -> Iterator[Metric]:
+        core = self._server.coordinator.core
+        partitions = self._server.manager.partitions
+        prefix = "kafka_coordinator_group_groupmetadatamanager_"
+        by_state = dict.fromkeys(GroupState, 0)
+        generation = GaugeMetricFamily(
+            "kafka_coordinator_group_generation",
+            "The group's generation id: the rebalances it completed (groups this broker "
+            "coordinates).",
+            labels=["group"],
+        )
+        offset = GaugeMetricFamily(
+            "kafka_consumergroup_group_offset",
+            "The group's committed offset (kafka-lag-exporter's name).",
+            labels=["group", "topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_group_lag",
+            "High watermark of this broker's replica minus the committed offset "
+            "(kafka-lag-exporter's name); only partitions with a replica here.",
+            labels=["group", "topic", "partition"],
+        )
+        offsets = 0
+        for group_id in core.group_ids():
+            group = core.group(group_id)
+            if group is not None:
+                by_state[group.state] += 1
+                generation.add_metric([group_id], group.generation_id)
+            for tp, committed in core.committed(group_id).items():
+                offsets += 1
+                labels = [group_id, tp.topic, str(tp.partition)]
+                offset.add_metric(labels, committed.offset)
+                p = partitions.get((tp.topic, tp.partition))
+                if p is not None:
+                    lag.add_metric(labels, max(0, p.state.high_watermark - committed.offset))
+        yield gauge(prefix + "numgroups", "Groups this broker coordinates.", sum(by_state.values()))
+        for state, count in by_state.items():
+            yield gauge(
+                prefix + "numgroups" + state.value.lower(),
+                f"Groups in state {state.value} (Kafka's NumGroups{state.value}).",
+                count,
+            )
+        yield gauge(prefix + "numoffsets", "Committed offsets held.", offsets)
+        yield generation
+        yield offset
+        yield lag

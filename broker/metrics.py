@@ -161,7 +161,8 @@ class BrokerCollector(StateCollector):
         )
         yield gauge(
             prefix + "offlinereplicacount",
-            "Replicas on this broker taken offline (a storage error on their log).",
+            "Replicas on this broker in the offline state (0 today: raftka takes no log "
+            "directory offline and drops a replica it stops).",
             offline,
         )
         shrinks = CounterMetricFamily(

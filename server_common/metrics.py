@@ -37,6 +37,7 @@ __all__ = [
     "LATENCY_BUCKETS_MS",
     "RequestMetrics",
     "StateCollector",
+    "camel_case",
     "gauge",
     "metrics_route",
     "new_registry",
@@ -62,6 +63,11 @@ class StateCollector(Collector):
 def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     """One unlabelled gauge, for a collector to yield."""
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+def camel_case(name: str) -> str:
+    """``list-offsets`` or ``list_offsets`` -> ``ListOffsets`` (Kafka's API names)."""
+    return "".join(word.capitalize() for word in name.replace("_", "-").split("-"))
 
 
 def new_registry() -> CollectorRegistry:
@@ -115,7 +121,7 @@ class RequestMetrics:
         named = self._names.get(f"{request.method} {path}")
         if named is not None:
             return named
-        return "".join(word.capitalize() for word in path.rsplit("/", 1)[-1].split("-"))
+        return camel_case(path.rsplit("/", 1)[-1])
 
     def observe(self, api: str, elapsed_ms: float) -> None:
         self.requests.labels(api).inc()

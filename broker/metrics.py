@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from raftka.broker.coordinator.group import GroupState
 from raftka.broker.replication.partition_state import ReplicaRole
+from raftka.common.record.header import HEADER_SIZE, peek_batch_size
 from raftka.server_common.metrics import RequestMetrics, StateCollector, gauge
 
 if TYPE_CHECKING:
@@ -44,55 +45,54 @@ __all__ = [
     "count_records",
 ]
 
-# RecordBatch v2: baseOffset int64, batchLength int32 (bytes after this field), ...,
-# the record count is the int32 at byte 57.
-_BATCH_LENGTH: Final = struct.Struct(">q i")
+# The record count is the header's last field, an int32.
 _RECORDS_COUNT: Final = struct.Struct(">i")
-_RECORDS_COUNT_AT: Final = 57
-_LOG_OVERHEAD: Final = 12
+_RECORDS_COUNT_AT: Final = HEADER_SIZE - _RECORDS_COUNT.size
 
 
 def count_records(batches: bytes) -> int:
     """Records in a run of RecordBatch v2 (Kafka's MessagesInPerSec counts records, not
     batches). Reads only the batch headers; a truncated tail counts nothing."""
-    count, at, end = 0, 0, len(batches)
-    while at + _RECORDS_COUNT_AT + _RECORDS_COUNT.size <= end:
-        _, length = _BATCH_LENGTH.unpack_from(batches, at)
-        if length <= 0:
+    count, at = 0, 0
+    while at + HEADER_SIZE <= len(batches):
+        size = peek_batch_size(batches, at)
+        if size is None or size < HEADER_SIZE:
             break
         count += _RECORDS_COUNT.unpack_from(batches, at + _RECORDS_COUNT_AT)[0]
-        at += _LOG_OVERHEAD + length
+        at += size
     return count
+
+
+def _per_topic(registry: CollectorRegistry, name: str, documentation: str) -> Counter:
+    return Counter(
+        "kafka_server_brokertopicmetrics_" + name, documentation, ["topic"], registry=registry
+    )
 
 
 class BrokerTopicMetrics:
     """Kafka's ``kafka.server:type=BrokerTopicMetrics`` meters, per topic."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.bytes_in = Counter(
-            "kafka_server_brokertopicmetrics_bytesin",
+        self.bytes_in = _per_topic(
+            registry,
+            "bytesin",
             "Bytes of record batches appended by produce requests (Kafka's BytesInPerSec).",
-            ["topic"],
-            registry=registry,
         )
-        self.messages_in = Counter(
-            "kafka_server_brokertopicmetrics_messagesin",
+        self.messages_in = _per_topic(
+            registry,
+            "messagesin",
             "Records appended by produce requests (Kafka's MessagesInPerSec).",
-            ["topic"],
-            registry=registry,
         )
-        self.bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_bytesout",
+        self.bytes_out = _per_topic(
+            registry,
+            "bytesout",
             "Bytes of record batches sent to consumers (Kafka's BytesOutPerSec).",
-            ["topic"],
-            registry=registry,
         )
-        self.replication_bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_replicationbytesout",
+        self.replication_bytes_out = _per_topic(
+            registry,
+            "replicationbytesout",
             "Bytes of record batches sent to follower replicas "
             "(Kafka's ReplicationBytesOutPerSec).",
-            ["topic"],
-            registry=registry,
         )
 
     def record_produce(

@@ -88,6 +88,8 @@ class BrokerTopicMetrics:
             "bytesout",
             "Bytes of record batches sent to consumers (Kafka's BytesOutPerSec).",
         )
+        self._in: dict[str, tuple[Counter, Counter]] = {}
+        self._out: dict[tuple[bool, str], Counter] = {}
         self.replication_bytes_out = _per_topic(
             registry,
             "replicationbytesout",
@@ -104,14 +106,22 @@ class BrokerTopicMetrics:
         for (topic, _, data), result in zip(entries, results, strict=True):
             if result.base_offset is None or result.base_offset < 0:
                 continue
-            self.bytes_in.labels(topic).inc(len(data))
-            self.messages_in.labels(topic).inc(count_records(data))
+            counters = self._in.get(topic)
+            if counters is None:
+                # labels() takes a lock and checks the value on every call: once per topic.
+                counters = (self.bytes_in.labels(topic), self.messages_in.labels(topic))
+                self._in[topic] = counters
+            counters[0].inc(len(data))
+            counters[1].inc(count_records(data))
 
     def record_fetch(self, results: Iterable[FetchResult], *, follower: bool) -> None:
-        counter = self.replication_bytes_out if follower else self.bytes_out
+        family = self.replication_bytes_out if follower else self.bytes_out
         for r in results:
             if r.records:
-                counter.labels(r.topic).inc(len(r.records))
+                counter = self._out.get((follower, r.topic))
+                if counter is None:
+                    counter = self._out[(follower, r.topic)] = family.labels(r.topic)
+                counter.inc(len(r.records))
 
 
 class BrokerMetrics:

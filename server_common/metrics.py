@@ -98,6 +98,7 @@ class RequestMetrics:
         self, registry: CollectorRegistry, api_names: Mapping[str, str] | None = None
     ) -> None:
         self._names = dict(api_names or {})
+        self._children: dict[str, tuple[Counter, Histogram]] = {}
         self.requests = Counter(
             "kafka_network_requestmetrics_requests",
             "Requests served, per API (Kafka's RequestsPerSec).",
@@ -124,8 +125,13 @@ class RequestMetrics:
         return camel_case(path.rsplit("/", 1)[-1])
 
     def observe(self, api: str, elapsed_ms: float) -> None:
-        self.requests.labels(api).inc()
-        self.total_time_ms.labels(api).observe(elapsed_ms)
+        children = self._children.get(api)
+        if children is None:
+            # labels() takes a lock and checks the values on every call: once per API.
+            children = (self.requests.labels(api), self.total_time_ms.labels(api))
+            self._children[api] = children
+        children[0].inc()
+        children[1].observe(elapsed_ms)
 
     def middleware(self) -> Middleware:
         """An aiohttp middleware timing every request (put it first: outermost)."""

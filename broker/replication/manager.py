@@ -945,6 +945,12 @@ class ReplicaManager:
                     proposal=proposal, error=type(e)
                 )
             else:
+                # Committed by the controller (counted as Kafka does, on its answer: the
+                # metadata may have brought the new ISR here first).
+                if proposal.kind is IsrChangeKind.SHRINK:
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
                 outcome, ready = p.replica.on_alter_partition_response(
                     proposal=proposal,
                     error=None,
@@ -962,11 +968,6 @@ class ReplicaManager:
                     }
                 },
             )
-            if outcome.applied:
-                if proposal.kind is IsrChangeKind.SHRINK:
-                    self.isr_shrinks += 1
-                else:
-                    self.isr_expands += 1
             self.carry_out(p, ready)
             if outcome.retry is None:
                 return

@@ -1,6 +1,7 @@
 """A real Prometheus server (Debian's ``prometheus``) scrapes a real cluster's brokers
 every second; PromQL over its HTTP API sees the under-replicated partitions go from 0 to
-at least 1 while a follower broker is paused (SIGSTOP) and back to 0 after SIGCONT.
+at least 1 while a follower broker is paused (SIGSTOP) and back to 0 after SIGCONT, with
+the ISR expansions that brought it back counted.
 
 The test starts the binary itself, with its own configuration, a TSDB in the test's
 temp folder and a free port: the package's system service plays no part. Without the
@@ -150,4 +151,11 @@ def test_prometheus_sees_a_paused_follower(cluster: RaftkaCluster, prometheus: s
         message=lambda: (
             f"still under-replicated after SIGCONT: {query(prometheus, UNDER_REPLICATED)}"
         ),
+    )
+    # The follower came back through the leaders' AlterPartition: ISR expansions counted.
+    expands = "sum(kafka_server_replicamanager_isrexpands_total)"
+    wait_for(
+        lambda: (query(prometheus, expands) or 0) >= 1,
+        timeout_s=DEADLINE_S,
+        message=lambda: f"no ISR expansion counted: {query(prometheus, expands)}",
     )

@@ -24,16 +24,21 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from raftka.broker.config import BrokerConfig
 from raftka.broker.replication.data_plane import FetchResult, ProduceResult
 from raftka.broker.server import BrokerServer
 from raftka.common.record.batch import Record, build_batch
+
+# The tests' never-started broker config (tests/broker_harness.py): its addresses are
+# never dialled.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from broker_harness import broker_config
 
 APIS = (
     "Produce", "Fetch", "ListOffsets", "Metadata", "Health", "Metrics", "JoinGroup",
@@ -41,21 +46,8 @@ APIS = (
 )  # fmt: skip
 
 
-def _config(data: Path) -> BrokerConfig:
-    # Never started: the addresses are never dialled.
-    return BrokerConfig(
-        node_id=1,
-        listen_host="127.0.0.1",
-        listen_port=1,
-        advertised_host="127.0.0.1",
-        advertised_port=1,
-        log_dirs=(data / "logs",),
-        controllers=("127.0.0.1:2",),
-    )
-
-
 async def measure(topics: int, scrapes: int, calls: int) -> dict[str, float]:
-    server = BrokerServer(_config(Path(tempfile.mkdtemp(prefix="raftka-metrics-bench-"))))
+    server = BrokerServer(broker_config(Path(tempfile.mkdtemp(prefix="raftka-metrics-bench-"))))
     metrics = server.metrics
     batch = build_batch([Record(b"x" * 100)] * 10)
     try:

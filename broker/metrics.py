@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 
 from raftka.broker.coordinator.group import GroupState
 from raftka.broker.replication.partition_state import ReplicaRole
 from raftka.common.record.header import HEADER_SIZE, peek_batch_size
-from raftka.server_common.metrics import RequestMetrics, StateCollector, gauge
+from raftka.server_common.metrics import RequestMetrics, StateCollector, counter, gauge
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -175,20 +175,13 @@ class BrokerCollector(StateCollector):
             "directory offline and drops a replica it stops).",
             offline,
         )
-        shrinks = CounterMetricFamily(
-            prefix + "isrshrinks",
-            "ISR shrinks the controller accepted for partitions this broker leads "
-            "(Kafka's IsrShrinksPerSec).",
-        )
-        shrinks.add_metric([], manager.isr_shrinks)
-        yield shrinks
-        expands = CounterMetricFamily(
-            prefix + "isrexpands",
-            "ISR expansions the controller accepted for partitions this broker leads "
-            "(Kafka's IsrExpandsPerSec).",
-        )
-        expands.add_metric([], manager.isr_expands)
-        yield expands
+        for kind, count in (("shrinks", manager.isr_shrinks), ("expands", manager.isr_expands)):
+            yield counter(
+                prefix + "isr" + kind,
+                f"ISR {kind} the controller accepted for partitions this broker leads "
+                f"(Kafka's Isr{kind.capitalize()}PerSec).",
+                count,
+            )
 
     def _purgatories(self) -> Iterator[Metric]:
         manager = self._server.manager

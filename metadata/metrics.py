@@ -21,11 +21,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.raft.quorum.state import QuorumRole
-from raftka.server_common.metrics import LATENCY_BUCKETS_MS, RequestMetrics, StateCollector, gauge
+from raftka.server_common.metrics import (
+    LATENCY_BUCKETS_MS,
+    RequestMetrics,
+    StateCollector,
+    counter,
+    gauge,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -82,13 +88,12 @@ class ControllerCollector(StateCollector):
             "1 on the active controller, 0 elsewhere (sums to 1 over a healthy quorum).",
             1 if events.started and events.is_active else 0,
         )
-        activations = CounterMetricFamily(
+        yield counter(
             "raftka_controller_activations",
             "Times this node became the active controller (won an election and "
             "activated; no Kafka counterpart by this name).",
+            events.stats.activations,
         )
-        activations.add_metric([], events.stats.activations)
-        yield activations
         image = events.loader.image
         partitions = offline = 0
         for topic in image.topics.by_name.values():

@@ -29,7 +29,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,7 @@ __all__ = [
     "RequestMetrics",
     "StateCollector",
     "camel_case",
+    "counter",
     "gauge",
     "metrics_route",
     "new_registry",
@@ -63,6 +64,11 @@ class StateCollector(Collector):
 def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     """One unlabelled gauge, for a collector to yield."""
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    """One unlabelled counter read from state (``_total`` is added), for a collector."""
+    return CounterMetricFamily(name, documentation, value=value)
 
 
 def camel_case(name: str) -> str:

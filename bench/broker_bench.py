@@ -20,6 +20,10 @@ topic; every run is one producer (or consumer) OS process:
   publish and pull consume, 100-byte messages), in the same run, for the ratio.
 - ``--profile DIR``: one acks=all produce run under cProfile; the stats file and its
   top functions go to DIR.
+- ``metrics`` (in ``--sections``): acks=all RF 3 produce runs with and without a scraper
+  that GETs ``/metrics`` of every broker and controller each ``--scrape-metrics-every-s``
+  seconds (as Prometheus would), interleaved so machine noise hits both alike; the
+  throughput ratio is what the endpoint costs (issue #18: under 2% at 1 s).
 
 Prints one JSON line per result and a markdown table at the end.
 """
@@ -216,6 +220,55 @@ def profile_broker(brokers: Any, admin: Admin, records: int, out: Path) -> dict[
     return result
 
 
+class Scraper:
+    """A thread that GETs /metrics of ``addresses`` every ``every_s`` seconds."""
+
+    def __init__(self, addresses: list[str], every_s: float) -> None:
+        import threading
+
+        self.addresses, self.every_s = addresses, every_s
+        self.scrapes, self.bytes, self.seconds = 0, 0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(self.every_s):  # the scrape interval
+            for address in self.addresses:
+                started = time.perf_counter()
+                with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+                    self.bytes += len(r.read())
+                self.seconds += time.perf_counter() - started
+                self.scrapes += 1
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _metrics_time(address: str) -> tuple[float, float]:
+    """(ms, count) a process spent answering GET /metrics, from its own histogram."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("request") == "Metrics"
+    }
+    total = "kafka_network_requestmetrics_totaltimems"
+    return found.get(total + "_sum", 0.0), found.get(total + "_count", 0.0)
+
+
 def create_topic(admin: Admin, name: str, rf: int) -> str:
     configs = {"min.insync.replicas": "2"} if rf == 3 else {}
     admin.create_topics(
@@ -274,9 +327,15 @@ def main() -> None:
     ap.add_argument(
         "--sections",
         default="produce,produce-rate,consume,e2e",
-        help="Comma list of produce, produce-rate, consume, e2e, idempotence.",
+        help="Comma list of produce, produce-rate, consume, e2e, idempotence, metrics.",
     )
     ap.add_argument("--e2e-worker", nargs=2, metavar=("BOOTSTRAP", "TOPIC"))
+    ap.add_argument(
+        "--scrape-metrics-every-s",
+        type=float,
+        default=1.0,
+        help="The metrics section's scrape interval (seconds).",
+    )
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     if args.e2e_worker:
@@ -318,6 +377,41 @@ def main() -> None:
                         runs_.append(produce(bootstrap, t, args.records, "all", idempotence=idem))
                 emit("produce acks=all RF=3 idempotence on", median_of(on_runs), results)
                 emit("produce acks=all RF=3 idempotence off", median_of(off_runs), results)
+            if "metrics" in sections:
+                every = args.scrape_metrics_every_s
+                targets = [n.address for n in brokers.nodes()]
+                targets += [n.address for n in cluster.controllers.nodes()]
+                bare, scraped = [], []
+                scrapes, scrape_s, scrape_bytes = 0, 0.0, 0
+                for i in range(args.repeats):
+                    # Which goes first alternates: neither always runs on a busier cluster.
+                    for scraping in (False, True) if i % 2 == 0 else (True, False):
+                        t = new(f"m-{'on' if scraping else 'off'}-{i}", 3)
+                        if not scraping:
+                            bare.append(produce(bootstrap, t, args.records, "all"))
+                            continue
+                        with Scraper(targets, every) as scraper:
+                            scraped.append(produce(bootstrap, t, args.records, "all"))
+                        scrapes += scraper.scrapes
+                        scrape_s += scraper.seconds
+                        scrape_bytes += scraper.bytes
+                off, on = median_of(bare), median_of(scraped)
+                # The brokers' own time per scrape (their request metrics time /metrics).
+                served = [_metrics_time(n.address) for n in brokers.nodes()]
+                served_ms = sum(ms for ms, _ in served) / max(sum(c for _, c in served), 1)
+                emit("produce acks=all RF=3 (no scraper)", off, results)
+                emit(f"produce acks=all RF=3 (/metrics every {every:g} s)", on, results)
+                emit(
+                    "metrics endpoint cost",
+                    {
+                        "throughput_ratio": round(on["rps"] / off["rps"], 4),
+                        "scrapes": scrapes,
+                        "scrape_ms_mean": round(1000 * scrape_s / max(scrapes, 1), 2),
+                        "broker_ms_per_scrape": round(served_ms, 2),
+                        "scrape_bytes_mean": scrape_bytes // max(scrapes, 1),
+                    },
+                    results,
+                )
             if "produce-rate" in sections:
                 n = int(args.e2e_rate * args.e2e_seconds)
                 runs = [

@@ -40,6 +40,7 @@ from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.log_dirs import log_dirs_routes
 from raftka.broker.metadata_follower import MetadataFollower
+from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
 from raftka.broker.replication.manager import FetchPartition, FetchResult, ReplicaManager
@@ -60,6 +61,7 @@ from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
+from raftka.server_common.metrics import metrics_route, new_registry
 from raftka.server_common.supervision import (
     Supervisor,
     install_process_fatal,
@@ -115,6 +117,9 @@ class BrokerServer:
         self.coordinator = GroupCoordinatorService(
             config=config, replicas=self.manager, channel=lambda: self.channel
         )
+        # GET /metrics (broker/metrics.py): this broker's own registry.
+        self.metrics = BrokerMetrics(new_registry())
+        self.metrics.watch(self)
         self.app = self._build_app()
 
     # ------------------------------------------------------------------ wiring
@@ -330,13 +335,18 @@ class BrokerServer:
 
     def _build_app(self) -> web.Application:
         app = web.Application(
-            middlewares=[error_middleware(_error_response, log)],
+            # The request metrics outermost: they time the error answers too.
+            middlewares=[
+                self.metrics.requests.middleware(),
+                error_middleware(_error_response, log),
+            ],
             client_max_size=REQUEST_BYTES_MAX,
         )
         app[_SERVER_KEY] = self
         app.add_routes(
             [
                 web.get("/health", _health),
+                metrics_route(self.metrics.registry),
                 web.post("/v1/produce", _produce),
                 web.post("/v1/init-producer-id", _init_producer_id),
                 web.post("/v1/fetch", _fetch),
@@ -424,9 +434,11 @@ async def _produce(request: web.Request) -> web.StreamResponse:
         (entry.topic, entry.partition, bytes(payload))
         for entry, payload in zip(header.partitions, payloads, strict=True)
     ]
-    results = await _server(request).manager.produce(
+    server = _server(request)
+    results = await server.manager.produce(
         acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
     )
+    server.metrics.topics.record_produce(entries, results)
     if header.acks == 0:
         return web.Response(status=204)
     return _message(
@@ -503,7 +515,8 @@ def _fetch_response(r: FetchResult) -> api.FetchPartitionResponse:
 
 async def _fetch(request: web.Request) -> web.Response:
     fetch = decode(await request.read(), api.FetchRequest)
-    results = await _server(request).manager.fetch(
+    server = _server(request)
+    results = await server.manager.fetch(
         replica_id=fetch.replica_id,
         broker_epoch=fetch.broker_epoch,
         max_wait_ms=fetch.max_wait_ms,
@@ -511,6 +524,7 @@ async def _fetch(request: web.Request) -> web.Response:
         max_bytes=fetch.max_bytes,
         partitions=fetch_partitions(fetch),
     )
+    server.metrics.topics.record_fetch(results, follower=fetch.replica_id >= 0)
     frame = api.encode_frame(
         api.FetchResponse(responses=tuple(_fetch_response(r) for r in results)),
         [r.records for r in results],

@@ -39,6 +39,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -168,6 +169,8 @@ class ControllerEventLoop:
         self._started = False
         self._stopping = False
         self.stats = _Stats()
+        # Told each write's commit time, ms (the metrics' commit latency; metadata/metrics.py).
+        self.on_commit_ms: Callable[[float], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -391,6 +394,7 @@ class ControllerEventLoop:
         if not result.records:
             return result.response
         payload = encode_records(result.records)
+        appending = time.perf_counter()
         try:
             offset = await self.engine.append([payload], timeout_ms=self._append_timeout_ms)
         except NotLeaderError:
@@ -402,6 +406,8 @@ class ControllerEventLoop:
                 "the metadata records were not committed in time (they may still commit)"
             ) from None
         self.stats.appended += 1
+        if self.on_commit_ms is not None:
+            self.on_commit_ms((time.perf_counter() - appending) * 1000)
         if offset != next_offset:
             # Only the broker-epoch-equals-offset convention suffers; records carry
             # their own epochs, so every node still agrees.

@@ -26,9 +26,11 @@ from typing import Any, cast
 from aiohttp import web
 
 from raftka.metadata.controller_events import ControllerEventLoop
+from raftka.metadata.metrics import ControllerMetrics
 from raftka.metadata.routes import build_controller_app
 from raftka.raft.quorum.engine import QuorumEngine
 from raftka.server_common.logging_setup import configure_logging
+from raftka.server_common.metrics import new_registry
 from raftka.server_common.node_config import NodeConfig
 from raftka.server_common.supervision import install_process_fatal
 
@@ -47,10 +49,15 @@ class ControllerServer(ControllerEventLoop):
     _runner: web.AppRunner | None = None
 
     @functools.cached_property
+    def metrics(self) -> ControllerMetrics:
+        """This controller's metrics, in a registry of its own (metadata/metrics.py)."""
+        return ControllerMetrics(new_registry(), self)
+
+    @functools.cached_property
     def app(self) -> web.Application:
         """The controller's aiohttp app (built on first use: by start(), or by a test
         that drives it directly)."""
-        return build_controller_app(self, log)
+        return build_controller_app(self, log, self.metrics)
 
     async def start(self, *, listen: bool = True) -> None:
         self._listen_socket = listen

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 import msgspec.inspect
@@ -45,6 +45,10 @@ from raftka.metadata.metadata_records import Endpoint
 from raftka.metadata.topic_control import describe_configs
 from raftka.raft.quorum.engine import QuorumInfo, VoterState
 from raftka.server_common.http_errors import error_middleware, json_response
+from raftka.server_common.metrics import metrics_route
+
+if TYPE_CHECKING:
+    from raftka.metadata.metrics import ControllerMetrics
 
 __all__ = [
     "REQUEST_BYTES_MAX",
@@ -74,11 +78,16 @@ STATUS: Final[Mapping[str, int]] = {
 _EVENTS_KEY: Final = web.AppKey("controller_events", ControllerEventLoop)
 
 
-def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> web.Application:
-    """The aiohttp app of one controller: the engine's peer routes and the API."""
-    app = web.Application(
-        middlewares=[error_middleware(error_response, log)], client_max_size=REQUEST_BYTES_MAX
-    )
+def build_controller_app(
+    events: ControllerEventLoop, log: logging.Logger, metrics: ControllerMetrics | None = None
+) -> web.Application:
+    """The aiohttp app of one controller: the engine's peer routes and the API, and
+    ``GET /metrics`` with every request timed when ``metrics`` is given."""
+    middlewares = [error_middleware(error_response, log)]
+    if metrics is not None:
+        # Outermost: the error answers are timed too.
+        middlewares.insert(0, metrics.requests.middleware())
+    app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
     app[_EVENTS_KEY] = events
 
     async def stamp_epoch(_request: web.Request, response: web.StreamResponse) -> None:
@@ -89,6 +98,8 @@ def build_controller_app(events: ControllerEventLoop, log: logging.Logger) -> we
 
     app.on_response_prepare.append(stamp_epoch)
     app.add_routes(list(events.engine.routes()))
+    if metrics is not None:
+        app.add_routes([metrics_route(metrics.registry)])
     app.add_routes(
         [
             web.get("/health", _health),

@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -41,6 +42,7 @@ from raftka.common.messages import coordinator as group_api
 from raftka.common.messages.broker import ErrorObject
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.topic_control import describe_configs
+from raftka.server_common.metrics import camel_case
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -319,6 +321,8 @@ class KafkaApis:
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
+        # RequestMetrics' request label: the handler's name in CamelCase is the API's.
+        self._names = {key: camel_case(h.__name__) for key, h in self._handlers.items()}
 
     def _cluster_id(self) -> str:
         config = self._server.config
@@ -348,6 +352,16 @@ class KafkaApis:
         return self._answer(key, version, header.correlation_id, request, call)
 
     async def _answer(
+        self, key: int, version: int, correlation_id: int, request: Any, call: Call
+    ) -> bytes | None:
+        started = time.perf_counter()
+        try:
+            return await self._answer_untimed(key, version, correlation_id, request, call)
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self._server.metrics.requests.observe(self._names[key], elapsed_ms)
+
+    async def _answer_untimed(
         self, key: int, version: int, correlation_id: int, request: Any, call: Call
     ) -> bytes | None:
         response = await self._handlers[key](request, version, call)
@@ -509,6 +523,7 @@ class KafkaApis:
         produced = await self._server.manager.produce(
             acks=int(request.acks), timeout_ms=_ms(request.timeout), entries=entries
         )
+        self._server.metrics.topics.record_produce(entries, produced)
         if request.acks == 0:
             return None
         return self._produce_response(
@@ -584,6 +599,7 @@ class KafkaApis:
             max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
             partitions=partitions,
         )
+        self._server.metrics.topics.record_fetch(results, follower=False)
         partition_cls = _nested(cls, "PartitionData")
         topic_cls = _nested(cls, "FetchableTopicResponse")
         # read_committed wants a (here always empty) aborted list; read_uncommitted null.

@@ -110,6 +110,7 @@ from raftka.broker.replication.partition import (
 from raftka.broker.replication.partition_log import SegmentPartitionLog
 from raftka.broker.replication.partition_state import (
     VALID_ACKS,
+    IsrChangeKind,
     IsrProposal,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
@@ -193,6 +194,10 @@ class ReplicaManager:
         self._stopping = False
         # Fetches parked in their long poll now (Kafka's fetch purgatory size).
         self.fetch_waiters = 0
+        # ISR changes the controller accepted (Kafka's IsrShrinksPerSec/IsrExpandsPerSec;
+        # read by broker/metrics.py).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         # Partitions whose log a thread (the cleaner, an I/O worker) holds now -> done
         # when it gives it back; and who holds it.
         self._held: dict[PartitionKey, asyncio.Future[None]] = {}
@@ -954,6 +959,12 @@ class ReplicaManager:
                     proposal=proposal, error=type(e)
                 )
             else:
+                # Committed by the controller (counted as Kafka does, on its answer: the
+                # metadata may have brought the new ISR here first).
+                if proposal.kind is IsrChangeKind.SHRINK:
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
                 outcome, ready = p.replica.on_alter_partition_response(
                     proposal=proposal,
                     error=None,

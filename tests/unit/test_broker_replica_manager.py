@@ -269,6 +269,7 @@ def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) 
             await asyncio.sleep(0)  # the AlterPartition task runs
         assert h.alters and h.alters[-1]["new_isr"] == [1, 2, 3]
         assert h.manager.partitions[("t", 0)].state.committed_isr == {1, 2, 3}
+        assert (h.manager.isr_expands, h.manager.isr_shrinks) == (1, 0)  # the metrics' counts
         # A follower at our log end is in sync however long ago it fetched; one that
         # has not fetched a newer record for the lag bound is not.
         await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"c"))])
@@ -278,6 +279,7 @@ def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) 
         for _ in range(10):
             await asyncio.sleep(0)
         assert h.alters[-1]["new_isr"] == [1, 2]
+        assert (h.manager.isr_expands, h.manager.isr_shrinks) == (1, 1)
         await h.manager.close()
 
     run(body)

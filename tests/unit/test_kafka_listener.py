@@ -16,6 +16,7 @@ import io
 import struct
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -28,6 +29,8 @@ from raftka.broker.config import KafkaListenerConfig, kafka_listener_config
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import SUPPORTED
 from raftka.broker.kafka.framing import FrameError, encode_response, frame_size, parse_header
+from raftka.broker.metrics import BrokerMetrics
+from raftka.server_common.metrics import new_registry
 from raftka.server_common.process_config import ConfigError
 
 DEADLINE_S = 5.0
@@ -62,8 +65,10 @@ def listener(**limits: int) -> KafkaListener:
     config = KafkaListenerConfig(
         host="127.0.0.1", port=0, advertised_host="127.0.0.1", advertised_port=9092, **limits
     )
-    # ApiVersions touches nothing of the broker: a bare object stands in for it.
-    return KafkaListener(cast(Any, object()), config)
+    # ApiVersions touches nothing of the broker but its request metrics: a stand-in
+    # with those is enough.
+    server = SimpleNamespace(metrics=BrokerMetrics(new_registry()))
+    return KafkaListener(cast(Any, server), config)
 
 
 def test_frame_size_bounds() -> None:
@@ -109,6 +114,12 @@ async def _test_pipelined_requests_are_answered_in_order() -> None:
             assert served == SUPPORTED
         assert await closed(reader), "the broker closes once every answer is written"
         writer.close()
+        # Each answered request was timed under Kafka's API name.
+        registry = kafka._apis._server.metrics.registry
+        labels = {"request": "ApiVersions"}
+        for name in ("requests_total", "totaltimems_count"):
+            answered = registry.get_sample_value(f"kafka_network_requestmetrics_{name}", labels)
+            assert answered == 20, name
     finally:
         await kafka.close()
 
@@ -456,6 +467,7 @@ def test_admin_answers_encode_in_every_version_served(tmp_path: Path) -> None:
         config=SimpleNamespace(
             request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
         ),
+        metrics=BrokerMetrics(new_registry()),
     )
     apis = KafkaApis(cast(Any, server))
     for key in (23, 32, 33, 35, 37, 42, 44, 60):

@@ -1,0 +1,283 @@
+"""The metrics collectors and the /metrics endpoint, without processes.
+
+The collectors read state at scrape time: they are given real partition states (built as
+the other partition-state tests build them) and stand-ins for the rest of the process
+(a coordinator, an engine, a metadata image), then scraped through a fresh registry with
+prometheus_client's own exposition and parser. The endpoint and the request middleware
+run on a built, unstarted BrokerServer through aiohttp's in-process test client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+from broker_harness import broker_config
+from partition_state_helpers import leader
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from raftka.broker.coordinator.group import GroupState
+from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics, count_records
+from raftka.broker.replication.data_plane import FetchResult, ProduceResult
+from raftka.broker.server import BrokerServer
+from raftka.common.errors import NotLeaderOrFollowerError
+from raftka.common.record.batch import Record, build_batch
+from raftka.common.structs import TopicPartition
+from raftka.metadata.metadata_records import NO_LEADER
+from raftka.metadata.metrics import ControllerMetrics
+from raftka.raft.quorum.engine import QuorumInfo
+from raftka.server_common.metrics import new_registry
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def scrape(registry: Any) -> Samples:
+    return samples(generate_latest(registry).decode())
+
+
+def at(found: Samples, name: str, **labels: str) -> float:
+    return found[(name, tuple(sorted(labels.items())))]
+
+
+# ------------------------------------------------------------------ record counting
+
+
+def test_count_records_reads_every_batch_header() -> None:
+    first = build_batch([Record(b"a"), Record(b"b"), Record(b"c")])
+    second = build_batch([Record(b"d")], base_offset=3)
+    assert count_records(first) == 3
+    assert count_records(first + second) == 4
+    # A cut-off batch (its header incomplete) is not counted; the whole ones before are.
+    assert count_records(first + second[:40]) == 3
+    assert count_records(b"") == 0
+
+
+def test_topic_metrics_count_only_appended_entries() -> None:
+    registry = new_registry()
+    topics = BrokerTopicMetrics(registry)
+    batch = build_batch([Record(b"x" * 10), Record(b"y" * 10)])
+    entries = [("t", 0, batch), ("t", 1, batch), ("u", 0, batch)]
+    results = [
+        ProduceResult("t", 0, None, base_offset=7),
+        ProduceResult("t", 1, NotLeaderOrFollowerError("not here")),
+        ProduceResult("u", 0, None, base_offset=0),
+    ]
+    topics.record_produce(entries, results)
+    topics.record_fetch([FetchResult("t", 0, None, records=batch)], follower=False)
+    topics.record_fetch([FetchResult("t", 0, None, records=batch * 2)], follower=True)
+    topics.record_fetch([FetchResult("u", 0, None)], follower=False)  # nothing read
+    found = scrape(registry)
+    prefix = "kafka_server_brokertopicmetrics_"
+    assert at(found, prefix + "bytesin_total", topic="t") == len(batch)
+    assert at(found, prefix + "messagesin_total", topic="t") == 2
+    assert at(found, prefix + "messagesin_total", topic="u") == 2
+    assert at(found, prefix + "bytesout_total", topic="t") == len(batch)
+    assert at(found, prefix + "replicationbytesout_total", topic="t") == 2 * len(batch)
+    assert (prefix + "bytesout_total", (("topic", "u"),)) not in found
+
+
+# ------------------------------------------------------------------ the broker collector
+
+
+def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
+    manager = SimpleNamespace(
+        partitions=partitions,
+        purgatory=[object(), object()],
+        fetch_waiters=5,
+        isr_shrinks=3,
+        isr_expands=1,
+        io=SimpleNamespace(queued=4, busy=2),
+    )
+    loop_lag = SimpleNamespace(
+        health=lambda: {"p50_ms": 0.5, "p99_ms": 12.0, "window_max_ms": 40.0}
+    )
+    return SimpleNamespace(
+        manager=manager, loop_lag=loop_lag, coordinator=SimpleNamespace(core=core)
+    )
+
+
+class _Core:
+    """The group coordinator's core as the collector reads it."""
+
+    def __init__(self) -> None:
+        self.groups = {
+            "g1": SimpleNamespace(state=GroupState.STABLE, generation_id=3),
+            "g2": SimpleNamespace(state=GroupState.EMPTY, generation_id=0),
+        }
+        self.offsets = {
+            "g1": {TopicPartition("t", 0): SimpleNamespace(offset=4)},
+            # A partition with no replica on this broker: an offset, no lag.
+            "g2": {TopicPartition("elsewhere", 0): SimpleNamespace(offset=9)},
+        }
+
+    def group_ids(self) -> tuple[str, ...]:
+        return tuple(self.groups)
+
+    def group(self, group_id: str) -> Any:
+        return self.groups.get(group_id)
+
+    def committed(self, group_id: str) -> dict[TopicPartition, Any]:
+        return self.offsets.get(group_id, {})
+
+
+def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
+    full, _ = leader(leo=10, hw=10, isr=(1, 2, 3))
+    under, _ = leader(leo=10, hw=6, isr=(1, 2))
+    offline, _ = leader()
+    offline.make_offline()
+    partitions = {
+        ("t", 0): SimpleNamespace(state=under),
+        ("t", 1): SimpleNamespace(state=full),
+        ("t", 2): SimpleNamespace(state=offline),
+    }
+    registry = new_registry()
+    registry.register(BrokerCollector(_broker(partitions, _Core())))
+    found = scrape(registry)
+    rm = "kafka_server_replicamanager_"
+    assert at(found, rm + "partitioncount") == 3
+    assert at(found, rm + "leadercount") == 2
+    assert at(found, rm + "underreplicatedpartitions") == 1
+    assert at(found, rm + "offlinereplicacount") == 1
+    assert at(found, rm + "isrshrinks_total") == 3
+    assert at(found, rm + "isrexpands_total") == 1
+    purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
+    assert at(found, purgatory, delayedOperation="Produce") == 2
+    assert at(found, purgatory, delayedOperation="Fetch") == 5
+    assert at(found, "raftka_broker_eventloop_lag_ms", quantile="0.99") == 12.0
+    assert at(found, "raftka_broker_ioworkers_queuesize") == 4
+    gm = "kafka_coordinator_group_groupmetadatamanager_"
+    assert at(found, gm + "numgroups") == 2
+    assert at(found, gm + "numgroupsstable") == 1
+    assert at(found, gm + "numgroupsempty") == 1
+    assert at(found, gm + "numgroupspreparingrebalance") == 0
+    assert at(found, gm + "numoffsets") == 2
+    assert at(found, "kafka_coordinator_group_generation", group="g1") == 3
+    # Lag: the HW of this broker's replica (6) minus the committed offset (4).
+    assert at(found, "kafka_consumergroup_group_lag", group="g1", topic="t", partition="0") == 2
+    assert (
+        at(found, "kafka_consumergroup_group_offset", group="g2", topic="elsewhere", partition="0")
+        == 9
+    )
+    assert not any(
+        name == "kafka_consumergroup_group_lag" and ("group", "g2") in labels
+        for name, labels in found
+    )
+
+
+# ------------------------------------------------------------------ the controller collector
+
+
+def _events(*, active: bool, started: bool = True) -> Any:
+    topics = {
+        "a": SimpleNamespace(
+            partitions={0: SimpleNamespace(leader=1), 1: SimpleNamespace(leader=NO_LEADER)}
+        ),
+        "b": SimpleNamespace(partitions={0: SimpleNamespace(leader=2)}),
+    }
+    brokers = {
+        1: SimpleNamespace(fenced=False),
+        2: SimpleNamespace(fenced=False),
+        3: SimpleNamespace(fenced=True),
+    }
+    image = SimpleNamespace(
+        topics=SimpleNamespace(by_name=topics), cluster=SimpleNamespace(brokers=brokers)
+    )
+    info = QuorumInfo(
+        node_id=0,
+        leader_id=0 if active else 1,
+        epoch=7,
+        high_watermark=120,
+        log_end_offset=121,
+        log_start_offset=0,
+        role="leader" if active else "follower",
+        voters=(),
+        observers=(),
+    )
+    return SimpleNamespace(
+        started=started,
+        is_active=active,
+        stats=SimpleNamespace(activations=2),
+        loader=SimpleNamespace(image=image),
+        engine=SimpleNamespace(describe=lambda: info),
+        on_commit_ms=None,
+    )
+
+
+def test_controller_collector_reads_quorum_and_image() -> None:
+    events = _events(active=True)
+    metrics = ControllerMetrics(new_registry(), events)
+    events.on_commit_ms(3.0)  # what the event loop calls after each committed write
+    found = scrape(metrics.registry)
+    kc = "kafka_controller_kafkacontroller_"
+    assert at(found, kc + "activecontrollercount") == 1
+    assert at(found, kc + "globaltopiccount") == 2
+    assert at(found, kc + "globalpartitioncount") == 3
+    assert at(found, kc + "offlinepartitionscount") == 1
+    assert at(found, kc + "fencedbrokercount") == 1
+    assert at(found, kc + "activebrokercount") == 2
+    assert at(found, "raftka_controller_activations_total") == 2
+    raft = "kafka_server_raftmetrics_"
+    assert at(found, raft + "current_leader") == 0
+    assert at(found, raft + "current_epoch") == 7
+    assert at(found, raft + "high_watermark") == 120
+    assert at(found, raft + "current_state", state="leader") == 1
+    assert at(found, raft + "current_state", state="follower") == 0
+    assert at(found, raft + "commit_latency_ms_count") == 1
+    assert at(found, raft + "commit_latency_ms_bucket", le="5.0") == 1
+
+
+def test_controller_collector_before_start_and_on_a_follower() -> None:
+    follower = scrape(ControllerMetrics(new_registry(), _events(active=False)).registry)
+    assert at(follower, "kafka_controller_kafkacontroller_activecontrollercount") == 0
+    assert at(follower, "kafka_server_raftmetrics_current_leader") == 1
+    starting = scrape(
+        ControllerMetrics(new_registry(), _events(active=True, started=False)).registry
+    )
+    assert at(starting, "kafka_controller_kafkacontroller_activecontrollercount") == 0
+    assert not any(name.startswith("kafka_server_raftmetrics_current") for name, _ in starting)
+
+
+# ------------------------------------------------------------------ the endpoint
+
+
+def test_broker_endpoint_times_requests_by_kafka_api_name(tmp_path: Path) -> None:
+    async def main() -> None:
+        first = BrokerServer(broker_config(tmp_path / "a"))
+        second = BrokerServer(broker_config(tmp_path / "b"))
+        try:
+            async with TestClient(TestServer(first.app)) as client:
+                body = b'{"partitions": [{"topic": "t", "partition": 0, "timestamp": -1}]}'
+                answer = await client.post("/v1/list-offsets", data=body)
+                assert answer.status == 200
+                assert (await client.post("/v1/list-offsets", data=b"{")).status == 400
+                assert (await client.get("/no/such/path")).status == 404
+                response = await client.get("/metrics")
+                assert response.status == 200
+                assert response.content_type == "text/plain"
+                found = samples(await response.text())
+            requests = "kafka_network_requestmetrics_requests_total"
+            # The bad body was answered (400) and counts as a ListOffsets request.
+            assert at(found, requests, request="ListOffsets") == 2
+            assert at(found, requests, request="unknown") == 1
+            timed = "kafka_network_requestmetrics_totaltimems_count"
+            assert at(found, timed, request="ListOffsets") == 2
+            # Each server has its own registry: the second one saw nothing.
+            assert (requests, (("request", "ListOffsets"),)) not in scrape(second.metrics.registry)
+        finally:
+            for server in (first, second):
+                server.coordinator.close()
+                await server.manager.close()
+
+    asyncio.run(main())

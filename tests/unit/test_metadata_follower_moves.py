@@ -1,0 +1,81 @@
+"""The broker's metadata follower leaves a controller the heartbeats no longer name as
+active (issue #19): a controller cut off from the quorum parks or drops the long poll,
+and a broker waiting there missed every change until the poll's own timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from raftka.broker.metadata_follower import ATTEMPT_MARGIN_MS, MetadataFollower
+from raftka.common.messages import encode
+from raftka.common.messages.controller import FetchMetadataResponse
+
+DEADLINE_S = 10.0
+
+
+async def _scenario() -> None:
+    parked = asyncio.Event()
+    released = asyncio.Event()
+
+    async def cut_off(request: web.Request) -> web.Response:
+        parked.set()
+        try:
+            await asyncio.sleep(3600)  # answers nothing, as a controller behind a partition
+        finally:
+            released.set()  # the follower gave up the request (it was cancelled)
+        return web.Response(status=500)
+
+    async def active(request: web.Request) -> web.Response:
+        answer = FetchMetadataResponse(snapshot=None, batches=[], next_offset=0, high_watermark=0)
+        return web.Response(body=encode(answer), content_type="application/json")
+
+    servers = []
+    for handler in (cut_off, active):
+        app = web.Application()
+        app.router.add_get("/v1/metadata", handler)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+    stale, live = (f"{s.host}:{s.port}" for s in servers)
+    named: list[str | None] = [None]
+
+    async def listener(image: object, changes: object) -> None:
+        return None
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            follower = MetadataFollower(
+                broker_id=1,
+                controllers=[stale, live],
+                session=session,
+                listener=listener,
+                active_controller=lambda: named[0],
+            )
+            task = asyncio.create_task(follower.run())
+            try:
+                await asyncio.wait_for(parked.wait(), DEADLINE_S)
+                assert not follower.caught_up.is_set()
+                moved_at = time.monotonic()
+                named[0] = live  # the heartbeats found the new active controller
+                await asyncio.wait_for(follower.caught_up.wait(), DEADLINE_S)
+                took_s = time.monotonic() - moved_at
+                # Well inside the margin the parked request would otherwise have taken.
+                assert took_s < ATTEMPT_MARGIN_MS / 1000 / 2, f"moved after {took_s:.2f} s"
+                await asyncio.wait_for(released.wait(), DEADLINE_S)
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    finally:
+        for server in servers:
+            await server.close()
+
+
+def test_follower_leaves_a_controller_the_heartbeats_no_longer_name() -> None:
+    asyncio.run(_scenario())

@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on any controller
-(each serves its own committed state, so any of them will do; on an error it moves to
-the next one after a backoff). Each payload of the answer (one controller command's
+The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on the active
+controller as the heartbeats last found it (``active_controller``; as a KRaft observer
+fetches from the leader), or, while none is known, on the controllers in turn (each
+serves its own committed state, so any of them will do; on an error it moves to the
+next one after a backoff). A fetch parked at one controller is left as soon as the
+heartbeats name another: a controller cut off from the quorum answers nothing new
+until it heals. The follower only reads what the heartbeats learned; it never tells
+the controller channel anything. Each payload of the answer (one controller command's
 records) is replayed by the rule the controllers replay it with, one function for every
 node (:func:`raftka.metadata.loader.replay_payload`): a fresh :class:`MetadataDelta` per
 payload, and a payload that does not replay is skipped, exactly as the controllers

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -79,3 +80,73 @@ async def _scenario() -> None:
 
 def test_follower_leaves_a_controller_the_heartbeats_no_longer_name() -> None:
     asyncio.run(_scenario())
+
+
+async def _choice_scenario() -> None:
+    """Three controllers, each answering "nothing new" at once and counting its fetches;
+    the first fails every fetch (HTTP 500)."""
+    hits = [0, 0, 0]
+
+    def handler(index: int) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            hits[index] += 1
+            if index == 0:
+                return web.Response(status=500, text="broken")
+            answer = FetchMetadataResponse(
+                snapshot=None, batches=[], next_offset=0, high_watermark=0
+            )
+            return web.Response(body=encode(answer), content_type="application/json")
+
+        return handle
+
+    servers = []
+    for index in range(3):
+        app = web.Application()
+        app.router.add_get("/v1/metadata", handler(index))
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+    addresses = [f"{s.host}:{s.port}" for s in servers]
+    named: list[str | None] = [addresses[2]]
+
+    async def listener(image: object, changes: object) -> None:
+        return None
+
+    async def fetches_reach(index: int, count: int) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while hits[index] < count:
+            assert time.monotonic() < deadline, f"controller {index} got {hits[index]} fetches"
+            await asyncio.sleep(0.01)  # polling a counter the server task bumps
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            follower = MetadataFollower(
+                broker_id=1,
+                controllers=addresses,
+                session=session,
+                listener=listener,
+                wait_ms=20,
+                active_controller=lambda: named[0],
+            )
+            task = asyncio.create_task(follower.run())
+            try:
+                # The active controller the heartbeats name, not the first in the list.
+                await fetches_reach(2, 5)
+                assert hits[:2] == [0, 0], hits
+                # None named (a heartbeat just failed): the list in turn, past a
+                # controller whose fetch failed.
+                named[0] = None
+                before = hits[1]
+                await fetches_reach(1, before + 5)
+                assert hits[0] == 1, f"the failing controller was asked {hits[0]} times"
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    finally:
+        for server in servers:
+            await server.close()
+
+
+def test_follower_fetches_from_the_named_active_controller_else_in_turn() -> None:
+    asyncio.run(_choice_scenario())

@@ -83,9 +83,13 @@ class ControllerChannel:
     that already failed us in that epoch: voters that have not yet noticed a dead
     leader keep pointing at it until they elect another, and following them there
     would spend every attempt on the dead node (issue #19, brokers fenced after a
-    controller failover). Each attempt gets at most ``attempt_timeout_ms`` and never
-    more than what is left of the caller's deadline, so a silent controller costs one
-    short attempt, not the whole heartbeat.
+    controller failover). For the same reason, when no active controller is known, the
+    next voter tried is one that has not failed in the known epoch. Each attempt gets
+    at most ``attempt_timeout_ms`` and never more than what is left of the caller's
+    deadline, so a silent controller costs one short attempt (with ``raftka up``'s
+    settings that is the whole heartbeat: both are 1 s). A 200 stamped with an epoch
+    older than the known one (a deposed leader that has not heard yet) is returned but
+    not remembered as the active controller.
     """
 
     def __init__(
@@ -116,6 +120,29 @@ class ControllerChannel:
         if isinstance(epoch, int) and epoch > self.known_epoch:
             self.known_epoch = epoch
 
+    def _failed_now(self, address: str) -> bool:
+        """Whether ``address`` failed to answer in the newest epoch we know (a later
+        epoch may have a new leader there, so it is worth a try again then)."""
+        return self._failed_in_epoch.get(address, -2) >= self.known_epoch
+
+    def _next_address(self) -> str:
+        """The active controller if known, else the next voter in turn that has not
+        failed us in the known epoch (any, when all have). Taking the next index blindly
+        could name the controller that just failed again: the index does not move when a
+        redirect or an answer finds the active one, so after "B answered, B went silent"
+        the next index may well be B's, and each heartbeat spent on a silent controller
+        costs a whole heartbeat deadline (issue #19: two heartbeats in a row at a paused
+        controller, and the new one fenced every broker one session after it took over)."""
+        if self._active is not None:
+            return self._active
+        count = len(self._controllers)
+        for step in range(count):
+            address = self._controllers[(self._index + step) % count]
+            if not self._failed_now(address):
+                self._index += step
+                return address
+        return self._controllers[self._index % count]
+
     def _should_follow(self, leader: object, leader_epoch: object, address: str) -> bool:
         """Whether a NOT_CONTROLLER answer's redirect is worth an attempt."""
         if not isinstance(leader, str) or leader == address:
@@ -127,7 +154,8 @@ class ControllerChannel:
 
     async def _post_once(
         self, address: str, path: str, body: bytes, timeout_ms: int, method: str = "POST"
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, Any, int | None]:
+        """The status, the decoded body and the quorum epoch the answer names."""
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         async with self._session.request(
             method,
@@ -137,10 +165,10 @@ class ControllerChannel:
             timeout=timeout,
         ) as response:
             raw = await response.read()
-            epoch = response.headers.get(QUORUM_EPOCH_HEADER, "")
-            if epoch.lstrip("-").isdigit():
-                self._learn_epoch(int(epoch))
-            return response.status, orjson.loads(raw) if raw else {}
+            header = response.headers.get(QUORUM_EPOCH_HEADER, "")
+            epoch = int(header) if header.lstrip("-").isdigit() else None
+            self._learn_epoch(epoch)
+            return response.status, orjson.loads(raw) if raw else {}, epoch
 
     async def post(
         self,
@@ -160,14 +188,14 @@ class ControllerChannel:
         backoff_ms = RETRY_BACKOFF_MIN_MS
         last = "no attempt"
         while True:
-            address = self._active or self._controllers[self._index % len(self._controllers)]
+            address = self._next_address()
             redirects = 0
             while True:
                 remaining = deadline_ms - monotonic_ms()
                 if remaining <= 0:
                     break
                 try:
-                    status, answer = await self._post_once(
+                    status, answer, epoch = await self._post_once(
                         address, path, data, min(self._attempt_timeout_ms, remaining), method
                     )
                 except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
@@ -179,7 +207,17 @@ class ControllerChannel:
                     break
                 self._failed_in_epoch.pop(address, None)
                 if status == 200 and isinstance(answer, dict):
-                    self._active = address
+                    if epoch is not None and epoch < self.known_epoch:
+                        # A deposed leader that has not heard of the newer epoch yet
+                        # (a paused one just resumed): its answer stands (a write it
+                        # answered was committed), but it is not the active controller,
+                        # and heartbeats that stuck to it would never reach the one that
+                        # is, which fences every broker a session after it took over.
+                        if self._active == address:
+                            self._active = None
+                        self._index += 1
+                    else:
+                        self._active = address
                     return answer
                 name = answer.get("error") if isinstance(answer, dict) else None
                 message = answer.get("message", "") if isinstance(answer, dict) else ""

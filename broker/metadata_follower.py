@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on any controller
-(each serves its own committed state, so any of them will do; on an error it moves to
-the next one after a backoff). Each payload of the answer (one controller command's
+The broker long-polls ``GET /v1/metadata?offset=N&max_wait_ms=M`` on the active
+controller as the heartbeats last found it (``active_controller``; as a KRaft observer
+fetches from the leader), or, while none is known, on the controllers in turn (each
+serves its own committed state, so any of them will do; on an error it moves to the
+next one after a backoff). A fetch parked at one controller is left as soon as the
+heartbeats name another: a controller cut off from the quorum answers nothing new
+until it heals. The follower only reads what the heartbeats learned; it never tells
+the controller channel anything. Each payload of the answer (one controller command's
 records) is replayed by the rule the controllers replay it with, one function for every
 node (:func:`raftka.metadata.loader.replay_payload`): a fresh :class:`MetadataDelta` per
 payload, and a payload that does not replay is skipped, exactly as the controllers
@@ -30,6 +35,7 @@ The pure part, :class:`MetadataApplier`, takes decoded answers and yields
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -63,6 +69,14 @@ METADATA_WAIT_MS: Final = 5_000
 METADATA_RECORDS_PER_FETCH: Final = 500
 #: Backoff after a failed fetch, before trying the next controller.
 METADATA_BACKOFF_MS: Final = 200
+#: How long past its max_wait_ms a fetch may take before the controller is taken as
+#: unreachable. Generous: a catch-up answer carries up to 500 payloads on a loaded
+#: machine; a cut-off active controller is left sooner, when the heartbeats find
+#: another (see ``run``).
+ATTEMPT_MARGIN_MS: Final = 5_000
+#: How often a parked fetch checks whether the heartbeats found another active
+#: controller (a flag read, no request).
+ACTIVE_CHECK_MS: Final = 100
 
 
 MetadataUpdate = tuple[MetadataImage, LocalReplicaChanges]
@@ -222,6 +236,8 @@ class MetadataFollower:
         listener: Callable[[MetadataImage, LocalReplicaChanges], Awaitable[None]],
         wait_ms: int = METADATA_WAIT_MS,
         catch_up_to: Callable[[], int] = lambda: -1,
+        active_controller: Callable[[], str | None] = lambda: None,
+        attempt_margin_ms: int = ATTEMPT_MARGIN_MS,
     ) -> None:
         assert controllers
         # A broker starts from nothing: it catches up before acting (MetadataApplier).
@@ -231,6 +247,8 @@ class MetadataFollower:
         self._session = session
         self._listener = listener
         self._wait_ms = wait_ms
+        self._active_controller = active_controller
+        self._attempt_margin_ms = attempt_margin_ms
         self.caught_up = asyncio.Event()  # set once an answer reached the controller's HW
 
     @property
@@ -244,27 +262,30 @@ class MetadataFollower:
 
     async def run(self) -> None:
         while True:
-            address = self._controllers[self._index % len(self._controllers)]
+            # The active controller, as the heartbeats last learned it, when known: a
+            # controller cut off from the quorum answers nothing new (or nothing at
+            # all) until it heals, and a broker parked there missed every change for
+            # up to 10 s after a controller isolation (issue #19's fail-over runs).
+            address = (
+                self._active_controller() or self._controllers[self._index % len(self._controllers)]
+            )
             wait_ms = self._wait_ms if self.caught_up.is_set() else 0
             request = FetchMetadataRequest(
                 offset=self.applier.next_offset,
                 max_wait_ms=wait_ms,
                 records_max=METADATA_RECORDS_PER_FETCH,
             )
+            fetch = asyncio.ensure_future(self._fetch(address, request))
             try:
-                timeout = aiohttp.ClientTimeout(total=(wait_ms + 5_000) / 1000)
-                async with self._session.get(
-                    f"http://{address}/v1/metadata", params=query_params(request), timeout=timeout
-                ) as response:
-                    raw = await response.read()
-                    if response.status != 200:
-                        raise ValueError(f"HTTP {response.status}: {raw[:200]!r}")
-                answer = decode(raw, FetchMetadataResponse)
+                answer = await self._unless_moved(fetch, address)
+                if answer is None:
+                    continue  # the active controller moved: ask it at once
                 for image, changes in self.applier.apply_answer(answer):
                     await self._listener(image, changes)
                 if self.applier.next_offset >= answer.high_watermark:
                     self.caught_up.set()
             except asyncio.CancelledError:
+                fetch.cancel()
                 raise
             # And TypeError, which this loop has always retried on too (a defensive catch
             # around the applier; decoding a record raises MetadataRecordError).
@@ -275,3 +296,37 @@ class MetadataFollower:
                 )
                 self._index += 1
                 await asyncio.sleep(METADATA_BACKOFF_MS / 1000)  # a backoff, not synchronisation
+
+    async def _fetch(self, address: str, request: FetchMetadataRequest) -> FetchMetadataResponse:
+        # The controller answers a long poll at max_wait_ms; past that plus the margin
+        # it is taken as unreachable.
+        timeout = aiohttp.ClientTimeout(
+            total=(request.max_wait_ms + self._attempt_margin_ms) / 1000
+        )
+        async with self._session.get(
+            f"http://{address}/v1/metadata", params=query_params(request), timeout=timeout
+        ) as response:
+            raw = await response.read()
+            if response.status != 200:
+                raise ValueError(f"HTTP {response.status}: {raw[:200]!r}")
+        return decode(raw, FetchMetadataResponse)
+
+    async def _unless_moved(
+        self, fetch: asyncio.Future[FetchMetadataResponse], address: str
+    ) -> FetchMetadataResponse | None:
+        """The fetch's answer, or None once the heartbeats name another active
+        controller than ``address`` (the fetch is then cancelled)."""
+        while True:
+            done, _ = await asyncio.wait({fetch}, timeout=ACTIVE_CHECK_MS / 1000)
+            if done:
+                return fetch.result()
+            active = self._active_controller()
+            if active is not None and active != address:
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fetch
+                log.info(
+                    "metadata fetch moved to the active controller",
+                    extra={"fields": {"from": address, "to": active}},
+                )
+                return None

@@ -208,6 +208,7 @@ class BrokerServer:
             listener=self._on_metadata,
             # The first image must include our registration (its offset is the epoch).
             catch_up_to=self._broker_epoch,
+            active_controller=lambda: channel.active_address,
         )
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()

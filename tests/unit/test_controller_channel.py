@@ -160,3 +160,75 @@ def test_the_callers_deadline_bounds_every_attempt(attempt_timeout_ms: int) -> N
                 assert sum(f.hits for f in fakes) >= 2, "a short attempt moves on"
 
     asyncio.run(scenario())
+
+
+def test_after_the_active_controller_goes_silent_no_heartbeat_returns_to_it() -> None:
+    """A redirect finds B active (the rotation index still names A). B goes silent and
+    A and C have not noticed yet (they still name B at epoch 5). Each heartbeat's
+    deadline allows one attempt at a silent controller, so a heartbeat that went back
+    to B would be lost whole: none does, and once C leads epoch 6 the next heartbeat
+    reaches it. (Before: the next index after the failure was B's own, and two lost
+    heartbeats in a row outlasted the session the new controller gave the brokers.)"""
+
+    async def scenario() -> None:
+        a = FakeController("redirect", 5)
+        b = FakeController("active", 5)
+        c = FakeController("redirect", 5)
+        async with controllers(a, b, c) as addresses, aiohttp.ClientSession() as session:
+            a.leader = c.leader = b.address
+            channel = ControllerChannel(addresses, session, attempt_timeout_ms=300)
+            assert await _post(channel, timeout_ms=300) == {"ok": True}
+            assert channel.active_address == b.address and (a.hits, b.hits) == (1, 1)
+            b.mode = "silent"
+            with pytest.raises(RequestTimedOutError):
+                await _post(channel, timeout_ms=300)
+            assert b.hits == 2 and channel.active_address is None
+            for _ in range(3):
+                with pytest.raises(RequestTimedOutError):
+                    await _post(channel, timeout_ms=300)
+            assert b.hits == 2, f"heartbeats went back to the silent controller {b.hits - 2} times"
+            assert a.hits > 1 and c.hits > 0
+            c.mode, c.epoch = "active", 6
+            a.leader, a.epoch = c.address, 6
+            assert await _post(channel, timeout_ms=300) == {"ok": True}
+            assert channel.active_address == c.address and channel.known_epoch == 6
+
+    asyncio.run(scenario())
+
+
+def test_every_controller_silent_still_tries_them_all_in_turn() -> None:
+    """When every voter has failed in the known epoch (the broker is cut off), the
+    rotation goes on over all of them rather than stopping on one."""
+
+    async def scenario() -> None:
+        fakes = [FakeController("silent", 1) for _ in range(3)]
+        async with controllers(*fakes) as addresses, aiohttp.ClientSession() as session:
+            channel = ControllerChannel(addresses, session, attempt_timeout_ms=100)
+            for _ in range(6):
+                with pytest.raises(RequestTimedOutError):
+                    await _post(channel, timeout_ms=100)
+            assert [f.hits for f in fakes] == [2, 2, 2]
+
+    asyncio.run(scenario())
+
+
+def test_a_deposed_leader_that_answers_is_not_kept_as_the_active_controller() -> None:
+    """A paused leader that was just resumed still answers as the leader of epoch 5 for
+    a moment; the channel knows epoch 6. Its answer stands (a write it answered was
+    committed) but the next request goes on to the real active controller instead of
+    sticking to the deposed one."""
+
+    async def scenario() -> None:
+        a = FakeController("active", 5)
+        c = FakeController("active", 6)
+        async with controllers(a, c) as addresses, aiohttp.ClientSession() as session:
+            channel = ControllerChannel(addresses, session, attempt_timeout_ms=300)
+            channel.known_epoch = 6
+            assert await _post(channel, timeout_ms=1_000) == {"ok": True}
+            assert a.hits == 1 and channel.active_address is None
+            assert await _post(channel, timeout_ms=1_000) == {"ok": True}
+            assert c.hits == 1 and channel.active_address == c.address
+            assert await _post(channel, timeout_ms=1_000) == {"ok": True}
+            assert (a.hits, c.hits) == (1, 2)
+
+    asyncio.run(scenario())

@@ -5,6 +5,11 @@
 
 const POLL_MS = 1500;
 const errors = new Map(); // endpoint -> its last error line (cleared when it answers)
+// What each endpoint's error line starts with, so the reader knows which panel is stale.
+const LABELS = {
+  cluster: "cluster", configs: "topic configs", groups: "consumer groups",
+  group: "consumer group", messages: "messages", reports: "chaos reports",
+};
 let selectedTopic = null;
 let selectedGroup = null;
 
@@ -39,12 +44,12 @@ async function getJson(key, url) {
     const response = await fetch(url, { cache: "no-store" });
     answer = await response.json();
   } catch (e) {
-    errors.set(key, "NETWORK_EXCEPTION: the console did not answer (" + e + ")");
+    errors.set(key, LABELS[key] + ": NETWORK_EXCEPTION: the console did not answer (" + e + ")");
     showErrors();
     return null;
   }
   if (answer.error) {
-    errors.set(key, answer.error);
+    errors.set(key, LABELS[key] + ": " + answer.error);
     showErrors();
     return null;
   }

@@ -8,7 +8,7 @@ from typing import Final
 import click
 from aiohttp import web
 
-from raftka.client.cli._common import bootstrap_option
+from raftka.client.cli._common import api_timeout_option, bootstrap_option
 from raftka.console.app import ConsoleSettings, make_app
 
 __all__ = ["DEFAULT_CONSOLE_PORT", "console_command"]
@@ -16,9 +16,6 @@ __all__ = ["DEFAULT_CONSOLE_PORT", "console_command"]
 #: Just below ``raftka up``'s default ports (controllers from 9093). ``raftka up`` itself
 #: gives its console the port after its Kafka listeners instead (see local/up.py).
 DEFAULT_CONSOLE_PORT: Final = 9090
-#: The page polls every 1.5 s; a cluster call is bounded by this by default so that a
-#: dead broker shows as an error line within a few polls, not after 15 s.
-CONSOLE_API_TIMEOUT_MS: Final = 5_000
 
 
 @click.command("console")
@@ -38,14 +35,7 @@ CONSOLE_API_TIMEOUT_MS: Final = 5_000
     default=None,
     help="A folder of `raftka chaos` reports: their timeline pictures are listed and shown.",
 )
-@click.option(
-    "--api-timeout-ms",
-    "api_timeout_ms",
-    type=click.IntRange(min=1),
-    default=CONSOLE_API_TIMEOUT_MS,
-    show_default=True,
-    help="Give up on one cluster call after this many ms (the page shows the error).",
-)
+@api_timeout_option
 def console_command(
     bootstrap_server: str, host: str, port: int, reports_dir: Path | None, api_timeout_ms: int
 ) -> None:

@@ -7,8 +7,9 @@ processes on 127.0.0.1 through :class:`~raftka.local.processes.LocalCluster` and
 node's id, role, host, port, pid and data dir, each broker's Kafka listener port; the
 bootstrap strings, the Kafka ones too) for tools and
 tests, waits until a controller is active and every broker is registered and
-unfenced, prints the bootstrap servers and a status screen, then stays in the
-foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
+unfenced, starts the web console (:mod:`raftka.console`, a child process on the port
+after the Kafka listeners, unless ``--no-console``), prints the bootstrap servers, the
+console's URL and a status screen, then stays in the foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
 shutdown, while the controllers still run to move their leaderships), then the
 controllers, waits for every child and exits 0.
 

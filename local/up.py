@@ -9,9 +9,10 @@ bootstrap strings, the Kafka ones too) for tools and
 tests, waits until a controller is active and every broker is registered and
 unfenced, starts the web console (:mod:`raftka.console`, a child process on the port
 after the Kafka listeners, unless ``--no-console``), prints the bootstrap servers, the
-console's URL and a status screen, then stays in the foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
-shutdown, while the controllers still run to move their leaderships), then the
-controllers, waits for every child and exits 0.
+console's URL and a status screen, then stays in the foreground. SIGINT (Ctrl-C) or
+SIGTERM stops the console, then the brokers (SIGTERM: controlled shutdown, while the
+controllers still run to move their leaderships), then the controllers, waits for every
+child and exits 0.
 
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or

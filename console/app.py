@@ -260,7 +260,9 @@ async def _browse(
         records: list[ConsumerRecord] = []
         wait_ms = min(timeout, BROWSE_WAIT_MS_MAX)
         deadline = asyncio.get_running_loop().time() + wait_ms / 1000
-        while len(records) < limit and offset + len(records) < end:
+        # The next offset from the last record read, not offset + count: a compacted
+        # log has gaps, and counting would wait out the deadline at its end.
+        while len(records) < limit and (records[-1].offset + 1 if records else offset) < end:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 break

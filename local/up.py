@@ -7,10 +7,12 @@ processes on 127.0.0.1 through :class:`~raftka.local.processes.LocalCluster` and
 node's id, role, host, port, pid and data dir, each broker's Kafka listener port; the
 bootstrap strings, the Kafka ones too) for tools and
 tests, waits until a controller is active and every broker is registered and
-unfenced, prints the bootstrap servers and a status screen, then stays in the
-foreground. SIGINT (Ctrl-C) or SIGTERM stops the brokers first (SIGTERM: controlled
-shutdown, while the controllers still run to move their leaderships), then the
-controllers, waits for every child and exits 0.
+unfenced, starts the web console (:mod:`raftka.console`, a child process on the port
+after the Kafka listeners, unless ``--no-console``), prints the bootstrap servers, the
+console's URL and a status screen, then stays in the foreground. SIGINT (Ctrl-C) or
+SIGTERM stops the console, then the brokers (SIGTERM: controlled shutdown, while the
+controllers still run to move their leaderships), then the controllers, waits for every
+child and exits 0.
 
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or
@@ -47,6 +49,7 @@ from typing import Any, Final
 import click
 import orjson
 
+from raftka.console.process import ConsoleProcess
 from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
 from raftka.local.processes import LocalCluster, NodeProcess, http_json, port_in_use, wait_for
 
@@ -973,6 +976,13 @@ def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
     help=f"Restart a node whose process exits (up to {RESTARTS_MAX} times per node, "
     "with a growing backoff); without it an exited node stays down and is reported.",
 )
+@click.option(
+    "--console-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="The web console's port (default: the one after the brokers' Kafka listeners).",
+)
+@click.option("--no-console", is_flag=True, help="Do not start the web console.")
 def up_command(
     *,
     controllers: int | None,
@@ -981,6 +991,8 @@ def up_command(
     data_dir: Path,
     engine: str | None,
     restart_on_failure: bool,
+    console_port: int | None,
+    no_console: bool,
 ) -> None:
     """Start a local cluster (3 controllers, 3 brokers) and stay in the foreground."""
     data_dir = data_dir.resolve()
@@ -1012,10 +1024,32 @@ def up_command(
             raise _Problem(
                 f"port {n.port} ({n.role} {n.id}) is in use; choose others with --base-port"
             )
+    if no_console and console_port is not None:
+        raise _Problem("--console-port and --no-console contradict each other; give one")
+    if not no_console:
+        if console_port is None:
+            console_port = _after_node_ports(plan)
+        if port_in_use(plan.nodes[0].host, console_port):
+            raise _Problem(
+                f"port {console_port} (the web console) is in use; "
+                "choose another with --console-port, or --no-console"
+            )
     data_dir.mkdir(parents=True, exist_ok=True)
     sys.exit(
-        _run(plan, data_dir, resumed=existing is not None, restart_on_failure=restart_on_failure)
+        _run(
+            plan,
+            data_dir,
+            resumed=existing is not None,
+            restart_on_failure=restart_on_failure,
+            console_port=None if no_console else console_port,
+        )
     )
+
+
+def _after_node_ports(plan: ClusterFile) -> int:
+    """The port after every node's HTTP and Kafka ports: the console's default."""
+    ports = [n.port for n in plan.nodes] + [n.kafka_port for n in plan.nodes if n.kafka_port]
+    return max(ports) + 1
 
 
 def restart_delay_s(restarts_done: int) -> float:
@@ -1024,7 +1058,12 @@ def restart_delay_s(restarts_done: int) -> float:
 
 
 def _run(
-    plan: ClusterFile, data_dir: Path, *, resumed: bool, restart_on_failure: bool = False
+    plan: ClusterFile,
+    data_dir: Path,
+    *,
+    resumed: bool,
+    restart_on_failure: bool = False,
+    console_port: int | None = None,
 ) -> int:
     cluster = LocalCluster(
         data_dir,
@@ -1045,6 +1084,7 @@ def _run(
     controllers = list(cluster.controllers.values())
     brokers = list(local_brokers.brokers.values())
     processes = {n.node_id: n for n in controllers + brokers}
+    console: ConsoleProcess | None = None
     signals = _StopSignals()
     signals.install()
     code = 0
@@ -1080,7 +1120,17 @@ def _run(
         status = wait_for(ready, timeout_s=READY_DEADLINE_S, message=not_ready)
         click.echo(f"\nbootstrap servers: {status.bootstrap_servers}")
         click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}")
-        click.echo(f"kafka bootstrap servers: {plan.kafka_bootstrap_servers}\n")
+        click.echo(f"kafka bootstrap servers: {plan.kafka_bootstrap_servers}")
+        if console_port is not None:
+            console = ConsoleProcess(
+                host=plan.nodes[0].host,
+                port=console_port,
+                bootstrap_servers=status.bootstrap_servers,
+                log_path=data_dir / "console.log",
+            )
+            console.start()
+            click.echo(f"web console: {console.url} (log: {console.log_path})")
+        click.echo("")
         click.echo(render_status(_with_file_pids(status, plan, processes)))
         click.echo(f"\nrunning; cluster.json in {data_dir}. Ctrl-C (or SIGTERM) stops every node.")
         # Nodes that exited unasked: their exit codes (cluster.json, so that
@@ -1121,12 +1171,21 @@ def _run(
                     )
             if changed:
                 write_cluster_file(data_dir, _with_pids(plan, processes, os.getpid(), exits))
+            if console is not None and console.exit_code() is not None:
+                click.echo(
+                    f"warning: the web console exited with {console.exit_code()} "
+                    f"(log: {console.log_path}); the cluster runs on without it",
+                    err=True,
+                )
+                console = None
     except _StopRequestedError:
         pass
     except (TimeoutError, RuntimeError, OSError) as e:
         click.echo(f"error: {e}", err=True)
         code = 1
     finally:
+        if console is not None:
+            console.stop()
         click.echo("stopping: brokers first (controlled shutdown), then controllers")
         for note in _stop_all(brokers, controllers):
             click.echo(f"warning: {note}", err=True)

@@ -14,6 +14,6 @@ esac
 tree="$top/build/typecheck"
 rm -rf "$tree" && mkdir -p "$tree/raftka"
 for f in "$top"/src/raftka/*; do ln -s "$f" "$tree/raftka/"; done
-for layer in common server_common storage raft metadata broker client local chaos; do ln -s "$top/$layer" "$tree/raftka/$layer"; done
+for layer in common server_common storage raft metadata broker client local chaos console; do ln -s "$top/$layer" "$tree/raftka/$layer"; done
 cd "$tree"
 exec "$mypy_bin" --config-file "$top/pyproject.toml" --cache-dir "$top/build/mypy-cache" -p raftka "$@"

@@ -36,6 +36,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "chaos_group",
         "Jepsen-style fault tests: run a workload under seeded faults, check, report.",
     ),
+    "console": (
+        "raftka.console.cli",
+        "console_command",
+        "Serve the web console: overview, topics, groups, messages, chaos reports.",
+    ),
     "controller": (
         "raftka.metadata.cli",
         "controller_command",

@@ -47,8 +47,9 @@ from raftka.local.processes import port_in_use
 pytestmark = pytest.mark.slow
 
 HOST = "127.0.0.1"
-# raftka up's defaults: controllers 9093-9095, brokers 9096-9098, Kafka listeners 9099-9101
-PORTS = range(9093, 9102)
+# raftka up's defaults: controllers 9093-9095, brokers 9096-9098, Kafka listeners 9099-9101,
+# the web console 9102
+PORTS = range(9093, 9103)
 BOOTSTRAP = "127.0.0.1:9096,127.0.0.1:9097,127.0.0.1:9098"
 UP_DEADLINE_S = 90.0
 COMMAND_TIMEOUT_S = 90.0

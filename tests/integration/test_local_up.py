@@ -26,6 +26,7 @@ import pytest
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raftka.local import free_port_run, free_ports, http_json, wait_for
+from raftka.local.processes import port_in_use
 from raftka.local.up import is_raftka_process
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,20 @@ def _wait_healthy(data_dir: Path, up: subprocess.Popen[bytes], log: Path) -> dic
         return status if status is not None and status["healthy"] else None
 
     return wait_for(healthy, timeout_s=DEADLINE_S, message=lambda: log.read_text()[-3000:])
+
+
+def _console_overview(address: str) -> dict[str, Any]:
+    """The console's overview once it answers (it starts after the cluster is ready)."""
+
+    def overview() -> dict[str, Any] | None:
+        try:
+            answer = http_json(address, "/api/cluster", timeout_s=10)
+        except OSError:
+            return None
+        status, body = answer
+        return body["overview"] if status == 200 else None
+
+    return wait_for(overview, timeout_s=DEADLINE_S, message=f"the console at {address}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
@@ -111,7 +126,8 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
     gone -> up again: same ports, the record is still there."""
     data = tmp_path / "data"
     log = tmp_path / "up.log"
-    base = free_port_run(9)  # 3 controllers, 3 brokers, then the brokers' Kafka listeners
+    # 3 controllers, 3 brokers, then the brokers' Kafka listeners, then the web console
+    base = free_port_run(10)
     up = _raftka("up", "--data-dir", str(data), "--base-port", str(base), log=log)
     procs.append(up)
     status = _wait_healthy(data, up, log)
@@ -125,6 +141,10 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
     assert status["kafka_bootstrap_servers"] == cluster["kafka_bootstrap_servers"]
     assert {b["state"] for b in status["brokers"]} == {"unfenced"}
     assert _produce_and_read(cluster["bootstrap_servers"], "kept", create=True) == [b"kept"]
+    console = f"127.0.0.1:{base + 9}"
+    assert f"web console: http://{console}/" in log.read_text()
+    overview = _console_overview(console)
+    assert [b["state"] for b in overview["brokers"]] == ["unfenced"] * 3, overview
 
     refused = subprocess.run(
         [sys.executable, "-m", "raftka", "up", "--data-dir", str(data)],
@@ -138,6 +158,7 @@ def test_up_status_stop_and_resume(tmp_path: Path, procs: list[subprocess.Popen[
     child_pids = [n["pid"] for n in cluster["nodes"]]
     assert _stop(up) == 0, log.read_text()[-3000:]
     assert not [pid for pid in child_pids if is_raftka_process(pid)]
+    assert not port_in_use("127.0.0.1", base + 9), "the web console outlived raftka up"
     stopped = orjson.loads((data / "cluster.json").read_bytes())
     assert stopped["up_pid"] is None and {n["pid"] for n in stopped["nodes"]} == {None}
 

@@ -62,6 +62,7 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, P
     data, log = tmp_path / "data", tmp_path / "up.log"
     base = free_port_run(3)  # a controller, a broker and its Kafka listener
     args = ["up", "--controllers", "1", "--brokers", "1", "--base-port", str(base)]
+    args += ["--no-console"]  # these tests are about the nodes (test_local_up runs one)
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "raftka", *args, "--data-dir", str(data), *request.param],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 # What each layer may import (itself included). The tools above the layers (the
 # `raftka` command in the package root, `raftka up` in local/, the fault suite in
-# chaos/) may import anything and are not listed.
+# chaos/, the web console in console/) may import anything and are not listed.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "common": frozenset({"common"}),
     "server_common": frozenset({"common", "server_common"}),

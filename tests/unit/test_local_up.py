@@ -360,3 +360,21 @@ def test_free_port_run_is_a_base_with_free_ports_after_it() -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def test_the_console_port_is_checked_before_anything_starts(tmp_path: Path) -> None:
+    """A console port in use, or one given with --no-console, is refused in one line
+    before any node starts (no cluster.json is written)."""
+    runner = CliRunner()
+    base = free_port_run(9)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        args = ["--data-dir", str(tmp_path), "--base-port", str(base)]
+        result = runner.invoke(up_command, [*args, "--console-port", str(busy)])
+    assert result.exit_code == 1, result.output
+    assert f"port {busy} (the web console) is in use" in result.output
+    result = runner.invoke(up_command, [*args, "--console-port", "1", "--no-console"])
+    assert result.exit_code == 1 and "contradict" in result.output
+    assert not (tmp_path / "cluster.json").exists()

@@ -308,13 +308,18 @@ class AsyncGroupAdmin(AdminClientBase):
                 {tp: OffsetAndMetadata(om.offset, om.metadata, None) for tp, om in offsets.items()}
             ),
         )
-        _, answer = await self._coordinator_call(
-            group_id, "/v1/offset-commit", request, api.OffsetCommitResponse, deadline
+        # A per-partition NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (the offsets
+        # topic still being created or loaded) is retried: setting them again is harmless.
+        await self._coordinator_call_per_group(
+            group_id,
+            "/v1/offset-commit",
+            request,
+            api.OffsetCommitResponse,
+            deadline,
+            group_error=lambda a: next(
+                (p.error for t in a.topics for p in t.partitions if p.error is not None), None
+            ),
         )
-        for t in answer.topics:
-            for p in t.partitions:
-                if p.error is not None:
-                    raise error_from_message(p.error)
 
     async def delete_groups(
         self, group_ids: Iterable[str], *, timeout_ms: int | None = None

@@ -1,6 +1,7 @@
 """The group admin retries a group's own coordinator error (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS), which DescribeGroups and DeleteGroups carry per group
-rather than at the top of the answer, against one fake broker on loopback.
+and OffsetCommit (alter_offsets) per partition, rather than at the top of the answer,
+against one fake broker on loopback.
 
 Right after a broker restart or a coordinator move the broker that FindCoordinator
 names may not own the group yet; Kafka's admin client finds the coordinator again and
@@ -23,6 +24,7 @@ from raftka.common.errors import GroupIdNotFoundError, NotCoordinatorError
 from raftka.common.messages import coordinator as api
 from raftka.common.messages import encode
 from raftka.common.messages.broker import ErrorObject, error_object
+from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
 FAILURES_FIRST = 2
 
@@ -73,8 +75,19 @@ def _fake_broker(
         )
         return web.Response(body=encode(answer), content_type="application/json")
 
+    async def commit(_request: web.Request) -> web.Response:
+        # The error per partition, as the coordinator answers while __consumer_offsets
+        # is still being created.
+        error = failing_first("commit")
+        partition = api.OffsetCommitPartitionResponse(partition=0, error=error)
+        answer = api.OffsetCommitResponse(
+            topics=(api.OffsetCommitTopicResponse(name="t", partitions=(partition,)),)
+        )
+        return web.Response(body=encode(answer), content_type="application/json")
+
     app = web.Application()
     app.router.add_get("/v1/metadata", metadata)
+    app.router.add_post("/v1/offset-commit", commit)
     app.router.add_post("/v1/find-coordinator", find_coordinator)
     app.router.add_post("/v1/describe-groups", describe)
     app.router.add_post("/v1/delete-groups", delete)
@@ -93,6 +106,9 @@ async def _with_admin(final_delete_error: bool) -> Counter[str]:
         ) as admin:
             described = await admin.describe_group("g", timeout_ms=10_000)
             assert described.state == "Empty"
+            await admin.alter_offsets(
+                "g", {TopicPartition("t", 0): OffsetAndMetadata(4, "", None)}, timeout_ms=10_000
+            )
             if final_delete_error:
                 try:
                     await admin.delete_groups(["g"], timeout_ms=10_000)
@@ -109,7 +125,11 @@ async def _with_admin(final_delete_error: bool) -> Counter[str]:
 
 def test_describe_and_delete_retry_a_groups_not_coordinator_error() -> None:
     calls = asyncio.run(asyncio.wait_for(_with_admin(final_delete_error=False), 30))
-    assert calls == {"describe": FAILURES_FIRST + 1, "delete": FAILURES_FIRST + 1}
+    assert calls == {
+        "describe": FAILURES_FIRST + 1,
+        "commit": FAILURES_FIRST + 1,
+        "delete": FAILURES_FIRST + 1,
+    }
 
 
 def test_a_groups_non_retriable_error_is_raised_after_the_retriable_ones() -> None:

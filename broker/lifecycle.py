@@ -88,11 +88,13 @@ class ControllerChannel:
     NOT_CONTROLLER body), the controller that last answered as the active one, and each
     controller that last failed to answer, with the epoch known then. A redirect is
     followed only when it is of the known epoch or newer and does not name a controller
-    that already failed us in that epoch: voters that have not yet noticed a dead
-    leader keep pointing at it until they elect another, and following them there
-    would spend every attempt on the dead node (issue #19, brokers fenced after a
-    controller failover). For the same reason, when no active controller is known, the
-    next voter tried is one that has not failed in the known epoch. Each attempt gets
+    that failed us in that epoch within the last ``failure_memory_ms``: voters that
+    have not yet noticed a dead leader keep pointing at it until they elect another,
+    and following them there would spend every attempt on the dead node (issue #19,
+    brokers fenced after a controller failover). For the same reason, when no active
+    controller is known, the next voter tried is one that has not failed recently in
+    the known epoch. The memory expires so that a broker cut off from every voter
+    finds the same leader again once the partition heals. Each attempt gets
     at most ``attempt_timeout_ms`` and never more than what is left of the caller's
     deadline, so a silent controller costs one short attempt (with ``raftka up``'s
     settings that is the whole heartbeat: both are 1 s). A 200 stamped with an epoch

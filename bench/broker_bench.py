@@ -396,6 +396,9 @@ def main() -> None:
                         scrape_s += scraper.seconds
                         scrape_bytes += scraper.bytes
                 off, on = median_of(bare), median_of(scraped)
+                # Each repeat's two runs are neighbours in time: their ratio carries less
+                # of the machine's drift than the ratio of the medians.
+                pair_ratios = [b["rps"] / a["rps"] for a, b in zip(bare, scraped, strict=True)]
                 # The brokers' own time per scrape (their request metrics time /metrics).
                 served = [_metrics_time(n.address) for n in brokers.nodes()]
                 served_ms = sum(ms for ms, _ in served) / max(sum(c for _, c in served), 1)
@@ -405,6 +408,8 @@ def main() -> None:
                     "metrics endpoint cost",
                     {
                         "throughput_ratio": round(on["rps"] / off["rps"], 4),
+                        "pair_ratios": [round(r, 4) for r in pair_ratios],
+                        "pair_ratio_median": round(statistics.median(pair_ratios), 4),
                         "scrapes": scrapes,
                         "scrape_ms_mean": round(1000 * scrape_s / max(scrapes, 1), 2),
                         "broker_ms_per_scrape": round(served_ms, 2),

@@ -123,8 +123,18 @@ class _Stats:
     commands: int = 0
     appended: int = 0
     activations: int = 0
+    # Quorum leaders this node has learned of, one per epoch: the elections it saw end.
+    elections: int = 0
+    last_elected_epoch: int = -1
     offset_mismatches: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+
+    def leader_known(self, epoch: int) -> None:
+        """A quorum leader of ``epoch`` is known: an election ended, counted once per
+        epoch (the engine may report the same leader again)."""
+        if epoch > self.last_elected_epoch:
+            self.elections += 1
+            self.last_elected_epoch = epoch
 
 
 class ControllerEventLoop:
@@ -238,6 +248,8 @@ class ControllerEventLoop:
             "quorum leader changed",
             extra={"fields": {"leader_id": leader_id, "epoch": epoch}},
         )
+        if leader_id is not None:
+            self.stats.leader_known(epoch)
         if leader_id == self.config.node_id:
             self._enqueue(_Activate(epoch))
         elif self._controller is not None:

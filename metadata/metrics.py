@@ -94,6 +94,12 @@ class ControllerCollector(StateCollector):
             "activated; no Kafka counterpart by this name).",
             events.stats.activations,
         )
+        yield counter(
+            "raftka_raft_elections",
+            "Quorum elections this node saw end with a leader (one per epoch; Kafka's "
+            "raft-metrics time elections but do not count them by this name).",
+            events.stats.elections,
+        )
         image = events.loader.image
         partitions = offline = 0
         for topic in image.topics.by_name.values():

@@ -27,6 +27,7 @@ from raftka.broker.server import BrokerServer
 from raftka.common.errors import NotLeaderOrFollowerError
 from raftka.common.record.batch import Record, build_batch
 from raftka.common.structs import TopicPartition
+from raftka.metadata.controller_events import _Stats
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.metrics import ControllerMetrics
 from raftka.raft.quorum.engine import QuorumInfo
@@ -208,7 +209,7 @@ def _events(*, active: bool, started: bool = True) -> Any:
     return SimpleNamespace(
         started=started,
         is_active=active,
-        stats=SimpleNamespace(activations=2),
+        stats=SimpleNamespace(activations=2, elections=3),
         loader=SimpleNamespace(image=image),
         engine=SimpleNamespace(describe=lambda: info),
         on_commit_ms=None,
@@ -228,6 +229,7 @@ def test_controller_collector_reads_quorum_and_image() -> None:
     assert at(found, kc + "fencedbrokercount") == 1
     assert at(found, kc + "activebrokercount") == 2
     assert at(found, "raftka_controller_activations_total") == 2
+    assert at(found, "raftka_raft_elections_total") == 3
     raft = "kafka_server_raftmetrics_"
     assert at(found, raft + "current_leader") == 0
     assert at(found, raft + "current_epoch") == 7
@@ -281,3 +283,10 @@ def test_broker_endpoint_times_requests_by_kafka_api_name(tmp_path: Path) -> Non
                 await server.manager.close()
 
     asyncio.run(main())
+
+
+def test_elections_count_once_per_epoch_with_a_leader() -> None:
+    stats = _Stats()
+    for epoch in (1, 1, 2, 2, 5, 4):  # repeats and a stale report count nothing
+        stats.leader_known(epoch)
+    assert (stats.elections, stats.last_elected_epoch) == (3, 5)

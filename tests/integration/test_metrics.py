@@ -145,6 +145,7 @@ def test_every_process_exports_kafka_metrics(cluster: RaftkaCluster) -> None:
         assert value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 0
         assert value(s, "kafka_server_raftmetrics_high_watermark") > 0
         assert value(s, "kafka_server_raftmetrics_current_state", state="leader") in (0, 1)
+        assert value(s, "raftka_raft_elections_total") >= 1  # each knows the leader
     active_one = scraped_c[active.index(1)]
     assert value(active_one, "kafka_server_raftmetrics_commit_latency_ms_count") >= 1
     assert value(active_one, REQUESTS, request="CreateTopics") >= 1

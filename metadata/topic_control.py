@@ -37,6 +37,7 @@ from raftka.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from raftka.metadata.broker_dynamic_config import validate_broker_config
 from raftka.metadata.controller_api import (
     RECORDS_PER_COMMAND_MAX,
     AlterConfigsResource,
@@ -485,7 +486,9 @@ class TopicControl:
         if validate_only:
             return ControllerResult((), response)
         if batch.records:
-            self._configs_changed(batch, {r.resource_name for r in resources})
+            self._configs_changed(
+                batch, {r.resource_name for r in resources if r.resource_type == "topic"}
+            )
         return batch.result(response)
 
     def _configs_changed(self, batch: CommandBatch, topics: set[str]) -> None:
@@ -497,6 +500,12 @@ class TopicControl:
     def _config_records(
         image: MetadataImage, resource: AlterConfigsResource
     ) -> list[MetadataRecord]:
+        keys = [op.name for op in resource.ops]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise InvalidRequestError(f"Duplicate config keys in one request: {duplicates}")
+        if resource.resource_type == "broker":
+            return _broker_config_records(image, resource)
         if resource.resource_type != "topic":
             raise InvalidRequestError(
                 f"Altering {resource.resource_type} configs is not supported by this controller"
@@ -504,10 +513,6 @@ class TopicControl:
         name = resource.resource_name
         if image.topics.topic_by_name(name) is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} does not exist")
-        keys = [op.name for op in resource.ops]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
-        if duplicates:
-            raise InvalidRequestError(f"Duplicate config keys in one request: {duplicates}")
         current = image.configs.config(ConfigResource("topic", name))
         after = dict(current)  # the topic's overrides once every op applies
         records: list[MetadataRecord] = []
@@ -544,3 +549,30 @@ class TopicControl:
                 after[op.name] = new
         validate_topic_configs(after)
         return records
+
+
+def _broker_config_records(
+    image: MetadataImage, resource: AlterConfigsResource
+) -> list[MetadataRecord]:
+    """IncrementalAlterConfigs of a broker (its id, or "" for the cluster default): only
+    the dynamic broker configs raftka honours (metadata/broker_dynamic_config.py)."""
+    name = resource.resource_name
+    if name and not (name.isdigit() and str(int(name)) == name):
+        raise InvalidRequestError(f"Invalid broker id {name!r}: a broker id or '' (the default)")
+    current = image.configs.config(ConfigResource("broker", name))
+    records: list[MetadataRecord] = []
+    for op in resource.ops:
+        validate_broker_config(op.name, None)  # a key raftka honours, first
+        new: str | None
+        if op.op == "DELETE":
+            new = None
+        elif op.value is None:
+            raise InvalidRequestError(f"{op.op} of {op.name} needs a value")
+        elif op.op == "SET":
+            new = op.value.strip()
+        else:
+            raise InvalidConfigError(f"{op.op} applies to LIST configs only; {op.name} is LONG")
+        validate_broker_config(op.name, new)
+        if current.get(op.name) != new:
+            records.append(ConfigRecord("broker", name, op.name, new))
+    return records

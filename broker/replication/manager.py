@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import threading
@@ -114,6 +115,7 @@ from raftka.broker.replication.partition_state import (
     IsrProposal,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
+from raftka.broker.replication.quota import ReplicationQuotas
 from raftka.common.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
@@ -198,6 +200,9 @@ class ReplicaManager:
         # read by broker/metrics.py).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # The replication throttles (quota.py), from committed configs; the leader side
+        # is applied in _read_for_follower, the follower side by the replica fetchers.
+        self.quotas = ReplicationQuotas(self.broker_id, now_ms=clock_ms())
         # Partitions whose log a thread (the cleaner, an I/O worker) holds now -> done
         # when it gives it back; and who holds it.
         self._held: dict[PartitionKey, asyncio.Future[None]] = {}
@@ -229,6 +234,14 @@ class ReplicaManager:
             # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
                 self._configure(p, image.configs.topic_config(p.topic))
+            self.quotas.configure(
+                {
+                    **image.configs.broker_config(None),
+                    **image.configs.broker_config(self.broker_id),
+                },
+                {r.name: keys for r, keys in image.configs.resources.items() if r.type == "topic"},
+                self._clock_ms(),
+            )
         if changes.is_empty():
             return
         now = self._clock_ms()
@@ -787,6 +800,15 @@ class ReplicaManager:
             follower_log_start_offset=req.log_start_offset,
         )
         self.carry_out(p, r.ready)
+        if r.records and self.quotas.leader_throttled(*p.tp):
+            # Kafka's shouldLeaderThrottle: a throttled replica outside the ISR gets no
+            # records while the leader's quota is exceeded (its fetch offset, read above,
+            # still counts); what is served to a throttled replica is recorded.
+            quota = self.quotas.leader
+            if replica_id not in p.state.committed_isr and quota.exceeded(now):
+                r = dataclasses.replace(r, records=b"")
+            else:
+                quota.record(len(r.records), now)
         return self._read_result(req, r, p)
 
     def _read_result(

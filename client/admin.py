@@ -513,8 +513,9 @@ class AsyncAdmin(AdminClientBase):
         self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
     ) -> dict[int, dict[str, ConfigEntry]]:
         """DescribeConfigs of broker resources: each broker's (every live one when none
-        is named) static configs, the properties it was started with (raftka has no
-        dynamic broker configs). Sensitive values are None. A broker id that is not a
+        is named) static configs, the properties it was started with, and its dynamic
+        ones (the replication throttles) as it last read them from committed metadata.
+        Sensitive values are None. A broker id that is not a
         live broker is BROKER_NOT_AVAILABLE."""
         answers = await self._ask_brokers(
             broker_ids,

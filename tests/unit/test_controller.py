@@ -886,7 +886,7 @@ def test_dynamic_broker_throttle_configs_and_throttled_replica_lists() -> None:
     result = h.ctl.incremental_alter_configs(
         h.image,
         [
-            AlterConfigsResource("broker", "1", (AlterConfigOp(rate, "SET", " 200000 "),)),
+            AlterConfigsResource("broker", "1", (AlterConfigOp(rate, "SET", "200000"),)),
             AlterConfigsResource(
                 "broker", "", (AlterConfigOp("follower.replication.throttled.rate", "SET", "0"),)
             ),

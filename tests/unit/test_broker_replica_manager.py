@@ -488,3 +488,49 @@ def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: 
         await h.manager.close()
 
     run(body)
+
+
+def test_leader_throttle_holds_back_a_listed_replica_outside_the_isr(tmp_path: Path) -> None:
+    """leader.replication.throttled.rate on this broker and the partition listed in
+    leader.replication.throttled.replicas: a follower outside the ISR (3) gets its first
+    answer, then nothing while the quota is in debt, then records again once the clock
+    has repaid it; an ISR member (2) is never held back; the bytes are counted; with the
+    configs deleted nothing is held back."""
+
+    async def body() -> None:
+        clock = Clock()
+        h = _Harness(tmp_path, clock=clock)
+        h.topic(leader=1, isr=(1, 2))
+        rate = "leader.replication.throttled.rate"
+        h.commit(
+            ConfigRecord(resource_type="broker", resource_name="1", name=rate, value="100"),
+            _config_record("leader.replication.throttled.replicas", "0:1,0:2,0:3"),
+        )
+        (r,) = await h.manager.produce(
+            acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"x" * 400))]
+        )
+        assert r.error is None
+        first = await h.follower_fetch(3, 0, None)
+        size = len(first.records)
+        assert size > 100  # one answer may exceed the bucket: a debt
+        assert (await h.follower_fetch(3, 0, None)).records == b""
+        assert len((await h.follower_fetch(2, 0, None)).records) == size
+        quota = h.manager.quotas.leader
+        assert quota.throttled_bytes == 2 * size
+        clock.now_ms += quota.delay_ms(clock.now_ms)
+        assert len((await h.follower_fetch(3, 0, None)).records) == size
+        # The reassignment verified: the configs go, and so does the throttle.
+        h.commit(
+            ConfigRecord(resource_type="broker", resource_name="1", name=rate, value=None),
+            ConfigRecord(
+                resource_type="topic",
+                resource_name="t",
+                name="leader.replication.throttled.replicas",
+                value=None,
+            ),
+        )
+        for _ in range(3):
+            assert len((await h.follower_fetch(3, 0, None)).records) == size
+        await h.manager.close()
+
+    run(body)

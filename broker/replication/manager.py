@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import threading
@@ -787,6 +786,15 @@ class ReplicaManager:
         if isinstance(found, KafkaError):
             return self._fetch_error(req, found, None)
         p = found
+        # Kafka's shouldLeaderThrottle: a throttled replica outside the ISR is sent no
+        # records while the leader's quota is exceeded (its fetch offset still counts);
+        # what is sent to a throttled replica is recorded against the quota.
+        throttled = self.quotas.leader_throttled(*p.tp)
+        held_back = (
+            throttled
+            and replica_id not in p.state.committed_isr
+            and self.quotas.leader.exceeded(now)
+        )
         r = p.replica.on_follower_fetch(
             replica_id=replica_id,
             fetch_offset=req.fetch_offset,
@@ -795,20 +803,13 @@ class ReplicaManager:
             # (supervise) the follower's current registration, from committed metadata
             registered_epoch=self._registered_epoch(replica_id),
             now_ms=now,
-            max_bytes=_room(req, budget),
+            max_bytes=None if held_back else _room(req, budget),
             current_leader_epoch=req.current_leader_epoch,
             follower_log_start_offset=req.log_start_offset,
         )
         self.carry_out(p, r.ready)
-        if r.records and self.quotas.leader_throttled(*p.tp):
-            # Kafka's shouldLeaderThrottle: a throttled replica outside the ISR gets no
-            # records while the leader's quota is exceeded (its fetch offset, read above,
-            # still counts); what is served to a throttled replica is recorded.
-            quota = self.quotas.leader
-            if replica_id not in p.state.committed_isr and quota.exceeded(now):
-                r = dataclasses.replace(r, records=b"")
-            else:
-                quota.record(len(r.records), now)
+        if throttled and r.records:
+            self.quotas.leader.record(len(r.records), now)
         return self._read_result(req, r, p)
 
     def _read_result(

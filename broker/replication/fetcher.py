@@ -156,7 +156,7 @@ class ReplicaFetcher:
         entries: list[api.FetchPartition] = []
         quotas = self._manager.quotas
         held_back: list[PartitionKey] = []
-        now = monotonic_ms()
+        now = self._manager.now_ms()
         for tp in due:
             p = self._manager.partitions.get(tp)
             if p is None or not p.replica.follows(self.leader_id):
@@ -247,7 +247,7 @@ class ReplicaFetcher:
             )
             return True
         if records and self._manager.quotas.follower_throttled(*tp):
-            self._manager.quotas.follower.record(len(records), monotonic_ms())
+            self._manager.quotas.follower.record(len(records), self._manager.now_ms())
         self._manager.on_follower_records(
             p, records=records, leader_high_watermark=hw, leader_log_start_offset=max(log_start, 0)
         )

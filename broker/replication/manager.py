@@ -221,6 +221,10 @@ class ReplicaManager:
         # stop_replica calls that waited for a held log: tp -> delete?
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
 
+    def now_ms(self) -> int:
+        """This broker's clock (the quotas' and the partition cores' time)."""
+        return self._clock_ms()
+
     # ================================================================ metadata
 
     def apply_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:

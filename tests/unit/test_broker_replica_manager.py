@@ -349,7 +349,7 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
     run(body)
 
 
-def _config_record(name: str, value: str) -> ConfigRecord:
+def _config_record(name: str, value: str | None) -> ConfigRecord:
     return ConfigRecord(resource_type="topic", resource_name="t", name=name, value=value)
 
 
@@ -527,12 +527,7 @@ def test_leader_throttle_holds_back_a_listed_replica_outside_the_isr(tmp_path: P
         # The reassignment verified: the configs go, and so does the throttle.
         h.commit(
             ConfigRecord(resource_type="broker", resource_name="1", name=rate, value=None),
-            ConfigRecord(
-                resource_type="topic",
-                resource_name="t",
-                name="leader.replication.throttled.replicas",
-                value=None,
-            ),
+            _config_record("leader.replication.throttled.replicas", None),
         )
         for _ in range(3):
             assert len((await h.follower_fetch(3, 0, None)).records) == size
@@ -620,14 +615,7 @@ def test_follower_throttle_leaves_a_listed_replica_out_of_the_fetch(tmp_path: Pa
         clock.now_ms += quota.delay_ms(clock.now_ms)
         await fetcher._fetch_once("leader:1", [tp])
         assert len(leader.requests) == 2 and p.log.log_end_offset == 2
-        h.commit(
-            ConfigRecord(
-                resource_type="topic",
-                resource_name="t",
-                name="follower.replication.throttled.replicas",
-                value=None,
-            )
-        )
+        h.commit(_config_record("follower.replication.throttled.replicas", None))
         for n in range(3):
             await fetcher._fetch_once("leader:1", [tp])
             assert len(leader.requests) == 3 + n

@@ -411,6 +411,18 @@ def test_configs_describe_and_alter_topics_and_brokers(env: Env) -> None:
         timeout_s=30,
         message="the deleted throttle rate is still described",
     )
+    # --entity-default: every broker's default, described under its own source.
+    default = ["configs", "--entity-type", "brokers", "--entity-default", "--alter"]
+    set_default = env.run(*default, "--add-config", f"{rate}=2048")
+    assert set_default.exit_code == 0, set_default.output
+    assert set_default.output.strip() == "Completed updating config for default broker."
+    line = f"  {rate}=2048 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{rate}=2048}}"
+    wait_for(
+        lambda: line in configs("brokers", "--entity-name", broker, "--describe", "--all"),
+        timeout_s=30,
+        message="the broker did not describe the default throttle rate",
+    )
+    assert env.run(*default, "--delete-config", rate).exit_code == 0
 
 
 def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:

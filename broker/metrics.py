@@ -5,7 +5,8 @@ Theory of operation
 -------------------
 :class:`BrokerCollector` reads the broker's state when scraped and nothing else: the
 replica manager's partitions (partition, leader, under-replicated and offline counts),
-the produce and fetch purgatories, the ISR changes the manager counted, the event-loop
+the produce and fetch purgatories, the ISR changes the manager counted, the bytes the
+replication throttles counted, the event-loop
 lag monitor and the I/O workers, and the group coordinator's groups with their committed
 offsets (consumer lag). :class:`BrokerTopicMetrics` counts what leaves no state behind:
 bytes and messages appended per topic, bytes fetched. Both HTTP and Kafka-protocol
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from raftka.broker.coordinator.group import GroupState
 from raftka.broker.replication.partition_state import ReplicaRole
@@ -182,6 +183,15 @@ class BrokerCollector(StateCollector):
                 f"(Kafka's Isr{kind.capitalize()}PerSec).",
                 count,
             )
+        throttled = CounterMetricFamily(
+            "kafka_server_replication_throttled_bytes",
+            "Bytes replicated for throttled replicas (leader.replication.throttled.replicas "
+            "and follower.replication.throttled.replicas), by side: what the quotas count.",
+            labels=["side"],
+        )
+        throttled.add_metric(["leader"], manager.quotas.leader.throttled_bytes)
+        throttled.add_metric(["follower"], manager.quotas.follower.throttled_bytes)
+        yield throttled
 
     def _purgatories(self) -> Iterator[Metric]:
         manager = self._server.manager

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -54,7 +54,7 @@ from raftka.common.errors import (
 from raftka.common.messages import Message, decode, decode_value, encode
 from raftka.common.messages import broker as api
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
-from raftka.common.time import wall_clock_ms
+from raftka.common.time import monotonic_ms, wall_clock_ms
 from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
@@ -356,12 +356,7 @@ class BrokerServer:
                 *coordinator_routes(self.coordinator),
                 *delete_records_routes(lambda request: _server(request).manager),
                 *log_dirs_routes(lambda request: _server(request).manager.logs),
-                *broker_configs_routes(
-                    lambda request: (
-                        _server(request).config.node_id,
-                        _server(request).config.properties,
-                    )
-                ),
+                *broker_configs_routes(_broker_configs),
             ]
         )
         return app
@@ -384,6 +379,8 @@ class BrokerServer:
             "leaders": leaders,
             "fetch_waiters": self.manager.fetch_waiters,
             "produce_waiters": len(self.manager.purgatory),
+            # The reassignment throttles (broker/replication/quota.py).
+            "replication_quotas": self.manager.quotas.health(monotonic_ms()),
             # (supervise) task_restarts (per task) and tasks_failed
             **self.supervisor.health(),
             "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
@@ -404,6 +401,19 @@ _json = json_response
 
 def _error_response(error: KafkaError) -> web.Response:
     return _json(error.to_wire(), _STATUS.get(error.name, 400))
+
+
+def _broker_configs(
+    request: web.Request,
+) -> tuple[int, Mapping[str, str], Mapping[str, str], Mapping[str, str]]:
+    server = _server(request)
+    configs = server.manager.image.configs
+    return (
+        server.config.node_id,
+        server.config.properties,
+        configs.broker_config(server.config.node_id),
+        configs.broker_config(None),
+    )
 
 
 async def _health(request: web.Request) -> web.Response:

@@ -513,8 +513,9 @@ class AsyncAdmin(AdminClientBase):
         self, broker_ids: Iterable[int] | None = None, *, timeout_ms: int | None = None
     ) -> dict[int, dict[str, ConfigEntry]]:
         """DescribeConfigs of broker resources: each broker's (every live one when none
-        is named) static configs, the properties it was started with (raftka has no
-        dynamic broker configs). Sensitive values are None. A broker id that is not a
+        is named) static configs, the properties it was started with, and its dynamic
+        ones (the replication throttles) as it last read them from committed metadata.
+        Sensitive values are None. A broker id that is not a
         live broker is BROKER_NOT_AVAILABLE."""
         answers = await self._ask_brokers(
             broker_ids,
@@ -534,9 +535,38 @@ class AsyncAdmin(AdminClientBase):
         timeout_ms: int | None = None,
     ) -> None:
         """Kafka's incrementalAlterConfigs for topics: ``{topic: [AlterConfigOp]}``."""
+        await self._incremental_alter(
+            "topic", configs, validate_only=validate_only, timeout_ms=timeout_ms
+        )
+
+    async def incremental_alter_broker_configs(
+        self,
+        configs: Mapping[int | None, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Kafka's incrementalAlterConfigs for brokers' dynamic configs: ``{broker id
+        (None: the cluster-wide default): [AlterConfigOp]}``; the keys raftka honours
+        are in ``raftka.metadata.broker_dynamic_config``, others are INVALID_CONFIG."""
+        await self._incremental_alter(
+            "broker",
+            {"" if b is None else str(b): ops for b, ops in configs.items()},
+            validate_only=validate_only,
+            timeout_ms=timeout_ms,
+        )
+
+    async def _incremental_alter(
+        self,
+        resource_type: Literal["topic", "broker"],
+        configs: Mapping[str, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool,
+        timeout_ms: int | None,
+    ) -> None:
         resources = [
             msg.AlterConfigsResource(
-                resource_type="topic",
+                resource_type=resource_type,
                 resource_name=topic,
                 ops=[
                     msg.AlterConfigOp(
@@ -869,6 +899,22 @@ class Admin(ClosingOnExit):
     ) -> None:
         self._run(
             self._async.incremental_alter_configs(
+                {k: list(v) for k, v in configs.items()},
+                validate_only=validate_only,
+                timeout_ms=timeout_ms,
+            ),
+            timeout_ms,
+        )
+
+    def incremental_alter_broker_configs(
+        self,
+        configs: Mapping[int | None, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.incremental_alter_broker_configs(
                 {k: list(v) for k, v in configs.items()},
                 validate_only=validate_only,
                 timeout_ms=timeout_ms,

@@ -41,6 +41,7 @@ __all__ = [
     "TOPIC_CONFIGS",
     "ConfigType",
     "TopicConfigDef",
+    "check_config_value",
     "parse_bool",
     "validate_topic_config",
     "validate_topic_configs",
@@ -93,6 +94,21 @@ def _one_of(*allowed: str) -> Callable[[object], str | None]:
     return check
 
 
+def _throttled_replicas(value: object) -> str | None:
+    # Kafka's ThrottledReplicaListValidator: "*" alone, or partition:brokerId items.
+    assert isinstance(value, list)
+    if value == ["*"]:
+        return None
+    for item in value:
+        partition, colon, broker = str(item).partition(":")
+        if not (colon and partition.strip().isdigit() and broker.strip().isdigit()):
+            return (
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+            )
+    return None
+
+
 def _defs(*items: TopicConfigDef) -> Mapping[str, TopicConfigDef]:
     return {d.name: d for d in items}
 
@@ -109,9 +125,11 @@ TOPIC_CONFIGS: Final[Mapping[str, TopicConfigDef]] = _defs(
     ),
     _D("delete.retention.ms", "LONG", "86400000", _at_least(0), "log.cleaner.delete.retention.ms"),
     _D("file.delete.delay.ms", "LONG", "60000", _at_least(0), "log.segment.delete.delay.ms"),
+    _D("follower.replication.throttled.replicas", "LIST", "", _throttled_replicas),
     _D("flush.messages", "LONG", str(_LONG_MAX), _at_least(1), "log.flush.interval.messages"),
     _D("flush.ms", "LONG", str(_LONG_MAX), _at_least(0), "log.flush.interval.ms"),
     _D("index.interval.bytes", "INT", "4096", _at_least(0), "log.index.interval.bytes"),
+    _D("leader.replication.throttled.replicas", "LIST", "", _throttled_replicas),
     _D(
         "max.compaction.lag.ms",
         "LONG",
@@ -216,6 +234,19 @@ def _parse(definition: TopicConfigDef, value: str) -> object:
             return text
 
 
+def check_config_value(definition: TopicConfigDef, value: str) -> object:
+    """The parsed value, or raise InvalidConfigError naming the key and the value."""
+    name = definition.name
+    try:
+        parsed = _parse(definition, value)
+    except ValueError as e:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {e}") from None
+    problem = definition.check(parsed) if definition.check is not None else None
+    if problem is not None:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {problem}")
+    return parsed
+
+
 def validate_topic_config(name: str, value: str | None) -> None:
     """Raise InvalidConfigError unless ``name`` is a topic config and ``value`` (None
     meaning "delete the override") is legal for it."""
@@ -224,13 +255,7 @@ def validate_topic_config(name: str, value: str | None) -> None:
         raise InvalidConfigError(f"Unknown topic config name: {name}")
     if value is None:
         return
-    try:
-        parsed = _parse(definition, value)
-    except ValueError as e:
-        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {e}") from None
-    problem = definition.check(parsed) if definition.check is not None else None
-    if problem is not None:
-        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {problem}")
+    parsed = check_config_value(definition, value)
     if name in NOT_SUPPORTED and parsed != NOT_SUPPORTED[name]:
         raise InvalidConfigError(
             f"Invalid value {value} for configuration {name}: not supported by raftka "

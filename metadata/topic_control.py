@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from raftka.common.errors import (
@@ -36,6 +36,10 @@ from raftka.common.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+)
+from raftka.metadata.broker_dynamic_config import (
+    DYNAMIC_BROKER_CONFIGS,
+    validate_broker_config,
 )
 from raftka.metadata.controller_api import (
     RECORDS_PER_COMMAND_MAX,
@@ -69,6 +73,7 @@ from raftka.metadata.metadata_records import (
 from raftka.metadata.placement import assign_replicas
 from raftka.metadata.topic_config import (
     TOPIC_CONFIGS,
+    TopicConfigDef,
     validate_topic_config,
     validate_topic_configs,
 )
@@ -485,7 +490,9 @@ class TopicControl:
         if validate_only:
             return ControllerResult((), response)
         if batch.records:
-            self._configs_changed(batch, {r.resource_name for r in resources})
+            self._configs_changed(
+                batch, {r.resource_name for r in resources if r.resource_type == "topic"}
+            )
         return batch.result(response)
 
     def _configs_changed(self, batch: CommandBatch, topics: set[str]) -> None:
@@ -497,6 +504,12 @@ class TopicControl:
     def _config_records(
         image: MetadataImage, resource: AlterConfigsResource
     ) -> list[MetadataRecord]:
+        keys = [op.name for op in resource.ops]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise InvalidRequestError(f"Duplicate config keys in one request: {duplicates}")
+        if resource.resource_type == "broker":
+            return _broker_config_records(image, resource)
         if resource.resource_type != "topic":
             raise InvalidRequestError(
                 f"Altering {resource.resource_type} configs is not supported by this controller"
@@ -504,43 +517,70 @@ class TopicControl:
         name = resource.resource_name
         if image.topics.topic_by_name(name) is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} does not exist")
-        keys = [op.name for op in resource.ops]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
-        if duplicates:
-            raise InvalidRequestError(f"Duplicate config keys in one request: {duplicates}")
         current = image.configs.config(ConfigResource("topic", name))
-        after = dict(current)  # the topic's overrides once every op applies
-        records: list[MetadataRecord] = []
-        for op in resource.ops:
-            definition = TOPIC_CONFIGS.get(op.name)
-            if definition is None:
-                raise InvalidConfigError(f"Unknown topic config name: {op.name}")
-            new: str | None
-            if op.op == "DELETE":
-                new = None
-            elif op.value is None:
-                raise InvalidRequestError(f"{op.op} of {op.name} needs a value")
-            elif op.op == "SET":
-                new = op.value
-            else:
-                if definition.type != "LIST":
-                    raise InvalidConfigError(
-                        f"{op.op} applies to LIST configs only; {op.name} is {definition.type}"
-                    )
-                base = current.get(op.name, definition.default)
-                items = [i.strip() for i in base.split(",") if i.strip()]
-                change = [i.strip() for i in op.value.split(",") if i.strip()]
-                if op.op == "APPEND":
-                    items += [i for i in change if i not in items]
-                else:
-                    items = [i for i in items if i not in change]
-                new = ",".join(items)
-            validate_topic_config(op.name, new)
-            if current.get(op.name) != new:
-                records.append(ConfigRecord("topic", name, op.name, new))
-            if new is None:
-                after.pop(op.name, None)
-            else:
-                after[op.name] = new
+        records, after = _config_op_records(
+            ConfigResource("topic", name), current, resource, TOPIC_CONFIGS, validate_topic_config
+        )
         validate_topic_configs(after)
         return records
+
+
+def _broker_config_records(
+    image: MetadataImage, resource: AlterConfigsResource
+) -> list[MetadataRecord]:
+    """IncrementalAlterConfigs of a broker (its id, or "" for the cluster default): only
+    the dynamic broker configs raftka honours (metadata/broker_dynamic_config.py)."""
+    name = resource.resource_name
+    if name and not (name.isdigit() and str(int(name)) == name):
+        raise InvalidRequestError(f"Invalid broker id {name!r}: a broker id or '' (the default)")
+    owner = ConfigResource("broker", name)
+    current = image.configs.config(owner)
+    records, _ = _config_op_records(
+        owner, current, resource, DYNAMIC_BROKER_CONFIGS, validate_broker_config
+    )
+    return records
+
+
+def _config_op_records(
+    owner: ConfigResource,
+    current: Mapping[str, str],
+    resource: AlterConfigsResource,
+    definitions: Mapping[str, TopicConfigDef],
+    validate: Callable[[str, str | None], None],
+) -> tuple[list[MetadataRecord], dict[str, str]]:
+    """The ConfigRecords of ``resource``'s ops on ``owner`` (keys whose value changes)
+    and its overrides once every op applies; ``validate`` refuses an unknown key or a
+    bad value (INVALID_CONFIG), APPEND/SUBTRACT edit LIST configs only."""
+    after = dict(current)
+    records: list[MetadataRecord] = []
+    for op in resource.ops:
+        validate(op.name, None)  # an unknown key is refused by name first
+        definition = definitions[op.name]
+        new: str | None
+        if op.op == "DELETE":
+            new = None
+        elif op.value is None:
+            raise InvalidRequestError(f"{op.op} of {op.name} needs a value")
+        elif op.op == "SET":
+            new = op.value
+        else:
+            if definition.type != "LIST":
+                raise InvalidConfigError(
+                    f"{op.op} applies to LIST configs only; {op.name} is {definition.type}"
+                )
+            base = current.get(op.name, definition.default)
+            items = [i.strip() for i in base.split(",") if i.strip()]
+            change = [i.strip() for i in op.value.split(",") if i.strip()]
+            if op.op == "APPEND":
+                items += [i for i in change if i not in items]
+            else:
+                items = [i for i in items if i not in change]
+            new = ",".join(items)
+        validate(op.name, new)
+        if current.get(op.name) != new:
+            records.append(ConfigRecord(owner.type, owner.name, op.name, new))
+        if new is None:
+            after.pop(op.name, None)
+        else:
+            after[op.name] = new
+    return records, after

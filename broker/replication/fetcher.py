@@ -13,6 +13,9 @@ leader, and hands each partition's answer to the :class:`ReplicaManager`:
 - records: the partition core appends them and moves its HW (follower HW =
   min(leader HW, LEO)) (``Replica.on_fetch_answer``);
 - a diverging epoch: the core truncates its log and epoch cache;
+- a throttled replica (``follower.replication.throttled.replicas``, see
+  :mod:`raftka.broker.replication.quota`) outside the ISR is left out of the request
+  while this broker's follower quota is exceeded, until it has room again;
 - an error: the partition backs off for ``replica.fetch.backoff.ms`` (the leader may
   not have learned its leadership yet, or metadata is moving); other partitions of the
   same fetcher go on.
@@ -151,10 +154,20 @@ class ReplicaFetcher:
         config = self._manager.config
         sent: list[_Sent] = []
         entries: list[api.FetchPartition] = []
+        quotas = self._manager.quotas
+        held_back: list[PartitionKey] = []
+        now = self._manager.now_ms()
         for tp in due:
             p = self._manager.partitions.get(tp)
             if p is None or not p.replica.follows(self.leader_id):
                 self.discard(tp)
+                continue
+            if (
+                quotas.follower_throttled(*tp)
+                and self._manager.broker_id not in p.state.committed_isr
+                and quotas.follower.exceeded(now)
+            ):
+                held_back.append(tp)  # Kafka's shouldFollowerThrottle: not this round
                 continue
             position = p.replica.fetch_position()
             sent.append(_Sent(p, position.leader_epoch, position.fetch_offset))
@@ -169,6 +182,9 @@ class ReplicaFetcher:
                     log_start_offset=position.log_start_offset,
                 )
             )
+        if held_back:
+            # Asked for again once the quota has room; the rest are fetched now.
+            self._back_off(held_back, quotas.follower.delay_ms(now))
         if not entries:
             return
         wait_ms = config.replica_fetch_wait_max_ms
@@ -230,6 +246,8 @@ class ReplicaFetcher:
                 leader_log_start_offset=max(log_start, 0),
             )
             return True
+        if records and self._manager.quotas.follower_throttled(*tp):
+            self._manager.quotas.follower.record(len(records), self._manager.now_ms())
         self._manager.on_follower_records(
             p, records=records, leader_high_watermark=hw, leader_log_start_offset=max(log_start, 0)
         )

@@ -114,6 +114,7 @@ from raftka.broker.replication.partition_state import (
     IsrProposal,
 )
 from raftka.broker.replication.purgatory import Completion, ProducePurgatory, PurgatoryFullError
+from raftka.broker.replication.quota import ReplicationQuotas
 from raftka.common.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
@@ -198,6 +199,9 @@ class ReplicaManager:
         # read by broker/metrics.py).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # The replication throttles (quota.py), from committed configs; the leader side
+        # is applied in _read_for_follower, the follower side by the replica fetchers.
+        self.quotas = ReplicationQuotas(self.broker_id, now_ms=clock_ms())
         # Partitions whose log a thread (the cleaner, an I/O worker) holds now -> done
         # when it gives it back; and who holds it.
         self._held: dict[PartitionKey, asyncio.Future[None]] = {}
@@ -217,6 +221,10 @@ class ReplicaManager:
         # stop_replica calls that waited for a held log: tp -> delete?
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
 
+    def now_ms(self) -> int:
+        """This broker's clock (the quotas' and the partition cores' time)."""
+        return self._clock_ms()
+
     # ================================================================ metadata
 
     def apply_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
@@ -229,6 +237,14 @@ class ReplicaManager:
             # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
                 self._configure(p, image.configs.topic_config(p.topic))
+            self.quotas.configure(
+                {
+                    **image.configs.broker_config(None),
+                    **image.configs.broker_config(self.broker_id),
+                },
+                {r.name: keys for r, keys in image.configs.resources.items() if r.type == "topic"},
+                self._clock_ms(),
+            )
         if changes.is_empty():
             return
         now = self._clock_ms()
@@ -774,6 +790,15 @@ class ReplicaManager:
         if isinstance(found, KafkaError):
             return self._fetch_error(req, found, None)
         p = found
+        # Kafka's shouldLeaderThrottle: a throttled replica outside the ISR is sent no
+        # records while the leader's quota is exceeded (its fetch offset still counts);
+        # what is sent to a throttled replica is recorded against the quota.
+        throttled = self.quotas.leader_throttled(*p.tp)
+        held_back = (
+            throttled
+            and replica_id not in p.state.committed_isr
+            and self.quotas.leader.exceeded(now)
+        )
         r = p.replica.on_follower_fetch(
             replica_id=replica_id,
             fetch_offset=req.fetch_offset,
@@ -782,11 +807,13 @@ class ReplicaManager:
             # (supervise) the follower's current registration, from committed metadata
             registered_epoch=self._registered_epoch(replica_id),
             now_ms=now,
-            max_bytes=_room(req, budget),
+            max_bytes=None if held_back else _room(req, budget),
             current_leader_epoch=req.current_leader_epoch,
             follower_log_start_offset=req.log_start_offset,
         )
         self.carry_out(p, r.ready)
+        if throttled and r.records:
+            self.quotas.leader.record(len(r.records), now)
         return self._read_result(req, r, p)
 
     def _read_result(

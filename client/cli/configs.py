@@ -11,9 +11,13 @@ null.
 Topics: the dynamic configs are the topic's overrides; ``--all`` adds every other
 config with its effective value and where it comes from (the broker default or
 Kafka's). Brokers: raftka's broker configs are static (the properties file, read at
-start), so a broker has no dynamic configs, ``--all`` lists the properties it was
-started with (STATIC_BROKER_CONFIG), and ``--alter`` of a broker is refused with
-INVALID_REQUEST instead of being accepted and ignored.
+start) except the dynamic ones of :mod:`raftka.metadata.broker_dynamic_config` (the
+replication throttles, ``leader.replication.throttled.rate`` and
+``follower.replication.throttled.rate``), which ``--alter`` sets for one broker
+(``--entity-name ID``) or for every broker (``--entity-default``); ``--describe``
+shows those, ``--all`` adds the properties it was started with (STATIC_BROKER_CONFIG).
+Any other broker key is refused by the controller with INVALID_CONFIG, by name, instead
+of being accepted and ignored.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from raftka.client.cli._common import (
     command_admin,
     one_line_errors,
 )
-from raftka.common.errors import InvalidRequestError
 
 __all__ = ["configs_command", "format_configs", "parse_add_config"]
 
@@ -88,6 +91,9 @@ def format_configs(
     help="topics or brokers.",
 )
 @click.option("--entity-name", default=None, help="The topic or broker id (describe: all).")
+@click.option(
+    "--entity-default", is_flag=True, help="brokers --alter: the default of every broker."
+)
 @click.option("--describe", "action", flag_value="describe", help="Show the configs.")
 @click.option("--alter", "action", flag_value="alter", help="Set or remove configs.")
 @click.option(
@@ -101,6 +107,7 @@ def configs_command(
     *,
     entity_type: str,
     entity_name: str | None,
+    entity_default: bool,
     action: str | None,
     everything: bool,
     add_config: str | None,
@@ -132,7 +139,9 @@ def configs_command(
                     ):
                         click.echo(line)
             return
-        if entity_name is None:
+        if entity_default and (entity_type != "brokers" or entity_name is not None):
+            raise click.UsageError("--entity-default goes with --entity-type brokers alone")
+        if entity_name is None and not entity_default:
             raise click.UsageError("--alter needs --entity-name")
         to_set = {} if add_config is None else parse_add_config(add_config)
         to_delete = (
@@ -142,13 +151,15 @@ def configs_command(
         )
         if not to_set and not to_delete:
             raise click.UsageError("--alter needs --add-config or --delete-config")
-        if entity_type == "brokers":
-            raise InvalidRequestError(
-                f"broker {entity_name}: raftka has no dynamic broker configs; set them in "
-                "the broker's properties file and restart it"
-            )
         ops = [AlterConfigOp(k, v) for k, v in to_set.items()]
         ops += [AlterConfigOp(k, None, "DELETE") for k in to_delete]
+        if entity_type == "brokers":
+            target = None if entity_name is None else _broker_id(entity_name)
+            admin.incremental_alter_broker_configs({target: ops})
+            which = "default broker" if target is None else f"broker {target}"
+            click.echo(f"Completed updating config for {which}.")
+            return
+        assert entity_name is not None
         admin.describe_topics([entity_name])  # an unknown topic: one clear error first
         admin.incremental_alter_configs({entity_name: ops})
         click.echo(f"Completed updating config for topic {entity_name}.")

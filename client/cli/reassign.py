@@ -20,9 +20,20 @@ Kafka's actions and files:
   original replicas).
 
 A move copies the log to the new replicas before the old ones leave (KIP-455, see
-:mod:`raftka.metadata.reassignment`), so producers with acks=all lose nothing. Kafka's
-``--throttle`` (a replication quota for the move) is not offered: raftka's replica
-fetchers have no quota yet, and an option that did nothing would mislead.
+:mod:`raftka.metadata.reassignment`), so producers with acks=all lose nothing.
+
+``--execute --throttle BYTES_PER_S`` limits the copy as Kafka does: before the moves
+start it sets the dynamic broker configs ``leader.replication.throttled.rate`` and
+``follower.replication.throttled.rate`` to the rate on every broker the moves involve
+(old and new replicas), and on each moving topic the topic configs
+``leader.replication.throttled.replicas`` (``partition:broker`` for each current replica
+of a moving partition, the side that serves the copy) and
+``follower.replication.throttled.replicas`` (each adding replica, the side that fetches
+it). Brokers honour them (:mod:`raftka.broker.replication.quota`); replicas in the ISR
+are never held back. The throttle stays until ``--verify`` finds every move of the file
+completed (or ``--wait`` sees them complete): it then deletes the rates on every live
+broker and the two topic configs of the file's topics and says "Throttle was removed.".
+``--throttle`` goes with ``--execute`` only.
 """
 
 from __future__ import annotations
@@ -30,11 +41,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 import click
 import orjson
 
-from raftka.client.admin import Admin
+from raftka.client.admin import Admin, AlterConfigOp
 from raftka.client.cli._common import (
     JSON_FILE_VERSION,
     api_timeout_option,
@@ -55,8 +67,14 @@ __all__ = [
     "parse_topics_json",
     "partitions_command",
     "propose",
+    "throttled_replicas",
 ]
 
+# Kafka's throttle configs (the client imports no server layer).
+LEADER_THROTTLED_RATE: Final = "leader.replication.throttled.rate"
+FOLLOWER_THROTTLED_RATE: Final = "follower.replication.throttled.rate"
+LEADER_REPLICAS: Final = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS: Final = "follower.replication.throttled.replicas"
 #: The version of kafka-reassign-partitions' files.
 FILE_VERSION = JSON_FILE_VERSION
 #: How often --wait asks the controller for the moves in progress.
@@ -197,6 +215,14 @@ def partitions_command() -> None:
     show_default=True,
     help="--wait: give up after this long (the moves go on).",
 )
+@click.option(
+    "--throttle",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="BYTES_PER_S",
+    help="--execute: limit the moves' replication to this many bytes/s per broker "
+    "(removed by --verify, or --wait, once every move completed).",
+)
 @bootstrap_option
 @api_timeout_option
 def reassign_command(
@@ -207,12 +233,15 @@ def reassign_command(
     reassignment_json_file: Path | None,
     wait: bool,
     timeout_s: float,
+    throttle: int | None,
     bootstrap_server: str,
     api_timeout_ms: int,
 ) -> None:
     """Generate, execute, verify, list or cancel partition moves."""
     if action is None:
         raise click.UsageError("give one action: --generate, --execute, --verify, --cancel, --list")
+    if throttle is not None and action != "execute":
+        raise click.UsageError("--throttle goes with --execute only")
     with one_line_errors(), command_admin(Admin, bootstrap_server, api_timeout_ms) as admin:
         if action == "generate":
             if topics_to_move_json_file is None or broker_list is None:
@@ -259,6 +288,8 @@ def reassign_command(
             click.echo(assignment_json({tp: current[tp] for tp in target}))
             click.echo("")
             click.echo("Save this to use as the --reassignment-json-file option during rollback")
+            if throttle is not None:
+                _set_throttle(admin, current, target, throttle)
             _raise_failures(admin.alter_partition_reassignments(dict(target)), "reassigning")
             click.echo(
                 "Successfully started partition reassignments for "
@@ -266,6 +297,8 @@ def reassign_command(
             )
             if wait:
                 _wait_done(admin, target, timeout_s)
+                if throttle is not None:
+                    _remove_throttle(admin, target)
             return
         if action == "cancel":
             ongoing = admin.list_partition_reassignments(target)
@@ -294,6 +327,8 @@ def reassign_command(
                 )
         if failed:
             raise click.ClickException(f"{failed} partition(s) are not as the file says")
+        if not any(tp in ongoing for tp in target):
+            _remove_throttle(admin, target)
 
 
 def _wait_done(admin: Admin, target: Assignment, timeout_s: float) -> None:
@@ -315,3 +350,85 @@ def _wait_done(admin: Admin, target: Assignment, timeout_s: float) -> None:
                 )
             time.sleep(WAIT_POLL_S)  # the next look at the controller, not synchronisation
     click.echo("Every partition reassignment completed.")
+
+
+def throttled_replicas(
+    current: Mapping[TopicPartition, Sequence[int]], target: Assignment
+) -> dict[str, dict[str, str]]:
+    """Per moving topic, the two ``*.replication.throttled.replicas`` values
+    kafka-reassign-partitions sets: the current replicas of each moving partition on the
+    leader side, its adding replicas on the follower side (see the module doc)."""
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for tp in sorted(target):
+        adding = [b for b in target[tp] if b not in current[tp]]
+        if not adding:
+            continue  # a reordering or a shrink copies nothing
+        leader.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in current[tp])
+        follower.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in adding)
+    return {
+        topic: {
+            LEADER_REPLICAS: ",".join(leader[topic]),
+            FOLLOWER_REPLICAS: ",".join(follower[topic]),
+        }
+        for topic in leader
+    }
+
+
+def _set_throttle(
+    admin: Admin,
+    current: Mapping[TopicPartition, Sequence[int]],
+    target: Assignment,
+    rate: int,
+) -> None:
+    brokers = sorted({b for tp in target for b in (*current[tp], *target[tp])})
+    ops = [
+        AlterConfigOp(LEADER_THROTTLED_RATE, str(rate)),
+        AlterConfigOp(FOLLOWER_THROTTLED_RATE, str(rate)),
+    ]
+    admin.incremental_alter_broker_configs({b: ops for b in brokers})
+    topics = throttled_replicas(current, target)
+    admin.incremental_alter_configs(
+        {t: [AlterConfigOp(k, v) for k, v in keys.items()] for t, keys in topics.items()}
+    )
+    click.echo(
+        "Warning: You must run --verify periodically, until the reassignment completes, "
+        "to ensure the throttle is removed."
+    )
+    click.echo(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def _remove_throttle(admin: Admin, target: Assignment) -> None:
+    """Every move of ``target`` completed: delete the throttle rates on every live broker
+    and the throttled-replica lists of ``target``'s topics (Kafka's verify does this)."""
+    topics = sorted({tp.topic for tp in target})
+    replica_keys = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+    rate_keys = (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE)
+    described = admin.describe_configs(topics, keys=list(replica_keys))
+    throttled_topics = {
+        t: [k for k in replica_keys if (e := entries.get(k)) and e.source == "DYNAMIC_TOPIC_CONFIG"]
+        for t, entries in described.items()
+    }
+    brokers = [b.node_id for b in admin.describe_cluster().brokers]
+    rates = admin.describe_broker_configs(brokers)
+    throttled_brokers = {
+        b: [k for k in rate_keys if (e := entries.get(k)) and e.source == "DYNAMIC_BROKER_CONFIG"]
+        for b, entries in rates.items()
+    }
+    topic_ops = {
+        t: [AlterConfigOp(k, None, "DELETE") for k in ks]
+        for t, ks in throttled_topics.items()
+        if ks
+    }
+    broker_ops: dict[int | None, list[AlterConfigOp]] = {
+        b: [AlterConfigOp(k, None, "DELETE") for k in ks]
+        for b, ks in throttled_brokers.items()
+        if ks
+    }
+    if not topic_ops and not broker_ops:
+        return
+    if topic_ops:
+        admin.incremental_alter_configs(topic_ops)
+    if broker_ops:
+        admin.incremental_alter_broker_configs(broker_ops)
+    click.echo("Throttle was removed.")

@@ -325,9 +325,10 @@ def test_records_delete_log_dirs_and_topic_reports(env: Env, tmp_path: Path) -> 
 
 def test_configs_describe_and_alter_topics_and_brokers(env: Env) -> None:
     """kafka-configs: a topic's overrides are its dynamic configs (``--all`` adds the
-    defaults); --alter sets and deletes, with a bracketed list value; a broker has no
-    dynamic configs, ``--all`` lists the properties it was started with, and altering
-    a broker is refused by name."""
+    defaults); --alter sets and deletes, with a bracketed list value; ``--all`` lists
+    the properties a broker was started with, altering a static broker key is refused
+    by name, and a dynamic one (a replication throttle rate) is set, described,
+    validated and deleted."""
     topic = "configs-tool"
     env.create_topic(topic, configs={"retention.ms": "86400000"})
 
@@ -379,7 +380,49 @@ def test_configs_describe_and_alter_topics_and_brokers(env: Env) -> None:
         "log.retention.ms=1",
     )
     assert refused.exit_code == 1
-    assert refused.output.startswith("Error: INVALID_REQUEST: "), refused.output
+    assert refused.output.startswith("Error: INVALID_CONFIG: "), refused.output
+    assert "log.retention.ms" in refused.output
+
+    # The dynamic broker configs raftka honours (the replication throttles): set,
+    # described by the broker as DYNAMIC_BROKER_CONFIG, refused when bad, deleted.
+    def alter(*args: str) -> Result:
+        return env.run(
+            "configs", "--entity-type", "brokers", "--entity-name", broker, "--alter", *args
+        )
+
+    rate = "leader.replication.throttled.rate"
+    set_ = alter("--add-config", f"{rate}=1048576")
+    assert set_.exit_code == 0, set_.output
+    assert set_.output.strip() == f"Completed updating config for broker {broker}."
+    line = f"  {rate}=1048576 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{rate}=1048576}}"
+    wait_for(
+        lambda: line in configs("brokers", "--entity-name", broker, "--describe").splitlines(),
+        timeout_s=30,
+        message="the broker did not describe its dynamic throttle rate",
+    )
+    negative = alter("--add-config", f"{rate}=-1")
+    assert negative.exit_code == 1
+    assert negative.output.startswith(
+        f"Error: INVALID_CONFIG: Invalid value -1 for configuration {rate}"
+    ), negative.output
+    assert alter("--delete-config", rate).exit_code == 0
+    wait_for(
+        lambda: rate not in configs("brokers", "--entity-name", broker, "--describe"),
+        timeout_s=30,
+        message="the deleted throttle rate is still described",
+    )
+    # --entity-default: every broker's default, described under its own source.
+    default = ["configs", "--entity-type", "brokers", "--entity-default", "--alter"]
+    set_default = env.run(*default, "--add-config", f"{rate}=2048")
+    assert set_default.exit_code == 0, set_default.output
+    assert set_default.output.strip() == "Completed updating config for default broker."
+    line = f"  {rate}=2048 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{rate}=2048}}"
+    wait_for(
+        lambda: line in configs("brokers", "--entity-name", broker, "--describe", "--all"),
+        timeout_s=30,
+        message="the broker did not describe the default throttle rate",
+    )
+    assert env.run(*default, "--delete-config", rate).exit_code == 0
 
 
 def test_ctrl_c_ends_produce_and_consume_cleanly(env: Env) -> None:

@@ -5,13 +5,15 @@ A partition on brokers [101, 102, 103], led by 101, is moved to [102, 103, 104] 
 an idempotent producer writes to it with acks=all: the new replica copies the log, the
 move completes, 101 (the leader) leaves, and every acknowledged record is read back
 at its offset, once. ``--generate`` proposes a plan over the given brokers; ``--verify``
-and ``--list`` report; ``--cancel`` takes a partition back to its original replicas.
+and ``--list`` report; ``--cancel`` takes a partition back to its original replicas;
+``--throttle`` slows a move to its rate, and ``--verify`` removes the throttle.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from raftka.__main__ import cli
 from raftka.client import Consumer, NewTopic, Producer, TopicPartition
 from raftka.common.errors import KafkaError
 from raftka.local import wait_for
+from raftka.local.processes import http_json
 from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
@@ -277,3 +280,117 @@ def test_kafka_python_reassignments_over_the_kafka_listener(env: RaftkaCluster) 
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_throttled_move_is_slowed_and_the_throttle_is_removed(
+    env: RaftkaCluster, tmp_path: Path
+) -> None:
+    """``--execute --throttle``: a partition holding ~2 MB moves from [101, 102, 103]
+    to [102, 103, 104] at 200 KB/s, so its copy to 104 takes at least half of
+    size/rate (the throttle is real), while a produce and consume on an unthrottled
+    topic goes on during the move; ``--verify`` then removes every throttle config
+    (describe shows them gone), and every acknowledged record is read back."""
+    topic, free = "throttled", "unthrottled"
+    rate = 200_000
+    env.admin.create_topics(
+        [
+            NewTopic(topic, replica_assignment={0: (101, 102, 103)}),
+            NewTopic(free, replica_assignment={0: (101, 102, 103)}),
+        ],
+        timeout_ms=API_TIMEOUT_MS,
+    )
+    env.wait_topic(topic, 1)
+    env.wait_topic(free, 1)
+    acked: dict[int, bytes] = {}
+    with Producer(bootstrap_servers=env.bootstrap_servers, acks="all") as producer:
+        futures = [
+            (i, producer.send(topic, b"%06d" % i + bytes(10_000), partition=0)) for i in range(200)
+        ]
+        for i, future in futures:
+            acked[future.result(timeout=30).offset] = b"%06d" % i + bytes(10_000)
+    size = sum(len(v) for v in acked.values())
+
+    plan = _file(
+        tmp_path / "throttled.json",
+        [{"topic": topic, "partition": 0, "replicas": [102, 103, 104]}],
+    )
+    refused = _run(env, "--verify", "--reassignment-json-file", plan, "--throttle", "1")
+    assert refused.exit_code == 2 and "--throttle goes with --execute only" in refused.output
+
+    started_s = time.monotonic()
+    result = _run(env, "--execute", "--reassignment-json-file", plan, "--throttle", str(rate))
+    assert result.exit_code == 0, result.output
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in result.output
+    throttles = env.admin.describe_configs([topic])[topic]
+    assert throttles["leader.replication.throttled.replicas"].value == "0:101,0:102,0:103"
+    assert throttles["follower.replication.throttled.replicas"].value == "0:104"
+
+    # An unthrottled topic replicates and serves as usual while the copy is throttled.
+    tp_free = TopicPartition(free, 0)
+    with Producer(bootstrap_servers=env.bootstrap_servers, acks="all") as producer:
+        free_offsets = [
+            producer.send(free, b"f-%d" % i).result(timeout=10).offset for i in range(50)
+        ]
+    with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest") as c:
+        c.assign([tp_free])
+        got: list[bytes] = []
+        wait_for(
+            lambda: (
+                got.extend(r.value or b"" for rs in c.poll(200).values() for r in rs)
+                or len(got) >= 50
+            ),
+            timeout_s=DEADLINE_S,
+            message=lambda: f"unthrottled topic: read {len(got)} of 50",
+        )
+    assert got[:50] == [b"f-%d" % i for i in range(50)] and free_offsets == list(range(50))
+    assert env.admin.list_partition_reassignments(), "the throttled move ended too soon"
+    _status, health = http_json(env.brokers[104].address, "/health")
+    assert health["replication_quotas"]["follower"]["rate_bytes_per_s"] == rate, health
+
+    wait_for(
+        lambda: not env.admin.list_partition_reassignments(),
+        timeout_s=DEADLINE_S,
+        message="the throttled move did not complete",
+    )
+    elapsed_s = time.monotonic() - started_s
+    assert elapsed_s >= 0.5 * size / rate, f"{size} bytes moved in {elapsed_s:.1f} s"
+    assert _replicas(env, topic) == {0: (102, 103, 104)}
+
+    verify = _run(env, "--verify", "--reassignment-json-file", plan)
+    assert verify.exit_code == 0, verify.output
+    assert "Throttle was removed." in verify.output
+    assert (
+        "Throttle was removed."
+        not in _run(env, "--verify", "--reassignment-json-file", plan).output
+    )
+    described = env.admin.describe_configs([topic])[topic]
+    assert described["leader.replication.throttled.replicas"].source == "DEFAULT_CONFIG"
+    assert described["follower.replication.throttled.replicas"].source == "DEFAULT_CONFIG"
+    rate_keys = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    wait_for(
+        lambda: (
+            not any(
+                k in entries
+                for entries in env.admin.describe_broker_configs().values()
+                for k in rate_keys
+            )
+        ),
+        timeout_s=DEADLINE_S,
+        message="a broker still describes a throttle rate",
+    )
+
+    read: dict[int, bytes] = {}
+    with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition(topic, 0)])
+        wait_for(
+            lambda: (
+                read.update(
+                    {r.offset: r.value for rs in c.poll(500).values() for r in rs if r.value}
+                )
+                or len(read) >= len(acked)
+            ),
+            timeout_s=DEADLINE_S,
+            message=f"did not read back {len(acked)} records",
+        )
+    lost = [o for o, v in acked.items() if read.get(o) != v]
+    assert not lost, f"{len(lost)} acknowledged records not at their offset: {lost[:10]}"

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
@@ -26,10 +26,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from broker_harness import BrokerHarness, Clock, register_brokers, run
 
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.replication.fetcher import ReplicaFetcher, _FetcherLinks, _plain_spawn
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
+from raftka.common.messages import broker as api
+from raftka.common.messages import decode
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.record import Record, build_batch, iter_records
+from raftka.common.time import monotonic_ms
+from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.metadata_records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -344,7 +349,7 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
     run(body)
 
 
-def _config_record(name: str, value: str) -> ConfigRecord:
+def _config_record(name: str, value: str | None) -> ConfigRecord:
     return ConfigRecord(resource_type="topic", resource_name="t", name=name, value=value)
 
 
@@ -485,6 +490,135 @@ def test_follower_fetches_are_checked_against_the_images_registration(tmp_path: 
         h.commit(BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=2, fenced=-1))
         assert (await fetch_as(2, 2)).error is None
         assert (await h.consume(0)).high_watermark == 2
+        await h.manager.close()
+
+    run(body)
+
+
+def test_leader_throttle_holds_back_a_listed_replica_outside_the_isr(tmp_path: Path) -> None:
+    """leader.replication.throttled.rate on this broker and the partition listed in
+    leader.replication.throttled.replicas: a follower outside the ISR (3) gets its first
+    answer, then nothing while the quota is in debt, then records again once the clock
+    has repaid it; an ISR member (2) is never held back; the bytes are counted; with the
+    configs deleted nothing is held back."""
+
+    async def body() -> None:
+        clock = Clock()
+        h = _Harness(tmp_path, clock=clock)
+        h.topic(leader=1, isr=(1, 2))
+        rate = "leader.replication.throttled.rate"
+        h.commit(
+            ConfigRecord(resource_type="broker", resource_name="1", name=rate, value="100"),
+            _config_record("leader.replication.throttled.replicas", "0:1,0:2,0:3"),
+        )
+        (r,) = await h.manager.produce(
+            acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"x" * 400))]
+        )
+        assert r.error is None
+        first = await h.follower_fetch(3, 0, None)
+        size = len(first.records)
+        assert size > 100  # one answer may exceed the bucket: a debt
+        assert (await h.follower_fetch(3, 0, None)).records == b""
+        assert len((await h.follower_fetch(2, 0, None)).records) == size
+        quota = h.manager.quotas.leader
+        assert quota.throttled_bytes == 2 * size
+        clock.now_ms += quota.delay_ms(clock.now_ms)
+        assert len((await h.follower_fetch(3, 0, None)).records) == size
+        # The reassignment verified: the configs go, and so does the throttle.
+        h.commit(
+            ConfigRecord(resource_type="broker", resource_name="1", name=rate, value=None),
+            _config_record("leader.replication.throttled.replicas", None),
+        )
+        for _ in range(3):
+            assert len((await h.follower_fetch(3, 0, None)).records) == size
+        await h.manager.close()
+
+    run(body)
+
+
+class _FakeLeader:
+    """Leader 2 answering the fetcher's ``POST /v1/fetch`` in process: one 400-byte
+    record per partition asked for, at its fetch offset. Keeps the requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[api.FetchRequest] = []
+
+    def post(self, url: str, *, data: bytes, headers: Any, timeout: Any) -> Any:
+        request = decode(data, api.FetchRequest)
+        self.requests.append(request)
+        payloads = [_batch(b"x" * 400, base_offset=p.fetch_offset) for p in request.partitions]
+        header = api.FetchResponse(
+            responses=tuple(
+                api.FetchPartitionResponse(
+                    topic=p.topic,
+                    partition=p.partition,
+                    high_watermark=p.fetch_offset + 1,
+                    log_start_offset=0,
+                    records_bytes=len(b),
+                )
+                for p, b in zip(request.partitions, payloads, strict=True)
+            )
+        )
+        frame = api.encode_frame(header, payloads)
+
+        class _Answer:
+            status = 200
+            content_type = FRAME_CONTENT_TYPE
+
+            async def read(self) -> bytes:
+                return frame
+
+            async def __aenter__(self) -> _Answer:
+                return self
+
+            async def __aexit__(self, *exc: object) -> None:
+                return None
+
+        return _Answer()
+
+
+def test_follower_throttle_leaves_a_listed_replica_out_of_the_fetch(tmp_path: Path) -> None:
+    """follower.replication.throttled.rate on this broker (1, a follower outside the
+    ISR) and its replica listed in follower.replication.throttled.replicas: the first
+    fetch brings more than the bucket holds, so the next round sends no request and
+    backs the partition off; once the clock has repaid the debt it is fetched again.
+    Unlisted (the config deleted), it is fetched every round."""
+
+    async def body() -> None:
+        clock = Clock()
+        h = _Harness(tmp_path, clock=clock)
+        h.topic(leader=2, isr=(2, 3))
+        h.commit(
+            ConfigRecord(
+                resource_type="broker",
+                resource_name="1",
+                name="follower.replication.throttled.rate",
+                value="100",
+            ),
+            _config_record("follower.replication.throttled.replicas", "0:1"),
+        )
+        leader = _FakeLeader()
+        links = _FetcherLinks(
+            h.manager, cast(Any, leader), lambda b: "leader:1", lambda: 1, _plain_spawn
+        )
+        fetcher = ReplicaFetcher(leader_id=2, links=links)
+        tp = ("t", 0)
+        fetcher.add(tp)
+        p = h.manager.partitions[tp]
+        await fetcher._fetch_once("leader:1", [tp])
+        assert len(leader.requests) == 1 and p.log.log_end_offset == 1
+        quota = h.manager.quotas.follower
+        assert quota.throttled_bytes > 100 and quota.exceeded(clock.now_ms)
+        await fetcher._fetch_once("leader:1", [tp])
+        assert len(leader.requests) == 1, "a throttled replica was fetched over its quota"
+        assert fetcher._backoff_until[tp] > monotonic_ms()
+        clock.now_ms += quota.delay_ms(clock.now_ms)
+        await fetcher._fetch_once("leader:1", [tp])
+        assert len(leader.requests) == 2 and p.log.log_end_offset == 2
+        h.commit(_config_record("follower.replication.throttled.replicas", None))
+        for n in range(3):
+            await fetcher._fetch_once("leader:1", [tp])
+            assert len(leader.requests) == 3 + n
         await h.manager.close()
 
     run(body)

@@ -816,7 +816,45 @@ def test_incremental_alter_configs_set_delete_append_subtract() -> None:
         ),
         (
             AlterConfigsResource("broker", "1", (AlterConfigOp("x", "SET", "1"),)),
+            errors.InvalidConfigError,
+        ),
+        (
+            AlterConfigsResource("broker", "1", (AlterConfigOp("log.retention.ms", "SET", "1"),)),
+            errors.InvalidConfigError,
+        ),
+        (
+            AlterConfigsResource(
+                "broker", "1", (AlterConfigOp("leader.replication.throttled.rate", "SET", "-1"),)
+            ),
+            errors.InvalidConfigError,
+        ),
+        (
+            AlterConfigsResource(
+                "broker", "1", (AlterConfigOp("follower.replication.throttled.rate", "SET", "x"),)
+            ),
+            errors.InvalidConfigError,
+        ),
+        (
+            AlterConfigsResource(
+                "broker", "b1", (AlterConfigOp("leader.replication.throttled.rate", "SET", "1"),)
+            ),
             errors.InvalidRequestError,
+        ),
+        (
+            AlterConfigsResource(
+                "topic",
+                "t",
+                (AlterConfigOp("leader.replication.throttled.replicas", "SET", "0:1,x"),),
+            ),
+            errors.InvalidConfigError,
+        ),
+        (
+            AlterConfigsResource(
+                "topic",
+                "t",
+                (AlterConfigOp("follower.replication.throttled.replicas", "SET", "*,0:1"),),
+            ),
+            errors.InvalidConfigError,
         ),
     ],
 )
@@ -834,6 +872,48 @@ def test_incremental_alter_configs_errors(
     assert result.response.resources[1].error is None
     assert result.records == (mr.ConfigRecord("topic", "t", "segment.ms", "5"),)
     assert h.ctl.incremental_alter_configs(h.image, [good], validate_only=True).records == ()
+
+
+def test_dynamic_broker_throttle_configs_and_throttled_replica_lists() -> None:
+    """The replication throttles (kafka-reassign-partitions --throttle): a broker's
+    rates and the cluster default are ConfigRecords of broker resources, the replica
+    lists topic ConfigRecords; Kafka's forms ("*", partition:broker) pass; a DELETE
+    removes the override."""
+    h = Harness()
+    h.add_brokers(1, 2)
+    h.create("t", partitions=2, rf=2)
+    rate = "leader.replication.throttled.rate"
+    result = h.ctl.incremental_alter_configs(
+        h.image,
+        [
+            AlterConfigsResource("broker", "1", (AlterConfigOp(rate, "SET", "200000"),)),
+            AlterConfigsResource(
+                "broker", "", (AlterConfigOp("follower.replication.throttled.rate", "SET", "0"),)
+            ),
+            AlterConfigsResource(
+                "topic",
+                "t",
+                (
+                    AlterConfigOp("leader.replication.throttled.replicas", "SET", "0:1, 1:2"),
+                    AlterConfigOp("follower.replication.throttled.replicas", "SET", "*"),
+                ),
+            ),
+        ],
+    )
+    assert [r.error for r in result.response.resources] == [None, None, None]
+    h.run(result)
+    assert h.image.configs.broker_config(1) == {rate: "200000"}
+    assert h.image.configs.broker_config(None) == {"follower.replication.throttled.rate": "0"}
+    assert h.image.configs.topic_config("t") == {
+        "leader.replication.throttled.replicas": "0:1, 1:2",
+        "follower.replication.throttled.replicas": "*",
+    }
+    h.run(
+        h.ctl.incremental_alter_configs(
+            h.image, [AlterConfigsResource("broker", "1", (AlterConfigOp(rate, "DELETE"),))]
+        )
+    )
+    assert h.image.configs.broker_config(1) == {}
 
 
 def test_describe_configs_shows_value_and_source() -> None:

@@ -100,6 +100,9 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
         isr_shrinks=3,
         isr_expands=1,
         io=SimpleNamespace(queued=4, busy=2),
+        quotas=SimpleNamespace(
+            leader=SimpleNamespace(throttled_bytes=700), follower=SimpleNamespace(throttled_bytes=0)
+        ),
     )
     loop_lag = SimpleNamespace(
         health=lambda: {"p50_ms": 0.5, "p99_ms": 12.0, "window_max_ms": 40.0}
@@ -153,6 +156,9 @@ def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
     assert at(found, rm + "offlinereplicacount") == 1
     assert at(found, rm + "isrshrinks_total") == 3
     assert at(found, rm + "isrexpands_total") == 1
+    throttled = "kafka_server_replication_throttled_bytes_total"
+    assert at(found, throttled, side="leader") == 700
+    assert at(found, throttled, side="follower") == 0
     purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
     assert at(found, purgatory, delayedOperation="Produce") == 2
     assert at(found, purgatory, delayedOperation="Fetch") == 5

@@ -18,13 +18,19 @@ Names follow Kafka's JMX metrics the way Prometheus' JMX exporter renders them:
 ``topic``). A Kafka meter (``...PerSec``) becomes a counter named without ``PerSec``
 (prometheus_client adds ``_total``): rates are PromQL's ``rate()``. Kafka's time
 histograms keep their names and unit, milliseconds (``kafka_network_requestmetrics_totaltimems``).
+A request's time is split into Kafka's stages (queue, local, remote, response queue and
+send: :class:`RequestMetrics`) by a :class:`RequestTimer` the listener makes per request;
+whatever parks the request adds to it through a context variable (:func:`add_remote`), so
+the replica manager needs no reference to the metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Final
+from contextvars import ContextVar, Token
+from typing import Final, NamedTuple
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -36,12 +42,17 @@ from prometheus_client.registry import Collector
 __all__ = [
     "LATENCY_BUCKETS_MS",
     "RequestMetrics",
+    "RequestTimer",
     "StateCollector",
+    "add_queue",
+    "add_remote",
     "camel_case",
     "counter",
     "gauge",
     "metrics_route",
     "new_registry",
+    "start_timing",
+    "stop_timing",
 ]
 
 #: Histogram buckets in milliseconds, from a local append to a request timeout.
@@ -81,10 +92,15 @@ def new_registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=False)
 
 
-def metrics_route(registry: CollectorRegistry) -> web.RouteDef:
-    """``GET /metrics``: the registry in Prometheus' text format."""
+def metrics_route(
+    registry: CollectorRegistry, before: Callable[[], Awaitable[None]] | None = None
+) -> web.RouteDef:
+    """``GET /metrics``: the registry in Prometheus' text format. ``before`` is awaited
+    first (state the collectors need from elsewhere; it must bound its own time)."""
 
     async def handler(_request: web.Request) -> web.Response:
+        if before is not None:
+            await before()
         # On the event loop: the collectors read state only the loop may touch.
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -93,31 +109,87 @@ def metrics_route(registry: CollectorRegistry) -> web.RouteDef:
 
 
 class RequestMetrics:
-    """Kafka's ``kafka.network:type=RequestMetrics`` for an HTTP API: requests per API
-    (``RequestsPerSec``) and the time from the handler's start to its response being
-    ready (``TotalTimeMs``). The ``request`` label is Kafka's API name: ``api_names``
-    maps ``"METHOD /path"`` where the path does not say it, else the path's last part in
-    CamelCase (``/v1/list-offsets`` -> ``ListOffsets``); a path no route matches counts
-    as ``unknown``, so a scanner cannot make a label per URL."""
+    """Kafka's ``kafka.network:type=RequestMetrics`` for both listeners: requests per API
+    (``RequestsPerSec``) and the request-time split, per API, in ms. The ``request``
+    label is Kafka's API name: ``api_names`` maps ``"METHOD /path"`` where the path does
+    not say it, else the path's last part in CamelCase (``/v1/list-offsets`` ->
+    ``ListOffsets``); a path no route matches counts as ``unknown``, so a scanner cannot
+    make a label per URL.
+
+    How Kafka's stages map onto raftka (one event loop, no handler thread pool):
+
+    - ``RequestQueueTimeMs``: Kafka's wait in the request channel for a handler thread.
+      Here the time waiting for an I/O worker (``num.io.threads`` / ``queued.max.requests``)
+      inside the handler, plus, on the Kafka listener, the time from the frame's last
+      byte read to its handler starting (the loop's scheduling, a produce waiting for the
+      connection's previous produce). aiohttp does not timestamp a request when it parses
+      its headers (the request object is made microseconds before the middleware runs),
+      so on the HTTP API the loop's delay before the handler is not in it; the event-loop
+      lag gauge shows that delay.
+    - ``LocalTimeMs``: the handler's own work: the handler's time minus its queue and
+      remote time (appending, reading, encoding the answer).
+    - ``RemoteTimeMs``: time parked in a purgatory: an acks=all produce waiting for the
+      high watermark, a fetch's long poll waiting for ``min_bytes`` (``add_remote``).
+    - ``ResponseQueueTimeMs``: on the Kafka listener, from the answer being ready to the
+      connection's writer taking it (answers leave in request order, so a fast answer
+      waits behind a slow one). aiohttp writes an answer in the handler's own task the
+      moment it returns: no response queue, so the HTTP API observes nothing there.
+    - ``ResponseSendTimeMs``: writing the answer to the socket (the Kafka listener's
+      ``write`` + ``drain``; on HTTP the middleware's ``prepare`` + ``write_eof`` of an
+      answer the handler returned unsent; a streamed answer is sent by its handler and
+      counts as local time).
+    - ``TotalTimeMs``: from arrival to the answer sent: the sum of the above.
+    """
 
     def __init__(
         self, registry: CollectorRegistry, api_names: Mapping[str, str] | None = None
     ) -> None:
         self._names = dict(api_names or {})
-        self._children: dict[str, tuple[Counter, Histogram]] = {}
+        self._children: dict[str, _Children] = {}
+        self._response_queue: dict[str, Histogram] = {}
         self.requests = Counter(
             "kafka_network_requestmetrics_requests",
             "Requests served, per API (Kafka's RequestsPerSec).",
             ["request"],
             registry=registry,
         )
-        self.total_time_ms = Histogram(
-            "kafka_network_requestmetrics_totaltimems",
-            "Time from the request's arrival at its handler to its answer, ms "
-            "(Kafka's TotalTimeMs; remote waits for acks=all and fetch long polls included).",
-            ["request"],
-            buckets=LATENCY_BUCKETS_MS,
-            registry=registry,
+
+        def histogram(name: str, documentation: str) -> Histogram:
+            return Histogram(
+                "kafka_network_requestmetrics_" + name,
+                documentation,
+                ["request"],
+                buckets=LATENCY_BUCKETS_MS,
+                registry=registry,
+            )
+
+        self.total_time_ms = histogram(
+            "totaltimems",
+            "Time from the request's arrival to its answer sent, ms (Kafka's TotalTimeMs: "
+            "the sum of the queue, local, remote, response queue and send times).",
+        )
+        self.queue_time_ms = histogram(
+            "requestqueuetimems",
+            "Time waiting to be handled: for an I/O worker, and on the Kafka listener from "
+            "the frame read to its handler's start, ms (Kafka's RequestQueueTimeMs).",
+        )
+        self.local_time_ms = histogram(
+            "localtimems",
+            "The handler's own work, ms (Kafka's LocalTimeMs).",
+        )
+        self.remote_time_ms = histogram(
+            "remotetimems",
+            "Time parked in a purgatory: acks=all waiting for the high watermark, a fetch "
+            "waiting for min_bytes, ms (Kafka's RemoteTimeMs).",
+        )
+        self.response_queue_time_ms = histogram(
+            "responsequeuetimems",
+            "Kafka listener only: time from the answer ready to its connection's writer "
+            "taking it (answers leave in request order), ms (Kafka's ResponseQueueTimeMs).",
+        )
+        self.send_time_ms = histogram(
+            "responsesendtimems",
+            "Time writing the answer to the socket, ms (Kafka's ResponseSendTimeMs).",
         )
 
     def api_name(self, request: web.Request) -> str:
@@ -130,24 +202,136 @@ class RequestMetrics:
             return named
         return camel_case(path.rsplit("/", 1)[-1])
 
-    def observe(self, api: str, elapsed_ms: float) -> None:
+    def _of(self, api: str) -> _Children:
         children = self._children.get(api)
         if children is None:
             # labels() takes a lock and checks the values on every call: once per API.
-            children = (self.requests.labels(api), self.total_time_ms.labels(api))
+            children = _Children(
+                self.requests.labels(api),
+                self.total_time_ms.labels(api).observe,
+                self.queue_time_ms.labels(api).observe,
+                self.local_time_ms.labels(api).observe,
+                self.remote_time_ms.labels(api).observe,
+                self.send_time_ms.labels(api).observe,
+            )
             self._children[api] = children
-        children[0].inc()
-        children[1].observe(elapsed_ms)
+        return children
+
+    def observe(self, api: str, elapsed_ms: float) -> None:
+        """Count a request whose stages are unknown: all its time is local."""
+        c = self._of(api)
+        c.requests.inc()
+        c.total(elapsed_ms)
+        c.queue(0.0)
+        c.local(elapsed_ms)
+        c.remote(0.0)
+        c.send(0.0)
+
+    def record(self, timer: RequestTimer, sent: float, *, response_queue: bool) -> None:
+        """Count ``timer``'s request, its answer sent at ``sent`` (perf_counter s).
+        ``response_queue``: the listener has a response queue (the Kafka listener)."""
+        c = self._of(timer.api)
+        c.requests.inc()
+        handled = timer.ready - timer.started
+        queue = timer.started - timer.arrived + timer.queued
+        c.total((sent - timer.arrived) * 1000)
+        c.queue(queue * 1000)
+        c.local(max(0.0, handled - timer.queued - timer.remote) * 1000)
+        c.remote(timer.remote * 1000)
+        c.send((sent - timer.picked) * 1000)
+        if response_queue:
+            histogram = self._response_queue.get(timer.api)
+            if histogram is None:
+                histogram = self._response_queue[timer.api] = self.response_queue_time_ms.labels(
+                    timer.api
+                )
+            histogram.observe((timer.picked - timer.ready) * 1000)
 
     def middleware(self) -> Middleware:
-        """An aiohttp middleware timing every request (put it first: outermost)."""
+        """An aiohttp middleware timing every request (put it first: outermost). It
+        sends an answer the handler returned unsent itself, to time the send; aiohttp's
+        own prepare and write_eof afterwards find it sent and do nothing."""
 
         @web.middleware
         async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-            started = time.perf_counter()
+            timer = RequestTimer(time.perf_counter())
+            token = start_timing(timer)
             try:
-                return await handler(request)
+                response = await handler(request)
+            except BaseException:
+                timer.ready = timer.picked = time.perf_counter()
+                timer.api = self.api_name(request)
+                self.record(timer, timer.ready, response_queue=False)
+                raise
             finally:
-                self.observe(self.api_name(request), (time.perf_counter() - started) * 1000)
+                stop_timing(token)
+            timer.ready = timer.picked = time.perf_counter()
+            timer.api = self.api_name(request)
+            if not response.prepared:
+                # A client gone mid-answer: aiohttp's own write_eof meets the same error
+                # and handles it as it always does (no error logged).
+                with contextlib.suppress(ConnectionError):
+                    await response.prepare(request)
+                    await response.write_eof()
+            self.record(timer, time.perf_counter(), response_queue=False)
+            return response
 
         return middleware
+
+
+class _Children(NamedTuple):
+    """One API's counter and histogram ``observe`` methods, looked up once."""
+
+    requests: Counter
+    total: Callable[[float], None]
+    queue: Callable[[float], None]
+    local: Callable[[float], None]
+    remote: Callable[[float], None]
+    send: Callable[[float], None]
+
+
+class RequestTimer:
+    """One request's timestamps (``time.perf_counter()`` seconds), filled in by the
+    listener that serves it and by what parks it (:func:`add_remote`, :func:`add_queue`),
+    then recorded once by :meth:`RequestMetrics.record`. Both listeners use it: the HTTP
+    middleware and the Kafka listener (see :class:`RequestMetrics` for the stages)."""
+
+    __slots__ = ("api", "arrived", "picked", "queued", "ready", "remote", "started")
+
+    def __init__(self, arrived: float) -> None:
+        self.api = "unknown"
+        self.arrived = arrived  # the earliest time the listener saw the request
+        self.started = arrived  # its handler started
+        self.ready = arrived  # its answer was ready
+        self.picked = arrived  # the writer took the answer to send it
+        self.queued = 0.0  # seconds waiting for an I/O worker, inside the handler
+        self.remote = 0.0  # seconds parked in a purgatory, inside the handler
+
+
+# The timer of the request the running task serves: set by the listener for the
+# handler's task (child tasks copy the context, so they share the timer object).
+_current: ContextVar[RequestTimer | None] = ContextVar("raftka_request_timer", default=None)
+
+
+def start_timing(timer: RequestTimer) -> Token[RequestTimer | None]:
+    """Make ``timer`` the running task's request timer; reset it with the token."""
+    return _current.set(timer)
+
+
+def stop_timing(token: Token[RequestTimer | None]) -> None:
+    _current.reset(token)
+
+
+def add_remote(seconds: float) -> None:
+    """The running request spent ``seconds`` parked in a purgatory (no-op outside a
+    timed request: a background task, a test calling the manager directly)."""
+    timer = _current.get()
+    if timer is not None:
+        timer.remote += seconds
+
+
+def add_queue(seconds: float) -> None:
+    """The running request spent ``seconds`` waiting for an I/O worker."""
+    timer = _current.get()
+    if timer is not None:
+        timer.queued += seconds

@@ -26,21 +26,27 @@ the replica manager needs no reference to the metrics.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar, Token
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
 __all__ = [
     "LATENCY_BUCKETS_MS",
+    "STAGE_BUCKETS_MS",
     "RequestMetrics",
     "RequestTimer",
     "StateCollector",
@@ -145,52 +151,8 @@ class RequestMetrics:
         self, registry: CollectorRegistry, api_names: Mapping[str, str] | None = None
     ) -> None:
         self._names = dict(api_names or {})
-        self._children: dict[str, _Children] = {}
-        self._response_queue: dict[str, Histogram] = {}
-        self.requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests served, per API (Kafka's RequestsPerSec).",
-            ["request"],
-            registry=registry,
-        )
-
-        def histogram(name: str, documentation: str) -> Histogram:
-            return Histogram(
-                "kafka_network_requestmetrics_" + name,
-                documentation,
-                ["request"],
-                buckets=LATENCY_BUCKETS_MS,
-                registry=registry,
-            )
-
-        self.total_time_ms = histogram(
-            "totaltimems",
-            "Time from the request's arrival to its answer sent, ms (Kafka's TotalTimeMs: "
-            "the sum of the queue, local, remote, response queue and send times).",
-        )
-        self.queue_time_ms = histogram(
-            "requestqueuetimems",
-            "Time waiting to be handled: for an I/O worker, and on the Kafka listener from "
-            "the frame read to its handler's start, ms (Kafka's RequestQueueTimeMs).",
-        )
-        self.local_time_ms = histogram(
-            "localtimems",
-            "The handler's own work, ms (Kafka's LocalTimeMs).",
-        )
-        self.remote_time_ms = histogram(
-            "remotetimems",
-            "Time parked in a purgatory: acks=all waiting for the high watermark, a fetch "
-            "waiting for min_bytes, ms (Kafka's RemoteTimeMs).",
-        )
-        self.response_queue_time_ms = histogram(
-            "responsequeuetimems",
-            "Kafka listener only: time from the answer ready to its connection's writer "
-            "taking it (answers leave in request order), ms (Kafka's ResponseQueueTimeMs).",
-        )
-        self.send_time_ms = histogram(
-            "responsesendtimems",
-            "Time writing the answer to the socket, ms (Kafka's ResponseSendTimeMs).",
-        )
+        self._apis: dict[str, _ApiTimes] = {}
+        registry.register(_RequestCollector(self._apis))
 
     def api_name(self, request: web.Request) -> str:
         info = request.match_info
@@ -202,50 +164,35 @@ class RequestMetrics:
             return named
         return camel_case(path.rsplit("/", 1)[-1])
 
-    def _of(self, api: str) -> _Children:
-        children = self._children.get(api)
-        if children is None:
-            # labels() takes a lock and checks the values on every call: once per API.
-            children = _Children(
-                self.requests.labels(api),
-                self.total_time_ms.labels(api).observe,
-                self.queue_time_ms.labels(api).observe,
-                self.local_time_ms.labels(api).observe,
-                self.remote_time_ms.labels(api).observe,
-                self.send_time_ms.labels(api).observe,
-            )
-            self._children[api] = children
-        return children
+    def _of(self, api: str) -> _ApiTimes:
+        times = self._apis.get(api)
+        if times is None:
+            times = self._apis[api] = _ApiTimes()
+        return times
 
     def observe(self, api: str, elapsed_ms: float) -> None:
         """Count a request whose stages are unknown: all its time is local."""
-        c = self._of(api)
-        c.requests.inc()
-        c.total(elapsed_ms)
-        c.queue(0.0)
-        c.local(elapsed_ms)
-        c.remote(0.0)
-        c.send(0.0)
+        t = self._of(api)
+        t.requests += 1
+        t.total.observe(elapsed_ms)
+        t.queue.observe(0.0)
+        t.local.observe(elapsed_ms)
+        t.remote.observe(0.0)
+        t.send.observe(0.0)
 
     def record(self, timer: RequestTimer, sent: float, *, response_queue: bool) -> None:
         """Count ``timer``'s request, its answer sent at ``sent`` (perf_counter s).
         ``response_queue``: the listener has a response queue (the Kafka listener)."""
-        c = self._of(timer.api)
-        c.requests.inc()
+        t = self._of(timer.api)
+        t.requests += 1
         handled = timer.ready - timer.started
-        queue = timer.started - timer.arrived + timer.queued
-        c.total((sent - timer.arrived) * 1000)
-        c.queue(queue * 1000)
-        c.local(max(0.0, handled - timer.queued - timer.remote) * 1000)
-        c.remote(timer.remote * 1000)
-        c.send((sent - timer.picked) * 1000)
+        t.total.observe((sent - timer.arrived) * 1000)
+        t.queue.observe((timer.started - timer.arrived + timer.queued) * 1000)
+        t.local.observe(max(0.0, handled - timer.queued - timer.remote) * 1000)
+        t.remote.observe(timer.remote * 1000)
+        t.send.observe((sent - timer.picked) * 1000)
         if response_queue:
-            histogram = self._response_queue.get(timer.api)
-            if histogram is None:
-                histogram = self._response_queue[timer.api] = self.response_queue_time_ms.labels(
-                    timer.api
-                )
-            histogram.observe((timer.picked - timer.ready) * 1000)
+            t.response_queue.observe((timer.picked - timer.ready) * 1000)
 
     def middleware(self) -> Middleware:
         """An aiohttp middleware timing every request (put it first: outermost). It
@@ -279,15 +226,120 @@ class RequestMetrics:
         return middleware
 
 
-class _Children(NamedTuple):
-    """One API's counter and histogram ``observe`` methods, looked up once."""
+#: Coarser buckets for the stages of the split (queue, local, remote, response queue,
+#: send): five histograms per API beside the total's would otherwise triple a scrape's
+#: size and CPU; the total keeps the fine ones.
+STAGE_BUCKETS_MS: Final = (1.0, 5.0, 25.0, 100.0, 500.0, 2500.0, 10000.0, 30000.0)
 
-    requests: Counter
-    total: Callable[[float], None]
-    queue: Callable[[float], None]
-    local: Callable[[float], None]
-    remote: Callable[[float], None]
-    send: Callable[[float], None]
+
+class _Buckets:
+    """A histogram in milliseconds for the event loop only: a bisect and two adds per
+    observation (prometheus_client's Histogram takes a lock and walks its buckets,
+    several times slower, and the request-time split observes six per request). Its
+    counts are per bucket; the collector makes them cumulative at scrape time."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
+        self.sum = 0.0
+
+    def observe(self, ms: float) -> None:
+        # A bucket counts values <= its bound: bisect_left finds the first bound >= ms.
+        self.counts[bisect.bisect_left(self.bounds, ms)] += 1
+        self.sum += ms
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for le, count in zip(_le(self.bounds), self.counts, strict=True):
+            running += count
+            out.append((le, running))
+        return out
+
+
+class _ApiTimes:
+    """One API's request count and its time histograms."""
+
+    __slots__ = ("local", "queue", "remote", "requests", "response_queue", "send", "total")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.total = _Buckets(LATENCY_BUCKETS_MS)
+        self.queue = _Buckets(STAGE_BUCKETS_MS)
+        self.local = _Buckets(STAGE_BUCKETS_MS)
+        self.remote = _Buckets(STAGE_BUCKETS_MS)
+        self.response_queue = _Buckets(STAGE_BUCKETS_MS)
+        self.send = _Buckets(STAGE_BUCKETS_MS)
+
+
+@functools.cache
+def _le(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The ``le`` label of each bucket, as Prometheus writes it."""
+    return (*(str(b) for b in bounds), "+Inf")
+
+
+#: Kafka's stage -> (the _ApiTimes field, the metric's help).
+_STAGES: Final = (
+    (
+        "totaltimems",
+        "total",
+        "Time from the request's arrival to its answer sent, ms (Kafka's TotalTimeMs: the "
+        "sum of the queue, local, remote, response queue and send times).",
+    ),
+    (
+        "requestqueuetimems",
+        "queue",
+        "Time waiting to be handled: for an I/O worker, and on the Kafka listener from the "
+        "frame read to its handler's start, ms (Kafka's RequestQueueTimeMs).",
+    ),
+    ("localtimems", "local", "The handler's own work, ms (Kafka's LocalTimeMs)."),
+    (
+        "remotetimems",
+        "remote",
+        "Time parked in a purgatory: acks=all waiting for the high watermark, a fetch "
+        "waiting for min_bytes, a request forwarded to the controller, ms (Kafka's "
+        "RemoteTimeMs).",
+    ),
+    (
+        "responsequeuetimems",
+        "response_queue",
+        "Kafka listener only: time from the answer ready to its connection's writer taking "
+        "it (answers leave in request order), ms (Kafka's ResponseQueueTimeMs).",
+    ),
+    (
+        "responsesendtimems",
+        "send",
+        "Time writing the answer to the socket, ms (Kafka's ResponseSendTimeMs).",
+    ),
+)
+
+
+class _RequestCollector(StateCollector):
+    """RequestMetrics' counts as prometheus_client metric families, at scrape time."""
+
+    def __init__(self, apis: Mapping[str, _ApiTimes]) -> None:
+        self._apis = apis
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests served, per API (Kafka's RequestsPerSec).",
+            labels=["request"],
+        )
+        for api, times in self._apis.items():
+            requests.add_metric([api], times.requests)
+        yield requests
+        for name, field, documentation in _STAGES:
+            family = HistogramMetricFamily(
+                "kafka_network_requestmetrics_" + name, documentation, labels=["request"]
+            )
+            for api, times in self._apis.items():
+                buckets: _Buckets = getattr(times, field)
+                if any(buckets.counts):  # the HTTP API has no response queue
+                    family.add_metric([api], buckets.cumulative(), buckets.sum)
+            yield family
 
 
 class RequestTimer:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from group_helpers import commit_offsets
 
 from raftka.client.cli.groups import groups_command
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import OffsetAndMetadata
-from raftka.common.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from raftka.common.structs import TopicPartition
 from raftka.local import wait_for
 from raftka.testing import RaftkaCluster
@@ -38,16 +38,8 @@ def test_groups_list_names_a_dead_broker_and_lists_the_rest(cluster: RaftkaClust
     topic = cluster.create_topic(partitions=1, replication_factor=3)
     group = cluster.unique_name("listed")
     with GroupAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin:
-
-        def commit() -> bool:
-            try:
-                admin.alter_offsets(group, {TopicPartition(topic, 0): OffsetAndMetadata(0)})
-            except (NotCoordinatorError, CoordinatorNotAvailableError):
-                return False
-            return True
-
-        wait_for(commit, timeout_s=30, message="no group coordinator")
-        coordinator = admin.describe_group(group).coordinator_id
+        offsets = {TopicPartition(topic, 0): OffsetAndMetadata(0)}
+        coordinator = commit_offsets(admin, group, offsets)
     victim = max(b for b in cluster.brokers.ids if b != coordinator)
     runner = CliRunner()
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from group_helpers import commit_offsets
 from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.client import Consumer, NewTopic, Producer, TopicPartition
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import OffsetAndMetadata
-from raftka.common.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from raftka.local import wait_for
 from raftka.testing import RaftkaCluster
 
@@ -77,17 +77,8 @@ def test_every_process_exports_kafka_metrics(cluster: RaftkaCluster) -> None:
         assert [f.result(0).offset for f in futures[:3]] == [0, 0, 0]
     group = cluster.unique_name("group")
     with GroupAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin:
-
-        def commit() -> bool:
-            # Partition 0 read up to offset 4 of its 10 records: a lag of 6. The first
-            # group makes the brokers create __consumer_offsets: retry until it is led.
-            try:
-                admin.alter_offsets(group, {TopicPartition(topic, 0): OffsetAndMetadata(4)})
-            except (NotCoordinatorError, CoordinatorNotAvailableError):
-                return False
-            return True
-
-        wait_for(commit, timeout_s=30, message="no group coordinator")
+        # Partition 0 read up to offset 4 of its 10 records: a lag of 6.
+        commit_offsets(admin, group, {TopicPartition(topic, 0): OffsetAndMetadata(4)})
 
     brokers = [cluster.brokers[i].address for i in cluster.brokers.ids]
 
@@ -212,17 +203,8 @@ def test_lag_of_partitions_led_by_every_broker(cluster: RaftkaCluster) -> None:
     group = cluster.unique_name("lag-group")
     committed = 3
     with GroupAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin:
-
-        def commit() -> bool:
-            offsets = {TopicPartition(topic, p): OffsetAndMetadata(committed) for p in range(3)}
-            try:
-                admin.alter_offsets(group, offsets)
-            except (NotCoordinatorError, CoordinatorNotAvailableError):
-                return False
-            return True
-
-        wait_for(commit, timeout_s=30, message="no group coordinator")
-        coordinator = admin.describe_group(group).coordinator_id
+        offsets = {TopicPartition(topic, p): OffsetAndMetadata(committed) for p in range(3)}
+        coordinator = commit_offsets(admin, group, offsets)
     address = cluster.brokers[coordinator].address
 
     def lags() -> dict[str, float]:

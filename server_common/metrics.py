@@ -26,6 +26,7 @@ the replica manager needs no reference to the metrics.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import functools
@@ -348,7 +349,7 @@ class RequestTimer:
     then recorded once by :meth:`RequestMetrics.record`. Both listeners use it: the HTTP
     middleware and the Kafka listener (see :class:`RequestMetrics` for the stages)."""
 
-    __slots__ = ("api", "arrived", "picked", "queued", "ready", "remote", "started")
+    __slots__ = ("api", "arrived", "picked", "queued", "ready", "remote", "started", "task")
 
     def __init__(self, arrived: float) -> None:
         self.api = "unknown"
@@ -358,15 +359,19 @@ class RequestTimer:
         self.picked = arrived  # the writer took the answer to send it
         self.queued = 0.0  # seconds waiting for an I/O worker, inside the handler
         self.remote = 0.0  # seconds parked in a purgatory, inside the handler
+        self.task: asyncio.Task[object] | None = None  # the task serving it
 
 
-# The timer of the request the running task serves: set by the listener for the
-# handler's task (child tasks copy the context, so they share the timer object).
+# The timer of the request the running task serves, set by the listener in the
+# handler's task. Tasks the handler spawns copy the context, so they see the timer too:
+# a wait counts only in the task that serves the request (``timer.task``), as a
+# background job spawned by a request (a producer-state snapshot) is not its wait.
 _current: ContextVar[RequestTimer | None] = ContextVar("raftka_request_timer", default=None)
 
 
 def start_timing(timer: RequestTimer) -> Token[RequestTimer | None]:
     """Make ``timer`` the running task's request timer; reset it with the token."""
+    timer.task = asyncio.current_task()
     return _current.set(timer)
 
 
@@ -374,16 +379,23 @@ def stop_timing(token: Token[RequestTimer | None]) -> None:
     _current.reset(token)
 
 
-def add_remote(seconds: float) -> None:
-    """The running request spent ``seconds`` parked in a purgatory (no-op outside a
-    timed request: a background task, a test calling the manager directly)."""
+def _serving() -> RequestTimer | None:
     timer = _current.get()
+    if timer is None or timer.task is not asyncio.current_task():
+        return None
+    return timer
+
+
+def add_remote(seconds: float) -> None:
+    """The running request spent ``seconds`` parked in a purgatory (no-op outside the
+    task serving a timed request: a background task, a test calling the manager)."""
+    timer = _serving()
     if timer is not None:
         timer.remote += seconds
 
 
 def add_queue(seconds: float) -> None:
     """The running request spent ``seconds`` waiting for an I/O worker."""
-    timer = _current.get()
+    timer = _serving()
     if timer is not None:
         timer.queued += seconds

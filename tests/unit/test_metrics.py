@@ -360,8 +360,9 @@ def test_request_time_split_sums_to_the_total() -> None:
 
 
 def test_waits_reach_the_running_request_only() -> None:
-    """add_remote/add_queue add to the timer of the task that serves the request (and
-    to its child tasks, which copy the context); outside a request they do nothing."""
+    """add_remote/add_queue add to the timer of the task that serves the request; a
+    task it spawns (a background job: it copies the context) and code outside any
+    request add nothing."""
     add_remote(5.0)  # no request: nothing to add to, no error
 
     async def main() -> RequestTimer:
@@ -369,18 +370,20 @@ def test_waits_reach_the_running_request_only() -> None:
         token = start_timing(timer)
         try:
 
-            async def child() -> None:
+            async def background() -> None:
                 add_remote(0.25)
+                add_queue(0.25)
 
-            await asyncio.gather(child(), child())
-            add_queue(0.5)
+            await asyncio.create_task(background())
+            add_remote(0.5)
+            add_queue(0.75)
         finally:
             stop_timing(token)
         add_remote(9.0)  # after the request: not counted
         return timer
 
     timer = asyncio.run(main())
-    assert (timer.remote, timer.queued) == (0.5, 0.5)
+    assert (timer.remote, timer.queued) == (0.5, 0.75)
 
 
 # ------------------------------------------------------------------ leaders' high watermarks

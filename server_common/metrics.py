@@ -135,8 +135,10 @@ class RequestMetrics:
       lag gauge shows that delay.
     - ``LocalTimeMs``: the handler's own work: the handler's time minus its queue and
       remote time (appending, reading, encoding the answer).
-    - ``RemoteTimeMs``: time parked in a purgatory: an acks=all produce waiting for the
-      high watermark, a fetch's long poll waiting for ``min_bytes`` (``add_remote``).
+    - ``RemoteTimeMs``: time parked in a purgatory (``add_remote``): an acks=all produce
+      waiting for the high watermark, a fetch's long poll waiting for ``min_bytes``, a
+      request forwarded to the controller, a JoinGroup/SyncGroup waiting for the
+      rebalance, an OffsetCommit waiting for its append.
     - ``ResponseQueueTimeMs``: on the Kafka listener, from the answer being ready to the
       connection's writer taking it (answers leave in request order, so a fast answer
       waits behind a slow one). aiohttp writes an answer in the handler's own task the
@@ -300,8 +302,8 @@ _STAGES: Final = (
         "remotetimems",
         "remote",
         "Time parked in a purgatory: acks=all waiting for the high watermark, a fetch "
-        "waiting for min_bytes, a request forwarded to the controller, ms (Kafka's "
-        "RemoteTimeMs).",
+        "waiting for min_bytes, a request forwarded to the controller, a join or sync "
+        "waiting for the rebalance, a commit for its append, ms (Kafka's RemoteTimeMs).",
     ),
     (
         "responsequeuetimems",

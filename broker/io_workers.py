@@ -39,6 +39,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from raftka.server_common.metrics import add_queue
+
 __all__ = [
     "NUM_IO_THREADS_DEFAULT",
     "QUEUED_MAX_REQUESTS_DEFAULT",
@@ -118,7 +120,8 @@ class IoWorkers:
 
     # ----------------------------------------------------------------- jobs
 
-    def _call(self, fn: Callable[[], T]) -> T:
+    def _call(self, fn: Callable[[], T], begun: list[float]) -> T:
+        begun.append(time.perf_counter())
         with self._busy_lock:
             self._busy += 1
         try:
@@ -132,6 +135,10 @@ class IoWorkers:
         if self._closed:
             raise RuntimeError("the I/O workers are closed")
         c = self.counters
+        # A request's wait for a worker is its queue time (Kafka's RequestQueueTimeMs:
+        # the wait for a handler thread); the thread notes when the job began.
+        asked = time.perf_counter()
+        begun: list[float] = []
         c.waiting_for_queue += 1
         c.max_waiting_for_queue = max(c.max_waiting_for_queue, c.waiting_for_queue)
         try:
@@ -141,7 +148,7 @@ class IoWorkers:
         c.submitted += 1
         self._admitted += 1
         try:
-            job = asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+            job = asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn, begun)
             try:
                 result = await asyncio.shield(job)
             except asyncio.CancelledError:
@@ -156,6 +163,8 @@ class IoWorkers:
         finally:
             self._admitted -= 1
             self._places.release()
+            if begun:
+                add_queue(begun[0] - asked)
         c.completed += 1
         return result
 

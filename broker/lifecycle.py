@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -53,6 +54,7 @@ from raftka.common.messages.controller import (
     RegisterBrokerResponse,
 )
 from raftka.common.time import monotonic_ms
+from raftka.server_common.metrics import add_remote
 
 __all__ = ["BrokerLifecycle", "ControllerChannel"]
 
@@ -200,6 +202,25 @@ class ControllerChannel:
         timeout_ms: int,
         retry_names: frozenset[str] = _RETRY_NAMES,
         method: str = "POST",
+    ) -> dict[str, Any]:
+        """:meth:`_post`; a request forwarded to the controller counts the wait as its
+        remote time (Kafka's RemoteTimeMs of a forwarded admin request)."""
+        parked = time.perf_counter()
+        try:
+            return await self._post(
+                path, body, timeout_ms=timeout_ms, retry_names=retry_names, method=method
+            )
+        finally:
+            add_remote(time.perf_counter() - parked)
+
+    async def _post(
+        self,
+        path: str,
+        body: Message | Mapping[str, Any],
+        *,
+        timeout_ms: int,
+        retry_names: frozenset[str],
+        method: str,
     ) -> dict[str, Any]:
         """The answer of the active controller, or the KafkaError it sent (one not in
         ``retry_names``); RequestTimedOutError once ``timeout_ms`` has passed. ``body``

@@ -13,10 +13,12 @@ bytes and messages appended per topic, bytes fetched. Both HTTP and Kafka-protoc
 produce and fetch count there (``record_produce`` and ``record_fetch``).
 
 Consumer lag is ``high watermark - committed offset`` per group and partition, for the
-groups this broker coordinates, with the high watermark of this broker's own replica of
-the partition (leader or follower: a follower's HW trails the leader's by at most a
-fetch). A partition with no replica here has no lag series on this broker: it would
-need a ListOffsets round trip per scrape.
+groups this broker coordinates and every partition they committed: with the high
+watermark of this broker's own replica of the partition where it has one (leader or
+follower: a follower's HW trails the leader's by at most a fetch), else the leader's,
+asked at scrape time (``raftka.broker.leader_hws``: one ListOffsets per leader, bounded
+by a timeout, cached for a second). A partition whose leader did not answer in time has
+no lag series in that scrape (never a stale one).
 """
 
 from __future__ import annotations
@@ -236,6 +238,12 @@ class BrokerCollector(StateCollector):
             "coordinates).",
             labels=["group"],
         )
+        rebalances = CounterMetricFamily(
+            prefix + "rebalances",
+            "Rebalances the group completed (generation bumps) on this coordinator since "
+            "it loaded the group (Kafka's group coordinator rebalance rate: rate() of it).",
+            labels=["group"],
+        )
         offset = GaugeMetricFamily(
             "kafka_consumergroup_group_offset",
             "The group's committed offset (kafka-lag-exporter's name).",
@@ -243,8 +251,8 @@ class BrokerCollector(StateCollector):
         )
         lag = GaugeMetricFamily(
             "kafka_consumergroup_group_lag",
-            "High watermark of this broker's replica minus the committed offset "
-            "(kafka-lag-exporter's name); only partitions with a replica here.",
+            "High watermark minus the committed offset (kafka-lag-exporter's name): this "
+            "broker's replica's HW, else the leader's (absent if it did not answer).",
             labels=["group", "topic", "partition"],
         )
         offsets = 0
@@ -253,13 +261,19 @@ class BrokerCollector(StateCollector):
             if group is not None:
                 by_state[group.state] += 1
                 generation.add_metric([group_id], group.generation_id)
+                rebalances.add_metric([group_id], group.rebalances)
             for tp, committed in core.committed(group_id).items():
                 offsets += 1
                 labels = [group_id, tp.topic, str(tp.partition)]
                 offset.add_metric(labels, committed.offset)
                 p = partitions.get((tp.topic, tp.partition))
-                if p is not None:
-                    lag.add_metric(labels, max(0, p.state.high_watermark - committed.offset))
+                hw = (
+                    p.state.high_watermark
+                    if p is not None
+                    else self._server.leader_hws.get(tp.topic, tp.partition)
+                )
+                if hw is not None:
+                    lag.add_metric(labels, max(0, hw - committed.offset))
         yield gauge(prefix + "numgroups", "Groups this broker coordinates.", sum(by_state.values()))
         for state, count in by_state.items():
             yield gauge(
@@ -269,5 +283,6 @@ class BrokerCollector(StateCollector):
             )
         yield gauge(prefix + "numoffsets", "Committed offsets held.", offsets)
         yield generation
+        yield rebalances
         yield offset
         yield lag

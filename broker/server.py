@@ -36,6 +36,7 @@ from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
+from raftka.broker.leader_hws import LeaderHighWatermarks
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
 from raftka.broker.log_dirs import log_dirs_routes
@@ -119,6 +120,14 @@ class BrokerServer:
         )
         # GET /metrics (broker/metrics.py): this broker's own registry.
         self.metrics = BrokerMetrics(new_registry())
+        # Consumer lag of partitions with no replica here: their leaders' HW, asked at
+        # scrape time (broker/leader_hws.py).
+        self.leader_hws = LeaderHighWatermarks(
+            image=lambda: self.manager.image,
+            address_of=self.address_of,
+            session=lambda: self._session,
+            wanted=self._lag_partitions_elsewhere,
+        )
         self.metrics.watch(self)
         self.app = self._build_app()
 
@@ -127,6 +136,17 @@ class BrokerServer:
     def _broker_epoch(self) -> int:
         epoch = None if self.lifecycle is None else self.lifecycle.broker_epoch
         return -1 if epoch is None else epoch
+
+    def _lag_partitions_elsewhere(self) -> set[tuple[str, int]]:
+        """Partitions the groups coordinated here committed, with no replica here."""
+        core = self.coordinator.core
+        local = self.manager.partitions
+        return {
+            (tp.topic, tp.partition)
+            for group_id in core.group_ids()
+            for tp in core.committed(group_id)
+            if (tp.topic, tp.partition) not in local
+        }
 
     def address_of(self, broker_id: int) -> str | None:
         broker = self.manager.image.cluster.broker(broker_id)
@@ -347,7 +367,7 @@ class BrokerServer:
         app.add_routes(
             [
                 web.get("/health", _health),
-                metrics_route(self.metrics.registry),
+                metrics_route(self.metrics.registry, before=self.leader_hws.refresh),
                 web.post("/v1/produce", _produce),
                 web.post("/v1/init-producer-id", _init_producer_id),
                 web.post("/v1/fetch", _fetch),

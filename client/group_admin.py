@@ -5,7 +5,10 @@ listConsumerGroupOffsets, alterConsumerGroupOffsets, deleteConsumerGroups), kept
 their own client so the topic admin stays focused. :class:`AsyncGroupAdmin` is the
 implementation; :class:`GroupAdmin` runs it on a loop thread.
 
-* ``list_groups`` asks *every* live broker (each knows the groups it coordinates).
+* ``list_groups`` asks *every* live broker (each knows the groups it coordinates), all
+  at once; a broker that does not answer in time costs only its groups (Kafka's
+  AdminClient lists from the brokers that answer: ``list_groups_result`` names the
+  others, ``raftka groups list`` warns about them on stderr).
 * Every other call finds the group's coordinator (FindCoordinator at any broker) and
   retries coordinator errors (moved, loading, not available) until its deadline.
 * ``alter_offsets`` commits with generation -1, which the coordinator accepts only
@@ -16,6 +19,7 @@ implementation; :class:`GroupAdmin` runs it on a loop thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -47,6 +51,7 @@ __all__ = [
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "GroupAdmin",
+    "ListGroupsResult",
     "MemberDescription",
 ]
 
@@ -56,6 +61,15 @@ class ConsumerGroupListing:
     group_id: str
     protocol_type: str
     state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResult:
+    """What ``list_groups_result`` found: the groups of the brokers that answered and,
+    per broker id that did not, its error (the message names its address)."""
+
+    groups: list[ConsumerGroupListing]
+    errors: dict[int, KafkaError]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +103,8 @@ def _assignment(raw: bytes) -> tuple[TopicPartition, ...]:
 
 
 A = TypeVar("A")
+
+log = logging.getLogger(__name__)
 
 
 class AsyncGroupAdmin(AdminClientBase):
@@ -221,12 +237,25 @@ class AsyncGroupAdmin(AdminClientBase):
     # ------------------------------------------------------------------ calls
 
     async def list_groups(self, *, timeout_ms: int | None = None) -> list[ConsumerGroupListing]:
-        """Every group of every live broker, sorted by id."""
+        """Every group of every live broker that answered, sorted by id (Kafka's
+        ``listConsumerGroups().valid()``); a broker that did not answer is logged as a
+        warning. :meth:`list_groups_result` also says which brokers did not answer."""
+        result = await self.list_groups_result(timeout_ms=timeout_ms)
+        for broker_id, error in sorted(result.errors.items()):
+            log.warning("ListGroups: broker %d did not answer: %s", broker_id, error)
+        return result.groups
+
+    async def list_groups_result(self, *, timeout_ms: int | None = None) -> ListGroupsResult:
+        """Every group of the live (unfenced) brokers the metadata names, asked all at
+        once, each within the call's timeout: what the brokers answered plus, per broker
+        that did not, its error (a fenced broker is not in the metadata, so not asked).
+        Raises only when no broker answered."""
         transport, _ = self._started()
         deadline = self._deadline(timeout_ms)
-        found: dict[str, ConsumerGroupListing] = {}
-        for _, address in await self._brokers(deadline):
-            answer = await transport.request_message(
+        brokers = await self._brokers(deadline)
+
+        async def ask(address: str) -> api.ListGroupsResponse:
+            return await transport.request_message(
                 address,
                 "POST",
                 "/v1/list-groups",
@@ -234,9 +263,23 @@ class AsyncGroupAdmin(AdminClientBase):
                 message=api.ListGroupsRequest(),
                 timeout_ms=self._remaining(deadline),
             )
+
+        answers = await asyncio.gather(
+            *(ask(address) for _, address in brokers), return_exceptions=True
+        )
+        found: dict[str, ConsumerGroupListing] = {}
+        errors: dict[int, KafkaError] = {}
+        for (broker_id, _), answer in zip(brokers, answers, strict=True):
+            if isinstance(answer, KafkaError):
+                errors[broker_id] = answer  # its message names the address
+                continue
+            if isinstance(answer, BaseException):
+                raise answer  # not a broker's failure: a bug or a cancellation
             for g in answer.groups:
                 found[g.group_id] = ConsumerGroupListing(g.group_id, g.protocol_type, g.state)
-        return [found[g] for g in sorted(found)]
+        if errors and len(errors) == len(brokers):
+            raise next(iter(errors.values()))
+        return ListGroupsResult([found[g] for g in sorted(found)], errors)
 
     async def describe_group(
         self, group_id: str, *, timeout_ms: int | None = None
@@ -372,6 +415,9 @@ class GroupAdmin(ClosingOnExit):
 
     def list_groups(self, **kw: Any) -> list[ConsumerGroupListing]:
         return self._run(self._async.list_groups(**kw))
+
+    def list_groups_result(self, **kw: Any) -> ListGroupsResult:
+        return self._run(self._async.list_groups_result(**kw))
 
     def describe_group(self, group_id: str, **kw: Any) -> ConsumerGroupDescription:
         return self._run(self._async.describe_group(group_id, **kw))

@@ -180,10 +180,10 @@ async def _topic_configs(request: web.Request) -> dict[str, Any]:
 
 async def _groups(request: web.Request) -> dict[str, Any]:
     clients = request.app[_CLIENTS]
-    listings = await clients.bounded(
-        clients.groups.list_groups(timeout_ms=clients.settings.api_timeout_ms)
+    result = await clients.bounded(
+        clients.groups.list_groups_result(timeout_ms=clients.settings.api_timeout_ms)
     )
-    return shape.groups_json(listings)
+    return shape.groups_json(result.groups, result.errors)
 
 
 async def _group(request: web.Request) -> dict[str, Any]:

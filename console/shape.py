@@ -19,7 +19,7 @@ from raftka.client.admin import ClusterDescription, ConfigEntry
 from raftka.client.cli._common import error_line
 from raftka.client.group_admin import ConsumerGroupDescription, ConsumerGroupListing
 from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, TopicDescription
-from raftka.common.errors import InvalidRequestError, KafkaTimeoutError
+from raftka.common.errors import InvalidRequestError, KafkaError, KafkaTimeoutError
 from raftka.common.messages.controller import DescribeQuorumResponse
 from raftka.common.structs import TopicPartition
 
@@ -176,12 +176,19 @@ def topic_configs_json(topic: str, configs: Mapping[str, ConfigEntry]) -> JSON:
 # Consumer groups
 
 
-def groups_json(listings: Iterable[ConsumerGroupListing]) -> JSON:
+def groups_json(
+    listings: Iterable[ConsumerGroupListing], errors: Mapping[int, KafkaError] | None = None
+) -> JSON:
+    """The groups, and the brokers that did not answer (their groups are missing)."""
     return {
         "groups": [
             {"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type}
             for g in sorted(listings, key=lambda g: g.group_id)
-        ]
+        ],
+        "unanswered": [
+            {"broker_id": broker_id, "error": str(error)}
+            for broker_id, error in sorted((errors or {}).items())
+        ],
     }
 
 

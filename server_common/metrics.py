@@ -18,30 +18,48 @@ Names follow Kafka's JMX metrics the way Prometheus' JMX exporter renders them:
 ``topic``). A Kafka meter (``...PerSec``) becomes a counter named without ``PerSec``
 (prometheus_client adds ``_total``): rates are PromQL's ``rate()``. Kafka's time
 histograms keep their names and unit, milliseconds (``kafka_network_requestmetrics_totaltimems``).
+A request's time is split into Kafka's stages (queue, local, remote, response queue and
+send: :class:`RequestMetrics`) by a :class:`RequestTimer` the listener makes per request;
+whatever parks the request adds to it through a context variable (:func:`add_remote`), so
+the replica manager needs no reference to the metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import contextlib
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
 __all__ = [
     "LATENCY_BUCKETS_MS",
+    "STAGE_BUCKETS_MS",
     "RequestMetrics",
+    "RequestTimer",
     "StateCollector",
+    "add_queue",
+    "add_remote",
     "camel_case",
     "counter",
     "gauge",
     "metrics_route",
     "new_registry",
+    "start_timing",
+    "stop_timing",
 ]
 
 #: Histogram buckets in milliseconds, from a local append to a request timeout.
@@ -81,10 +99,15 @@ def new_registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=False)
 
 
-def metrics_route(registry: CollectorRegistry) -> web.RouteDef:
-    """``GET /metrics``: the registry in Prometheus' text format."""
+def metrics_route(
+    registry: CollectorRegistry, before: Callable[[], Awaitable[None]] | None = None
+) -> web.RouteDef:
+    """``GET /metrics``: the registry in Prometheus' text format. ``before`` is awaited
+    first (state the collectors need from elsewhere; it must bound its own time)."""
 
     async def handler(_request: web.Request) -> web.Response:
+        if before is not None:
+            await before()
         # On the event loop: the collectors read state only the loop may touch.
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -93,32 +116,46 @@ def metrics_route(registry: CollectorRegistry) -> web.RouteDef:
 
 
 class RequestMetrics:
-    """Kafka's ``kafka.network:type=RequestMetrics`` for an HTTP API: requests per API
-    (``RequestsPerSec``) and the time from the handler's start to its response being
-    ready (``TotalTimeMs``). The ``request`` label is Kafka's API name: ``api_names``
-    maps ``"METHOD /path"`` where the path does not say it, else the path's last part in
-    CamelCase (``/v1/list-offsets`` -> ``ListOffsets``); a path no route matches counts
-    as ``unknown``, so a scanner cannot make a label per URL."""
+    """Kafka's ``kafka.network:type=RequestMetrics`` for both listeners: requests per API
+    (``RequestsPerSec``) and the request-time split, per API, in ms. The ``request``
+    label is Kafka's API name: ``api_names`` maps ``"METHOD /path"`` where the path does
+    not say it, else the path's last part in CamelCase (``/v1/list-offsets`` ->
+    ``ListOffsets``); a path no route matches counts as ``unknown``, so a scanner cannot
+    make a label per URL.
+
+    How Kafka's stages map onto raftka (one event loop, no handler thread pool):
+
+    - ``RequestQueueTimeMs``: Kafka's wait in the request channel for a handler thread.
+      Here the time waiting for an I/O worker (``num.io.threads`` / ``queued.max.requests``)
+      inside the handler, plus, on the Kafka listener, the time from the frame's last
+      byte read to its handler starting (the loop's scheduling, a produce waiting for the
+      connection's previous produce). aiohttp does not timestamp a request when it parses
+      its headers (the request object is made microseconds before the middleware runs),
+      so on the HTTP API the loop's delay before the handler is not in it; the event-loop
+      lag gauge shows that delay.
+    - ``LocalTimeMs``: the handler's own work: the handler's time minus its queue and
+      remote time (appending, reading, encoding the answer).
+    - ``RemoteTimeMs``: time parked in a purgatory (``add_remote``): an acks=all produce
+      waiting for the high watermark, a fetch's long poll waiting for ``min_bytes``, a
+      request forwarded to the controller, a JoinGroup/SyncGroup waiting for the
+      rebalance, an OffsetCommit waiting for its append.
+    - ``ResponseQueueTimeMs``: on the Kafka listener, from the answer being ready to the
+      connection's writer taking it (answers leave in request order, so a fast answer
+      waits behind a slow one). aiohttp writes an answer in the handler's own task the
+      moment it returns: no response queue, so the HTTP API observes nothing there.
+    - ``ResponseSendTimeMs``: writing the answer to the socket (the Kafka listener's
+      ``write`` + ``drain``; on HTTP the middleware's ``prepare`` + ``write_eof`` of an
+      answer the handler returned unsent; a streamed answer is sent by its handler and
+      counts as local time).
+    - ``TotalTimeMs``: from arrival to the answer sent: the sum of the above.
+    """
 
     def __init__(
         self, registry: CollectorRegistry, api_names: Mapping[str, str] | None = None
     ) -> None:
         self._names = dict(api_names or {})
-        self._children: dict[str, tuple[Counter, Histogram]] = {}
-        self.requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests served, per API (Kafka's RequestsPerSec).",
-            ["request"],
-            registry=registry,
-        )
-        self.total_time_ms = Histogram(
-            "kafka_network_requestmetrics_totaltimems",
-            "Time from the request's arrival at its handler to its answer, ms "
-            "(Kafka's TotalTimeMs; remote waits for acks=all and fetch long polls included).",
-            ["request"],
-            buckets=LATENCY_BUCKETS_MS,
-            registry=registry,
-        )
+        self._apis: dict[str, _ApiTimes] = {}
+        registry.register(_RequestCollector(self._apis))
 
     def api_name(self, request: web.Request) -> str:
         info = request.match_info
@@ -130,24 +167,237 @@ class RequestMetrics:
             return named
         return camel_case(path.rsplit("/", 1)[-1])
 
+    def _of(self, api: str) -> _ApiTimes:
+        times = self._apis.get(api)
+        if times is None:
+            times = self._apis[api] = _ApiTimes()
+        return times
+
     def observe(self, api: str, elapsed_ms: float) -> None:
-        children = self._children.get(api)
-        if children is None:
-            # labels() takes a lock and checks the values on every call: once per API.
-            children = (self.requests.labels(api), self.total_time_ms.labels(api))
-            self._children[api] = children
-        children[0].inc()
-        children[1].observe(elapsed_ms)
+        """Count a request whose stages are unknown: all its time is local."""
+        t = self._of(api)
+        t.requests += 1
+        t.total.observe(elapsed_ms)
+        t.queue.observe(0.0)
+        t.local.observe(elapsed_ms)
+        t.remote.observe(0.0)
+        t.send.observe(0.0)
+
+    def record(self, timer: RequestTimer, sent: float, *, response_queue: bool) -> None:
+        """Count ``timer``'s request, its answer sent at ``sent`` (perf_counter s).
+        ``response_queue``: the listener has a response queue (the Kafka listener)."""
+        t = self._of(timer.api)
+        t.requests += 1
+        handled = timer.ready - timer.started
+        t.total.observe((sent - timer.arrived) * 1000)
+        t.queue.observe((timer.started - timer.arrived + timer.queued) * 1000)
+        t.local.observe(max(0.0, handled - timer.queued - timer.remote) * 1000)
+        t.remote.observe(timer.remote * 1000)
+        t.send.observe((sent - timer.picked) * 1000)
+        if response_queue:
+            t.response_queue.observe((timer.picked - timer.ready) * 1000)
 
     def middleware(self) -> Middleware:
-        """An aiohttp middleware timing every request (put it first: outermost)."""
+        """An aiohttp middleware timing every request (put it first: outermost). It
+        sends an answer the handler returned unsent itself, to time the send; aiohttp's
+        own prepare and write_eof afterwards find it sent and do nothing."""
 
         @web.middleware
         async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-            started = time.perf_counter()
+            timer = RequestTimer(time.perf_counter())
+            token = start_timing(timer)
             try:
-                return await handler(request)
+                response = await handler(request)
+            except BaseException:
+                timer.ready = timer.picked = time.perf_counter()
+                timer.api = self.api_name(request)
+                self.record(timer, timer.ready, response_queue=False)
+                raise
             finally:
-                self.observe(self.api_name(request), (time.perf_counter() - started) * 1000)
+                stop_timing(token)
+            timer.ready = timer.picked = time.perf_counter()
+            timer.api = self.api_name(request)
+            if not response.prepared:
+                # A client gone mid-answer: aiohttp's own write_eof meets the same error
+                # and handles it as it always does (no error logged).
+                with contextlib.suppress(ConnectionError):
+                    await response.prepare(request)
+                    await response.write_eof()
+            self.record(timer, time.perf_counter(), response_queue=False)
+            return response
 
         return middleware
+
+
+#: Coarser buckets for the stages of the split (queue, local, remote, response queue,
+#: send): five histograms per API beside the total's would otherwise triple a scrape's
+#: size and CPU; the total keeps the fine ones.
+STAGE_BUCKETS_MS: Final = (1.0, 5.0, 25.0, 100.0, 500.0, 2500.0, 10000.0, 30000.0)
+
+
+class _Buckets:
+    """A histogram in milliseconds for the event loop only: a bisect and two adds per
+    observation (prometheus_client's Histogram takes a lock and walks its buckets,
+    several times slower, and the request-time split observes six per request). Its
+    counts are per bucket; the collector makes them cumulative at scrape time."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
+        self.sum = 0.0
+
+    def observe(self, ms: float) -> None:
+        # A bucket counts values <= its bound: bisect_left finds the first bound >= ms.
+        self.counts[bisect.bisect_left(self.bounds, ms)] += 1
+        self.sum += ms
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for le, count in zip(_le(self.bounds), self.counts, strict=True):
+            running += count
+            out.append((le, running))
+        return out
+
+
+class _ApiTimes:
+    """One API's request count and its time histograms."""
+
+    __slots__ = ("local", "queue", "remote", "requests", "response_queue", "send", "total")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.total = _Buckets(LATENCY_BUCKETS_MS)
+        self.queue = _Buckets(STAGE_BUCKETS_MS)
+        self.local = _Buckets(STAGE_BUCKETS_MS)
+        self.remote = _Buckets(STAGE_BUCKETS_MS)
+        self.response_queue = _Buckets(STAGE_BUCKETS_MS)
+        self.send = _Buckets(STAGE_BUCKETS_MS)
+
+
+@functools.cache
+def _le(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The ``le`` label of each bucket, as Prometheus writes it."""
+    return (*(str(b) for b in bounds), "+Inf")
+
+
+#: Kafka's stage -> (the _ApiTimes field, the metric's help).
+_STAGES: Final = (
+    (
+        "totaltimems",
+        "total",
+        "Time from the request's arrival to its answer sent, ms (Kafka's TotalTimeMs: the "
+        "sum of the queue, local, remote, response queue and send times).",
+    ),
+    (
+        "requestqueuetimems",
+        "queue",
+        "Time waiting to be handled: for an I/O worker, and on the Kafka listener from the "
+        "frame read to its handler's start, ms (Kafka's RequestQueueTimeMs).",
+    ),
+    ("localtimems", "local", "The handler's own work, ms (Kafka's LocalTimeMs)."),
+    (
+        "remotetimems",
+        "remote",
+        "Time parked in a purgatory: acks=all waiting for the high watermark, a fetch "
+        "waiting for min_bytes, a request forwarded to the controller, a join or sync "
+        "waiting for the rebalance, a commit for its append, ms (Kafka's RemoteTimeMs).",
+    ),
+    (
+        "responsequeuetimems",
+        "response_queue",
+        "Kafka listener only: time from the answer ready to its connection's writer taking "
+        "it (answers leave in request order), ms (Kafka's ResponseQueueTimeMs).",
+    ),
+    (
+        "responsesendtimems",
+        "send",
+        "Time writing the answer to the socket, ms (Kafka's ResponseSendTimeMs).",
+    ),
+)
+
+
+class _RequestCollector(StateCollector):
+    """RequestMetrics' counts as prometheus_client metric families, at scrape time."""
+
+    def __init__(self, apis: Mapping[str, _ApiTimes]) -> None:
+        self._apis = apis
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests served, per API (Kafka's RequestsPerSec).",
+            labels=["request"],
+        )
+        for api, times in self._apis.items():
+            requests.add_metric([api], times.requests)
+        yield requests
+        for name, field, documentation in _STAGES:
+            family = HistogramMetricFamily(
+                "kafka_network_requestmetrics_" + name, documentation, labels=["request"]
+            )
+            for api, times in self._apis.items():
+                buckets: _Buckets = getattr(times, field)
+                if any(buckets.counts):  # the HTTP API has no response queue
+                    family.add_metric([api], buckets.cumulative(), buckets.sum)
+            yield family
+
+
+class RequestTimer:
+    """One request's timestamps (``time.perf_counter()`` seconds), filled in by the
+    listener that serves it and by what parks it (:func:`add_remote`, :func:`add_queue`),
+    then recorded once by :meth:`RequestMetrics.record`. Both listeners use it: the HTTP
+    middleware and the Kafka listener (see :class:`RequestMetrics` for the stages)."""
+
+    __slots__ = ("api", "arrived", "picked", "queued", "ready", "remote", "started", "task")
+
+    def __init__(self, arrived: float) -> None:
+        self.api = "unknown"
+        self.arrived = arrived  # the earliest time the listener saw the request
+        self.started = arrived  # its handler started
+        self.ready = arrived  # its answer was ready
+        self.picked = arrived  # the writer took the answer to send it
+        self.queued = 0.0  # seconds waiting for an I/O worker, inside the handler
+        self.remote = 0.0  # seconds parked in a purgatory, inside the handler
+        self.task: asyncio.Task[object] | None = None  # the task serving it
+
+
+# The timer of the request the running task serves, set by the listener in the
+# handler's task. Tasks the handler spawns copy the context, so they see the timer too:
+# a wait counts only in the task that serves the request (``timer.task``), as a
+# background job spawned by a request (a producer-state snapshot) is not its wait.
+_current: ContextVar[RequestTimer | None] = ContextVar("raftka_request_timer", default=None)
+
+
+def start_timing(timer: RequestTimer) -> Token[RequestTimer | None]:
+    """Make ``timer`` the running task's request timer; reset it with the token."""
+    timer.task = asyncio.current_task()
+    return _current.set(timer)
+
+
+def stop_timing(token: Token[RequestTimer | None]) -> None:
+    _current.reset(token)
+
+
+def _serving() -> RequestTimer | None:
+    timer = _current.get()
+    if timer is None or timer.task is not asyncio.current_task():
+        return None
+    return timer
+
+
+def add_remote(seconds: float) -> None:
+    """The running request spent ``seconds`` parked in a purgatory (no-op outside the
+    task serving a timed request: a background task, a test calling the manager)."""
+    timer = _serving()
+    if timer is not None:
+        timer.remote += seconds
+
+
+def add_queue(seconds: float) -> None:
+    """The running request spent ``seconds`` waiting for an I/O worker."""
+    timer = _serving()
+    if timer is not None:
+        timer.queued += seconds

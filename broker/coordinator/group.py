@@ -383,6 +383,9 @@ class Group:
         self.state = GroupState.EMPTY
         self.state_timestamp_ms = now_ms
         self.generation_id = 0
+        # Rebalances completed here since the group was loaded on this coordinator
+        # (the metrics' counter; the generation survives a move, this does not).
+        self.rebalances = 0
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.leader_id: str | None = None
@@ -795,6 +798,7 @@ class Group:
         self.initial_delay_remaining_ms = None
         self.new_member_added = False
         self.generation_id += 1
+        self.rebalances += 1
         if not self.members:
             self.protocol_name = None
             self.leader_id = None

@@ -85,6 +85,7 @@ from raftka.common.record import Record, build_batch, decode_batches
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.time import wall_clock_ms
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.server_common.metrics import add_remote
 
 __all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
 
@@ -447,7 +448,7 @@ class GroupCoordinatorService:
             return decision.response
         future = self._park(table, key)
         self._dispatch(decision.outputs)
-        return await future
+        return await _parked(future)
 
     def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         self._check_open()
@@ -474,7 +475,7 @@ class GroupCoordinatorService:
         future: asyncio.Future[OffsetCommitResponse] = asyncio.get_running_loop().create_future()
         self._commits[append.append_id] = future
         self._dispatch(decision.outputs)
-        return await future
+        return await _parked(future)
 
     def _offset_fetch(
         self, group_id: str, partitions: tuple[TopicPartition, ...] | None
@@ -747,3 +748,14 @@ class GroupCoordinatorService:
         self._commits.clear()
         for task in self._tasks:
             task.cancel()
+
+
+async def _parked(future: asyncio.Future[T]) -> T:
+    """Await a delayed answer (a join or sync waiting for the rebalance, a commit for
+    its append to __consumer_offsets): Kafka's purgatory wait, the request's remote
+    time."""
+    parked = time.perf_counter()
+    try:
+        return await future
+    finally:
+        add_remote(time.perf_counter() - parked)

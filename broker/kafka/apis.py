@@ -42,7 +42,7 @@ from raftka.common.messages import coordinator as group_api
 from raftka.common.messages.broker import ErrorObject
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.topic_control import describe_configs
-from raftka.server_common.metrics import camel_case
+from raftka.server_common.metrics import RequestTimer, camel_case, start_timing, stop_timing
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -330,14 +330,17 @@ class KafkaApis:
         return _cluster_id(config.controller_ids, config.controllers)
 
     def prepare(
-        self, frame: bytes, key: int, version: int, host: str
+        self, frame: bytes, key: int, version: int, host: str, timer: RequestTimer
     ) -> Coroutine[Any, Any, bytes | None]:
         """The answer to one request frame, to be awaited (None: no answer, acks=0);
         FrameError (close the connection) for an unknown API or a version not served,
-        except ApiVersions, which answers UNSUPPORTED_VERSION with our ranges."""
+        except ApiVersions, which answers UNSUPPORTED_VERSION with our ranges. The
+        answer notes its handler's start and end in ``timer`` (the listener records it
+        once the answer is sent)."""
         served = SUPPORTED.get(key)
         if served is None:
             raise FrameError(f"unknown or unsupported api key {key}")
+        timer.api = self._names[key]
         low, high = served
         if not low <= version <= high:
             if key == API_VERSIONS_KEY:
@@ -350,17 +353,27 @@ class KafkaApis:
         except Exception as e:  # kio's decoding errors have no common base
             raise FrameError(f"api key {key} v{version}: bad body: {type(e).__name__}") from None
         call = Call(header.client_id, host)
-        return self._answer(key, version, header.correlation_id, request, call)
+        return self._answer(key, version, header.correlation_id, request, call, timer=timer)
 
     async def _answer(
-        self, key: int, version: int, correlation_id: int, request: Any, call: Call
+        self,
+        key: int,
+        version: int,
+        correlation_id: int,
+        request: Any,
+        call: Call,
+        *,
+        timer: RequestTimer | None = None,
     ) -> bytes | None:
-        started = time.perf_counter()
+        if timer is None:
+            timer = RequestTimer(time.perf_counter())  # a test's direct call: not recorded
+        timer.started = time.perf_counter()
+        token = start_timing(timer)
         try:
             return await self._answer_untimed(key, version, correlation_id, request, call)
         finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            self._server.metrics.requests.observe(self._names[key], elapsed_ms)
+            timer.ready = time.perf_counter()
+            stop_timing(token)
 
     async def _answer_untimed(
         self, key: int, version: int, correlation_id: int, request: Any, call: Call

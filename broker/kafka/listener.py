@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from raftka.broker.config import KafkaListenerConfig
 from raftka.broker.kafka import apis
 from raftka.broker.kafka.framing import SIZE, FrameError, frame_size, parse_fixed
+from raftka.server_common.metrics import RequestMetrics, RequestTimer
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["IN_FLIGHT_MAX", "KafkaListener"]
 
 log = logging.getLogger(__name__)
+
+#: A request's handler task and its timer, queued for the connection's writer.
+_Answer = tuple["asyncio.Task[bytes | None]", RequestTimer]
 
 #: Requests one connection may have in flight (read, answer not yet written).
 IN_FLIGHT_MAX: Final = 64
@@ -50,6 +55,7 @@ class KafkaListener:
     def __init__(self, server: BrokerServer, config: KafkaListenerConfig) -> None:
         self._config = config
         self._apis = apis.KafkaApis(server)
+        self._metrics = server.metrics.requests
         self._server: asyncio.Server | None = None
         #: open connections: their serving task and writer
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -116,9 +122,9 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
     ) -> None:
-        answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
+        answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
         slots = asyncio.Semaphore(IN_FLIGHT_MAX)
-        write_task = asyncio.create_task(_write_in_order(answers, writer, slots))
+        write_task = asyncio.create_task(_write_in_order(answers, writer, slots, self._metrics))
         last_produce: asyncio.Task[bytes | None] | None = None
         idle_s = self._config.connections_max_idle_ms / 1000
         ended = False
@@ -130,17 +136,19 @@ class KafkaListener:
                     return
                 size = frame_size(prefix, self._config.socket_request_max_bytes)
                 frame = await reader.readexactly(size)
+                # Its arrival: its queue time runs from here to its handler's start.
+                timer = RequestTimer(time.perf_counter())
                 key, version, _ = parse_fixed(frame)
                 # A slot first: no coroutine is made that a close could leave unawaited.
                 await slots.acquire()
-                call = self._apis.prepare(frame, key, version, host)
+                call = self._apis.prepare(frame, key, version, host, timer)
                 if key == apis.PRODUCE_KEY:
                     # Produce requests of one connection append in the order sent.
                     call = _after(last_produce, call)
                 task = asyncio.create_task(call)
                 if key == apis.PRODUCE_KEY:
                     last_produce = task
-                answers.put_nowait(task)
+                answers.put_nowait((task, timer))
         finally:
             answers.put_nowait(None)
             if ended and not write_task.done():
@@ -207,26 +215,35 @@ async def _after(
 
 
 async def _write_in_order(
-    answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+    answers: asyncio.Queue[_Answer | None],
     writer: asyncio.StreamWriter,
     slots: asyncio.Semaphore,
+    metrics: RequestMetrics,
 ) -> None:
-    """Write each queued request's answer in request order (None: none, acks=0)."""
+    """Write each queued request's answer in request order (None: none, acks=0), and
+    record its times once sent (the response queue: ready until taken here)."""
     try:
         while True:
-            task = await answers.get()
-            if task is None:
+            answer = await answers.get()
+            if answer is None:
                 return
+            task, timer = answer
             try:
                 frame = await task
+            except BaseException:
+                timer.picked = time.perf_counter()
+                metrics.record(timer, timer.picked, response_queue=True)
+                raise
             finally:
                 slots.release()
+            timer.picked = time.perf_counter()
             if frame is not None:
                 writer.write(frame)
                 await writer.drain()
+            metrics.record(timer, time.perf_counter(), response_queue=True)
     finally:
         # Handlers still running belong to a closed connection.
         while not answers.empty():
             pending = answers.get_nowait()
             if pending is not None:
-                pending.cancel()
+                pending[0].cancel()

@@ -82,6 +82,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -130,6 +131,7 @@ from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.server_common.metrics import add_remote
 from raftka.storage import Log
 from raftka.storage.log_manager import LogManager, PartitionKey
 
@@ -592,12 +594,17 @@ class ReplicaManager:
             results.append(result)
         if pending:
             self._arm_expiry()
-            for at, tp, future in pending:
-                error = await future
-                if error is not None:
-                    results[at] = ProduceResult(
-                        tp[0], tp[1], error, current_leader=self._leader_info(tp, error)
-                    )
+            parked = time.perf_counter()
+            try:
+                for at, tp, future in pending:
+                    error = await future
+                    if error is not None:
+                        results[at] = ProduceResult(
+                            tp[0], tp[1], error, current_leader=self._leader_info(tp, error)
+                        )
+            finally:
+                # acks=all's wait for the followers: Kafka's RemoteTimeMs.
+                add_remote(time.perf_counter() - parked)
         return results
 
     def _leader_info(self, tp: PartitionKey, error: KafkaError) -> dict[str, Any] | None:
@@ -709,10 +716,13 @@ class ReplicaManager:
             if size >= min_bytes or urgent or remaining_ms <= 0 or not waiters or self._stopping:
                 return results
             self.fetch_waiters += 1
+            parked = time.perf_counter()
             try:
                 await _wait_any(waiters, remaining_ms)
             finally:
                 self.fetch_waiters -= 1
+                # The long poll's wait for min_bytes: Kafka's RemoteTimeMs.
+                add_remote(time.perf_counter() - parked)
 
     def _read_all(
         self,

@@ -58,9 +58,17 @@ def groups_command() -> None:
 @bootstrap_option
 @api_timeout_option
 def list_command(bootstrap_server: str, api_timeout_ms: int) -> None:
-    """Every group, with its state."""
+    """Every group, with its state. A live broker that does not answer in time costs
+    only its groups: a warning on stderr names it (as Kafka's AdminClient lists from
+    the brokers that answer)."""
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
-        for g in admin.list_groups():
+        result = admin.list_groups_result()
+        for broker_id, error in sorted(result.errors.items()):
+            click.echo(
+                f"warning: broker {broker_id} did not answer, its groups are not listed: {error}",
+                err=True,
+            )
+        for g in result.groups:
             click.echo(f"{g.group_id}\t{g.state}\t{g.protocol_type or '-'}")
 
 

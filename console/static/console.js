@@ -140,6 +140,15 @@ async function pollGroups() {
       tr.addEventListener("click", () => { selectedGroup = g.group_id; pollGroup(); });
       return tr;
     }));
+    // A broker that did not answer: the list lacks its groups; say which one.
+    const missing = answer.unanswered || [];
+    if (missing.length) {
+      errors.set("groups-partial", "consumer groups: partial list, " + missing.map((u) =>
+        "broker " + u.broker_id + " did not answer: " + u.error).join("; "));
+    } else {
+      errors.delete("groups-partial");
+    }
+    showErrors();
   }
   await pollGroup();
 }

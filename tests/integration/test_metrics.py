@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from group_helpers import commit_offsets
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftka.client import Producer, TopicPartition
+from raftka.client import Consumer, NewTopic, Producer, TopicPartition
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import OffsetAndMetadata
-from raftka.common.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from raftka.local import wait_for
 from raftka.testing import RaftkaCluster
 
@@ -77,17 +77,8 @@ def test_every_process_exports_kafka_metrics(cluster: RaftkaCluster) -> None:
         assert [f.result(0).offset for f in futures[:3]] == [0, 0, 0]
     group = cluster.unique_name("group")
     with GroupAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin:
-
-        def commit() -> bool:
-            # Partition 0 read up to offset 4 of its 10 records: a lag of 6. The first
-            # group makes the brokers create __consumer_offsets: retry until it is led.
-            try:
-                admin.alter_offsets(group, {TopicPartition(topic, 0): OffsetAndMetadata(4)})
-            except (NotCoordinatorError, CoordinatorNotAvailableError):
-                return False
-            return True
-
-        wait_for(commit, timeout_s=30, message="no group coordinator")
+        # Partition 0 read up to offset 4 of its 10 records: a lag of 6.
+        commit_offsets(admin, group, {TopicPartition(topic, 0): OffsetAndMetadata(4)})
 
     brokers = [cluster.brokers[i].address for i in cluster.brokers.ids]
 
@@ -149,3 +140,99 @@ def test_every_process_exports_kafka_metrics(cluster: RaftkaCluster) -> None:
     active_one = scraped_c[active.index(1)]
     assert value(active_one, "kafka_server_raftmetrics_commit_latency_ms_count") >= 1
     assert value(active_one, REQUESTS, request="CreateTopics") >= 1
+
+
+SPLIT = "kafka_network_requestmetrics_"
+STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems")
+
+
+def summed(scraped: list[Samples], name: str, request: str) -> float:
+    return sum(v for s in scraped for labels, v in s.get(name, []) if labels["request"] == request)
+
+
+def test_request_time_split_remote_is_the_acks_all_wait(cluster: RaftkaCluster) -> None:
+    """Every request's time is split into Kafka's stages: Produce and Fetch have counts
+    in each; an acks=1 produce spends no remote time (it never parks) while an acks=all
+    one waits for its followers there; the stages add up to the total."""
+    topic = cluster.create_topic(partitions=1, replication_factor=3)
+    brokers = [cluster.brokers[i].address for i in cluster.brokers.ids]
+
+    def produce(acks: int | str) -> float:
+        """The brokers' Produce remote time (ms) these requests added."""
+        before = summed([scrape(a) for a in brokers], f"{SPLIT}remotetimems_sum", "Produce")
+        with Producer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            max_block_ms=API_TIMEOUT_MS,
+            acks=acks,
+            enable_idempotence=acks == "all",
+        ) as producer:
+            for i in range(5):  # one request each
+                producer.send(topic, b"split-%d" % i).result(API_TIMEOUT_MS / 1000)
+        after = summed([scrape(a) for a in brokers], f"{SPLIT}remotetimems_sum", "Produce")
+        return after - before
+
+    # Only this test produces while it runs (the module's tests run one after another).
+    assert produce(1) == 0
+    assert produce("all") > 0
+    scraped = [scrape(a) for a in brokers]
+    for api in ("Produce", "Fetch"):
+        for stage in (*STAGES, "totaltimems"):
+            assert summed(scraped, f"{SPLIT}{stage}_count", api) >= 5, (api, stage)
+        total = summed(scraped, f"{SPLIT}totaltimems_sum", api)
+        parts = sum(summed(scraped, f"{SPLIT}{stage}_sum", api) for stage in STAGES)
+        assert abs(total - parts) <= 0.01 * total + 1.0, (api, total, parts)
+
+
+def test_lag_of_partitions_led_by_every_broker(cluster: RaftkaCluster) -> None:
+    """A group committed offsets on 3 partitions, each led by (and only on) a different
+    broker: the coordinator exports the lag of all 3 (two through their leaders' HW),
+    and the lag drops to 0 once a consumer has read and committed everything."""
+    ids = sorted(cluster.brokers.ids)
+    topic = cluster.unique_name("lag")
+    cluster.admin.create_topics(
+        [NewTopic(topic, replica_assignment={p: (b,) for p, b in enumerate(ids)})],
+        timeout_ms=API_TIMEOUT_MS,
+    )
+    cluster.wait_topic(topic, len(ids))
+    per_partition = 10
+    with Producer(
+        bootstrap_servers=cluster.bootstrap_servers, max_block_ms=API_TIMEOUT_MS, acks="all"
+    ) as producer:
+        for i in range(per_partition * len(ids)):
+            producer.send(topic, b"lag-%d" % i, partition=i % len(ids))
+        producer.flush(timeout_ms=API_TIMEOUT_MS)
+    group = cluster.unique_name("lag-group")
+    committed = 3
+    with GroupAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        offsets = {TopicPartition(topic, p): OffsetAndMetadata(committed) for p in range(3)}
+        coordinator = commit_offsets(admin, group, offsets)
+    address = cluster.brokers[coordinator].address
+
+    def lags() -> dict[str, float]:
+        found = scrape(address).get("kafka_consumergroup_group_lag", [])
+        return {
+            labels["partition"]: v
+            for labels, v in found
+            if labels["group"] == group and labels["topic"] == topic
+        }
+
+    expected = {str(p): per_partition - committed for p in range(len(ids))}
+    wait_for(lambda: lags() == expected, timeout_s=30, message=lambda: f"lag {lags()}")
+    with Consumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        default_api_timeout_ms=API_TIMEOUT_MS,
+    ) as consumer:
+        consumer.subscribe([topic])
+        left = (per_partition - committed) * len(ids)
+
+        def consumed() -> bool:
+            nonlocal left
+            left -= sum(len(rs) for rs in consumer.poll(200).values())
+            return left <= 0
+
+        wait_for(consumed, timeout_s=30, message=lambda: f"{left} records not consumed")
+        consumer.commit()
+    zero = dict.fromkeys(expected, 0.0)
+    wait_for(lambda: lags() == zero, timeout_s=30, message=lambda: f"lag {lags()}")

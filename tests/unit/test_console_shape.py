@@ -26,7 +26,11 @@ from raftka.client.structs import (
     TopicDescription,
     TopicPartition,
 )
-from raftka.common.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from raftka.common.errors import (
+    InvalidRequestError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+)
 from raftka.common.messages.controller import DescribeQuorumResponse, QuorumReplica
 from raftka.common.record.header import TimestampType
 from raftka.console import shape
@@ -181,6 +185,17 @@ def test_group_lag_is_unknown_when_no_end_offset_is() -> None:
 def test_groups_are_listed_by_id() -> None:
     listings = [ConsumerGroupListing("b", "consumer", "Empty"), ConsumerGroupListing("a", "", "")]
     assert [g["group_id"] for g in shape.groups_json(listings)["groups"]] == ["a", "b"]
+
+
+def test_groups_name_the_brokers_that_did_not_answer() -> None:
+    """A partial list says which broker's groups are missing, with its error line."""
+    listings = [ConsumerGroupListing("a", "consumer", "Stable")]
+    down = NetworkError("POST 127.0.0.1:9093/v1/list-groups: ClientConnectorError: refused")
+    answer = shape.groups_json(listings, {102: down})
+    assert [g["group_id"] for g in answer["groups"]] == ["a"]
+    assert answer["unanswered"] == [{"broker_id": 102, "error": str(down)}]
+    assert "NETWORK_EXCEPTION" in answer["unanswered"][0]["error"]
+    assert shape.groups_json(listings)["unanswered"] == []
 
 
 @pytest.mark.parametrize(

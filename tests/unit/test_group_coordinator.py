@@ -300,6 +300,9 @@ def test_rebalance_completes_when_all_members_rejoin() -> None:
     assert broker.join(b) is None
     assert {broker.joins[m].generation_id for m in (a, b, c)} == {generation + 1}
     assert broker.state() is GroupState.COMPLETING_REBALANCE
+    # The metrics' rebalance counter: one per completed join phase (generation bump).
+    group = broker.manager.group(G)
+    assert group is not None and group.rebalances == generation + 1
 
 
 def test_rebalance_timeout_removes_members_that_did_not_rejoin() -> None:

@@ -117,9 +117,26 @@ async def _test_pipelined_requests_are_answered_in_order() -> None:
         # Each answered request was timed under Kafka's API name.
         registry = kafka._apis._server.metrics.registry
         labels = {"request": "ApiVersions"}
-        for name in ("requests_total", "totaltimems_count"):
+        stages = (
+            "requestqueuetimems",
+            "localtimems",
+            "remotetimems",
+            "responsequeuetimems",
+            "responsesendtimems",
+        )
+        names = ("requests_total", "totaltimems_count", *(f"{s}_count" for s in stages))
+        for name in names:
             answered = registry.get_sample_value(f"kafka_network_requestmetrics_{name}", labels)
             assert answered == 20, name
+
+        def ms(name: str) -> float:
+            found = registry.get_sample_value(f"kafka_network_requestmetrics_{name}", labels)
+            assert found is not None, name
+            return float(found)
+
+        # The Kafka listener has every stage, response queue included: they add up.
+        parts = sum(ms(f"{s}_sum") for s in stages)
+        assert abs(ms("totaltimems_sum") - parts) < 1e-6 + 1e-9 * parts
     finally:
         await kafka.close()
 

@@ -10,10 +10,13 @@ run on a built, unstarted BrokerServer through aiohttp's in-process test client.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from broker_harness import broker_config
 from partition_state_helpers import leader
@@ -21,6 +24,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.broker.coordinator.group import GroupState
+from raftka.broker.leader_hws import LeaderHighWatermarks
 from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics, count_records
 from raftka.broker.replication.data_plane import FetchResult, ProduceResult
 from raftka.broker.server import BrokerServer
@@ -31,7 +35,15 @@ from raftka.metadata.controller_events import _Stats
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.metrics import ControllerMetrics
 from raftka.raft.quorum.engine import QuorumInfo
-from raftka.server_common.metrics import new_registry
+from raftka.server_common.metrics import (
+    RequestMetrics,
+    RequestTimer,
+    add_queue,
+    add_remote,
+    new_registry,
+    start_timing,
+    stop_timing,
+)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -107,8 +119,14 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
     loop_lag = SimpleNamespace(
         health=lambda: {"p50_ms": 0.5, "p99_ms": 12.0, "window_max_ms": 40.0}
     )
+    # The leaders' HWs of partitions with no replica here (broker/leader_hws.py): one
+    # answered, one did not.
+    leader_hws = {("elsewhere", 0): 12}
     return SimpleNamespace(
-        manager=manager, loop_lag=loop_lag, coordinator=SimpleNamespace(core=core)
+        manager=manager,
+        loop_lag=loop_lag,
+        coordinator=SimpleNamespace(core=core),
+        leader_hws=SimpleNamespace(get=lambda topic, index: leader_hws.get((topic, index))),
     )
 
 
@@ -117,13 +135,18 @@ class _Core:
 
     def __init__(self) -> None:
         self.groups = {
-            "g1": SimpleNamespace(state=GroupState.STABLE, generation_id=3),
-            "g2": SimpleNamespace(state=GroupState.EMPTY, generation_id=0),
+            # Generation 3, of which 2 rebalances completed since this broker loaded it.
+            "g1": SimpleNamespace(state=GroupState.STABLE, generation_id=3, rebalances=2),
+            "g2": SimpleNamespace(state=GroupState.EMPTY, generation_id=0, rebalances=0),
         }
         self.offsets = {
             "g1": {TopicPartition("t", 0): SimpleNamespace(offset=4)},
-            # A partition with no replica on this broker: an offset, no lag.
-            "g2": {TopicPartition("elsewhere", 0): SimpleNamespace(offset=9)},
+            # Partitions with no replica on this broker: lag from the leader's HW when
+            # it answered, none when it did not.
+            "g2": {
+                TopicPartition("elsewhere", 0): SimpleNamespace(offset=9),
+                TopicPartition("unanswered", 0): SimpleNamespace(offset=1),
+            },
         }
 
     def group_ids(self) -> tuple[str, ...]:
@@ -169,18 +192,20 @@ def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
     assert at(found, gm + "numgroupsstable") == 1
     assert at(found, gm + "numgroupsempty") == 1
     assert at(found, gm + "numgroupspreparingrebalance") == 0
-    assert at(found, gm + "numoffsets") == 2
+    assert at(found, gm + "numoffsets") == 3
     assert at(found, "kafka_coordinator_group_generation", group="g1") == 3
+    assert at(found, gm + "rebalances_total", group="g1") == 2
+    assert at(found, gm + "rebalances_total", group="g2") == 0
     # Lag: the HW of this broker's replica (6) minus the committed offset (4).
     assert at(found, "kafka_consumergroup_group_lag", group="g1", topic="t", partition="0") == 2
     assert (
         at(found, "kafka_consumergroup_group_offset", group="g2", topic="elsewhere", partition="0")
         == 9
     )
-    assert not any(
-        name == "kafka_consumergroup_group_lag" and ("group", "g2") in labels
-        for name, labels in found
-    )
+    lag = "kafka_consumergroup_group_lag"
+    # The leader's HW (12) minus the committed offset (9).
+    assert at(found, lag, group="g2", topic="elsewhere", partition="0") == 3
+    assert not any(name == lag and ("topic", "unanswered") in labels for name, labels in found)
 
 
 # ------------------------------------------------------------------ the controller collector
@@ -281,6 +306,17 @@ def test_broker_endpoint_times_requests_by_kafka_api_name(tmp_path: Path) -> Non
             assert at(found, requests, request="unknown") == 1
             timed = "kafka_network_requestmetrics_totaltimems_count"
             assert at(found, timed, request="ListOffsets") == 2
+            # The middleware sends the answer itself to time the send.
+            split = "kafka_network_requestmetrics_"
+            for stage in ("requestqueuetimems", "localtimems", "remotetimems"):
+                assert at(found, f"{split}{stage}_count", request="ListOffsets") == 2
+            assert at(found, f"{split}responsesendtimems_count", request="ListOffsets") == 2
+            total = at(found, f"{split}totaltimems_sum", request="ListOffsets")
+            parts = sum(
+                at(found, f"{split}{stage}_sum", request="ListOffsets")
+                for stage in ("requestqueuetimems", "localtimems", "remotetimems")
+            ) + at(found, f"{split}responsesendtimems_sum", request="ListOffsets")
+            assert abs(total - parts) < 0.01 * total + 1e-3, (total, parts)
             # Each server has its own registry: the second one saw nothing.
             assert (requests, (("request", "ListOffsets"),)) not in scrape(second.metrics.registry)
         finally:
@@ -296,3 +332,136 @@ def test_elections_count_once_per_epoch_with_a_leader() -> None:
     for epoch in (1, 1, 2, 2, 5, 4):  # repeats and a stale report count nothing
         stats.leader_known(epoch)
     assert (stats.elections, stats.last_elected_epoch) == (3, 5)
+
+
+# ------------------------------------------------------------------ the request-time split
+
+
+def test_request_time_split_sums_to_the_total() -> None:
+    """A request's stages come from its timer: queue = arrival to handler start plus
+    the I/O worker wait, local = the handler's time less its queue and remote waits,
+    response queue = ready to picked, send = picked to sent; their sum is the total."""
+    registry = new_registry()
+    metrics = RequestMetrics(registry)
+    timer = RequestTimer(10.0)
+    timer.api = "Produce"
+    timer.started = 10.002  # 2 ms between the frame read and the handler
+    timer.queued = 0.001  # 1 ms waiting for an I/O worker
+    timer.remote = 0.020  # 20 ms parked for acks=all
+    timer.ready = 10.030  # the handler took 28 ms: 7 of them its own work
+    timer.picked = 10.034  # 4 ms behind an earlier answer
+    metrics.record(timer, 10.035, response_queue=True)  # 1 ms to write
+    found = scrape(registry)
+    stages = {
+        "requestqueuetimems": 3.0,
+        "localtimems": 7.0,
+        "remotetimems": 20.0,
+        "responsequeuetimems": 4.0,
+        "responsesendtimems": 1.0,
+    }
+    name = "kafka_network_requestmetrics_"
+    for stage, ms in stages.items():
+        assert abs(at(found, f"{name}{stage}_sum", request="Produce") - ms) < 1e-6, stage
+        assert at(found, f"{name}{stage}_count", request="Produce") == 1
+    assert abs(at(found, f"{name}totaltimems_sum", request="Produce") - 35.0) < 1e-6
+    # The HTTP API has no response queue: it records none.
+    http = RequestTimer(1.0)
+    http.api = "Fetch"
+    http.started = http.ready = http.picked = 1.0
+    metrics.record(http, 1.001, response_queue=False)
+    found = scrape(registry)
+    assert at(found, f"{name}responsesendtimems_count", request="Fetch") == 1
+    assert (f"{name}responsequeuetimems_count", (("request", "Fetch"),)) not in found
+
+
+def test_waits_reach_the_running_request_only() -> None:
+    """add_remote/add_queue add to the timer of the task that serves the request; a
+    task it spawns (a background job: it copies the context) and code outside any
+    request add nothing."""
+    add_remote(5.0)  # no request: nothing to add to, no error
+
+    async def main() -> RequestTimer:
+        timer = RequestTimer(0.0)
+        token = start_timing(timer)
+        try:
+
+            async def background() -> None:
+                add_remote(0.25)
+                add_queue(0.25)
+
+            await asyncio.create_task(background())
+            add_remote(0.5)
+            add_queue(0.75)
+        finally:
+            stop_timing(token)
+        add_remote(9.0)  # after the request: not counted
+        return timer
+
+    timer = asyncio.run(main())
+    assert (timer.remote, timer.queued) == (0.5, 0.75)
+
+
+# ------------------------------------------------------------------ leaders' high watermarks
+
+
+def test_leader_high_watermarks_bounded_by_timeout_and_cached() -> None:
+    """Two leaders: one answers ListOffsets, one never does. A refresh returns within
+    its timeout with the first one's HWs only; a second refresh inside max_age asks
+    nobody; a partition with no leader is not asked."""
+
+    async def main() -> None:
+        asked: list[object] = []
+        hang = asyncio.Event()
+
+        async def answers(request: web.Request) -> web.Response:
+            body = await request.json()
+            asked.append(body)
+            responses = [
+                {"topic": p["topic"], "partition": p["partition"], "offset": 40 + p["partition"]}
+                for p in body["partitions"]
+            ]
+            return web.json_response({"responses": responses})
+
+        async def hangs(_request: web.Request) -> web.Response:
+            await hang.wait()
+            return web.json_response({"responses": []})
+
+        servers = []
+        for handler in (answers, hangs):
+            app = web.Application()
+            app.add_routes([web.post("/v1/list-offsets", handler)])
+            servers.append(TestServer(app))
+        for server in servers:
+            await server.start_server()
+        leaders = {("t", 0): 1, ("t", 1): 1, ("u", 0): 2, ("v", 0): NO_LEADER}
+        topics = SimpleNamespace(
+            partition_by_name=lambda t, p: SimpleNamespace(leader=leaders[(t, p)])
+        )
+        addresses = {i + 1: f"{s.host}:{s.port}" for i, s in enumerate(servers)}
+        now = [100.0]
+        async with aiohttp.ClientSession() as session:
+            hws = LeaderHighWatermarks(
+                image=lambda: SimpleNamespace(topics=topics),
+                address_of=addresses.get,
+                session=lambda: session,
+                wanted=lambda: leaders,
+                timeout_s=0.3,
+                max_age_s=1.0,
+                clock=lambda: now[0],
+            )
+            started = time.monotonic()
+            await hws.refresh()
+            assert time.monotonic() - started < 2.0, "the refresh waited for the silent leader"
+            assert (hws.get("t", 0), hws.get("t", 1)) == (40, 41)
+            assert hws.get("u", 0) is None and hws.get("v", 0) is None
+            assert len(asked) == 1 and hws.refreshes == 1
+            await hws.refresh()  # inside max_age: the answers are reused
+            assert len(asked) == 1 and hws.refreshes == 1
+            now[0] += 1.0
+            await hws.refresh()
+            assert len(asked) == 2 and hws.refreshes == 2
+        hang.set()
+        for server in servers:
+            await server.close()
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ produce/fetch helpers and the topic layout it needs.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,18 @@ from raftka.storage.log_manager import LogManager
 def run(body: Callable[[], Awaitable[None]]) -> None:
     """Run a test's async body on a fresh loop."""
     asyncio.run(body())  # type: ignore[arg-type]
+
+
+#: How long ``until`` waits for a condition before failing.
+UNTIL_DEADLINE_S = 10.0
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait (on the loop) until ``check()``; fail naming ``what`` after the deadline."""
+    deadline = time.monotonic() + UNTIL_DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)  # a poll of a condition with a deadline
 
 
 class Clock:

@@ -92,8 +92,10 @@ from raftka.broker.replication.data_plane import (
 )
 from raftka.broker.replication.partition import (
     ConsumerRead,
+    FetchAnswer,
     FollowerRead,
     MetadataOutcome,
+    ProduceOutcome,
     Ready,
     Replica,
 )
@@ -107,12 +109,13 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from raftka.common.messages.controller import AlterPartitionRequest
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
@@ -147,6 +150,12 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Who holds a log during a cleaner pass (the I/O workers' jobs name themselves).
 CLEANER: Final = "the log cleaner"
+#: The I/O workers' jobs that run a core call (they change the replica's state, not
+#: only its log: the loop leaves that state alone until they end, see _core_held).
+APPEND: Final = "an append"
+FOLLOWER_APPEND: Final = "a follower append"
+TRUNCATION: Final = "a truncation"
+CORE_JOBS: Final = frozenset({APPEND, FOLLOWER_APPEND, TRUNCATION})
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -198,6 +207,8 @@ class ReplicaManager:
         )
         # stop_replica calls that waited for a held log: tp -> delete?
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
+        # Topic configs that changed while a worker's core call held the partition.
+        self._reconfigure_after_hold: set[PartitionKey] = set()
 
     # ================================================================ metadata
 
@@ -210,7 +221,10 @@ class ReplicaManager:
             # min.insync.replicas to the next produce, the log's settings to the next
             # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
-                self._configure(p, image.configs.topic_config(p.topic))
+                if self._core_held(p.tp):
+                    self._reconfigure_after_hold.add(p.tp)  # a worker appends: see _release
+                else:
+                    self._configure(p, image.configs.topic_config(p.topic))
         if changes.is_empty():
             return
         now = self._clock_ms()
@@ -540,21 +554,29 @@ class ReplicaManager:
         request_id = next(self._request_ids)
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
-        results: list[ProduceResult] = []
-        pending: list[tuple[int, PartitionKey, asyncio.Future[KafkaError | None]]] = []
-        for topic, index, data in entries:
-            if (topic, index) in self._held and not await self._clean_ended(
-                (topic, index), deadline_ms
-            ):
-                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of((topic, index))}")
-                results.append(ProduceResult(topic, index, held))
-                continue
-            result, future = self._produce_one(
-                request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+        # Each partition appends on an I/O worker, in its strand; the partitions of one
+        # request append concurrently (one request, one partition is the common case:
+        # no task then).
+        if len(entries) == 1:
+            topic, index, data = entries[0]
+            appended = [
+                await self._append_on_worker(
+                    request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+                )
+            ]
+        else:
+            appended = await asyncio.gather(
+                *(
+                    self._append_on_worker(request_id, t, i, d, acks=acks, deadline_ms=deadline_ms)
+                    for t, i, d in entries
+                )
             )
-            if future is not None:
-                pending.append((len(results), (topic, index), future))
-            results.append(result)
+        results = [result for result, _ in appended]
+        pending = [
+            (at, (result.topic, result.partition), future)
+            for at, (result, future) in enumerate(appended)
+            if future is not None
+        ]
         if pending:
             self._arm_expiry()
             for at, tp, future in pending:
@@ -570,7 +592,7 @@ class ReplicaManager:
             return self.current_leader(*tp)
         return None
 
-    def _produce_one(
+    async def _append_on_worker(
         self,
         request_id: int,
         topic: str,
@@ -580,13 +602,73 @@ class ReplicaManager:
         acks: int,
         deadline_ms: int,
     ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+        """One partition of a produce: the core's ``append_as_leader`` on an I/O worker,
+        in the partition's strand (appends of one partition run one at a time, in the
+        order they took the strand: arrival order, since nothing awaits before it),
+        while the log is held; its Ready and the purgatory on the loop, before the log
+        is given back."""
+        tp = (topic, index)
+        if tp not in self.partitions:
+            return self._not_appended(topic, index), None
+        async with self.io.strand(tp):
+            if tp in self._held and not await self._clean_ended(tp, deadline_ms):
+                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
+                return ProduceResult(topic, index, held), None
+            if not self._hold(tp, APPEND):
+                return self._not_appended(topic, index), None
+            try:
+                p = self.partitions[tp]
+                try:
+                    outcome = await self._run_core_job(
+                        p,
+                        lambda: p.replica.append_as_leader(
+                            data, acks=acks, local=f" on broker {self.broker_id}"
+                        ),
+                        _ready_of,
+                    )
+                except KafkaStorageError as e:
+                    return ProduceResult(topic, index, e), None
+                return self._appended(request_id, p, outcome, deadline_ms)
+            finally:
+                self._release(tp)
+
+    async def _run_core_job(
+        self, p: Partition, call: Callable[[], T], ready_of: Callable[[T], Ready]
+    ) -> T:
+        """``call`` (a core call that writes the log) on an I/O worker. Cancelled while
+        it runs, the caller still carries out what the core asked (the job cannot be
+        undone); an unexpected error is logged and raised as KAFKA_STORAGE_ERROR (the
+        core turns the log's own errors into its answer)."""
+        done: list[T] = []
+
+        def job() -> None:
+            done.append(call())
+
+        try:
+            await self.io.run(job)
+        except asyncio.CancelledError:
+            if done:
+                self.carry_out(p, ready_of(done[0]))
+            raise
+        except Exception as e:
+            log.error(
+                "append job failed",
+                extra={"fields": {"partition": _name(p.tp), "error": repr(e)}},
+            )
+            raise KafkaStorageError(f"{_name(p.tp)}: {e}") from e
+        return done[0]
+
+    def _not_appended(self, topic: str, index: int) -> ProduceResult:
         found = self._leading(topic, index)
-        if isinstance(found, KafkaError):
-            return ProduceResult(
-                topic, index, found, current_leader=self.current_leader(topic, index)
-            ), None
-        p = found
-        outcome = p.replica.append_as_leader(data, acks=acks, local=f" on broker {self.broker_id}")
+        error = found if isinstance(found, KafkaError) else self._missing(topic, index)
+        return ProduceResult(topic, index, error, current_leader=self.current_leader(topic, index))
+
+    def _appended(
+        self, request_id: int, p: Partition, outcome: ProduceOutcome, deadline_ms: int
+    ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+        """What the loop does after a leader append: carry out its Ready, answer, and
+        park acks=all in the purgatory."""
+        topic, index = p.tp
         self.carry_out(p, outcome.ready)
         if outcome.error is not None:
             return ProduceResult(
@@ -662,6 +744,7 @@ class ReplicaManager:
             raise CorruptMessageError(f"more than {REQUEST_PARTITIONS_MAX} partitions in one fetch")
         deadline_ms = self._clock_ms() + max(0, min(max_wait_ms, FETCH_WAIT_MS_MAX))
         while True:
+            await self._worker_jobs_ended(partitions, deadline_ms)
             waiters = [
                 p.signal.waiter()
                 for req in partitions
@@ -679,6 +762,23 @@ class ReplicaManager:
             finally:
                 self.fetch_waiters -= 1
 
+    async def _worker_jobs_ended(
+        self, partitions: Sequence[FetchPartition], deadline_ms: int
+    ) -> None:
+        """Until the I/O worker jobs holding any of ``partitions`` now have ended (an
+        append, an fsync: short), or ``deadline_ms``: a fetch then reads what they
+        wrote rather than answering nothing for those partitions. A cleaner's pass is
+        long: not waited for (the fetch parks on the partition's signal instead)."""
+        jobs = {
+            done
+            for req in partitions
+            if (done := self._held.get((req.topic, req.partition))) is not None
+            and self._holders.get((req.topic, req.partition)) != CLEANER
+        }
+        if jobs:
+            remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+            await asyncio.wait(jobs, timeout=remaining_s)
+
     def _read_all(
         self,
         replica_id: int,
@@ -692,8 +792,9 @@ class ReplicaManager:
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._held:
-                # Nothing from a log the cleaner holds; end_clean fires the signal this
-                # fetch parks on, so it reads again as soon as the pass ends. A consumer's
+                # Nothing from a log a thread holds (the cleaner, or a worker job that
+                # began after _worker_jobs_ended); _release fires the signal this fetch
+                # parks on, so it reads again as soon as the hold ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
                 # state alone, so they are answered at once.
                 if replica_id < 0:
@@ -859,6 +960,8 @@ class ReplicaManager:
         """The ISR-shrink timer's work: propose dropping followers that lag too long."""
         now = self._clock_ms()
         for p in list(self.partitions.values()):
+            if self._core_held(p.tp):
+                continue  # a worker's core call owns the state: the next tick sees it
             ready = p.replica.tick(now)
             if ready.isr_proposal is not None:
                 log.info(
@@ -931,13 +1034,20 @@ class ReplicaManager:
                 partition_epoch=proposal.partition_epoch,
                 new_isr=list(proposal.new_isr),
             )
+            answer: AlterPartitionResponse | KafkaError
             try:
                 answer = await self.alter_partition(
                     request, timeout_ms=self.config.request_timeout_ms
                 )
             except KafkaError as e:
+                answer = e
+            # An append on a worker reads the ISR: apply the answer between two jobs.
+            await self._core_jobs_ended(p.tp)
+            if self.partitions.get(p.tp) is not p or p.state.pending_isr_change != proposal:
+                return
+            if isinstance(answer, KafkaError):
                 outcome, ready = p.replica.on_alter_partition_response(
-                    proposal=proposal, error=type(e)
+                    proposal=proposal, error=type(answer)
                 )
             else:
                 outcome, ready = p.replica.on_alter_partition_response(
@@ -1089,7 +1199,11 @@ class ReplicaManager:
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
-        return sum(p.replica.expire_producers(now_ms) for p in self.partitions.values())
+        return sum(
+            p.replica.expire_producers(now_ms)
+            for p in self.partitions.values()
+            if not self._core_held(p.tp)  # its turn comes at the next check
+        )
 
     def _snapshot_producers(self, p: Partition) -> None:
         try:
@@ -1128,6 +1242,9 @@ class ReplicaManager:
             # the same name) was held back by _become_*: take it now.
             self._take_role_from_image(tp)
         p = self.partitions.get(tp)
+        if p is not None and tp in self._reconfigure_after_hold:
+            self._reconfigure_after_hold.discard(tp)
+            self._configure(p, self.image.configs.topic_config(p.topic))
         if p is not None:
             p.signal.fire()  # parked fetches read again
 
@@ -1212,9 +1329,31 @@ class ReplicaManager:
     async def wait_io_released(self, tps: Iterable[PartitionKey]) -> None:
         """Until no I/O worker holds any of ``tps`` (a metadata change then applies to
         logs only the loop touches; the cleaner's holds are handled as before)."""
-        for tp in tps:
-            while (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER:
-                await asyncio.shield(done)
+        # Until one look finds none held: appends take holds all the time now, so a
+        # partition checked earlier may be held again by the time a later one ends.
+        wanted = list(tps)
+        while True:
+            busy = next(
+                (
+                    done
+                    for tp in wanted
+                    if (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER
+                ),
+                None,
+            )
+            if busy is None:
+                return
+            await asyncio.shield(busy)
+
+    def _core_held(self, tp: PartitionKey) -> bool:
+        """True while a worker runs a core call of ``tp`` (an append, a truncation): the
+        replica's state is the thread's until it ends, not only its log."""
+        return self._holders.get(tp) in CORE_JOBS
+
+    async def _core_jobs_ended(self, tp: PartitionKey) -> None:
+        """Until no worker runs a core call of ``tp``."""
+        while self._core_held(tp) and (done := self._held.get(tp)) is not None:
+            await asyncio.shield(done)
 
     def _on_truncate(self, segment_log: Log, offset: int) -> None:
         cleaner = self.logs.cleaner
@@ -1315,6 +1454,10 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     """What one partition may add to a fetch response; None once the response's budget
     is spent (a partition limit of 0 still reads: the log may return one batch)."""
     return min(req.partition_max_bytes, budget) if budget > 0 else None
+
+
+def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:
+    return outcome.ready
 
 
 def _flush_job(p: Partition) -> Callable[[], bool]:

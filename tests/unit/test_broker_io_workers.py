@@ -18,14 +18,15 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from broker_harness import BrokerHarness, Clock, register_brokers, run
+from broker_harness import until as _until
 
 from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
+from raftka.broker.replication.manager import APPEND
 from raftka.common.record import Record, build_batch
 from raftka.metadata.metadata_records import (
     ConfigRecord,
@@ -35,14 +36,6 @@ from raftka.metadata.metadata_records import (
 )
 
 DEADLINE_S = 10.0
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    """Wait (on the loop) until ``check()``; fail naming ``what`` after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)  # a poll of a condition with a deadline
 
 
 # ---------------------------------------------------------------------- the pool
@@ -306,9 +299,20 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         b = _Broker(tmp_path, clock)
         await b.topic(segment_bytes="1000")
         log = b.manager.partitions[("t", 0)].log
+        # Appends run on the workers too now: who held the log at each fsync tells the
+        # appending job's from the roll's snapshot job's.
+        flushed_under: list[str | None] = []
+        real_flush = log.flush
+
+        def flush(*args: Any, **kwargs: Any) -> None:
+            flushed_under.append(b.manager._holders.get(("t", 0)))
+            real_flush(*args, **kwargs)
+
+        log.flush = flush  # type: ignore[method-assign]
         while log.segment_count < 3:
             await b.produce(0, b"x" * 300)
-        assert log.recovery_point == 0, "the appending call fsynced the rolled segment"
+        assert flushed_under, "nothing fsynced the rolled segments"
+        assert APPEND not in flushed_under, "the appending call fsynced the rolled segment"
 
         def jobs_done() -> bool:
             snapshots = [n for n in log.path.iterdir() if n.suffix == ".snapshot"]

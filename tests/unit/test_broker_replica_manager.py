@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from broker_harness import BrokerHarness, Clock, register_brokers, run
+from broker_harness import BrokerHarness, Clock, register_brokers, run, until
 
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
@@ -127,7 +127,7 @@ def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
                 acks=-1, timeout_ms=10_000, entries=[("t", 0, _batch(b"a", b"b", b"c"))]
             )
         )
-        await asyncio.sleep(0)  # let the produce append and park
+        await until(lambda: len(h.manager.purgatory) == 1, "the produce appended and parked")
         assert not produce.done()
         assert (await h.consume(0)).records == b""
         await h.follower_fetch(2, 3)

@@ -652,7 +652,7 @@ class ReplicaManager:
             raise
         except Exception as e:
             log.error(
-                "append job failed",
+                "core job on an I/O worker failed",
                 extra={"fields": {"partition": _name(p.tp), "error": repr(e)}},
             )
             raise KafkaStorageError(f"{_name(p.tp)}: {e}") from e
@@ -1074,42 +1074,53 @@ class ReplicaManager:
 
     # ================================================================ follower side
 
-    def on_follower_records(
+    async def on_follower_records(
         self,
         p: Partition,
         *,
         records: bytes,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the fetcher asks again from the same LEO
-        answer = p.replica.on_fetch_answer(
-            records=records,
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
+        """Our leader's records for ``p`` (whole batches from our LEO): append them, on
+        an I/O worker (flush.messages' fsync with them). ``current`` tells, once the
+        partition's strand is ours, whether the fetch is still the partition's (no
+        metadata change or other answer moved it meanwhile)."""
+        await self._follower_job(
+            p,
+            FOLLOWER_APPEND,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=records,
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+            ),
         )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_diverging(
+    async def on_follower_diverging(
         self,
         p: Partition,
         *,
         diverging: EpochEndOffset,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        answer = p.replica.on_fetch_answer(
-            records=b"",
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
-            diverging_epoch=diverging,
+        """Our leader says our log diverges: truncate (log and epoch cache) on an I/O
+        worker and refetch."""
+        answer = await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=b"",
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+                diverging_epoch=diverging,
+            ),
         )
-        if answer.truncated is not None:
+        if answer is not None and answer.truncated is not None:
             log.warning(
                 "truncated a diverging log",
                 extra={
@@ -1121,15 +1132,55 @@ class ReplicaManager:
                     }
                 },
             )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
-        """Our fetch offset is below the leader's log start: restart empty there."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        self.carry_out(
-            p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
+    async def on_follower_out_of_range(
+        self,
+        p: Partition,
+        *,
+        leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Our fetch offset is below the leader's log start: restart empty there (the
+        truncation on an I/O worker)."""
+        await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: FetchAnswer(
+                ready=p.replica.on_fetch_out_of_range(
+                    leader_log_start_offset=leader_log_start_offset
+                )
+            ),
         )
+
+    async def _follower_job(
+        self,
+        p: Partition,
+        holder: str,
+        current: Callable[[], bool],
+        call: Callable[[], FetchAnswer],
+    ) -> FetchAnswer | None:
+        """A follower's core call on an I/O worker, in the partition's strand, holding
+        the log; its Ready carried out on the loop before the log is given back. None
+        (the answer dropped: the fetcher asks again from the same LEO) if a cleaner
+        holds the log, the partition changed meanwhile, or the disk failed."""
+        tp = p.tp
+        async with self.io.strand(tp):
+            if self.partitions.get(tp) is not p or not current() or not self._hold(tp, holder):
+                return None
+            try:
+                answer = await self._run_core_job(p, call, _ready_of)
+            except KafkaError as e:
+                log.error(
+                    "follower append failed",
+                    extra={"fields": {"partition": _name(tp), "error": str(e)}},
+                )
+                return None
+            else:
+                self.carry_out(p, answer.ready)
+                return answer
+            finally:
+                self._release(tp)
 
     def enforce_retention(self) -> int:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention

@@ -233,7 +233,7 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         h = _Harness(tmp_path)
         h.topic(leader=2, isr=(1, 2, 3))
         p = h.manager.partitions[("t", 0)]
-        h.manager.on_follower_records(
+        await h.manager.on_follower_records(
             p,
             records=_batch(b"a", b"b", epoch=0) + _batch(b"c", b"d", base_offset=2, epoch=0),
             leader_high_watermark=10,
@@ -241,7 +241,7 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         )
         assert p.log.log_end_offset == 4 and p.state.high_watermark == 4 == p.log.high_watermark
         # Our epoch 0 runs to 4; the leader's epoch 0 ended at 2.
-        h.manager.on_follower_diverging(
+        await h.manager.on_follower_diverging(
             p, diverging=EpochEndOffset(0, 2), leader_high_watermark=2, leader_log_start_offset=0
         )
         assert p.log.log_end_offset == 2 == p.state.log_end_offset
@@ -320,7 +320,7 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
         f = _Harness(tmp_path / "follower")
         f.topic(leader=2, isr=(1, 2))
         fp = f.manager.partitions[("t", 0)]
-        f.manager.on_follower_records(
+        await f.manager.on_follower_records(
             fp,
             records=_idempotent(b"a", b"b", seq=0),
             leader_high_watermark=2,

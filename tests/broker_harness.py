@@ -12,6 +12,7 @@ produce/fetch helpers and the topic layout it needs.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -154,3 +155,29 @@ class BrokerHarness:
             partitions=[FetchPartition("t", 0, offset)],
         )
         return result
+
+
+class AppendGate:
+    """Wraps a log's ``append_as_leader`` so each call waits for ``open`` on its worker
+    thread (a slow disk), counting calls in flight at once."""
+
+    def __init__(self, log: Any) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.running = 0
+        self.max_running = 0
+        self._lock = threading.Lock()
+        self._real = log.append_as_leader
+        log.append_as_leader = self
+
+    def __call__(self, data: bytes, epoch: int) -> Any:
+        with self._lock:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        self.entered.set()
+        try:
+            self.open.wait(UNTIL_DEADLINE_S)
+            return self._real(data, epoch)
+        finally:
+            with self._lock:
+                self.running -= 1

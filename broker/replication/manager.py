@@ -20,7 +20,9 @@ needed).
   then leaders, then followers (``Replica.on_metadata_change``; the fetchers are told
   where to fetch).
 - **Produce** (:meth:`produce`): ``Replica.append_as_leader`` (acks, leadership,
-  min.insync.replicas, de-duplication, append); acks=all parks a future in the
+  min.insync.replicas, de-duplication, append) on an I/O worker, one job per
+  partition in its strand (the partitions of one request at once); acks=all parks a
+  future in the
   :class:`ProducePurgatory`, completed when the HW passes the batch
   (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
   timer armed at the purgatory's next deadline. No polling anywhere.
@@ -31,20 +33,28 @@ needed).
   ``max_wait_ms``.
 - **ISR changes** go to the controller as AlterPartition (one in flight per partition,
   as the core allows); a timer calls ``Replica.tick``.
-- **Follower side**: the replica fetchers (:mod:`.fetcher`) call
+- **Follower side**: the replica fetchers (:mod:`.fetcher`) await
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
-  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
+  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core on an
+  I/O worker (the append or truncation), in the partition's strand.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
   a while: the cleaner's pass (:meth:`begin_clean` / :meth:`end_clean`, used by
   :mod:`raftka.broker.log_cleaning`) or an I/O worker's job (:meth:`_on_worker`:
   the fsync and producer-state snapshot after a roll, a flush.ms flush, a retention
-  delete; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
+  delete; :meth:`_append_on_worker` and :meth:`_follower_job`: an append or a
+  truncation; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
   thread and the loop does not touch it (no append, read, truncation, retention,
-  close). Produces to it wait for the hold to end (bounded by their timeout); fetches
-  read nothing from it and park until it ends; a follower's fetched records for it are
-  dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
-  (retriable); a stop or delete waits for it. Worker jobs of one partition run in
+  close). Produces to it wait for the hold to end (bounded by their timeout, for a
+  cleaner's pass); a fetch first waits (up to its max_wait_ms) for the worker jobs
+  holding its partitions to end, then reads; a log held after that (a cleaner's pass,
+  a job begun meanwhile) gives nothing and the fetch parks until it is given back; a
+  follower's fetched records for a log the cleaner holds are dropped and fetched
+  again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE (retriable); a stop
+  or delete waits for it. A job that runs a core call (``CORE_JOBS``: appends,
+  truncations) owns the replica's state too, not only its log: the ISR tick, producer
+  expiry, an AlterPartition answer and a topic config change wait for it (skip it
+  until the next tick, or apply when it ends). Worker jobs of one partition run in
   submission order (its strand), one at a time, never beside a cleaner's pass; a job's
   ``prepare`` runs on the loop once the log is held (it reads the state the job
   writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
@@ -55,12 +65,14 @@ needed).
   here are opened (recovered, producer state loaded) on the I/O workers,
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
   applies, so the loop keeps answering and heartbeating.
-- **What still runs on the loop**: appends (their writes go to the page cache; the
-  fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
-  flush.messages, still done in the appending call), reads for fetches (from the page
-  cache as a rule; Kafka cannot tell a miss either), truncation, and the leader-epoch
-  file a follower's append writes when its leader's epoch changes (a new leadership's
-  is written by the workers, see :meth:`_persist_epochs`).
+- **What still runs on the loop**: parsing, routing, answering, the core's decisions
+  that do not write the log (fetch bookkeeping, HW, ISR, metadata), the purgatory, and
+  reads for fetches and ListOffsets (from the page cache as a rule; Kafka cannot tell
+  a miss either, and a 1 MB read from the cache takes about as long as one hop to a
+  worker and back, ~0.1 ms each, measured in docs/operations.md). Appends (leader and
+  follower, with the fsync flush.messages asks for and the leader-epoch file a
+  follower's append writes), truncations, and the fsyncs a roll or flush.ms asks for
+  run on the workers.
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_harness import BrokerHarness, Clock, register_brokers, run
+from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run
 from broker_harness import until as _until
 
 from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
@@ -330,32 +330,6 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
 # ------------------------------------------------------- appends on the workers
 
 
-class _Gate:
-    """Wraps a log's ``append_as_leader`` so each call waits for ``open`` on its worker
-    thread (a slow disk), counting calls in flight at once."""
-
-    def __init__(self, log: Any) -> None:
-        self.open = threading.Event()
-        self.entered = threading.Event()
-        self.running = 0
-        self.max_running = 0
-        self._lock = threading.Lock()
-        self._real = log.append_as_leader
-        log.append_as_leader = self
-
-    def __call__(self, data: bytes, epoch: int) -> Any:
-        with self._lock:
-            self.running += 1
-            self.max_running = max(self.max_running, self.running)
-        self.entered.set()
-        try:
-            self.open.wait(DEADLINE_S)
-            return self._real(data, epoch)
-        finally:
-            with self._lock:
-                self.running -= 1
-
-
 def _values(records: bytes) -> list[bytes]:
     return [r.value for r in iter_records(records) if r.value is not None]
 
@@ -369,7 +343,7 @@ def test_concurrent_produces_to_one_partition_append_in_arrival_order(tmp_path: 
         b = _Broker(tmp_path, Clock())
         await b.topic()
         log = b.manager.partitions[("t", 0)].log
-        gate = _Gate(log)
+        gate = AppendGate(log)
         real = gate._real
         gate._real = lambda data, epoch: (time.sleep(random.random() / 500), real(data, epoch))[1]
         gate.open.set()
@@ -390,7 +364,7 @@ def test_a_produce_behind_a_running_append_waits_then_appends(tmp_path: Path) ->
     async def body() -> None:
         b = _Broker(tmp_path, Clock())
         await b.topic()
-        gate = _Gate(b.manager.partitions[("t", 0)].log)
+        gate = AppendGate(b.manager.partitions[("t", 0)].log)
         first = asyncio.create_task(b.produce(0, b"first"))
         await _until(gate.entered.is_set, "the first append on a worker")
         assert b.manager.is_cleaning(("t", 0)), "the append runs without holding the log"
@@ -417,7 +391,7 @@ def test_a_fetch_meeting_an_append_job_reads_its_records_once_released(
     async def body() -> None:
         b = _Broker(tmp_path, Clock())
         await b.topic()
-        gate = _Gate(b.manager.partitions[("t", 0)].log)
+        gate = AppendGate(b.manager.partitions[("t", 0)].log)
         produce = asyncio.create_task(b.produce(0, b"held"))
         await _until(gate.entered.is_set, "the append on a worker")
         fetch = asyncio.create_task(

@@ -357,16 +357,24 @@ def test_concurrent_produces_to_one_partition_append_in_arrival_order(tmp_path: 
     run(body)
 
 
+async def _an_append_held(
+    tmp_path: Path, value: bytes
+) -> tuple[_Broker, AppendGate, asyncio.Task[Any]]:
+    """A broker whose produce of ``value`` is appending on a worker, held at the gate."""
+    b = _Broker(tmp_path, Clock())
+    await b.topic()
+    gate = AppendGate(b.manager.partitions[("t", 0)].log)
+    produce = asyncio.create_task(b.produce(0, value))
+    await _until(gate.entered.is_set, "the append on a worker")
+    return b, gate, produce
+
+
 def test_a_produce_behind_a_running_append_waits_then_appends(tmp_path: Path) -> None:
     """While a worker's append holds the log, a second produce waits (nothing of it is
     appended) and appends right after, in order."""
 
     async def body() -> None:
-        b = _Broker(tmp_path, Clock())
-        await b.topic()
-        gate = AppendGate(b.manager.partitions[("t", 0)].log)
-        first = asyncio.create_task(b.produce(0, b"first"))
-        await _until(gate.entered.is_set, "the first append on a worker")
+        b, gate, first = await _an_append_held(tmp_path, b"first")
         assert b.manager.is_cleaning(("t", 0)), "the append runs without holding the log"
         second = asyncio.create_task(b.produce(0, b"second"))
         for _ in range(5):
@@ -389,11 +397,7 @@ def test_a_fetch_meeting_an_append_job_reads_its_records_once_released(
     it returns the records the job appended as soon as the log is given back."""
 
     async def body() -> None:
-        b = _Broker(tmp_path, Clock())
-        await b.topic()
-        gate = AppendGate(b.manager.partitions[("t", 0)].log)
-        produce = asyncio.create_task(b.produce(0, b"held"))
-        await _until(gate.entered.is_set, "the append on a worker")
+        b, gate, produce = await _an_append_held(tmp_path, b"held")
         fetch = asyncio.create_task(
             b.manager.fetch(
                 replica_id=-1,

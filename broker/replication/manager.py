@@ -45,8 +45,8 @@ needed).
   delete; :meth:`_append_on_worker` and :meth:`_follower_job`: an append or a
   truncation; :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the
   thread and the loop does not touch it (no append, read, truncation, retention,
-  close). Produces to it wait for the hold to end (bounded by their timeout, for a
-  cleaner's pass); a fetch first waits (up to its max_wait_ms) for the worker jobs
+  close). Produces to it wait for the hold (and the partition's earlier jobs) to end,
+  bounded by their timeout; a fetch first waits (up to its max_wait_ms) for the worker jobs
   holding its partitions to end, then reads; a log held after that (a cleaner's pass,
   a job begun meanwhile) gives nothing and the fetch parks until it is given back; a
   follower's fetched records for a log the cleaner holds are dropped and fetched
@@ -622,7 +622,11 @@ class ReplicaManager:
         tp = (topic, index)
         if tp not in self.partitions:
             return self._not_appended(topic, index), None
-        async with self.io.strand(tp):
+        strand = self.io.strand(tp)
+        if not await self._strand_taken(strand, deadline_ms):
+            busy = RequestTimedOutError(f"{topic}-{index}: its earlier disk jobs did not end")
+            return ProduceResult(topic, index, busy), None
+        try:
             if tp in self._held and not await self._clean_ended(tp, deadline_ms):
                 held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
                 return ProduceResult(topic, index, held), None
@@ -643,6 +647,20 @@ class ReplicaManager:
                 return self._appended(request_id, p, outcome, deadline_ms)
             finally:
                 self._release(tp)
+        finally:
+            strand.release()
+
+    async def _strand_taken(self, strand: asyncio.Lock, deadline_ms: int) -> bool:
+        """Take ``strand`` (FIFO) unless ``deadline_ms`` passes first: a produce waits
+        for the partition's earlier jobs (a slow fsync) no longer than its timeout. A
+        free strand is taken at once, without a task."""
+        if not strand.locked():
+            return await strand.acquire()
+        remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+        try:
+            return await asyncio.wait_for(strand.acquire(), remaining_s)
+        except TimeoutError:
+            return False
 
     async def _run_core_job(
         self, p: Partition, call: Callable[[], T], ready_of: Callable[[T], Ready]

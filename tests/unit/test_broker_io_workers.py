@@ -449,3 +449,23 @@ def test_an_append_job_error_is_the_produce_error_and_the_broker_goes_on(
         await b.manager.close()
 
     run(body)
+
+
+def test_a_produce_waiting_for_the_strand_times_out_at_its_timeout(tmp_path: Path) -> None:
+    """A produce queued behind a partition's job that does not end (a stuck disk) is
+    answered REQUEST_TIMED_OUT at its timeout, and takes nothing from the queue: the
+    next produce appends right after the stuck one."""
+
+    async def body() -> None:
+        b, gate, first = await _an_append_held(tmp_path, b"first")
+        batch = build_batch([Record(b"late", timestamp_ms=1_000)])
+        started = time.monotonic()
+        (late,) = await b.manager.produce(acks=1, timeout_ms=50, entries=[("t", 0, batch)])
+        assert late.error is not None and late.error.name == "REQUEST_TIMED_OUT"
+        assert time.monotonic() - started < 2
+        gate.open.set()
+        assert (await first).base_offset == 0
+        assert (await b.produce(0, b"next")).base_offset == 1
+        await b.manager.close()
+
+    run(body)

@@ -20,7 +20,9 @@ needed).
   then leaders, then followers (``Replica.on_metadata_change``; the fetchers are told
   where to fetch).
 - **Produce** (:meth:`produce`): ``Replica.append_as_leader`` (acks, leadership,
-  min.insync.replicas, de-duplication, append); acks=all parks a future in the
+  min.insync.replicas, de-duplication, append) on an I/O worker, one job per
+  partition in its strand (the partitions of one request at once); acks=all parks a
+  future in the
   :class:`ProducePurgatory`, completed when the HW passes the batch
   (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
   timer armed at the purgatory's next deadline. No polling anywhere.
@@ -31,21 +33,29 @@ needed).
   ``max_wait_ms``.
 - **ISR changes** go to the controller as AlterPartition (one in flight per partition,
   as the core allows); a timer calls ``Replica.tick``.
-- **Follower side**: the replica fetchers (:mod:`.fetcher`) call
+- **Follower side**: the replica fetchers (:mod:`.fetcher`) await
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
-  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
+  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core on an
+  I/O worker (the append or truncation), in the partition's strand.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
   a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
   :meth:`release_cleaner`: the pass's start, each swap of cleaned segments, its
   checkpoint write; short) or an I/O worker's job (:meth:`_on_worker`: the fsync and
   producer-state snapshot after a roll, a flush.ms flush, a retention delete;
+  :meth:`_append_on_worker` and :meth:`_follower_job`: an append or a truncation;
   :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the thread and
   the loop does not touch it (no append, read, truncation, retention, close).
-  Produces to it wait for the hold to end (bounded by their timeout); fetches read
-  nothing from it and park until it ends; a follower's fetched records for it are
-  dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
-  (retriable); a stop or delete waits for it. Worker jobs of one partition run in
+  Produces to it wait for the hold (and the partition's earlier jobs) to end, bounded
+  by their timeout; a fetch first waits (up to its max_wait_ms) for the worker jobs
+  holding its partitions to end, then reads; a log held after that (a cleaner's step,
+  a job begun meanwhile) gives nothing and the fetch parks until it is given back; a
+  follower's fetched records for a log the cleaner holds are dropped and fetched
+  again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE (retriable); a stop
+  or delete waits for it. A job that runs a core call (``CORE_JOBS``: appends,
+  truncations) owns the replica's state too, not only its log: the ISR tick, producer
+  expiry, an AlterPartition answer and a topic config change wait for it (skip it
+  until the next tick, or apply when it ends). Worker jobs of one partition run in
   submission order (its strand), one at a time, never beside another hold; a job's
   ``prepare`` runs on the loop once the log is held (it reads the state the job
   writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
@@ -64,12 +74,14 @@ needed).
   here are opened (recovered, producer state loaded) on the I/O workers,
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
   applies, so the loop keeps answering and heartbeating.
-- **What still runs on the loop**: appends (their writes go to the page cache; the
-  fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
-  flush.messages, still done in the appending call), reads for fetches (from the page
-  cache as a rule; Kafka cannot tell a miss either), truncation, and the leader-epoch
-  file a follower's append writes when its leader's epoch changes (a new leadership's
-  is written by the workers, see :meth:`_persist_epochs`).
+- **What still runs on the loop**: parsing, routing, answering, the core's decisions
+  that do not write the log (fetch bookkeeping, HW, ISR, metadata), the purgatory, and
+  reads for fetches and ListOffsets (from the page cache as a rule; Kafka cannot tell
+  a miss either, and a 1 MB read from the cache takes about as long as one hop to a
+  worker and back, ~0.1 ms each, measured in docs/operations.md). Appends (leader and
+  follower, with the fsync flush.messages asks for and the leader-epoch file a
+  follower's append writes), truncations, and the fsyncs a roll or flush.ms asks for
+  run on the workers.
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).
@@ -102,8 +114,10 @@ from raftka.broker.replication.data_plane import (
 )
 from raftka.broker.replication.partition import (
     ConsumerRead,
+    FetchAnswer,
     FollowerRead,
     MetadataOutcome,
+    ProduceOutcome,
     Ready,
     Replica,
 )
@@ -118,12 +132,13 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from raftka.common.messages.controller import AlterPartitionRequest
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
@@ -158,6 +173,12 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Who holds a log during a cleaner pass (the I/O workers' jobs name themselves).
 CLEANER: Final = "the log cleaner"
+#: The I/O workers' jobs that run a core call (they change the replica's state, not
+#: only its log: the loop leaves that state alone until they end, see _core_held).
+APPEND: Final = "an append"
+FOLLOWER_APPEND: Final = "a follower append"
+TRUNCATION: Final = "a truncation"
+CORE_JOBS: Final = frozenset({APPEND, FOLLOWER_APPEND, TRUNCATION})
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -216,6 +237,8 @@ class ReplicaManager:
         )
         # stop_replica calls that waited for a held log: tp -> delete?
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
+        # Topic configs that changed while a worker's core call held the partition.
+        self._reconfigure_after_hold: set[PartitionKey] = set()
 
     # ================================================================ metadata
 
@@ -228,7 +251,10 @@ class ReplicaManager:
             # min.insync.replicas to the next produce, the log's settings to the next
             # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
-                self._configure(p, image.configs.topic_config(p.topic))
+                if self._core_held(p.tp):
+                    self._reconfigure_after_hold.add(p.tp)  # a worker appends: see _release
+                else:
+                    self._configure(p, image.configs.topic_config(p.topic))
         if changes.is_empty():
             return
         now = self._clock_ms()
@@ -559,21 +585,29 @@ class ReplicaManager:
         request_id = next(self._request_ids)
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
-        results: list[ProduceResult] = []
-        pending: list[tuple[int, PartitionKey, asyncio.Future[KafkaError | None]]] = []
-        for topic, index, data in entries:
-            if (topic, index) in self._held and not await self._clean_ended(
-                (topic, index), deadline_ms
-            ):
-                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of((topic, index))}")
-                results.append(ProduceResult(topic, index, held))
-                continue
-            result, future = self._produce_one(
-                request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+        # Each partition appends on an I/O worker, in its strand; the partitions of one
+        # request append concurrently (one request, one partition is the common case:
+        # no task then).
+        if len(entries) == 1:
+            topic, index, data = entries[0]
+            appended = [
+                await self._append_on_worker(
+                    request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+                )
+            ]
+        else:
+            appended = await asyncio.gather(
+                *(
+                    self._append_on_worker(request_id, t, i, d, acks=acks, deadline_ms=deadline_ms)
+                    for t, i, d in entries
+                )
             )
-            if future is not None:
-                pending.append((len(results), (topic, index), future))
-            results.append(result)
+        results = [result for result, _ in appended]
+        pending = [
+            (at, (result.topic, result.partition), future)
+            for at, (result, future) in enumerate(appended)
+            if future is not None
+        ]
         if pending:
             self._arm_expiry()
             for at, tp, future in pending:
@@ -589,7 +623,7 @@ class ReplicaManager:
             return self.current_leader(*tp)
         return None
 
-    def _produce_one(
+    async def _append_on_worker(
         self,
         request_id: int,
         topic: str,
@@ -599,13 +633,91 @@ class ReplicaManager:
         acks: int,
         deadline_ms: int,
     ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+        """One partition of a produce: the core's ``append_as_leader`` on an I/O worker,
+        in the partition's strand (appends of one partition run one at a time, in the
+        order they took the strand: arrival order, since nothing awaits before it),
+        while the log is held; its Ready and the purgatory on the loop, before the log
+        is given back."""
+        tp = (topic, index)
+        if tp not in self.partitions:
+            return self._not_appended(topic, index), None
+        strand = self.io.strand(tp)
+        if not await self._strand_taken(strand, deadline_ms):
+            busy = RequestTimedOutError(f"{topic}-{index}: its earlier disk jobs did not end")
+            return ProduceResult(topic, index, busy), None
+        try:
+            if tp in self._held and not await self._clean_ended(tp, deadline_ms):
+                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
+                return ProduceResult(topic, index, held), None
+            if not self._hold(tp, APPEND):
+                return self._not_appended(topic, index), None
+            try:
+                p = self.partitions[tp]
+                try:
+                    outcome = await self._run_core_job(
+                        p,
+                        lambda: p.replica.append_as_leader(
+                            data, acks=acks, local=f" on broker {self.broker_id}"
+                        ),
+                        _ready_of,
+                    )
+                except KafkaStorageError as e:
+                    return ProduceResult(topic, index, e), None
+                return self._appended(request_id, p, outcome, deadline_ms)
+            finally:
+                self._release(tp)
+        finally:
+            strand.release()
+
+    async def _strand_taken(self, strand: asyncio.Lock, deadline_ms: int) -> bool:
+        """Take ``strand`` (FIFO) unless ``deadline_ms`` passes first: a produce waits
+        for the partition's earlier jobs (a slow fsync) no longer than its timeout. A
+        free strand is taken at once, without a task."""
+        if not strand.locked():
+            return await strand.acquire()
+        remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+        try:
+            return await asyncio.wait_for(strand.acquire(), remaining_s)
+        except TimeoutError:
+            return False
+
+    async def _run_core_job(
+        self, p: Partition, call: Callable[[], T], ready_of: Callable[[T], Ready]
+    ) -> T:
+        """``call`` (a core call that writes the log) on an I/O worker. Cancelled while
+        it runs, the caller still carries out what the core asked (the job cannot be
+        undone); an unexpected error is logged and raised as KAFKA_STORAGE_ERROR (the
+        core turns the log's own errors into its answer)."""
+        done: list[T] = []
+
+        def job() -> None:
+            done.append(call())
+
+        try:
+            await self.io.run(job)
+        except asyncio.CancelledError:
+            if done:
+                self.carry_out(p, ready_of(done[0]))
+            raise
+        except Exception as e:
+            log.error(
+                "core job on an I/O worker failed",
+                extra={"fields": {"partition": _name(p.tp), "error": repr(e)}},
+            )
+            raise KafkaStorageError(f"{_name(p.tp)}: {e}") from e
+        return done[0]
+
+    def _not_appended(self, topic: str, index: int) -> ProduceResult:
         found = self._leading(topic, index)
-        if isinstance(found, KafkaError):
-            return ProduceResult(
-                topic, index, found, current_leader=self.current_leader(topic, index)
-            ), None
-        p = found
-        outcome = p.replica.append_as_leader(data, acks=acks, local=f" on broker {self.broker_id}")
+        error = found if isinstance(found, KafkaError) else self._missing(topic, index)
+        return ProduceResult(topic, index, error, current_leader=self.current_leader(topic, index))
+
+    def _appended(
+        self, request_id: int, p: Partition, outcome: ProduceOutcome, deadline_ms: int
+    ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+        """What the loop does after a leader append: carry out its Ready, answer, and
+        park acks=all in the purgatory."""
+        topic, index = p.tp
         self.carry_out(p, outcome.ready)
         if outcome.error is not None:
             return ProduceResult(
@@ -681,6 +793,7 @@ class ReplicaManager:
             raise CorruptMessageError(f"more than {REQUEST_PARTITIONS_MAX} partitions in one fetch")
         deadline_ms = self._clock_ms() + max(0, min(max_wait_ms, FETCH_WAIT_MS_MAX))
         while True:
+            await self._worker_jobs_ended(partitions, deadline_ms)
             waiters = [
                 p.signal.waiter()
                 for req in partitions
@@ -698,6 +811,23 @@ class ReplicaManager:
             finally:
                 self.fetch_waiters -= 1
 
+    async def _worker_jobs_ended(
+        self, partitions: Sequence[FetchPartition], deadline_ms: int
+    ) -> None:
+        """Until the I/O worker jobs holding any of ``partitions`` now have ended (an
+        append, an fsync: short), or ``deadline_ms``: a fetch then reads what they
+        wrote rather than answering nothing for those partitions. A cleaner's pass is
+        long: not waited for (the fetch parks on the partition's signal instead)."""
+        jobs = {
+            done
+            for req in partitions
+            if (done := self._held.get((req.topic, req.partition))) is not None
+            and self._holders.get((req.topic, req.partition)) != CLEANER
+        }
+        if jobs:
+            remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+            await asyncio.wait(jobs, timeout=remaining_s)
+
     def _read_all(
         self,
         replica_id: int,
@@ -711,7 +841,8 @@ class ReplicaManager:
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._held:
-                # Nothing from a held log; its release fires the signal this fetch
+                # Nothing from a log a thread holds (the cleaner, or a worker job that
+                # began after _worker_jobs_ended); _release fires the signal this fetch
                 # parks on, so it reads again as soon as the hold ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
                 # state alone, so they are answered at once.
@@ -878,6 +1009,8 @@ class ReplicaManager:
         """The ISR-shrink timer's work: propose dropping followers that lag too long."""
         now = self._clock_ms()
         for p in list(self.partitions.values()):
+            if self._core_held(p.tp):
+                continue  # a worker's core call owns the state: the next tick sees it
             ready = p.replica.tick(now)
             if ready.isr_proposal is not None:
                 log.info(
@@ -950,13 +1083,20 @@ class ReplicaManager:
                 partition_epoch=proposal.partition_epoch,
                 new_isr=list(proposal.new_isr),
             )
+            answer: AlterPartitionResponse | KafkaError
             try:
                 answer = await self.alter_partition(
                     request, timeout_ms=self.config.request_timeout_ms
                 )
             except KafkaError as e:
+                answer = e
+            # An append on a worker reads the ISR: apply the answer between two jobs.
+            await self._core_jobs_ended(p.tp)
+            if self.partitions.get(p.tp) is not p or p.state.pending_isr_change != proposal:
+                return
+            if isinstance(answer, KafkaError):
                 outcome, ready = p.replica.on_alter_partition_response(
-                    proposal=proposal, error=type(e)
+                    proposal=proposal, error=type(answer)
                 )
             else:
                 # Committed by the controller (counted as Kafka does, on its answer: the
@@ -989,42 +1129,53 @@ class ReplicaManager:
 
     # ================================================================ follower side
 
-    def on_follower_records(
+    async def on_follower_records(
         self,
         p: Partition,
         *,
         records: bytes,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the fetcher asks again from the same LEO
-        answer = p.replica.on_fetch_answer(
-            records=records,
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
+        """Our leader's records for ``p`` (whole batches from our LEO): append them, on
+        an I/O worker (flush.messages' fsync with them). ``current`` tells, once the
+        partition's strand is ours, whether the fetch is still the partition's (no
+        metadata change or other answer moved it meanwhile)."""
+        await self._follower_job(
+            p,
+            FOLLOWER_APPEND,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=records,
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+            ),
         )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_diverging(
+    async def on_follower_diverging(
         self,
         p: Partition,
         *,
         diverging: EpochEndOffset,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        answer = p.replica.on_fetch_answer(
-            records=b"",
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
-            diverging_epoch=diverging,
+        """Our leader says our log diverges: truncate (log and epoch cache) on an I/O
+        worker and refetch."""
+        answer = await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=b"",
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+                diverging_epoch=diverging,
+            ),
         )
-        if answer.truncated is not None:
+        if answer is not None and answer.truncated is not None:
             log.warning(
                 "truncated a diverging log",
                 extra={
@@ -1036,15 +1187,55 @@ class ReplicaManager:
                     }
                 },
             )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
-        """Our fetch offset is below the leader's log start: restart empty there."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        self.carry_out(
-            p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
+    async def on_follower_out_of_range(
+        self,
+        p: Partition,
+        *,
+        leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Our fetch offset is below the leader's log start: restart empty there (the
+        truncation on an I/O worker)."""
+        await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: FetchAnswer(
+                ready=p.replica.on_fetch_out_of_range(
+                    leader_log_start_offset=leader_log_start_offset
+                )
+            ),
         )
+
+    async def _follower_job(
+        self,
+        p: Partition,
+        holder: str,
+        current: Callable[[], bool],
+        call: Callable[[], FetchAnswer],
+    ) -> FetchAnswer | None:
+        """A follower's core call on an I/O worker, in the partition's strand, holding
+        the log; its Ready carried out on the loop before the log is given back. None
+        (the answer dropped: the fetcher asks again from the same LEO) if a cleaner
+        holds the log, the partition changed meanwhile, or the disk failed."""
+        tp = p.tp
+        async with self.io.strand(tp):
+            if self.partitions.get(tp) is not p or not current() or not self._hold(tp, holder):
+                return None
+            try:
+                answer = await self._run_core_job(p, call, _ready_of)
+            except KafkaError as e:
+                log.error(
+                    "follower append failed",
+                    extra={"fields": {"partition": _name(tp), "error": str(e)}},
+                )
+                return None
+            else:
+                self.carry_out(p, answer.ready)
+                return answer
+            finally:
+                self._release(tp)
 
     def enforce_retention(self) -> int:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention
@@ -1116,7 +1307,11 @@ class ReplicaManager:
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
-        return sum(p.replica.expire_producers(now_ms) for p in self.partitions.values())
+        return sum(
+            p.replica.expire_producers(now_ms)
+            for p in self.partitions.values()
+            if not self._core_held(p.tp)  # its turn comes at the next check
+        )
 
     def _snapshot_producers(self, p: Partition) -> None:
         try:
@@ -1156,6 +1351,9 @@ class ReplicaManager:
             # the same name) was held back by _become_*: take it now.
             self._take_role_from_image(tp)
         p = self.partitions.get(tp)
+        if p is not None and tp in self._reconfigure_after_hold:
+            self._reconfigure_after_hold.discard(tp)
+            self._configure(p, self.image.configs.topic_config(p.topic))
         if p is not None:
             p.signal.fire()  # parked fetches read again
 
@@ -1277,9 +1475,31 @@ class ReplicaManager:
     async def wait_io_released(self, tps: Iterable[PartitionKey]) -> None:
         """Until no I/O worker holds any of ``tps`` (a metadata change then applies to
         logs only the loop touches; the cleaner's holds are handled as before)."""
-        for tp in tps:
-            while (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER:
-                await asyncio.shield(done)
+        # Until one look finds none held: appends take holds all the time now, so a
+        # partition checked earlier may be held again by the time a later one ends.
+        wanted = list(tps)
+        while True:
+            busy = next(
+                (
+                    done
+                    for tp in wanted
+                    if (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER
+                ),
+                None,
+            )
+            if busy is None:
+                return
+            await asyncio.shield(busy)
+
+    def _core_held(self, tp: PartitionKey) -> bool:
+        """True while a worker runs a core call of ``tp`` (an append, a truncation): the
+        replica's state is the thread's until it ends, not only its log."""
+        return self._holders.get(tp) in CORE_JOBS
+
+    async def _core_jobs_ended(self, tp: PartitionKey) -> None:
+        """Until no worker runs a core call of ``tp``."""
+        while self._core_held(tp) and (done := self._held.get(tp)) is not None:
+            await asyncio.shield(done)
 
     def _on_truncate(self, segment_log: Log, offset: int) -> None:
         cleaner = self.logs.cleaner
@@ -1382,6 +1602,10 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     """What one partition may add to a fetch response; None once the response's budget
     is spent (a partition limit of 0 still reads: the log may return one batch)."""
     return min(req.partition_max_bytes, budget) if budget > 0 else None
+
+
+def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:
+    return outcome.ready
 
 
 def _flush_job(p: Partition) -> Callable[[], bool]:

@@ -18,15 +18,17 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_harness import BrokerHarness, Clock, register_brokers, run
+from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run
+from broker_harness import until as _until
 
 from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
-from raftka.common.record import Record, build_batch
+from raftka.broker.replication.manager import APPEND, FetchPartition
+from raftka.common.errors import KafkaStorageError
+from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
     ConfigRecord,
     PartitionChangeRecord,
@@ -35,14 +37,6 @@ from raftka.metadata.metadata_records import (
 )
 
 DEADLINE_S = 10.0
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    """Wait (on the loop) until ``check()``; fail naming ``what`` after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)  # a poll of a condition with a deadline
 
 
 # ---------------------------------------------------------------------- the pool
@@ -306,9 +300,20 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         b = _Broker(tmp_path, clock)
         await b.topic(segment_bytes="1000")
         log = b.manager.partitions[("t", 0)].log
+        # Appends run on the workers too now: who held the log at each fsync tells the
+        # appending job's from the roll's snapshot job's.
+        flushed_under: list[str | None] = []
+        real_flush = log.flush
+
+        def flush(*args: Any, **kwargs: Any) -> None:
+            flushed_under.append(b.manager._holders.get(("t", 0)))
+            real_flush(*args, **kwargs)
+
+        log.flush = flush  # type: ignore[method-assign]
         while log.segment_count < 3:
             await b.produce(0, b"x" * 300)
-        assert log.recovery_point == 0, "the appending call fsynced the rolled segment"
+        assert flushed_under, "nothing fsynced the rolled segments"
+        assert APPEND not in flushed_under, "the appending call fsynced the rolled segment"
 
         def jobs_done() -> bool:
             snapshots = [n for n in log.path.iterdir() if n.suffix == ".snapshot"]
@@ -317,6 +322,150 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         # The appends rolled twice; the workers' jobs fsync what the rolls left and
         # write the rolls' producer-state snapshots.
         await _until(jobs_done, "the rolled segments' fsync and the snapshots")
+        await b.manager.close()
+
+    run(body)
+
+
+# ------------------------------------------------------- appends on the workers
+
+
+def _values(records: bytes) -> list[bytes]:
+    return [r.value for r in iter_records(records) if r.value is not None]
+
+
+def test_concurrent_produces_to_one_partition_append_in_arrival_order(tmp_path: Path) -> None:
+    """Forty produce requests to one partition, all in flight at once, each append slow
+    by a random few ms on a pool of four threads: the strand runs them one at a time,
+    in the order they arrived."""
+
+    async def body() -> None:
+        b = _Broker(tmp_path, Clock())
+        await b.topic()
+        log = b.manager.partitions[("t", 0)].log
+        gate = AppendGate(log)
+        real = gate._real
+        gate._real = lambda data, epoch: (time.sleep(random.random() / 500), real(data, epoch))[1]
+        gate.open.set()
+        values = [f"v{i}".encode() for i in range(40)]
+        produced = await asyncio.gather(*(b.produce(0, v) for v in values))
+        assert [r.base_offset for r in produced] == list(range(40))
+        assert gate.max_running == 1, "two appends of one partition ran at once"
+        assert _values(log.read(0, 1 << 20)) == values
+        await b.manager.close()
+
+    run(body)
+
+
+async def _an_append_held(
+    tmp_path: Path, value: bytes
+) -> tuple[_Broker, AppendGate, asyncio.Task[Any]]:
+    """A broker whose produce of ``value`` is appending on a worker, held at the gate."""
+    b = _Broker(tmp_path, Clock())
+    await b.topic()
+    gate = AppendGate(b.manager.partitions[("t", 0)].log)
+    produce = asyncio.create_task(b.produce(0, value))
+    await _until(gate.entered.is_set, "the append on a worker")
+    return b, gate, produce
+
+
+def test_a_produce_behind_a_running_append_waits_then_appends(tmp_path: Path) -> None:
+    """While a worker's append holds the log, a second produce waits (nothing of it is
+    appended) and appends right after, in order."""
+
+    async def body() -> None:
+        b, gate, first = await _an_append_held(tmp_path, b"first")
+        assert b.manager.is_cleaning(("t", 0)), "the append runs without holding the log"
+        second = asyncio.create_task(b.produce(0, b"second"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not second.done() and gate.running == 1, "a produce appended under an append"
+        gate.open.set()
+        assert (await first).base_offset == 0
+        assert (await second).base_offset == 1
+        await b.manager.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize("min_bytes", [1, 0])
+def test_a_fetch_meeting_an_append_job_reads_its_records_once_released(
+    tmp_path: Path, min_bytes: int
+) -> None:
+    """A consumer fetch (long poll 5 s) that finds the log held by a worker's append
+    neither answers empty at once (even with min_bytes 0) nor waits out its long poll:
+    it returns the records the job appended as soon as the log is given back."""
+
+    async def body() -> None:
+        b, gate, produce = await _an_append_held(tmp_path, b"held")
+        fetch = asyncio.create_task(
+            b.manager.fetch(
+                replica_id=-1,
+                broker_epoch=-1,
+                max_wait_ms=5_000,
+                min_bytes=min_bytes,
+                max_bytes=1 << 20,
+                partitions=[FetchPartition("t", 0, 0)],
+            )
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not fetch.done(), "the fetch answered while the append held the log"
+        started = time.monotonic()
+        gate.open.set()
+        await produce
+        (result,) = await asyncio.wait_for(fetch, DEADLINE_S)
+        assert result.error is None and _values(result.records) == [b"held"]
+        assert time.monotonic() - started < 2, "the fetch waited out its long poll"
+        await b.manager.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize("failure", [KafkaStorageError("disk gone"), RuntimeError("bug")])
+def test_an_append_job_error_is_the_produce_error_and_the_broker_goes_on(
+    tmp_path: Path, failure: Exception
+) -> None:
+    """The log raising on the worker (KafkaStorageError, as a failing disk does, or
+    anything else) answers that partition KAFKA_STORAGE_ERROR; the log is given back and
+    the next produce appends."""
+
+    async def body() -> None:
+        b = _Broker(tmp_path, Clock())
+        await b.topic()
+        log = b.manager.partitions[("t", 0)].log
+        real = log.append_as_leader
+
+        def failing(data: bytes, epoch: int) -> Any:
+            raise failure
+
+        log.append_as_leader = failing
+        batch = build_batch([Record(b"lost", timestamp_ms=1_000)])
+        (result,) = await b.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, batch)])
+        assert result.error is not None and result.error.name == "KAFKA_STORAGE_ERROR"
+        assert not b.manager.is_cleaning(("t", 0)), "the log was not given back"
+        log.append_as_leader = real
+        assert (await b.produce(0, b"next")).base_offset == 0
+        await b.manager.close()
+
+    run(body)
+
+
+def test_a_produce_waiting_for_the_strand_times_out_at_its_timeout(tmp_path: Path) -> None:
+    """A produce queued behind a partition's job that does not end (a stuck disk) is
+    answered REQUEST_TIMED_OUT at its timeout, and takes nothing from the queue: the
+    next produce appends right after the stuck one."""
+
+    async def body() -> None:
+        b, gate, first = await _an_append_held(tmp_path, b"first")
+        batch = build_batch([Record(b"late", timestamp_ms=1_000)])
+        started = time.monotonic()
+        (late,) = await b.manager.produce(acks=1, timeout_ms=50, entries=[("t", 0, batch)])
+        assert late.error is not None and late.error.name == "REQUEST_TIMED_OUT"
+        assert time.monotonic() - started < 2
+        gate.open.set()
+        assert (await first).base_offset == 0
+        assert (await b.produce(0, b"next")).base_offset == 1
         await b.manager.close()
 
     run(body)

@@ -66,6 +66,14 @@ REDIRECTS_MAX: Final = 3
 #: Default bound on one attempt at one controller (Kafka's
 #: ``controller.quorum.request.timeout.ms`` default); the broker passes its setting.
 ATTEMPT_TIMEOUT_MS: Final = 2_000
+#: How long a controller that did not answer is passed over (in the epoch it failed
+#: in) before it is tried again. Forever would strand a broker whose every voter failed
+#: while it was cut off: after the heal the followers' redirects name the same leader
+#: in the same epoch, and without an expiry it was never tried again (its heartbeats
+#: went to followers only, and the controller fenced it for good; seen in a fail-over
+#: campaign after the leader-host isolations). An election, which gives a new epoch,
+#: normally comes well within this.
+FAILURE_MEMORY_MS: Final = 3_000
 # Errors after which trying again (elsewhere, or later) may succeed.
 _RETRY_NAMES: Final = frozenset(
     {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "LEADER_NOT_AVAILABLE", "UNKNOWN_SERVER_ERROR"}
@@ -80,11 +88,13 @@ class ControllerChannel:
     NOT_CONTROLLER body), the controller that last answered as the active one, and each
     controller that last failed to answer, with the epoch known then. A redirect is
     followed only when it is of the known epoch or newer and does not name a controller
-    that already failed us in that epoch: voters that have not yet noticed a dead
-    leader keep pointing at it until they elect another, and following them there
-    would spend every attempt on the dead node (issue #19, brokers fenced after a
-    controller failover). For the same reason, when no active controller is known, the
-    next voter tried is one that has not failed in the known epoch. Each attempt gets
+    that failed us in that epoch within the last ``failure_memory_ms``: voters that
+    have not yet noticed a dead leader keep pointing at it until they elect another,
+    and following them there would spend every attempt on the dead node (issue #19,
+    brokers fenced after a controller failover). For the same reason, when no active
+    controller is known, the next voter tried is one that has not failed recently in
+    the known epoch. The memory expires so that a broker cut off from every voter
+    finds the same leader again once the partition heals. Each attempt gets
     at most ``attempt_timeout_ms`` and never more than what is left of the caller's
     deadline, so a silent controller costs one short attempt (with ``raftka up``'s
     settings that is the whole heartbeat: both are 1 s). A 200 stamped with an epoch
@@ -98,9 +108,11 @@ class ControllerChannel:
         session: aiohttp.ClientSession,
         *,
         attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
+        failure_memory_ms: int = FAILURE_MEMORY_MS,
     ) -> None:
         assert controllers
         assert attempt_timeout_ms > 0, attempt_timeout_ms
+        assert failure_memory_ms >= 0, failure_memory_ms
         self._controllers = list(controllers)
         self._active: str | None = None
         self._index = 0
@@ -108,8 +120,9 @@ class ControllerChannel:
         self._attempt_timeout_ms = attempt_timeout_ms
         #: The highest quorum epoch seen in any controller's answer (-1 before any).
         self.known_epoch = -1
-        #: Controllers that did not answer, with the epoch known when they failed.
-        self._failed_in_epoch: dict[str, int] = {}
+        self._failure_memory_ms = failure_memory_ms
+        #: Controllers that did not answer: the epoch known when they failed, and when.
+        self._failed_in_epoch: dict[str, tuple[int, int]] = {}
 
     @property
     def active_address(self) -> str | None:
@@ -120,10 +133,19 @@ class ControllerChannel:
         if isinstance(epoch, int) and epoch > self.known_epoch:
             self.known_epoch = epoch
 
+    def _failed_recently(self, address: str, epoch: int) -> bool:
+        """Whether ``address`` failed to answer in ``epoch`` (or later) within the
+        failure memory (a later epoch may have a new leader there, and a failure long
+        ago may have been a partition that healed: both are worth a try again)."""
+        failed = self._failed_in_epoch.get(address)
+        return (
+            failed is not None
+            and failed[0] >= epoch
+            and monotonic_ms() - failed[1] < self._failure_memory_ms
+        )
+
     def _failed_now(self, address: str) -> bool:
-        """Whether ``address`` failed to answer in the newest epoch we know (a later
-        epoch may have a new leader there, so it is worth a try again then)."""
-        return self._failed_in_epoch.get(address, -2) >= self.known_epoch
+        return self._failed_recently(address, self.known_epoch)
 
     def _next_address(self) -> str:
         """The active controller if known, else the next voter in turn that has not
@@ -150,7 +172,7 @@ class ControllerChannel:
         epoch = leader_epoch if isinstance(leader_epoch, int) else -1
         if epoch < self.known_epoch:
             return False  # an older leadership than one we have seen: not active
-        return self._failed_in_epoch.get(leader, -1) < epoch
+        return not self._failed_recently(leader, epoch)
 
     async def _post_once(
         self, address: str, path: str, body: bytes, timeout_ms: int, method: str = "POST"
@@ -200,7 +222,7 @@ class ControllerChannel:
                     )
                 except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as e:
                     last = f"{address}: {type(e).__name__}: {e}"
-                    self._failed_in_epoch[address] = self.known_epoch
+                    self._failed_in_epoch[address] = (self.known_epoch, monotonic_ms())
                     if self._active == address:
                         self._active = None
                     self._index += 1

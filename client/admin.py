@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 #: ``list_offsets`` specs: Kafka's OffsetSpec.earliest()/latest()/forTimestamp(ts).
 OffsetSpec = Literal["earliest", "latest"] | int
@@ -515,24 +516,15 @@ class AsyncAdmin(AdminClientBase):
         is named) static configs, the properties it was started with (raftka has no
         dynamic broker configs). Sensitive values are None. A broker id that is not a
         live broker is BROKER_NOT_AVAILABLE."""
-        transport, _ = self._started()
-        deadline = self._deadline(timeout_ms)
-        view = await self._broker_metadata(timeout_ms=timeout_ms)
-        nodes: Mapping[int, Node] = view.brokers
-        out: dict[int, dict[str, ConfigEntry]] = {}
-        for broker_id in sorted(nodes) if broker_ids is None else list(broker_ids):
-            node = nodes.get(broker_id)
-            if node is None:
-                raise BrokerNotAvailableError(f"broker {broker_id} is not a live broker")
-            answer = await transport.request_message(
-                f"{node.host}:{node.port}",
-                "GET",
-                "/v1/broker-configs",
-                msg.DescribeConfigsResponse,
-                timeout_ms=max(1, deadline - monotonic_ms()),
-            )
-            out[broker_id] = {e.name: _config_entry(e) for e in answer.entries}
-        return out
+        answers = await self._ask_brokers(
+            broker_ids,
+            "GET",
+            "/v1/broker-configs",
+            msg.DescribeConfigsResponse,
+            message=None,
+            timeout_ms=timeout_ms,
+        )
+        return {b: {e.name: _config_entry(e) for e in a.entries} for b, a in answers.items()}
 
     async def incremental_alter_configs(
         self,
@@ -706,25 +698,16 @@ class AsyncAdmin(AdminClientBase):
         """Kafka's describeLogDirs: for each broker (every live one when none is named),
         each of its log dirs with the replicas stored there. A broker id that is not
         a live broker is BROKER_NOT_AVAILABLE."""
-        transport, _ = self._started()
-        deadline = self._deadline(timeout_ms)
-        view = await self._broker_metadata(timeout_ms=timeout_ms)
-        nodes: Mapping[int, Node] = view.brokers
-        wanted = sorted(nodes) if broker_ids is None else list(broker_ids)
-        out: dict[int, dict[str, LogDirDescription]] = {}
-        for broker_id in wanted:
-            node = nodes.get(broker_id)
-            if node is None:
-                raise BrokerNotAvailableError(f"broker {broker_id} is not a live broker")
-            answer = await transport.request_message(
-                f"{node.host}:{node.port}",
-                "POST",
-                "/v1/describe-log-dirs",
-                log_dirs_api.DescribeLogDirsResponse,
-                message=log_dirs_api.DescribeLogDirsRequest(),
-                timeout_ms=max(1, deadline - monotonic_ms()),
-            )
-            out[broker_id] = {
+        answers = await self._ask_brokers(
+            broker_ids,
+            "POST",
+            "/v1/describe-log-dirs",
+            log_dirs_api.DescribeLogDirsResponse,
+            message=log_dirs_api.DescribeLogDirsRequest(),
+            timeout_ms=timeout_ms,
+        )
+        return {
+            broker_id: {
                 r.log_dir: LogDirDescription(
                     error=None if r.error is None else error_from_message(r.error),
                     replica_infos={
@@ -738,6 +721,38 @@ class AsyncAdmin(AdminClientBase):
                 )
                 for r in answer.results
             }
+            for broker_id, answer in answers.items()
+        }
+
+    async def _ask_brokers(
+        self,
+        broker_ids: Iterable[int] | None,
+        method: str,
+        path: str,
+        answer_type: type[M],
+        *,
+        message: Message | None,
+        timeout_ms: int | None,
+    ) -> dict[int, M]:
+        """``path``'s answer from each broker (every live one when ``broker_ids`` is
+        None), in turn; BROKER_NOT_AVAILABLE for an id that is not a live broker."""
+        transport, _ = self._started()
+        deadline = self._deadline(timeout_ms)
+        view = await self._broker_metadata(timeout_ms=timeout_ms)
+        nodes: Mapping[int, Node] = view.brokers
+        out: dict[int, M] = {}
+        for broker_id in sorted(nodes) if broker_ids is None else list(broker_ids):
+            node = nodes.get(broker_id)
+            if node is None:
+                raise BrokerNotAvailableError(f"broker {broker_id} is not a live broker")
+            out[broker_id] = await transport.request_message(
+                f"{node.host}:{node.port}",
+                method,
+                path,
+                answer_type,
+                message=message,
+                timeout_ms=max(1, deadline - monotonic_ms()),
+            )
         return out
 
 

@@ -18,7 +18,9 @@ election 250 ms, fetch 500 ms, request 1000 ms, fetch long-poll 100 ms. Pass
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -71,9 +73,49 @@ STOP_DEADLINE_S: Final = 15.0
 POLL_INTERVAL_MAX_S: Final = 0.1
 
 
+# Test ports come from below the kernel's ephemeral range (Linux:
+# /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default). A port the kernel hands
+# out for bind(0) is in that range, so it can be taken again at any moment by any
+# process's outgoing connection before our server binds it; worse, a health probe of
+# such a port before its server listens can connect to itself (TCP simultaneous open
+# when the kernel picks the same port as the source) and read its own request back
+# (seen in CI as ``BadStatusLine: GET /health HTTP/1.1``).
+_PORT_FLOOR: Final = 10000
+_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORT_TRIES: Final = 200
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default, and the IANA range starts at 49152
+
+
+def _bindable(host: str, port: int) -> bool:
+    return not port_in_use(host, port)
+
+
+def _candidates(count: int) -> list[int]:
+    """Random base ports with ``count`` ports after them below the ephemeral range
+    (empty when the range starts too low to leave room: the caller falls back)."""
+    top = _ephemeral_low() - count
+    if top <= _PORT_FLOOR:
+        return []
+    rng = random.Random()  # seeded from os.urandom: parallel runs pick apart
+    return [rng.randrange(_PORT_FLOOR, top) for _ in range(_PORT_TRIES)]
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports the kernel says are free now (another process may still
-    take one before we bind it: fine for tests, not a guarantee)."""
+    """``count`` distinct ports that are free now, below the ephemeral range (see
+    :data:`_PORT_FLOOR`); another process may still take one before we bind it."""
+    chosen: list[int] = []
+    for port in _candidates(1):
+        if port not in chosen and _bindable(host, port):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    # No room below the ephemeral range (an unusual kernel setting): the kernel's pick.
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
@@ -102,21 +144,11 @@ def port_in_use(host: str, port: int) -> bool:
 def free_port_run(count: int, host: str = "127.0.0.1") -> int:
     """A base port with ``count`` ports after it that are free now (checked by binding
     each; the same caveat as :func:`free_ports`), for ``raftka up --base-port``."""
-    for candidate in free_ports(20, host):
+    for candidate in _candidates(count) or free_ports(20, host):
         if candidate + count > 65535:
             continue
-        socks: list[socket.socket] = []
-        try:
-            for port in range(candidate, candidate + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((host, port))
+        if all(_bindable(host, port) for port in range(candidate, candidate + count)):
             return candidate
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
     raise OSError(f"no run of {count} free ports on {host}")
 
 
@@ -159,6 +191,10 @@ def http_json(
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, orjson.loads(response.read())
+    except http.client.HTTPException as e:
+        # Not an HTTP answer (a connection to itself, a half-started server): the
+        # process does not answer yet, as a refused connection says.
+        raise ConnectionError(f"{address}: no HTTP answer ({e!r})") from e
     except urllib.error.HTTPError as e:
         raw = e.read()
         try:

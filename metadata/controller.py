@@ -81,9 +81,8 @@ from raftka.metadata.controller_api import (
     ControllerDeadlines,
     ControllerResult,
     ElectLeadersResponse,
-    ElectLeadersResult,
     ExpireSessionsResponse,
-    ReassignmentResult,
+    PartitionOutcome,
     ReassignmentsResponse,
     RebalanceResponse,
     RegisterBrokerRequest,
@@ -598,7 +597,7 @@ class QuorumController(TopicControl):
         ``partitions`` None, every partition, and those that need no election are left
         out of the answer (as Kafka's controller does)."""
         batch = CommandBatch(image)
-        results: list[ElectLeadersResult] = []
+        results: list[PartitionOutcome] = []
         if partitions is None:
             wanted = [(t.name, i) for t, i, _ in _partitions(image)]
         else:
@@ -631,7 +630,7 @@ class QuorumController(TopicControl):
                         batch.add(record)
             if partitions is None and isinstance(error, ElectionNotNeededError):
                 continue
-            results.append(ElectLeadersResult(name, index, error))
+            results.append(PartitionOutcome(name, index, error))
         return batch.result(ElectLeadersResponse(tuple(results)))
 
     def alter_partition_reassignments(
@@ -643,7 +642,7 @@ class QuorumController(TopicControl):
         replicas) reassignment, or cancel it (target None); see
         :mod:`raftka.metadata.reassignment`. One that needs no copy completes at once."""
         batch = CommandBatch(image)
-        results: list[ReassignmentResult] = []
+        results: list[PartitionOutcome] = []
 
         def active(b: int) -> bool:  # broker states do not change in this command
             return is_active_broker(image, b)
@@ -676,7 +675,7 @@ class QuorumController(TopicControl):
                         done = completion_record(topic.topic_id, index, started, is_active=active)
                         if done is not None:
                             batch.add(done)
-            results.append(ReassignmentResult(name, index, error))
+            results.append(PartitionOutcome(name, index, error))
         return batch.result(ReassignmentsResponse(tuple(results)))
 
     # -- producer ids -----------------------------------------------------------------

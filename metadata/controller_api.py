@@ -54,9 +54,8 @@ __all__ = [
     "DeleteTopicsResponse",
     "DescribeConfigsResult",
     "ElectLeadersResponse",
-    "ElectLeadersResult",
     "ExpireSessionsResponse",
-    "ReassignmentResult",
+    "PartitionOutcome",
     "ReassignmentsResponse",
     "RebalanceResponse",
     "RegisterBrokerRequest",
@@ -279,10 +278,9 @@ class RebalanceResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class ElectLeadersResult:
-    """One partition of an ElectLeaders command: None when its leader was elected,
-    else why not (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
-    ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION)."""
+class PartitionOutcome:
+    """One partition of a per-partition command (ElectLeaders,
+    AlterPartitionReassignments): None when done, else why not."""
 
     topic: str
     partition: int
@@ -291,22 +289,18 @@ class ElectLeadersResult:
 
 @dataclass(frozen=True, slots=True)
 class ElectLeadersResponse:
-    results: tuple[ElectLeadersResult, ...]
+    """Errors: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION."""
 
-
-@dataclass(frozen=True, slots=True)
-class ReassignmentResult:
-    """One partition of an AlterPartitionReassignments command: None when started,
-    cancelled or completed, else why not."""
-
-    topic: str
-    partition: int
-    error: KafkaError | None
+    results: tuple[PartitionOutcome, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ReassignmentsResponse:
-    results: tuple[ReassignmentResult, ...]
+    """Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT,
+    NO_REASSIGNMENT_IN_PROGRESS (see metadata/reassignment.py)."""
+
+    results: tuple[PartitionOutcome, ...]
 
 
 @dataclass(frozen=True, slots=True)

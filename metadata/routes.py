@@ -23,7 +23,7 @@ the process stays up. ``docs/controller-api.md`` has every endpoint.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
@@ -384,16 +384,7 @@ async def _elect_leaders(request: web.Request) -> web.Response:
     response = await _write(
         request, "elect_leaders", lambda c, image: c.elect_leaders(image, election, partitions)
     )
-    return _answer(
-        msg.ElectLeadersResponse(
-            results=[
-                msg.PartitionErrorResult(
-                    topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
-                )
-                for r in response.results
-            ]
-        )
-    )
+    return _answer(msg.ElectLeadersResponse(results=_outcomes(response.results)))
 
 
 async def _alter_reassignments(request: web.Request) -> web.Response:
@@ -407,16 +398,16 @@ async def _alter_reassignments(request: web.Request) -> web.Response:
         "alter_partition_reassignments",
         lambda c, image: c.alter_partition_reassignments(image, items),
     )
-    return _answer(
-        msg.AlterPartitionReassignmentsResponse(
-            results=[
-                msg.PartitionErrorResult(
-                    topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
-                )
-                for r in response.results
-            ]
+    return _answer(msg.AlterPartitionReassignmentsResponse(results=_outcomes(response.results)))
+
+
+def _outcomes(results: Sequence[qc.PartitionOutcome]) -> list[msg.PartitionErrorResult]:
+    return [
+        msg.PartitionErrorResult(
+            topic=r.topic, partition=r.partition, error=msg.error_data(r.error)
         )
-    )
+        for r in results
+    ]
 
 
 async def _list_reassignments(request: web.Request) -> web.Response:

@@ -175,17 +175,18 @@ def _topics_response(
     items: Iterable[tuple[str, Any]],
     *,
     name_field: str = "name",
+    topics_field: str = "topics",
+    partitions_field: str = "partitions",
+    **fields: Any,
 ) -> Any:
-    """A response whose ``topics`` hold the per-partition answers ``items`` grouped by
-    topic (the topic's name field is ``name_field``)."""
-    return _build(
-        response_cls,
-        throttle_time=_NO_TIME,
-        topics=tuple(
-            _build(topic_cls, **{name_field: t, "partitions": tuple(ps)})
-            for t, ps in _by_topic(items)
-        ),
+    """A response whose ``topics_field`` holds the per-partition answers ``items``
+    grouped by topic (the topic's name is its ``name_field``, its answers its
+    ``partitions_field``), with the top-level ``fields``."""
+    grouped = tuple(
+        _build(topic_cls, **{name_field: t, partitions_field: tuple(ps)})
+        for t, ps in _by_topic(items)
     )
+    return _build(response_cls, throttle_time=_NO_TIME, **{topics_field: grouped}, **fields)
 
 
 def _copy(cls: type[Any], message: msgspec.Struct, **fields: Any) -> Any:
@@ -833,14 +834,14 @@ class KafkaApis:
                     ),
                 )
             )
-        return _build(
+        return _topics_response(
             cls,
-            throttle_time=_NO_TIME,
+            result_cls,
+            items,
+            name_field="topic",
+            topics_field="replica_election_results",
+            partitions_field="partition_result",
             error_code=ErrorCode.none,
-            replica_election_results=tuple(
-                _build(result_cls, topic=t, partition_result=tuple(ps))
-                for t, ps in _by_topic(items)
-            ),
         )
 
     async def alter_partition_reassignments(self, request: Any, version: int, call: Call) -> Any:
@@ -898,14 +899,13 @@ class KafkaApis:
                         ),
                     )
                 )
-        return _build(
+        return _topics_response(
             cls,
-            throttle_time=_NO_TIME,
+            topic_cls,
+            items,
+            topics_field="responses",
             error_code=ErrorCode.none,
             error_message=None,
-            responses=tuple(
-                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
         )
 
     async def list_partition_reassignments(self, request: Any, version: int, call: Call) -> Any:
@@ -940,14 +940,8 @@ class KafkaApis:
             for r in answer.get("reassignments", [])
             if wanted is None or (r["topic"], int(r["partition"])) in wanted
         ]
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            error_code=ErrorCode.none,
-            error_message=None,
-            topics=tuple(
-                _build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in _by_topic(items)
-            ),
+        return _topics_response(
+            cls, topic_cls, items, error_code=ErrorCode.none, error_message=None
         )
 
     # ------------------------------------------------------------------ configs

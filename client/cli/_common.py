@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Final, Literal, TypeVar
 
 import click
+import orjson
 
 from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import TopicDescription
 from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
+from raftka.common.structs import TopicPartition
 
 __all__ = [
     "API_TIMEOUT_MS_DEFAULT",
@@ -256,3 +258,51 @@ def ctrl_c_sets() -> Iterator[threading.Event]:
         yield interrupted
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------------------------
+# Kafka tools' JSON files (kafka-reassign-partitions, kafka-delete-records,
+# kafka-leader-election)
+
+#: The only version of those files.
+JSON_FILE_VERSION: Final = 1
+
+
+def bad_json_file(option: str, source: str, why: str) -> click.BadParameter:
+    """The one-line refusal of a JSON file given as ``option``."""
+    return click.BadParameter(why, param_hint=f"{option} {source}")
+
+
+def json_file_items(text: bytes, option: str, source: str, key: str) -> list[object]:
+    """The non-empty list under ``key`` of a Kafka tool's JSON file (``{"<key>": [...],
+    "version": 1}``, the version optional); click.BadParameter for anything else."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise bad_json_file(option, source, f"not JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise bad_json_file(option, source, f'expected {{"{key}": [...], "version": 1}}')
+    version = doc.get("version", JSON_FILE_VERSION)
+    if version != JSON_FILE_VERSION:
+        raise bad_json_file(
+            option, source, f"unsupported version {version!r} (only {JSON_FILE_VERSION})"
+        )
+    items: list[object] = doc[key]
+    if not items:
+        raise bad_json_file(option, source, f"no {key}")
+    return items
+
+
+def json_file_partition(
+    item: object, i: int, bad: Callable[[str], click.BadParameter]
+) -> tuple[TopicPartition, dict[str, object]]:
+    """The topic partition an item of a Kafka tool's ``partitions`` list names, and the
+    item; ``bad(why)`` for an item that is not ``{"topic": T, "partition": P, ...}``."""
+    if not isinstance(item, dict):
+        raise bad(f"partitions[{i}] is not an object")
+    topic, partition = item.get("topic"), item.get("partition")
+    if not isinstance(topic, str) or not topic:
+        raise bad(f"partitions[{i}].topic must be a topic name")
+    if type(partition) is not int or partition < 0:
+        raise bad(f"partitions[{i}].partition must be an integer >= 0")
+    return TopicPartition(topic, partition), item

@@ -19,14 +19,16 @@ from pathlib import Path
 from typing import Literal
 
 import click
-import orjson
 
 from raftka.client.admin import Admin
 from raftka.client.cli._common import (
     api_timeout_option,
+    bad_json_file,
     bootstrap_option,
     command_admin,
     error_line,
+    json_file_items,
+    json_file_partition,
     one_line_errors,
 )
 from raftka.common.errors import ElectionNotNeededError, KafkaError
@@ -39,29 +41,17 @@ def parse_partitions_json(text: bytes, source: str) -> list[TopicPartition]:
     """The partitions of kafka-leader-election's ``--path-to-json-file``;
     click.BadParameter (one line) for anything else."""
 
-    def bad(why: str) -> click.BadParameter:
-        return click.BadParameter(why, param_hint=f"--path-to-json-file {source}")
+    option = "--path-to-json-file"
 
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise bad(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
-        raise bad('expected {"partitions": [{"topic": ..., "partition": ...}]}')
+    def bad(why: str) -> click.BadParameter:
+        return bad_json_file(option, source, why)
+
     out: list[TopicPartition] = []
-    for i, item in enumerate(doc["partitions"]):
-        topic = item.get("topic") if isinstance(item, dict) else None
-        partition = item.get("partition") if isinstance(item, dict) else None
-        if not isinstance(topic, str) or not topic:
-            raise bad(f"partitions[{i}].topic must be a topic name")
-        if type(partition) is not int or partition < 0:
-            raise bad(f"partitions[{i}].partition must be an integer >= 0")
-        tp = TopicPartition(topic, partition)
+    for i, raw in enumerate(json_file_items(text, option, source, "partitions")):
+        tp, _ = json_file_partition(raw, i, bad)
         if tp in out:
             raise bad(f"{tp} is named twice")
         out.append(tp)
-    if not out:
-        raise bad("no partitions")
     return out
 
 

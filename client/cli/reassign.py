@@ -36,10 +36,14 @@ import orjson
 
 from raftka.client.admin import Admin
 from raftka.client.cli._common import (
+    JSON_FILE_VERSION,
     api_timeout_option,
+    bad_json_file,
     bootstrap_option,
     command_admin,
     error_line,
+    json_file_items,
+    json_file_partition,
     one_line_errors,
 )
 from raftka.common.errors import KafkaError
@@ -54,41 +58,21 @@ __all__ = [
 ]
 
 #: The version of kafka-reassign-partitions' files.
-FILE_VERSION = 1
+FILE_VERSION = JSON_FILE_VERSION
 #: How often --wait asks the controller for the moves in progress.
 WAIT_POLL_S = 0.5
 
 Assignment = dict[TopicPartition, tuple[int, ...]]
 
 
-def _bad(option: str, source: str, why: str) -> click.BadParameter:
-    return click.BadParameter(why, param_hint=f"{option} {source}")
-
-
-def _document(text: bytes, option: str, source: str, key: str) -> list[object]:
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise _bad(option, source, f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
-        raise _bad(option, source, f'expected {{"{key}": [...], "version": 1}}')
-    version = doc.get("version", FILE_VERSION)
-    if version != FILE_VERSION:
-        raise _bad(option, source, f"unsupported version {version!r} (only {FILE_VERSION})")
-    items: list[object] = doc[key]
-    if not items:
-        raise _bad(option, source, f"no {key}")
-    return items
-
-
 def parse_topics_json(text: bytes, source: str) -> list[str]:
     """The topics of a ``--topics-to-move-json-file``."""
     option = "--topics-to-move-json-file"
     topics: list[str] = []
-    for i, item in enumerate(_document(text, option, source, "topics")):
+    for i, item in enumerate(json_file_items(text, option, source, "topics")):
         topic = item.get("topic") if isinstance(item, dict) else None
         if not isinstance(topic, str) or not topic:
-            raise _bad(option, source, f"topics[{i}].topic must be a topic name")
+            raise bad_json_file(option, source, f"topics[{i}].topic must be a topic name")
         if topic not in topics:
             topics.append(topic)
     return topics
@@ -98,27 +82,27 @@ def parse_reassignment_json(text: bytes, source: str) -> Assignment:
     """The target replicas per partition of a ``--reassignment-json-file``."""
     option = "--reassignment-json-file"
     out: Assignment = {}
-    for i, item in enumerate(_document(text, option, source, "partitions")):
-        if not isinstance(item, dict):
-            raise _bad(option, source, f"partitions[{i}] is not an object")
-        topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
-        if not isinstance(topic, str) or not topic:
-            raise _bad(option, source, f"partitions[{i}].topic must be a topic name")
-        if type(partition) is not int or partition < 0:
-            raise _bad(option, source, f"partitions[{i}].partition must be an integer >= 0")
+
+    def bad(why: str) -> click.BadParameter:
+        return bad_json_file(option, source, why)
+
+    for i, raw in enumerate(json_file_items(text, option, source, "partitions")):
+        tp, item = json_file_partition(raw, i, bad)
+        replicas = item.get("replicas")
         if (
             not isinstance(replicas, list)
             or not replicas
             or not all(type(r) is int and r >= 0 for r in replicas)
         ):
-            raise _bad(option, source, f"partitions[{i}].replicas must be broker ids")
+            raise bad(f"partitions[{i}].replicas must be broker ids")
         log_dirs = item.get("log_dirs")
-        if log_dirs is not None and any(d != "any" for d in log_dirs):
+        if log_dirs is not None and (
+            not isinstance(log_dirs, list) or any(d != "any" for d in log_dirs)
+        ):
             # raftka places a replica in a log dir itself; a named dir would be ignored.
-            raise _bad(option, source, f'partitions[{i}].log_dirs: only "any" is supported')
-        tp = TopicPartition(topic, partition)
+            raise bad(f'partitions[{i}].log_dirs: only "any" is supported')
         if tp in out:
-            raise _bad(option, source, f"{tp} is named twice")
+            raise bad(f"{tp} is named twice")
         out[tp] = tuple(replicas)
     return out
 

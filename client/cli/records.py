@@ -17,56 +17,40 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import orjson
 
 from raftka.client.admin import Admin
 from raftka.client.cli._common import (
     api_timeout_option,
+    bad_json_file,
     bootstrap_option,
     command_admin,
+    json_file_items,
+    json_file_partition,
     one_line_errors,
 )
 from raftka.common.structs import TopicPartition
 
 __all__ = ["parse_offset_json", "records_command"]
 
-#: The only version of kafka-delete-records' file format.
-OFFSET_JSON_VERSION = 1
-
 
 def parse_offset_json(text: bytes, source: str) -> dict[TopicPartition, int]:
     """The partitions and offsets of a kafka-delete-records offset file;
     click.BadParameter (one line, naming ``source``) for anything else."""
 
-    def bad(why: str) -> click.BadParameter:
-        return click.BadParameter(why, param_hint=f"--offset-json-file {source}")
+    option = "--offset-json-file"
 
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise bad(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
-        raise bad('expected {"partitions": [{"topic": ..., "partition": ..., "offset": ...}]}')
-    version = doc.get("version", OFFSET_JSON_VERSION)
-    if version != OFFSET_JSON_VERSION:
-        raise bad(f"unsupported version {version!r} (only {OFFSET_JSON_VERSION})")
+    def bad(why: str) -> click.BadParameter:
+        return bad_json_file(option, source, why)
+
     out: dict[TopicPartition, int] = {}
-    for i, item in enumerate(doc["partitions"]):
-        if not isinstance(item, dict):
-            raise bad(f"partitions[{i}] is not an object")
-        topic, partition, offset = item.get("topic"), item.get("partition"), item.get("offset")
-        if not isinstance(topic, str) or not topic:
-            raise bad(f"partitions[{i}].topic must be a topic name")
-        if type(partition) is not int or partition < 0:
-            raise bad(f"partitions[{i}].partition must be an integer >= 0")
+    for i, raw in enumerate(json_file_items(text, option, source, "partitions")):
+        tp, item = json_file_partition(raw, i, bad)
+        offset = item.get("offset")
         if type(offset) is not int or offset < -1:
             raise bad(f"partitions[{i}].offset must be an integer >= 0, or -1")
-        tp = TopicPartition(topic, partition)
         if tp in out:
             raise bad(f"{tp} is named twice")
         out[tp] = offset
-    if not out:
-        raise bad("no partitions")
     return out
 
 

@@ -11,7 +11,6 @@ message (``wait_until``), never on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -24,6 +23,7 @@ import pytest
 from aiohttp import web
 
 from raftka.common.errors import KafkaTimeoutError
+from raftka.local import free_ports
 from raftka.raft.quorum import NativeQuorumEngine, QuorumConfig
 from raftka.raft.quorum.engine import CommittedRecord, NotLeaderError
 from raftka.raft.quorum.messages import VoteRequest
@@ -70,10 +70,8 @@ class Listener:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    # Below the ephemeral range, as every test port (see raftka.local's free_ports).
+    return free_ports(1)[0]
 
 
 class Node:

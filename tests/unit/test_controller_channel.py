@@ -232,3 +232,37 @@ def test_a_deposed_leader_that_answers_is_not_kept_as_the_active_controller() ->
             assert (a.hits, c.hits) == (1, 2)
 
     asyncio.run(scenario())
+
+
+def test_after_a_partition_heals_the_active_controller_is_reached_again() -> None:
+    """The broker is cut off: every voter fails in epoch 1, the active one (A)
+    included. The partition heals with no election: B and C answer NOT_CONTROLLER
+    naming A at epoch 1 again. A's failure is remembered only for the failure memory;
+    after it, the redirect to A is followed and the heartbeat reaches it. (Before: A
+    stayed "failed in epoch 1" for good, its redirects were never followed and
+    the rotation skipped it, so the broker's heartbeats went to B and C forever and the
+    controller fenced it; seen in a fail-over campaign after leader-host isolations.)"""
+
+    async def scenario() -> None:
+        a, b, c = (FakeController("silent", 1) for _ in range(3))
+        async with controllers(a, b, c) as addresses, aiohttp.ClientSession() as session:
+            channel = ControllerChannel(
+                addresses, session, attempt_timeout_ms=100, failure_memory_ms=500
+            )
+            channel.known_epoch = 1
+            # Four lost heartbeats: the rotation then starts at B, a follower.
+            for _ in range(4):
+                with pytest.raises(RequestTimedOutError):
+                    await _post(channel, timeout_ms=100)
+            assert (a.hits, b.hits, c.hits) == (2, 1, 1)
+            a.mode = "active"
+            b.mode = c.mode = "redirect"
+            b.leader = c.leader = a.address
+            a.release.set()  # the partition heals
+            start = monotonic_ms()
+            assert await _post(channel, timeout_ms=3_000) == {"ok": True}
+            took = monotonic_ms() - start
+            assert channel.active_address == a.address
+            assert took < 2_000, f"reached the active controller only after {took} ms"
+
+    asyncio.run(scenario())

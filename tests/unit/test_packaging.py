@@ -18,6 +18,7 @@ LAYERS = (
     "client",
     "local",
     "chaos",
+    "console",
 )
 
 

@@ -16,7 +16,10 @@ pool of ``num.io.threads`` threads, and the loop only waits for it.
 - **Strands.** :meth:`IoWorkers.strand` is a per-key FIFO lock (an ``asyncio.Lock``
   wakes its waiters in arrival order); :meth:`IoWorkers.run_in_strand` runs jobs of
   one key one after the other, in submission order, while jobs of other keys run in
-  parallel. The replica manager keys them by partition.
+  parallel. The replica manager keys them by partition. :meth:`IoWorkers.strand_idle`
+  tells whether a key has no job running or waiting (a lock released to a waiter that
+  has not run yet is unlocked but not idle): only then may the manager append to that
+  partition on the loop without overtaking a job.
 - **Cancellation.** A thread cannot be interrupted: a caller cancelled while its job
   runs still waits for the job to end before the cancellation goes on, so whatever the
   job owns (a partition's log) is never handed back under a running job.
@@ -37,11 +40,17 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 __all__ = [
+    "APPEND_HOLD_DOWN_MS",
+    "INLINE",
+    "INLINE_APPEND_SLOW_MS",
     "NUM_IO_THREADS_DEFAULT",
     "QUEUED_MAX_REQUESTS_DEFAULT",
+    "WORKERS",
+    "WORKER_FSYNC_SLOW_MS",
+    "AppendModes",
     "IoWorkers",
     "LoopLagMonitor",
 ]
@@ -85,7 +94,7 @@ class IoWorkers:
         self._admitted = 0  # on the loop: jobs running or queued in the executor
         self._busy = 0  # in the threads, under _busy_lock
         self._busy_lock = threading.Lock()
-        self._strands: dict[Hashable, asyncio.Lock] = {}
+        self._strands: dict[Hashable, _Strand] = {}
         self._closed = False
         self.counters = IoCounters()
 
@@ -163,13 +172,18 @@ class IoWorkers:
         """The FIFO lock of ``key`` (created on first use)."""
         lock = self._strands.get(key)
         if lock is None:
-            lock = self._strands[key] = asyncio.Lock()
+            lock = self._strands[key] = _Strand()
         return lock
+
+    def strand_idle(self, key: Hashable) -> bool:
+        """True if no job of ``key`` holds its strand or waits for it."""
+        lock = self._strands.get(key)
+        return lock is None or lock.users == 0
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key``'s strand if nobody holds or waits for it (a deleted partition)."""
         lock = self._strands.get(key)
-        if lock is not None and not lock.locked():
+        if lock is not None and lock.users == 0:
             del self._strands[key]
 
     async def run_in_strand(self, key: Hashable, fn: Callable[[], T]) -> T:
@@ -181,6 +195,136 @@ class IoWorkers:
         """Refuse new jobs; wait for the running and queued ones; stop the threads."""
         self._closed = True
         await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+
+class _Strand(asyncio.Lock):
+    """A strand's FIFO lock that counts who holds it or waits for it (``users``): an
+    ``asyncio.Lock`` released to a waiter is unlocked until that waiter runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users = 0
+
+    async def acquire(self) -> Literal[True]:
+        self.users += 1
+        try:
+            return await super().acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    def release(self) -> None:
+        super().release()
+        self.users -= 1
+
+
+# ------------------------------------------------------------ adaptive appends
+#: Where a log dir's appends and truncations run: on the event loop or on the workers.
+INLINE: Final = "inline"
+WORKERS: Final = "workers"
+#: An append or truncation (the core call's wall time) slower than this marks its log
+#: dir slow. Inline, the loop ran nothing else meanwhile, so a heartbeat or fetch
+#: long-poll timer due then fired that late: 10 ms late is within the loop's lag under
+#: ordinary load and far inside every timeout the broker keeps (heartbeats every 2 s,
+#: replica.lag.time.max.ms 30 s), while an append to the page cache takes well under
+#: 1 ms, so only a disk that blocks writes (writeback throttling, a full device queue)
+#: crosses it.
+INLINE_APPEND_SLOW_MS: Final = 10.0
+#: A worker's fsync job (a roll's, flush.ms's) slower than this marks its log dir slow.
+#: Higher than for an append: an fsync waits for the device by design and a healthy
+#: disk takes tens of ms for a rolled segment; beyond 100 ms the device is saturated,
+#: and the page-cache writes of the next appends are likely to block behind it.
+WORKER_FSYNC_SLOW_MS: Final = 100.0
+#: How long a slow log dir stays in worker mode after its last slow write (renewed by
+#: every slow job of it on the workers). A slow spell of a disk lasts seconds: long
+#: enough that it costs one blocked append on the loop, not one per probe; short enough
+#: that a passing hiccup costs only seconds of the worker hop's ~10% produce throughput.
+APPEND_HOLD_DOWN_MS: Final = 5_000
+
+
+class AppendModes:
+    """Per log dir, whether appends run inline (the default) or on the workers.
+
+    Appends and truncations run on the loop while their log dir's writes are fast: a
+    hop to a worker and back costs about 0.1 ms and a GIL hand-over, ~10% of produce
+    throughput. A write slower than :data:`INLINE_APPEND_SLOW_MS` (inline or on a
+    worker), or an fsync job slower than :data:`WORKER_FSYNC_SLOW_MS`, puts its log dir
+    in worker mode for :data:`APPEND_HOLD_DOWN_MS` from that write; each slow write
+    renews it. The first slow write of a spell blocks the loop once (nobody can know
+    before it runs); the next ones run on the workers. :meth:`pin` fixes the mode (for
+    tests). Durations come from the callers (they time the core call); ``clock_ms``
+    only says when a hold-down ends."""
+
+    def __init__(
+        self,
+        *,
+        clock_ms: Callable[[], int],
+        slow_append_ms: float = INLINE_APPEND_SLOW_MS,
+        slow_fsync_ms: float = WORKER_FSYNC_SLOW_MS,
+        hold_down_ms: int = APPEND_HOLD_DOWN_MS,
+    ) -> None:
+        self._clock_ms = clock_ms
+        self.slow_append_ms = slow_append_ms
+        self.slow_fsync_ms = slow_fsync_ms
+        self.hold_down_ms = hold_down_ms
+        self._workers_until: dict[Hashable, int] = {}  # slow log dir -> hold-down end
+        self.pinned: str | None = None
+        self.inline_appends = 0
+        self.worker_appends = 0
+        self.to_workers = 0  # mode switches, each way
+        self.to_inline = 0
+
+    def pin(self, mode: str | None) -> None:
+        """Run every append in ``mode`` (INLINE or WORKERS); None: adapt again."""
+        if mode not in (INLINE, WORKERS, None):
+            raise ValueError(f"append mode must be {INLINE!r} or {WORKERS!r}, got {mode!r}")
+        self.pinned = mode
+
+    def inline(self, log_dir: Hashable) -> bool:
+        """True if an append to ``log_dir`` may run on the loop now (its hold-down, if
+        any, has ended)."""
+        if self.pinned is not None:
+            return self.pinned == INLINE
+        if not self._workers_until:
+            return True  # the common case: no slow log dir
+        self._expire(self._clock_ms())
+        return log_dir not in self._workers_until
+
+    def _expire(self, now_ms: int) -> None:
+        for log_dir, until_ms in list(self._workers_until.items()):
+            if now_ms >= until_ms:
+                del self._workers_until[log_dir]
+                self.to_inline += 1
+
+    def appended(self, log_dir: Hashable, elapsed_ms: float, *, on_worker: bool) -> None:
+        """An append or truncation to ``log_dir`` took ``elapsed_ms``."""
+        if on_worker:
+            self.worker_appends += 1
+        else:
+            self.inline_appends += 1
+        if elapsed_ms > self.slow_append_ms:
+            self._slow(log_dir)
+
+    def fsynced(self, log_dir: Hashable, elapsed_ms: float) -> None:
+        """A worker's fsync job of ``log_dir`` took ``elapsed_ms``."""
+        if elapsed_ms > self.slow_fsync_ms:
+            self._slow(log_dir)
+
+    def _slow(self, log_dir: Hashable) -> None:
+        if log_dir not in self._workers_until:
+            self.to_workers += 1
+        self._workers_until[log_dir] = self._clock_ms() + self.hold_down_ms
+
+    def health(self) -> dict[str, Any]:
+        self._expire(self._clock_ms())
+        return {
+            "pinned": self.pinned,
+            "worker_mode_log_dirs": sorted(str(d) for d in self._workers_until),
+            "inline_appends": self.inline_appends,
+            "worker_appends": self.worker_appends,
+            "switches_to_workers": self.to_workers,
+            "switches_to_inline": self.to_inline,
+        }
 
 
 class LoopLagMonitor:

@@ -91,15 +91,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.io_workers import IoWorkers
+from raftka.broker.io_workers import AppendModes, IoWorkers
 from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
@@ -239,6 +241,13 @@ class ReplicaManager:
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
         # Topic configs that changed while a worker's core call held the partition.
         self._reconfigure_after_hold: set[PartitionKey] = set()
+        # Where appends run, per log dir: inline while its writes are fast, on the
+        # workers for a while after a slow one (broker/io_workers.py, AppendModes).
+        self.appends = AppendModes(clock_ms=clock_ms)
+        # Appends sent to the workers and not yet ended, per partition, counted from
+        # the moment they are sent (before they reach the strand): no append of that
+        # partition may run inline until they end, or it would overtake them.
+        self._worker_bound: dict[PartitionKey, int] = {}
 
     # ================================================================ metadata
 
@@ -585,27 +594,53 @@ class ReplicaManager:
         request_id = next(self._request_ids)
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
-        # Each partition appends on an I/O worker, in its strand; the partitions of one
-        # request append concurrently (one request, one partition is the common case:
-        # no task then).
-        if len(entries) == 1:
-            topic, index, data = entries[0]
-            appended = [
-                await self._append_on_worker(
+        # Each partition appends inline when it may (_inline_ok), else on an I/O worker
+        # in its strand; the worker-bound partitions of one request append concurrently
+        # (a task each, unless there is only one).
+        appended: list[_Appended | None] = []
+        bound: list[int] = []  # the entries sent to the workers
+        try:
+            for topic, index, data in entries:
+                p = self.partitions.get((topic, index))
+                if p is None:
+                    appended.append((self._not_appended(topic, index), None))
+                elif self._inline_ok(p):
+                    appended.append(self._append_inline(request_id, p, data, acks, deadline_ms))
+                else:
+                    self._bind_to_workers(p.tp)
+                    bound.append(len(appended))
+                    appended.append(None)
+        except BaseException:
+            for at in bound:
+                self._unbind_from_workers(entries[at][:2])
+            raise
+        if bound:
+            tasks = []
+            for at in bound:
+                topic, index, data = entries[at]
+                work = self._append_on_worker(
                     request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
                 )
-            ]
-        else:
-            appended = await asyncio.gather(
-                *(
-                    self._append_on_worker(request_id, t, i, d, acks=acks, deadline_ms=deadline_ms)
-                    for t, i, d in entries
-                )
-            )
-        results = [result for result, _ in appended]
+                unbind = functools.partial(self._unbind_from_workers, (topic, index))
+                if len(bound) == 1:
+                    try:
+                        appended[at] = await work
+                    finally:
+                        unbind()
+                    break
+                # A done callback, not a finally in the coroutine: a task cancelled
+                # before its first step never runs its coroutine's code.
+                task = asyncio.ensure_future(work)
+                task.add_done_callback(unbind)
+                tasks.append(task)
+            if tasks:
+                for at, result in zip(bound, await asyncio.gather(*tasks), strict=True):
+                    appended[at] = result
+        done = [a for a in appended if a is not None]
+        results = [result for result, _ in done]
         pending = [
             (at, (result.topic, result.partition), future)
-            for at, (result, future) in enumerate(appended)
+            for at, (result, future) in enumerate(done)
             if future is not None
         ]
         if pending:
@@ -623,6 +658,50 @@ class ReplicaManager:
             return self.current_leader(*tp)
         return None
 
+    # ------------------------------------------------------------ where appends run
+
+    def _inline_ok(self, p: Partition) -> bool:
+        """True if an append (or truncation) of ``p`` may run on the loop now: its log
+        dir's writes are fast, and nothing is ahead of it (no append sent to the
+        workers, no job running or waiting in its strand, no thread holding its log),
+        so running it now keeps the partition's arrival order."""
+        tp = p.tp
+        return (
+            tp not in self._held
+            and tp not in self._worker_bound
+            and self.io.strand_idle(tp)
+            and self.appends.inline(p.log.path.parent)
+        )
+
+    def _bind_to_workers(self, tp: PartitionKey) -> None:
+        self._worker_bound[tp] = self._worker_bound.get(tp, 0) + 1
+
+    def _unbind_from_workers(self, tp: PartitionKey, _task: object = None) -> None:
+        left = self._worker_bound.pop(tp, 1) - 1
+        if left > 0:
+            self._worker_bound[tp] = left
+
+    def _run_inline(self, p: Partition, call: Callable[[], T]) -> T:
+        """``call`` (a core call that writes the log) on the loop, timed: a slow one
+        moves its log dir's appends to the workers."""
+        started = time.perf_counter()
+        try:
+            return call()
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self.appends.appended(p.log.path.parent, elapsed_ms, on_worker=False)
+
+    def _append_inline(
+        self, request_id: int, p: Partition, data: bytes, acks: int, deadline_ms: int
+    ) -> _Appended:
+        outcome = self._run_inline(
+            p,
+            lambda: p.replica.append_as_leader(
+                data, acks=acks, local=f" on broker {self.broker_id}"
+            ),
+        )
+        return self._appended(request_id, p, outcome, deadline_ms)
+
     async def _append_on_worker(
         self,
         request_id: int,
@@ -632,12 +711,13 @@ class ReplicaManager:
         *,
         acks: int,
         deadline_ms: int,
-    ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
-        """One partition of a produce: the core's ``append_as_leader`` on an I/O worker,
-        in the partition's strand (appends of one partition run one at a time, in the
-        order they took the strand: arrival order, since nothing awaits before it),
-        while the log is held; its Ready and the purgatory on the loop, before the log
-        is given back."""
+    ) -> _Appended:
+        """One partition of a produce that may not append inline: in the partition's
+        strand (appends of one partition run one at a time, in the order they took the
+        strand: arrival order, since nothing awaits before it), after any hold of its
+        log; then inline if its log dir is fast again, else the core's
+        ``append_as_leader`` on an I/O worker while the log is held. Its Ready and the
+        purgatory on the loop, before the log is given back."""
         tp = (topic, index)
         if tp not in self.partitions:
             return self._not_appended(topic, index), None
@@ -649,6 +729,10 @@ class ReplicaManager:
             if tp in self._held and not await self._clean_ended(tp, deadline_ms):
                 held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
                 return ProduceResult(topic, index, held), None
+            p = self.partitions.get(tp)
+            if p is not None and self.appends.inline(p.log.path.parent):
+                # First in the strand and nothing holds the log: inline keeps the order.
+                return self._append_inline(request_id, p, data, acks, deadline_ms)
             if not self._hold(tp, APPEND):
                 return self._not_appended(topic, index), None
             try:
@@ -689,9 +773,14 @@ class ReplicaManager:
         undone); an unexpected error is logged and raised as KAFKA_STORAGE_ERROR (the
         core turns the log's own errors into its answer)."""
         done: list[T] = []
+        elapsed_ms: list[float] = []
 
         def job() -> None:
-            done.append(call())
+            started = time.perf_counter()
+            try:
+                done.append(call())
+            finally:
+                elapsed_ms.append((time.perf_counter() - started) * 1000)
 
         try:
             await self.io.run(job)
@@ -705,6 +794,9 @@ class ReplicaManager:
                 extra={"fields": {"partition": _name(p.tp), "error": repr(e)}},
             )
             raise KafkaStorageError(f"{_name(p.tp)}: {e}") from e
+        finally:
+            if elapsed_ms:
+                self.appends.appended(p.log.path.parent, elapsed_ms[0], on_worker=True)
         return done[0]
 
     def _not_appended(self, topic: str, index: int) -> ProduceResult:
@@ -714,7 +806,7 @@ class ReplicaManager:
 
     def _appended(
         self, request_id: int, p: Partition, outcome: ProduceOutcome, deadline_ms: int
-    ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+    ) -> _Appended:
         """What the loop does after a leader append: carry out its Ready, answer, and
         park acks=all in the purgatory."""
         topic, index = p.tp
@@ -1215,13 +1307,27 @@ class ReplicaManager:
         current: Callable[[], bool],
         call: Callable[[], FetchAnswer],
     ) -> FetchAnswer | None:
-        """A follower's core call on an I/O worker, in the partition's strand, holding
-        the log; its Ready carried out on the loop before the log is given back. None
-        (the answer dropped: the fetcher asks again from the same LEO) if a cleaner
-        holds the log, the partition changed meanwhile, or the disk failed."""
+        """A follower's core call: inline when it may (:meth:`_inline_ok`), else in the
+        partition's strand, then inline if its log dir is fast again or on an I/O
+        worker holding the log; its Ready carried out on the loop (before the log is
+        given back). None (the answer dropped: the fetcher asks again from the same
+        LEO) if a cleaner holds the log, the partition changed meanwhile, or the disk
+        failed."""
         tp = p.tp
+        if self._inline_ok(p):
+            if self.partitions.get(tp) is not p or not current():
+                return None
+            answer = self._run_inline(p, call)
+            self.carry_out(p, answer.ready)
+            return answer
         async with self.io.strand(tp):
-            if self.partitions.get(tp) is not p or not current() or not self._hold(tp, holder):
+            if self.partitions.get(tp) is not p or not current() or tp in self._held:
+                return None
+            if self.appends.inline(p.log.path.parent):
+                answer = self._run_inline(p, call)
+                self.carry_out(p, answer.ready)
+                return answer
+            if not self._hold(tp, holder):
                 return None
             try:
                 answer = await self._run_core_job(p, call, _ready_of)
@@ -1273,7 +1379,7 @@ class ReplicaManager:
         for tp, p in list(self.partitions.items()):
             if self._holders.get(tp) == CLEANER or not p.log.flush_due():
                 continue
-            if await self._on_worker(tp, "a flush", _flush_job):
+            if await self._on_worker(tp, "a flush", _flush_job, fsync=True):
                 flushed += 1
         return flushed
 
@@ -1296,7 +1402,7 @@ class ReplicaManager:
             return job
 
         try:
-            await self._on_worker(p.tp, "a producer-state snapshot", prepare)
+            await self._on_worker(p.tp, "a producer-state snapshot", prepare, fsync=True)
         except (OSError, KafkaError) as e:
             # Only recovery time suffers: it replays from an older snapshot or the start
             # (and from the older recovery point if the flush failed).
@@ -1419,6 +1525,8 @@ class ReplicaManager:
         holder: str,
         prepare: Callable[[Partition], Callable[[], T]],
         finish: Callable[[Partition, T], object] | None = None,
+        *,
+        fsync: bool = False,
     ) -> T | None:
         """Run a disk job for ``tp`` on an I/O worker while it holds the log: after the
         jobs submitted before it for ``tp`` (the partition's strand) and after a
@@ -1426,7 +1534,8 @@ class ReplicaManager:
         state no append changes until the job ends) and returns the job; ``finish``
         runs on the loop with the job's result before the log is given back (to tell
         the core what the job changed). None if the partition went away (or the
-        manager stops) before its turn."""
+        manager stops) before its turn. An ``fsync`` job is timed: a slow one moves its
+        log dir's appends to the workers."""
         async with self.io.strand(tp):
             while tp in self._held:
                 await self.wait_clean_ended(tp)
@@ -1434,7 +1543,14 @@ class ReplicaManager:
                 return None
             try:
                 p = self.partitions[tp]
-                result = await self.io.run(prepare(p))
+                job = prepare(p)
+                started = time.perf_counter()
+                result = await self.io.run(job)
+                if fsync:
+                    # Timed on the loop (hop and queue included): a queue of fsyncs
+                    # waiting for threads is as much a sign of a slow disk.
+                    elapsed_ms = (time.perf_counter() - started) * 1000
+                    self.appends.fsynced(p.log.path.parent, elapsed_ms)
                 if finish is not None:
                     finish(p, result)
                 return result
@@ -1602,6 +1718,10 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     """What one partition may add to a fetch response; None once the response's budget
     is spent (a partition limit of 0 still reads: the log may return one batch)."""
     return min(req.partition_max_bytes, budget) if budget > 0 else None
+
+
+#: A produce's answer for one partition, and the future acks=all waits on.
+_Appended = tuple[ProduceResult, "asyncio.Future[KafkaError | None] | None"]
 
 
 def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:

@@ -25,8 +25,8 @@ import pytest
 from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run
 from broker_harness import until as _until
 
-from raftka.broker.io_workers import IoWorkers, LoopLagMonitor
-from raftka.broker.replication.manager import APPEND, FetchPartition
+from raftka.broker.io_workers import INLINE, WORKERS, IoWorkers, LoopLagMonitor
+from raftka.broker.replication.manager import FetchPartition
 from raftka.common.errors import KafkaStorageError
 from raftka.common.record import Record, build_batch, iter_records
 from raftka.metadata.metadata_records import (
@@ -160,9 +160,12 @@ TOPIC_ID = str(uuid.uuid4())
 class _Broker(BrokerHarness):
     """Broker 1 alone, leading topic ``t`` (ISR {1}); its clock is ``clock``."""
 
-    def __init__(self, tmp_path: Path, clock: Clock, *, partitions: int = 1) -> None:
+    def __init__(
+        self, tmp_path: Path, clock: Clock, *, partitions: int = 1, mode: str | None = None
+    ) -> None:
         super().__init__(tmp_path, clock=clock, num_io_threads=4)
         self.partitions = partitions
+        self.manager.appends.pin(mode)  # None: adaptive, as a broker runs
 
     async def topic(self, **configs: str) -> None:
         await self.commit_on_workers(
@@ -294,14 +297,16 @@ def test_retention_runs_on_a_worker_while_produces_to_its_partition_wait(tmp_pat
     run(body)
 
 
-def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [INLINE, WORKERS])
+def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path, mode: str) -> None:
     async def body() -> None:
         clock = Clock()
         b = _Broker(tmp_path, clock)
+        b.manager.appends.pin(mode)
         await b.topic(segment_bytes="1000")
         log = b.manager.partitions[("t", 0)].log
-        # Appends run on the workers too now: who held the log at each fsync tells the
-        # appending job's from the roll's snapshot job's.
+        # Who held the log at each fsync tells an appending call's (inline: nobody; on
+        # a worker: APPEND) from the roll's snapshot job's.
         flushed_under: list[str | None] = []
         real_flush = log.flush
 
@@ -312,8 +317,6 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         log.flush = flush  # type: ignore[method-assign]
         while log.segment_count < 3:
             await b.produce(0, b"x" * 300)
-        assert flushed_under, "nothing fsynced the rolled segments"
-        assert APPEND not in flushed_under, "the appending call fsynced the rolled segment"
 
         def jobs_done() -> bool:
             snapshots = [n for n in log.path.iterdir() if n.suffix == ".snapshot"]
@@ -322,6 +325,8 @@ def test_a_roll_leaves_its_fsync_to_a_worker(tmp_path: Path) -> None:
         # The appends rolled twice; the workers' jobs fsync what the rolls left and
         # write the rolls' producer-state snapshots.
         await _until(jobs_done, "the rolled segments' fsync and the snapshots")
+        assert flushed_under, "nothing fsynced the rolled segments"
+        assert set(flushed_under) == {"a producer-state snapshot"}, flushed_under
         await b.manager.close()
 
     run(body)
@@ -340,7 +345,7 @@ def test_concurrent_produces_to_one_partition_append_in_arrival_order(tmp_path: 
     in the order they arrived."""
 
     async def body() -> None:
-        b = _Broker(tmp_path, Clock())
+        b = _Broker(tmp_path, Clock(), mode=WORKERS)
         await b.topic()
         log = b.manager.partitions[("t", 0)].log
         gate = AppendGate(log)
@@ -361,7 +366,7 @@ async def _an_append_held(
     tmp_path: Path, value: bytes
 ) -> tuple[_Broker, AppendGate, asyncio.Task[Any]]:
     """A broker whose produce of ``value`` is appending on a worker, held at the gate."""
-    b = _Broker(tmp_path, Clock())
+    b = _Broker(tmp_path, Clock(), mode=WORKERS)
     await b.topic()
     gate = AppendGate(b.manager.partitions[("t", 0)].log)
     produce = asyncio.create_task(b.produce(0, value))
@@ -431,7 +436,7 @@ def test_an_append_job_error_is_the_produce_error_and_the_broker_goes_on(
     the next produce appends."""
 
     async def body() -> None:
-        b = _Broker(tmp_path, Clock())
+        b = _Broker(tmp_path, Clock(), mode=WORKERS)
         await b.topic()
         log = b.manager.partitions[("t", 0)].log
         real = log.append_as_leader

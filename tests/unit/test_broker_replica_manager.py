@@ -27,6 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run, until
 
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.io_workers import WORKERS
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
@@ -498,6 +499,7 @@ def test_follower_fetch_meeting_an_append_job_reads_and_credits_it(tmp_path: Pat
 
     async def body() -> None:
         h = _Harness(tmp_path)
+        h.manager.appends.pin(WORKERS)  # the ioappend path, as on a slow disk
         h.topic(leader=1, isr=(1, 2))
         gate = AppendGate(h.manager.partitions[("t", 0)].log)
         produce = asyncio.create_task(
@@ -537,6 +539,7 @@ def test_follower_append_runs_on_a_worker_holding_the_log(tmp_path: Path) -> Non
 
     async def body() -> None:
         h = _Harness(tmp_path)
+        h.manager.appends.pin(WORKERS)  # the ioappend path, as on a slow disk
         h.topic(leader=2, isr=(1, 2, 3))
         p = h.manager.partitions[("t", 0)]
         gate = threading.Event()

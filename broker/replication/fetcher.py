@@ -193,14 +193,14 @@ class ReplicaFetcher:
                 raise ValueError(f"fetch answered HTTP {response.status}: {raw[:200]!r}")
         self.fetches += 1
         header, payloads = api.decode_frame(raw, api.FetchResponse)
-        # Each partition's answer is appended (or truncates) on an I/O worker; the
-        # partitions of one answer go at once, and the next fetch waits for them all.
-        applied = await asyncio.gather(
-            *(
-                self._apply(item, bytes(payload), s)
-                for item, payload, s in zip(header.responses, payloads, sent, strict=True)
-            )
-        )
+        # Each partition's answer is appended (or truncates) inline or on an I/O worker
+        # (the manager's choice); the partitions of one answer go at once, and the next
+        # fetch waits for them all. One partition (the common case): no task.
+        applies = [
+            self._apply(item, bytes(payload), s)
+            for item, payload, s in zip(header.responses, payloads, sent, strict=True)
+        ]
+        applied = [await applies[0]] if len(applies) == 1 else await asyncio.gather(*applies)
         failed = [s.partition.tp for s, ok in zip(sent, applied, strict=True) if not ok]
         if failed:
             self._back_off(failed, config.replica_fetch_backoff_ms)

@@ -315,6 +315,12 @@ class AppendModes:
             self.to_workers += 1
         self._workers_until[log_dir] = self._clock_ms() + self.hold_down_ms
 
+    @property
+    def worker_mode_log_dirs(self) -> int:
+        """How many log dirs are in worker mode now (pinned: all or none)."""
+        self._expire(self._clock_ms())
+        return len(self._workers_until)
+
     def health(self) -> dict[str, Any]:
         self._expire(self._clock_ms())
         return {

@@ -13,13 +13,12 @@ pool of ``num.io.threads`` threads, and the loop only waits for it.
   ``queued.max.requests`` more wait for a thread; a caller beyond that waits on the loop
   (its coroutine does not get a place in the executor's queue), as Kafka's network
   threads stop reading when the request queue is full. Nothing queues without bound.
-- **Strands.** :meth:`IoWorkers.strand` is a per-key FIFO lock (an ``asyncio.Lock``
-  wakes its waiters in arrival order); :meth:`IoWorkers.run_in_strand` runs jobs of
+- **Strands.** :meth:`IoWorkers.strand` is a per-key FIFO lock (:class:`Strand`: a
+  place in line can be taken synchronously); :meth:`IoWorkers.run_in_strand` runs jobs of
   one key one after the other, in submission order, while jobs of other keys run in
   parallel. The replica manager keys them by partition. :meth:`IoWorkers.strand_idle`
-  tells whether a key has no job running or waiting (a lock released to a waiter that
-  has not run yet is unlocked but not idle): only then may the manager append to that
-  partition on the loop without overtaking a job.
+  tells whether a key has no job running or in line: only then may the manager append
+  to that partition on the loop without overtaking a job.
 - **Cancellation.** A thread cannot be interrupted: a caller cancelled while its job
   runs still waits for the job to end before the cancellation goes on, so whatever the
   job owns (a partition's log) is never handed back under a running job.
@@ -40,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 __all__ = [
     "APPEND_HOLD_DOWN_MS",
@@ -53,6 +52,7 @@ __all__ = [
     "AppendModes",
     "IoWorkers",
     "LoopLagMonitor",
+    "Strand",
 ]
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class IoWorkers:
         self._admitted = 0  # on the loop: jobs running or queued in the executor
         self._busy = 0  # in the threads, under _busy_lock
         self._busy_lock = threading.Lock()
-        self._strands: dict[Hashable, _Strand] = {}
+        self._strands: dict[Hashable, Strand] = {}
         self._closed = False
         self.counters = IoCounters()
 
@@ -168,22 +168,22 @@ class IoWorkers:
         c.completed += 1
         return result
 
-    def strand(self, key: Hashable) -> asyncio.Lock:
+    def strand(self, key: Hashable) -> Strand:
         """The FIFO lock of ``key`` (created on first use)."""
         lock = self._strands.get(key)
         if lock is None:
-            lock = self._strands[key] = _Strand()
+            lock = self._strands[key] = Strand()
         return lock
 
     def strand_idle(self, key: Hashable) -> bool:
         """True if no job of ``key`` holds its strand or waits for it."""
         lock = self._strands.get(key)
-        return lock is None or lock.users == 0
+        return lock is None or lock.idle
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key``'s strand if nobody holds or waits for it (a deleted partition)."""
         lock = self._strands.get(key)
-        if lock is not None and lock.users == 0:
+        if lock is not None and lock.idle:
             del self._strands[key]
 
     async def run_in_strand(self, key: Hashable, fn: Callable[[], T]) -> T:
@@ -197,25 +197,68 @@ class IoWorkers:
         await asyncio.to_thread(self._executor.shutdown, wait=True)
 
 
-class _Strand(asyncio.Lock):
-    """A strand's FIFO lock that counts who holds it or waits for it (``users``): an
-    ``asyncio.Lock`` released to a waiter is unlocked until that waiter runs."""
+class Strand:
+    """A strand's FIFO lock. Unlike an ``asyncio.Lock``, a place in line can be taken
+    synchronously (:meth:`reserve`): a caller that decides, between two awaits, to send
+    work to the strand is in line from that moment, even if the task that will await its
+    turn has not started yet; and the lock passes straight to the next in line on
+    release, so it is never free while someone waits."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.users = 0
+        self._held = False
+        self._line: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    async def acquire(self) -> Literal[True]:
-        self.users += 1
+    @property
+    def idle(self) -> bool:
+        """Nobody holds it, so nobody is in line (a release hands it to the next)."""
+        return not self._held
+
+    def locked(self) -> bool:
+        return self._held
+
+    def reserve(self) -> asyncio.Future[None]:
+        """A place in line now: a ticket done when the strand is the caller's. Await
+        it with :meth:`turn`, or give it up with :meth:`abandon`."""
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._held or self._line:
+            self._line.append(ticket)
+        else:
+            self._held = True
+            ticket.set_result(None)
+        return ticket
+
+    async def turn(self, ticket: asyncio.Future[None]) -> None:
+        """Until ``ticket``'s turn; cancelled meanwhile, its place is given up."""
         try:
-            return await super().acquire()
-        except BaseException:
-            self.users -= 1
+            await ticket
+        except asyncio.CancelledError:
+            self.abandon(ticket)
             raise
 
+    def abandon(self, ticket: asyncio.Future[None]) -> None:
+        """Give up ``ticket``: released if its turn came, else dropped from the line."""
+        if ticket.done() and not ticket.cancelled():
+            self.release()
+        else:
+            ticket.cancel()
+
+    async def acquire(self) -> None:
+        await self.turn(self.reserve())
+
     def release(self) -> None:
-        super().release()
-        self.users -= 1
+        """Hand the strand to the next in line, or free it."""
+        while self._line:
+            ticket = self._line.popleft()
+            if not ticket.done():
+                ticket.set_result(None)
+                return
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
 
 
 # ------------------------------------------------------------ adaptive appends

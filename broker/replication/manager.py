@@ -91,17 +91,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.io_workers import AppendModes, IoWorkers
+from raftka.broker.io_workers import AppendModes, IoWorkers, Strand
 from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
@@ -244,10 +244,6 @@ class ReplicaManager:
         # Where appends run, per log dir: inline while its writes are fast, on the
         # workers for a while after a slow one (broker/io_workers.py, AppendModes).
         self.appends = AppendModes(clock_ms=clock_ms)
-        # Appends sent to the workers and not yet ended, per partition, counted from
-        # the moment they are sent (before they reach the strand): no append of that
-        # partition may run inline until they end, or it would overtake them.
-        self._worker_bound: dict[PartitionKey, int] = {}
 
     # ================================================================ metadata
 
@@ -598,7 +594,10 @@ class ReplicaManager:
         # in its strand; the worker-bound partitions of one request append concurrently
         # (a task each, unless there is only one).
         appended: list[_Appended | None] = []
-        bound: list[int] = []  # the entries sent to the workers
+        # The entries that wait for their partition's strand, each in line from the
+        # moment it is decided (Strand.reserve), before its task starts: an append that
+        # arrives later, inline or not, cannot overtake it.
+        queued: list[tuple[int, _Place]] = []
         try:
             for topic, index, data in entries:
                 p = self.partitions.get((topic, index))
@@ -607,35 +606,34 @@ class ReplicaManager:
                 elif self._inline_ok(p):
                     appended.append(self._append_inline(request_id, p, data, acks, deadline_ms))
                 else:
-                    self._bind_to_workers(p.tp)
-                    bound.append(len(appended))
+                    strand = self.io.strand(p.tp)
+                    queued.append((len(appended), _Place(strand, strand.reserve())))
                     appended.append(None)
         except BaseException:
-            for at in bound:
-                self._unbind_from_workers(entries[at][:2])
+            for _, place in queued:
+                place.strand.abandon(place.ticket)
             raise
-        if bound:
+        if len(queued) == 1:
+            at, place = queued[0]
+            topic, index, data = entries[at]
+            appended[at] = await self._append_on_worker(
+                request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
+            )
+        elif queued:
             tasks = []
-            for at in bound:
+            for at, place in queued:
                 topic, index, data = entries[at]
-                work = self._append_on_worker(
-                    request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+                task = asyncio.ensure_future(
+                    self._append_on_worker(
+                        request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
+                    )
                 )
-                unbind = functools.partial(self._unbind_from_workers, (topic, index))
-                if len(bound) == 1:
-                    try:
-                        appended[at] = await work
-                    finally:
-                        unbind()
-                    break
-                # A done callback, not a finally in the coroutine: a task cancelled
-                # before its first step never runs its coroutine's code.
-                task = asyncio.ensure_future(work)
-                task.add_done_callback(unbind)
+                # A task cancelled before its first step never runs its coroutine: its
+                # place in line is given up here.
+                task.add_done_callback(place.give_up_unless_taken)
                 tasks.append(task)
-            if tasks:
-                for at, result in zip(bound, await asyncio.gather(*tasks), strict=True):
-                    appended[at] = result
+            for (at, _), result in zip(queued, await asyncio.gather(*tasks), strict=True):
+                appended[at] = result
         done = [a for a in appended if a is not None]
         results = [result for result, _ in done]
         pending = [
@@ -668,18 +666,9 @@ class ReplicaManager:
         tp = p.tp
         return (
             tp not in self._held
-            and tp not in self._worker_bound
             and self.io.strand_idle(tp)
             and self.appends.inline(p.log.path.parent)
         )
-
-    def _bind_to_workers(self, tp: PartitionKey) -> None:
-        self._worker_bound[tp] = self._worker_bound.get(tp, 0) + 1
-
-    def _unbind_from_workers(self, tp: PartitionKey, _task: object = None) -> None:
-        left = self._worker_bound.pop(tp, 1) - 1
-        if left > 0:
-            self._worker_bound[tp] = left
 
     def _run_inline(self, p: Partition, call: Callable[[], T]) -> T:
         """``call`` (a core call that writes the log) on the loop, timed: a slow one
@@ -708,6 +697,7 @@ class ReplicaManager:
         topic: str,
         index: int,
         data: bytes,
+        place: _Place,
         *,
         acks: int,
         deadline_ms: int,
@@ -719,13 +709,14 @@ class ReplicaManager:
         ``append_as_leader`` on an I/O worker while the log is held. Its Ready and the
         purgatory on the loop, before the log is given back."""
         tp = (topic, index)
-        if tp not in self.partitions:
-            return self._not_appended(topic, index), None
-        strand = self.io.strand(tp)
-        if not await self._strand_taken(strand, deadline_ms):
+        place.taken = True
+        strand = place.strand
+        if not await self._turn_taken(place, deadline_ms):
             busy = RequestTimedOutError(f"{topic}-{index}: its earlier disk jobs did not end")
             return ProduceResult(topic, index, busy), None
         try:
+            if tp not in self.partitions:
+                return self._not_appended(topic, index), None
             if tp in self._held and not await self._clean_ended(tp, deadline_ms):
                 held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
                 return ProduceResult(topic, index, held), None
@@ -753,17 +744,22 @@ class ReplicaManager:
         finally:
             strand.release()
 
-    async def _strand_taken(self, strand: asyncio.Lock, deadline_ms: int) -> bool:
-        """Take ``strand`` (FIFO) unless ``deadline_ms`` passes first: a produce waits
-        for the partition's earlier jobs (a slow fsync) no longer than its timeout. A
-        free strand is taken at once, without a task."""
-        if not strand.locked():
-            return await strand.acquire()
+    async def _turn_taken(self, place: _Place, deadline_ms: int) -> bool:
+        """Until ``place``'s turn in its strand, unless ``deadline_ms`` passes first: a
+        produce waits for the partition's earlier jobs (a slow fsync) no longer than its
+        timeout; its place is given up then (or when it is cancelled)."""
+        if place.ticket.done():
+            return not place.ticket.cancelled()
         remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
         try:
-            return await asyncio.wait_for(strand.acquire(), remaining_s)
+            await asyncio.wait_for(place.ticket, remaining_s)
         except TimeoutError:
+            place.strand.abandon(place.ticket)
             return False
+        except asyncio.CancelledError:
+            place.strand.abandon(place.ticket)
+            raise
+        return True
 
     async def _run_core_job(
         self, p: Partition, call: Callable[[], T], ready_of: Callable[[T], Ready]
@@ -1722,6 +1718,19 @@ def _room(req: FetchPartition, budget: int) -> int | None:
 
 #: A produce's answer for one partition, and the future acks=all waits on.
 _Appended = tuple[ProduceResult, "asyncio.Future[KafkaError | None] | None"]
+
+
+@dataclass(slots=True)
+class _Place:
+    """An append's place in its partition's strand, taken when it was decided."""
+
+    strand: Strand
+    ticket: asyncio.Future[None]
+    taken: bool = False  # its coroutine started (and gives the place up itself)
+
+    def give_up_unless_taken(self, _task: object) -> None:
+        if not self.taken:
+            self.strand.abandon(self.ticket)
 
 
 def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:

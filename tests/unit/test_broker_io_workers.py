@@ -25,7 +25,17 @@ import pytest
 from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run
 from broker_harness import until as _until
 
-from raftka.broker.io_workers import INLINE, WORKERS, IoWorkers, LoopLagMonitor
+from raftka.broker.io_workers import (
+    APPEND_HOLD_DOWN_MS,
+    INLINE,
+    INLINE_APPEND_SLOW_MS,
+    WORKER_FSYNC_SLOW_MS,
+    WORKERS,
+    AppendModes,
+    IoWorkers,
+    LoopLagMonitor,
+    Strand,
+)
 from raftka.broker.replication.manager import FetchPartition
 from raftka.common.errors import KafkaStorageError
 from raftka.common.record import Record, build_batch, iter_records
@@ -127,6 +137,41 @@ def test_a_jobs_error_reaches_its_caller_and_a_cancelled_caller_waits_for_its_jo
         await pool.close()
         with pytest.raises(RuntimeError, match="closed"):
             await pool.run(lambda: None)
+
+    run(body)
+
+
+def test_a_strand_place_taken_synchronously_is_served_before_later_ones() -> None:
+    """A place reserved now is served before an acquire begun later, even if its owner
+    awaits it later still; an abandoned place (its turn come or not) is skipped; the
+    strand is idle only when nobody holds it."""
+
+    async def body() -> None:
+        strand = Strand()
+        order: list[str] = []
+        first = strand.reserve()
+        assert first.done() and not strand.idle
+        second = strand.reserve()  # in line; its owner awaits later
+        dropped = strand.reserve()
+        strand.abandon(dropped)  # given up before its turn
+
+        async def late() -> None:
+            async with strand:
+                order.append("late")
+
+        late_task = asyncio.create_task(late())
+        await asyncio.sleep(0)
+        strand.release()  # first's turn ends: second's comes, not late's
+        await asyncio.sleep(0)
+        assert order == [] and second.done() and not strand.idle
+        await strand.turn(second)
+        order.append("second")
+        strand.release()
+        await late_task
+        assert order == ["second", "late"] and strand.idle
+        handed = strand.reserve()
+        strand.abandon(handed)  # its turn had come: abandoning it releases
+        assert strand.idle
 
     run(body)
 
@@ -471,6 +516,166 @@ def test_a_produce_waiting_for_the_strand_times_out_at_its_timeout(tmp_path: Pat
         gate.open.set()
         assert (await first).base_offset == 0
         assert (await b.produce(0, b"next")).base_offset == 1
+        await b.manager.close()
+
+    run(body)
+
+
+# ------------------------------------------------------- adaptive appends
+
+
+def test_append_modes_move_a_slow_log_dir_to_the_workers_and_back() -> None:
+    """Inline by default; a slow write (inline or on a worker) or a slow fsync job puts
+    that log dir alone in worker mode for the hold-down from the last slow one; fast
+    writes do not renew it; then inline again. Each switch is counted."""
+    clock = Clock()
+    modes = AppendModes(clock_ms=clock)
+    assert modes.inline("a") and modes.inline("b")
+    modes.appended("a", INLINE_APPEND_SLOW_MS, on_worker=False)  # at the bar: not slow
+    modes.fsynced("a", WORKER_FSYNC_SLOW_MS)
+    assert modes.inline("a") and modes.to_workers == 0
+    modes.appended("a", INLINE_APPEND_SLOW_MS + 1, on_worker=False)
+    assert not modes.inline("a") and modes.inline("b"), "only the slow log dir moves"
+    assert modes.health()["worker_mode_log_dirs"] == ["a"] and modes.to_workers == 1
+    clock.now_ms += APPEND_HOLD_DOWN_MS - 1
+    modes.appended("a", 1.0, on_worker=True)  # fast: no renewal
+    modes.fsynced("b", WORKER_FSYNC_SLOW_MS + 1)  # a slow fsync moves b
+    assert not modes.inline("b")
+    clock.now_ms += 1
+    assert modes.inline("a") and modes.to_inline == 1
+    modes.appended("b", INLINE_APPEND_SLOW_MS + 1, on_worker=True)  # renews b's hold-down
+    clock.now_ms += APPEND_HOLD_DOWN_MS - 1
+    assert not modes.inline("b")
+    clock.now_ms += 1
+    assert modes.inline("b")
+    h = modes.health()
+    assert h["worker_mode_log_dirs"] == [] and h["inline_appends"] == 2
+    assert h["worker_appends"] == 2
+    assert (h["switches_to_workers"], h["switches_to_inline"]) == (2, 2)
+
+
+def test_append_modes_pin_for_tests_and_refuse_an_unknown_mode() -> None:
+    modes = AppendModes(clock_ms=Clock())
+    modes.pin(WORKERS)
+    assert not modes.inline("a")
+    modes.pin(INLINE)
+    modes.appended("a", 1_000.0, on_worker=False)
+    assert modes.inline("a"), "a pinned mode does not adapt"
+    modes.pin(None)
+    assert not modes.inline("a"), "unpinned, the slow write counts"
+    with pytest.raises(ValueError, match="append mode must be"):
+        modes.pin("threads")
+
+
+class _SlowAppends:
+    """Wraps a log's ``append_as_leader``: the calls whose number (from 0) is in
+    ``slow`` take ``slow_s`` longer (a slow disk); records on which thread each ran."""
+
+    def __init__(self, log: Any, slow: set[int], slow_s: float) -> None:
+        self.calls = 0
+        self.threads: list[int] = []
+        self.slow = slow
+        self.slow_s = slow_s
+        self._real = log.append_as_leader
+        log.append_as_leader = self
+
+    def __call__(self, data: bytes, epoch: int) -> Any:
+        n = self.calls
+        self.calls += 1
+        self.threads.append(threading.get_ident())
+        if n in self.slow:
+            time.sleep(self.slow_s)  # the injected slow write, not a synchronisation
+        return self._real(data, epoch)
+
+
+def test_a_slow_append_moves_the_next_ones_to_the_workers_until_the_hold_down_ends(
+    tmp_path: Path,
+) -> None:
+    """Append 0 is slow inline (50 ms: the loop is blocked once, the price); append 1
+    runs on a worker, and a loop timer fires while it runs (the worker waits for it, so
+    an inline append would have waited out the deadline); being slow (> 10 ms) too, it
+    renews the hold-down; append 2 still runs on a worker just before the renewed
+    hold-down ends, append 3 inline after it. Offsets and values in order."""
+
+    async def body() -> None:
+        clock = Clock()
+        b = _Broker(tmp_path, clock)
+        await b.topic()
+        modes = b.manager.appends
+        log = b.manager.partitions[("t", 0)].log
+        slow = _SlowAppends(log, slow={0}, slow_s=0.05)
+        loop_thread = threading.get_ident()
+
+        assert (await b.produce(0, b"v0")).base_offset == 0
+        assert slow.threads == [loop_thread] and modes.inline_appends == 1
+        assert modes.health()["worker_mode_log_dirs"] == [str(log.path.parent)]
+
+        # Append 1: on a worker it waits for a timer of the loop (and so takes > 10 ms).
+        ticked = threading.Event()
+        real = slow._real
+
+        def waits_for_the_loop(data: bytes, epoch: int) -> Any:
+            assert ticked.wait(DEADLINE_S), "the loop's timer did not fire during the append"
+            time.sleep(INLINE_APPEND_SLOW_MS / 1000 * 1.5)  # slow on the worker too
+            return real(data, epoch)
+
+        slow._real = waits_for_the_loop
+        asyncio.get_running_loop().call_later(0.001, ticked.set)
+        clock.now_ms += 1_000
+        assert (await b.produce(0, b"v1")).base_offset == 1
+        assert slow.threads[1] != loop_thread and modes.worker_appends == 1
+        slow._real = real
+
+        clock.now_ms += APPEND_HOLD_DOWN_MS - 1  # renewed by append 1: not yet over
+        assert (await b.produce(0, b"v2")).base_offset == 2
+        assert slow.threads[2] != loop_thread and modes.worker_appends == 2
+        clock.now_ms += 1
+        assert (await b.produce(0, b"v3")).base_offset == 3
+        assert slow.threads[3] == loop_thread and modes.inline_appends == 2
+        assert (modes.to_workers, modes.to_inline) == (1, 1)
+        assert _values(log.read(0, 1 << 20)) == [b"v0", b"v1", b"v2", b"v3"]
+        await b.manager.close()
+
+    run(body)
+
+
+def test_concurrent_produces_keep_arrival_order_across_mode_switches(tmp_path: Path) -> None:
+    """Sixty produce requests in flight at once (the even ones to partitions 0 and 1 in
+    one request, the odd ones to partition 0 alone); every seventh append is slow (12 ms)
+    and the clock jumps past the hold-down every ten requests, so the partitions switch
+    between inline and worker appends in mid-stream. Each partition's records are in
+    the order the requests arrived, at consecutive offsets."""
+
+    async def body() -> None:
+        clock = Clock()
+        b = _Broker(tmp_path, clock, partitions=2)
+        await b.topic()
+        logs = [b.manager.partitions[("t", i)].log for i in (0, 1)]
+        for log in logs:
+            _SlowAppends(log, slow=set(range(3, 100, 7)), slow_s=0.012)
+
+        async def produce(i: int) -> list[Any]:
+            batch = build_batch([Record(f"v{i}".encode(), timestamp_ms=1_000)])
+            entries = [("t", p, batch) for p in ((0, 1) if i % 2 == 0 else (0,))]
+            results = await b.manager.produce(acks=1, timeout_ms=10_000, entries=entries)
+            assert all(r.error is None for r in results), results
+            return [r.base_offset for r in results]
+
+        tasks = []
+        for i in range(60):
+            tasks.append(asyncio.create_task(produce(i)))
+            if i % 10 == 9:
+                clock.now_ms += APPEND_HOLD_DOWN_MS
+            if i % 3 == 0:
+                await asyncio.sleep(0)  # let some start (and some finish) meanwhile
+        offsets = await asyncio.gather(*tasks)
+        assert [o[0] for o in offsets] == list(range(60))
+        assert [o[1] for o in offsets if len(o) == 2] == list(range(30))
+        assert _values(logs[0].read(0, 1 << 20)) == [f"v{i}".encode() for i in range(60)]
+        assert _values(logs[1].read(0, 1 << 20)) == [f"v{i}".encode() for i in range(0, 60, 2)]
+        modes = b.manager.appends
+        assert modes.inline_appends > 0 and modes.worker_appends > 0
+        assert modes.to_workers >= 2 and modes.to_inline >= 1, modes.health()
         await b.manager.close()
 
     run(body)

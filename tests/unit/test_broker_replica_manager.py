@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run, until
 
 from raftka.broker.delete_records import delete_records_routes
-from raftka.broker.io_workers import WORKERS
+from raftka.broker.io_workers import APPEND_HOLD_DOWN_MS, WORKERS
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
@@ -248,6 +249,61 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         )
         assert p.log.log_end_offset == 2 == p.state.log_end_offset
         assert p.state.high_watermark <= 2
+        await h.manager.close()
+
+    run(body)
+
+
+def test_a_slow_follower_append_moves_the_next_follower_writes_to_the_workers(
+    tmp_path: Path,
+) -> None:
+    """A follower append slow inline (50 ms) moves the log dir to worker mode: the next
+    follower append and a truncation run on a worker; after the hold-down the next
+    follower append runs inline again."""
+
+    async def body() -> None:
+        clock = Clock()
+        h = _Harness(tmp_path, clock=clock)
+        h.topic(leader=2, isr=(1, 2, 3))
+        p = h.manager.partitions[("t", 0)]
+        threads: list[int] = []
+        real_append, real_truncate = p.log.append_as_follower, p.log.truncate_to
+
+        def append(records: bytes) -> Any:
+            threads.append(threading.get_ident())
+            if len(threads) == 1:
+                time.sleep(0.05)  # the injected slow write, not a synchronisation
+            return real_append(records)
+
+        def truncate(offset: int) -> Any:
+            threads.append(threading.get_ident())
+            return real_truncate(offset)
+
+        p.log.append_as_follower = append  # type: ignore[method-assign]
+        p.log.truncate_to = truncate  # type: ignore[method-assign]
+
+        async def follow(*values: bytes, at: int) -> None:
+            await h.manager.on_follower_records(
+                p,
+                records=_batch(*values, base_offset=at, epoch=0),
+                leader_high_watermark=0,
+                leader_log_start_offset=0,
+            )
+            assert p.log.log_end_offset == at + len(values)
+
+        loop_thread = threading.get_ident()
+        await follow(b"a", b"b", at=0)
+        await follow(b"c", at=2)
+        await h.manager.on_follower_diverging(
+            p, diverging=EpochEndOffset(0, 2), leader_high_watermark=0, leader_log_start_offset=0
+        )
+        assert p.log.log_end_offset == 2
+        assert len(threads) == 3, "two appends and a truncation"
+        assert threads[0] == loop_thread and loop_thread not in threads[1:], threads
+        clock.now_ms += APPEND_HOLD_DOWN_MS
+        await follow(b"c2", at=2)
+        assert threads[-1] == loop_thread
+        assert (h.manager.appends.to_workers, h.manager.appends.to_inline) == (1, 1)
         await h.manager.close()
 
     run(body)

@@ -20,9 +20,8 @@ needed).
   then leaders, then followers (``Replica.on_metadata_change``; the fetchers are told
   where to fetch).
 - **Produce** (:meth:`produce`): ``Replica.append_as_leader`` (acks, leadership,
-  min.insync.replicas, de-duplication, append) on an I/O worker, one job per
-  partition in its strand (the partitions of one request at once); acks=all parks a
-  future in the
+  min.insync.replicas, de-duplication, append), inline or on an I/O worker (see
+  *Where appends run* below); acks=all parks a future in the
   :class:`ProducePurgatory`, completed when the HW passes the batch
   (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
   timer armed at the purgatory's next deadline. No polling anywhere.
@@ -35,15 +34,32 @@ needed).
   as the core allows); a timer calls ``Replica.tick``.
 - **Follower side**: the replica fetchers (:mod:`.fetcher`) await
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
-  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core on an
-  I/O worker (the append or truncation), in the partition's strand.
+  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core (the
+  append or truncation, inline or on an I/O worker, as a produce's).
+- **Where appends run** (:class:`~raftka.broker.io_workers.AppendModes`,
+  ``self.appends``). Appends (leader and follower) and truncations run **inline**, on
+  the loop, by default: a hop to a worker and back costs ~0.1 ms and a GIL hand-over,
+  ~10% of produce throughput (docs/benchmarks.md). Each is timed (the core call's
+  wall time); one slower than ``INLINE_APPEND_SLOW_MS`` (10 ms), or a worker's fsync
+  job (a roll's, flush.ms's) slower than ``WORKER_FSYNC_SLOW_MS`` (100 ms), puts that
+  partition's log dir in **worker mode** for ``APPEND_HOLD_DOWN_MS`` (5 s) from the
+  last slow write, renewed by every slow one: its appends and truncations then run on
+  the workers, in the partition's strand, holding the log (the rest of this
+  docstring). The first slow write of a spell blocks the loop once (it cannot be
+  known before it runs); the next ones do not. Order: an append runs inline only
+  when nothing of its partition is ahead of it (:meth:`_inline_ok`: no job running
+  or in line in its strand, the log not held); otherwise it takes its place in the
+  strand at once (``Strand.reserve``, before its task runs) and runs when its turn
+  comes, inline then if its log dir is fast again. So a partition's appends keep
+  their arrival order across mode switches.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
   a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
   :meth:`release_cleaner`: the pass's start, each swap of cleaned segments, its
   checkpoint write; short) or an I/O worker's job (:meth:`_on_worker`: the fsync and
   producer-state snapshot after a roll, a flush.ms flush, a retention delete;
-  :meth:`_append_on_worker` and :meth:`_follower_job`: an append or a truncation;
+  :meth:`_append_on_worker` and :meth:`_follower_job` in worker mode: an append or a
+  truncation;
   :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the thread and
   the loop does not touch it (no append, read, truncation, retention, close).
   Produces to it wait for the hold (and the partition's earlier jobs) to end, bounded
@@ -75,13 +91,14 @@ needed).
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
   applies, so the loop keeps answering and heartbeating.
 - **What still runs on the loop**: parsing, routing, answering, the core's decisions
-  that do not write the log (fetch bookkeeping, HW, ISR, metadata), the purgatory, and
+  that do not write the log (fetch bookkeeping, HW, ISR, metadata), the purgatory,
   reads for fetches and ListOffsets (from the page cache as a rule; Kafka cannot tell
   a miss either, and a 1 MB read from the cache takes about as long as one hop to a
-  worker and back, ~0.1 ms each, measured in docs/operations.md). Appends (leader and
-  follower, with the fsync flush.messages asks for and the leader-epoch file a
-  follower's append writes), truncations, and the fsyncs a roll or flush.ms asks for
-  run on the workers.
+  worker and back, ~0.1 ms each, measured in docs/operations.md), and appends and
+  truncations while their log dir is fast (with the fsync flush.messages asks for and
+  the leader-epoch file a follower's append writes). The fsyncs a roll or flush.ms
+  asks for always run on the workers; appends and truncations of a log dir in worker
+  mode too.
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).

@@ -5,9 +5,11 @@ Theory of operation
 Kafka keeps its network threads apart from its request-handler ("I/O") threads so that
 a slow disk never stops the broker from talking. raftka's event loop plays the network
 threads' part: it parses, routes and answers. Disk work that can take long (opening and
-recovering logs at start-up, appends and truncations, fsyncs, retention deletes,
-producer-state snapshots, HW checkpoint writes) runs on :class:`IoWorkers`, a bounded
-pool of ``num.io.threads`` threads, and the loop only waits for it.
+recovering logs at start-up, fsyncs, retention deletes, producer-state snapshots, HW
+checkpoint writes) runs on :class:`IoWorkers`, a bounded pool of ``num.io.threads``
+threads, and the loop only waits for it. Appends and truncations run there only for a
+log dir whose writes turned slow (:class:`AppendModes`); while they are fast they run
+on the loop, as the hop costs more than the write.
 
 - **Bound** (``queued.max.requests``). At most ``num.io.threads`` jobs run and at most
   ``queued.max.requests`` more wait for a thread; a caller beyond that waits on the loop

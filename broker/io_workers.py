@@ -37,6 +37,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Kafka's defaults for ``num.io.threads`` and ``queued.max.requests``.
 NUM_IO_THREADS_DEFAULT: Final = 8
@@ -340,6 +343,10 @@ class AppendModes:
             if now_ms >= until_ms:
                 del self._workers_until[log_dir]
                 self.to_inline += 1
+                log.info(
+                    "appends run inline again",
+                    extra={"fields": {"log_dir": str(log_dir), "quiet_ms": self.hold_down_ms}},
+                )
 
     def appended(self, log_dir: Hashable, elapsed_ms: float, *, on_worker: bool) -> None:
         """An append or truncation to ``log_dir`` took ``elapsed_ms``."""
@@ -348,16 +355,27 @@ class AppendModes:
         else:
             self.inline_appends += 1
         if elapsed_ms > self.slow_append_ms:
-            self._slow(log_dir)
+            self._slow(log_dir, "an append", elapsed_ms)
 
     def fsynced(self, log_dir: Hashable, elapsed_ms: float) -> None:
         """A worker's fsync job of ``log_dir`` took ``elapsed_ms``."""
         if elapsed_ms > self.slow_fsync_ms:
-            self._slow(log_dir)
+            self._slow(log_dir, "an fsync", elapsed_ms)
 
-    def _slow(self, log_dir: Hashable) -> None:
+    def _slow(self, log_dir: Hashable, what: str, elapsed_ms: float) -> None:
         if log_dir not in self._workers_until:
             self.to_workers += 1
+            log.warning(
+                "slow writes: appends move to the I/O workers",
+                extra={
+                    "fields": {
+                        "log_dir": str(log_dir),
+                        "write": what,
+                        "ms": round(elapsed_ms, 1),
+                        "hold_down_ms": self.hold_down_ms,
+                    }
+                },
+            )
         self._workers_until[log_dir] = self._clock_ms() + self.hold_down_ms
 
     @property

@@ -111,14 +111,13 @@ import contextlib
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.io_workers import AppendModes, IoWorkers, Strand
+from raftka.broker.io_workers import AppendModes, IoWorkers, Strand, WriteTimer
 from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
@@ -690,12 +689,11 @@ class ReplicaManager:
     def _run_inline(self, p: Partition, call: Callable[[], T]) -> T:
         """``call`` (a core call that writes the log) on the loop, timed: a slow one
         moves its log dir's appends to the workers."""
-        started = time.perf_counter()
+        timer = WriteTimer()
         try:
             return call()
         finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            self.appends.appended(p.log.path.parent, elapsed_ms, on_worker=False)
+            self.appends.appended(p.log.path.parent, timer.ms(), on_worker=False)
 
     def _append_inline(
         self, request_id: int, p: Partition, data: bytes, acks: int, deadline_ms: int
@@ -787,16 +785,8 @@ class ReplicaManager:
         core turns the log's own errors into its answer)."""
         done: list[T] = []
         elapsed_ms: list[float] = []
-
-        def job() -> None:
-            started = time.perf_counter()
-            try:
-                done.append(call())
-            finally:
-                elapsed_ms.append((time.perf_counter() - started) * 1000)
-
         try:
-            await self.io.run(job)
+            await self.io.run(_timed(lambda: done.append(call()), elapsed_ms))
         except asyncio.CancelledError:
             if done:
                 self.carry_out(p, ready_of(done[0]))
@@ -1556,14 +1546,11 @@ class ReplicaManager:
                 return None
             try:
                 p = self.partitions[tp]
+                took_ms: list[float] = []
                 job = prepare(p)
-                started = time.perf_counter()
-                result = await self.io.run(job)
-                if fsync:
-                    # Timed on the loop (hop and queue included): a queue of fsyncs
-                    # waiting for threads is as much a sign of a slow disk.
-                    elapsed_ms = (time.perf_counter() - started) * 1000
-                    self.appends.fsynced(p.log.path.parent, elapsed_ms)
+                result = await self.io.run(_timed(job, took_ms) if fsync else job)
+                if took_ms:
+                    self.appends.fsynced(p.log.path.parent, took_ms[0])
                 if finish is not None:
                     finish(p, result)
                 return result
@@ -1752,6 +1739,20 @@ class _Place:
 
 def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:
     return outcome.ready
+
+
+def _timed(job: Callable[[], T], took_ms: list[float]) -> Callable[[], T]:
+    """``job``, appending to ``took_ms`` how long it took on its worker (WriteTimer);
+    the loop reads it once the job has ended."""
+
+    def timed() -> T:
+        timer = WriteTimer()
+        try:
+            return job()
+        finally:
+            took_ms.append(timer.ms())
+
+    return timed
 
 
 def _flush_job(p: Partition) -> Callable[[], bool]:

@@ -25,6 +25,7 @@ import pytest
 from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run
 from broker_harness import until as _until
 
+from raftka.broker import io_workers
 from raftka.broker.io_workers import (
     APPEND_HOLD_DOWN_MS,
     INLINE,
@@ -35,6 +36,7 @@ from raftka.broker.io_workers import (
     IoWorkers,
     LoopLagMonitor,
     Strand,
+    WriteTimer,
 )
 from raftka.broker.replication.manager import FetchPartition
 from raftka.common.errors import KafkaStorageError
@@ -565,6 +567,19 @@ def test_append_modes_pin_for_tests_and_refuse_an_unknown_mode() -> None:
     assert not modes.inline("a"), "unpinned, the slow write counts"
     with pytest.raises(ValueError, match="append mode must be"):
         modes.pin("threads")
+
+
+def test_a_write_timer_counts_a_blocked_write_but_not_a_wait_for_a_cpu() -> None:
+    """A write blocked 20 ms (a sleep: off the CPU, not waiting for one) counts whole;
+    time the thread waited for a CPU (Linux's schedstat) is taken off."""
+    timer = WriteTimer()
+    time.sleep(0.02)  # the blocked write
+    assert timer.ms() >= 19.0
+    timer = WriteTimer()
+    timer._queued_ms -= 50.0  # as if the thread had waited 50 ms for a CPU meanwhile
+    time.sleep(0.002)
+    if io_workers._runqueue_wait_ms() > 0:  # schedstat readable (Linux)
+        assert timer.ms() < 0
 
 
 class _SlowAppends:

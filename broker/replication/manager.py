@@ -40,18 +40,18 @@ needed).
   ``self.appends``). Appends (leader and follower) and truncations run **inline**, on
   the loop, by default: a hop to a worker and back costs ~0.1 ms and a GIL hand-over,
   ~10% of produce throughput (docs/benchmarks.md). Each is timed (the core call's
-  wall time); one slower than ``INLINE_APPEND_SLOW_MS`` (10 ms), or a worker's fsync
-  job (a roll's, flush.ms's) slower than ``WORKER_FSYNC_SLOW_MS`` (100 ms), puts that
-  partition's log dir in **worker mode** for ``APPEND_HOLD_DOWN_MS`` (5 s) from the
-  last slow write, renewed by every slow one: its appends and truncations then run on
-  the workers, in the partition's strand, holding the log (the rest of this
-  docstring). The first slow write of a spell blocks the loop once (it cannot be
-  known before it runs); the next ones do not. Order: an append runs inline only
-  when nothing of its partition is ahead of it (:meth:`_inline_ok`: no job running
-  or in line in its strand, the log not held); otherwise it takes its place in the
-  strand at once (``Strand.reserve``, before its task runs) and runs when its turn
-  comes, inline then if its log dir is fast again. So a partition's appends keep
-  their arrival order across mode switches.
+  wall time less the time its thread waited for a CPU: ``WriteTimer``); one slower
+  than ``INLINE_APPEND_SLOW_MS`` (10 ms), or a worker's fsync job (a roll's,
+  flush.ms's) slower than ``WORKER_FSYNC_SLOW_MS`` (100 ms), puts that partition's log
+  dir in **worker mode** for ``APPEND_HOLD_DOWN_MS`` (5 s) from the last slow write,
+  renewed by every slow one: its appends and truncations then run on the workers, in
+  the partition's strand, holding the log (the rest of this docstring). The first
+  slow write of a spell blocks the loop once (it cannot be known before it runs); the
+  next ones do not. Order: an append runs inline only when nothing of its partition is
+  ahead of it (:meth:`_inline_ok`: no job running or in line in its strand, the log
+  not held); otherwise it takes its place in the strand at once (``Strand.reserve``,
+  before its task runs) and runs when its turn comes, inline then if its log dir is
+  fast again. So a partition's appends keep their arrival order across mode switches.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
   a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
@@ -676,9 +676,9 @@ class ReplicaManager:
 
     def _inline_ok(self, p: Partition) -> bool:
         """True if an append (or truncation) of ``p`` may run on the loop now: its log
-        dir's writes are fast, and nothing is ahead of it (no append sent to the
-        workers, no job running or waiting in its strand, no thread holding its log),
-        so running it now keeps the partition's arrival order."""
+        dir's writes are fast, and nothing is ahead of it (no job running or in line in
+        its strand, appends sent there included; no thread holding its log), so running
+        it now keeps the partition's arrival order."""
         tp = p.tp
         return (
             tp not in self._held
@@ -1320,16 +1320,12 @@ class ReplicaManager:
         if self._inline_ok(p):
             if self.partitions.get(tp) is not p or not current():
                 return None
-            answer = self._run_inline(p, call)
-            self.carry_out(p, answer.ready)
-            return answer
+            return self._follow_inline(p, call)
         async with self.io.strand(tp):
             if self.partitions.get(tp) is not p or not current() or tp in self._held:
                 return None
             if self.appends.inline(p.log.path.parent):
-                answer = self._run_inline(p, call)
-                self.carry_out(p, answer.ready)
-                return answer
+                return self._follow_inline(p, call)
             if not self._hold(tp, holder):
                 return None
             try:
@@ -1345,6 +1341,11 @@ class ReplicaManager:
                 return answer
             finally:
                 self._release(tp)
+
+    def _follow_inline(self, p: Partition, call: Callable[[], FetchAnswer]) -> FetchAnswer:
+        answer = self._run_inline(p, call)
+        self.carry_out(p, answer.ready)
+        return answer
 
     def enforce_retention(self) -> int:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention

@@ -226,6 +226,26 @@ class BrokerCollector(StateCollector):
             io.queued,
         )
         yield gauge("raftka_broker_ioworkers_busy", "Disk jobs an I/O worker runs now.", io.busy)
+        appends = self._server.manager.appends
+        ran = CounterMetricFamily(
+            "raftka_broker_appends",
+            "Appends and truncations by where they ran: inline on the event loop, or on "
+            "the I/O workers (a log dir whose writes turned slow).",
+            labels=["mode"],
+        )
+        ran.add_metric(["inline"], appends.inline_appends)
+        ran.add_metric(["workers"], appends.worker_appends)
+        yield ran
+        yield counter(
+            "raftka_broker_append_mode_switches",
+            "Log dirs moved from inline appends to the I/O workers after a slow write.",
+            appends.to_workers,
+        )
+        yield gauge(
+            "raftka_broker_append_worker_mode_log_dirs",
+            "Log dirs whose appends run on the I/O workers now.",
+            appends.worker_mode_log_dirs,
+        )
 
     def _groups(self) -> Iterator[Metric]:
         core = self._server.coordinator.core

@@ -404,7 +404,7 @@ class BrokerServer:
             # (supervise) task_restarts (per task) and tasks_failed
             **self.supervisor.health(),
             "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
-            "io_workers": self.manager.io.health(),
+            "io_workers": {**self.manager.io.health(), "appends": self.manager.appends.health()},
             "loop_lag": self.loop_lag.health(),
         }
 

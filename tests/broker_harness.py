@@ -12,6 +12,8 @@ produce/fetch helpers and the topic layout it needs.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +30,18 @@ from raftka.storage.log_manager import LogManager
 def run(body: Callable[[], Awaitable[None]]) -> None:
     """Run a test's async body on a fresh loop."""
     asyncio.run(body())  # type: ignore[arg-type]
+
+
+#: How long ``until`` waits for a condition before failing.
+UNTIL_DEADLINE_S = 10.0
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait (on the loop) until ``check()``; fail naming ``what`` after the deadline."""
+    deadline = time.monotonic() + UNTIL_DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)  # a poll of a condition with a deadline
 
 
 class Clock:
@@ -141,3 +155,29 @@ class BrokerHarness:
             partitions=[FetchPartition("t", 0, offset)],
         )
         return result
+
+
+class AppendGate:
+    """Wraps a log's ``append_as_leader`` so each call waits for ``open`` on its worker
+    thread (a slow disk), counting calls in flight at once."""
+
+    def __init__(self, log: Any) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.running = 0
+        self.max_running = 0
+        self._lock = threading.Lock()
+        self._real = log.append_as_leader
+        log.append_as_leader = self
+
+    def __call__(self, data: bytes, epoch: int) -> Any:
+        with self._lock:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        self.entered.set()
+        try:
+            self.open.wait(UNTIL_DEADLINE_S)
+            return self._real(data, epoch)
+        finally:
+            with self._lock:
+                self.running -= 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -208,30 +209,45 @@ class ReplicaFetcher:
                 raise ValueError(f"fetch answered HTTP {response.status}: {raw[:200]!r}")
         self.fetches += 1
         header, payloads = api.decode_frame(raw, api.FetchResponse)
-        failed: list[PartitionKey] = []
-        for item, payload, s in zip(header.responses, payloads, sent, strict=True):
-            if not self._apply(item, bytes(payload), s):
-                failed.append(s.partition.tp)
+        # Each partition's answer is appended (or truncates) inline or on an I/O worker
+        # (the manager's choice); the partitions of one answer go at once, and the next
+        # fetch waits for them all. One partition (the common case): no task.
+        applies = [
+            self._apply(item, bytes(payload), s)
+            for item, payload, s in zip(header.responses, payloads, sent, strict=True)
+        ]
+        applied = [await applies[0]] if len(applies) == 1 else await asyncio.gather(*applies)
+        failed = [s.partition.tp for s, ok in zip(sent, applied, strict=True) if not ok]
         if failed:
             self._back_off(failed, config.replica_fetch_backoff_ms)
 
-    def _apply(self, item: api.FetchPartitionResponse, records: bytes, s: _Sent) -> bool:
+    def _current(self, s: _Sent) -> bool:
+        """Whether the answer to ``s`` still applies: the partition is still ours, still
+        follows this leader from the position the fetch was sent from."""
+        p = s.partition
+        tp = p.tp
+        return (
+            tp in self.partitions
+            and self._manager.partitions.get(tp) is p
+            and p.replica.follows(self.leader_id)
+            and _position(p) == (s.leader_epoch, s.fetch_offset)
+        )
+
+    async def _apply(self, item: api.FetchPartitionResponse, records: bytes, s: _Sent) -> bool:
         """One partition's answer; False when it should back off."""
         p = s.partition
         tp = p.tp
-        if (
-            tp not in self.partitions
-            or self._manager.partitions.get(tp) is not p
-            or not p.replica.follows(self.leader_id)
-            or _position(p) != (s.leader_epoch, s.fetch_offset)
-        ):
+        if not self._current(s):
             return True  # metadata moved on while the fetch was in flight: ignore it
+        current = functools.partial(self._current, s)  # checked again in the strand
         hw = item.high_watermark
         log_start = item.log_start_offset
         if item.error is not None:
             name = item.error.error
             if name == OffsetOutOfRangeError.name and log_start >= 0:
-                self._manager.on_follower_out_of_range(p, leader_log_start_offset=log_start)
+                await self._manager.on_follower_out_of_range(
+                    p, leader_log_start_offset=log_start, current=current
+                )
             log.debug(
                 "replica fetch error",
                 extra={"fields": {"partition": f"{tp[0]}-{tp[1]}", "error": name}},
@@ -239,17 +255,22 @@ class ReplicaFetcher:
             return False
         diverging = item.diverging_epoch
         if diverging is not None:
-            self._manager.on_follower_diverging(
+            await self._manager.on_follower_diverging(
                 p,
                 diverging=EpochEndOffset(diverging.epoch, diverging.end_offset),
                 leader_high_watermark=hw,
                 leader_log_start_offset=max(log_start, 0),
+                current=current,
             )
             return True
         if records and self._manager.quotas.follower_throttled(*tp):
             self._manager.quotas.follower.record(len(records), self._manager.now_ms())
-        self._manager.on_follower_records(
-            p, records=records, leader_high_watermark=hw, leader_log_start_offset=max(log_start, 0)
+        await self._manager.on_follower_records(
+            p,
+            records=records,
+            leader_high_watermark=hw,
+            leader_log_start_offset=max(log_start, 0),
+            current=current,
         )
         return True
 

@@ -20,7 +20,8 @@ needed).
   then leaders, then followers (``Replica.on_metadata_change``; the fetchers are told
   where to fetch).
 - **Produce** (:meth:`produce`): ``Replica.append_as_leader`` (acks, leadership,
-  min.insync.replicas, de-duplication, append); acks=all parks a future in the
+  min.insync.replicas, de-duplication, append), inline or on an I/O worker (see
+  *Where appends run* below); acks=all parks a future in the
   :class:`ProducePurgatory`, completed when the HW passes the batch
   (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
   timer armed at the purgatory's next deadline. No polling anywhere.
@@ -31,21 +32,46 @@ needed).
   ``max_wait_ms``.
 - **ISR changes** go to the controller as AlterPartition (one in flight per partition,
   as the core allows); a timer calls ``Replica.tick``.
-- **Follower side**: the replica fetchers (:mod:`.fetcher`) call
+- **Follower side**: the replica fetchers (:mod:`.fetcher`) await
   :meth:`on_follower_records` / :meth:`on_follower_diverging` /
-  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core.
+  :meth:`on_follower_out_of_range`, which hand the leader's answer to the core (the
+  append or truncation, inline or on an I/O worker, as a produce's).
+- **Where appends run** (:class:`~raftka.broker.io_workers.AppendModes`,
+  ``self.appends``). Appends (leader and follower) and truncations run **inline**, on
+  the loop, by default: a hop to a worker and back costs ~0.1 ms and a GIL hand-over,
+  ~10% of produce throughput (docs/benchmarks.md). Each is timed (the core call's
+  wall time less the time its thread waited for a CPU: ``WriteTimer``); one slower
+  than ``INLINE_APPEND_SLOW_MS`` (10 ms), or a worker's fsync job (a roll's,
+  flush.ms's) slower than ``WORKER_FSYNC_SLOW_MS`` (100 ms), puts that partition's log
+  dir in **worker mode** for ``APPEND_HOLD_DOWN_MS`` (5 s) from the last slow write,
+  renewed by every slow one: its appends and truncations then run on the workers, in
+  the partition's strand, holding the log (the rest of this docstring). The first
+  slow write of a spell blocks the loop once (it cannot be known before it runs); the
+  next ones do not. Order: an append runs inline only when nothing of its partition is
+  ahead of it (:meth:`_inline_ok`: no job running or in line in its strand, the log
+  not held); otherwise it takes its place in the strand at once (``Strand.reserve``,
+  before its task runs) and runs when its turn comes, inline then if its log dir is
+  fast again. So a partition's appends keep their arrival order across mode switches.
 
 - **Held logs: the cleaner and the I/O workers.** A thread may own a partition's log for
   a while: one exclusive step of a cleaner pass (:meth:`hold_for_cleaner` /
   :meth:`release_cleaner`: the pass's start, each swap of cleaned segments, its
   checkpoint write; short) or an I/O worker's job (:meth:`_on_worker`: the fsync and
   producer-state snapshot after a roll, a flush.ms flush, a retention delete;
+  :meth:`_append_on_worker` and :meth:`_follower_job` in worker mode: an append or a
+  truncation;
   :mod:`raftka.broker.io_workers`). Meanwhile that ``Log`` belongs to the thread and
   the loop does not touch it (no append, read, truncation, retention, close).
-  Produces to it wait for the hold to end (bounded by their timeout); fetches read
-  nothing from it and park until it ends; a follower's fetched records for it are
-  dropped and fetched again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE
-  (retriable); a stop or delete waits for it. Worker jobs of one partition run in
+  Produces to it wait for the hold (and the partition's earlier jobs) to end, bounded
+  by their timeout; a fetch first waits (up to its max_wait_ms) for the worker jobs
+  holding its partitions to end, then reads; a log held after that (a cleaner's step,
+  a job begun meanwhile) gives nothing and the fetch parks until it is given back; a
+  follower's fetched records for a log the cleaner holds are dropped and fetched
+  again; a ListOffsets by timestamp answers OFFSET_NOT_AVAILABLE (retriable); a stop
+  or delete waits for it. A job that runs a core call (``CORE_JOBS``: appends,
+  truncations) owns the replica's state too, not only its log: the ISR tick, producer
+  expiry, an AlterPartition answer and a topic config change wait for it (skip it
+  until the next tick, or apply when it ends). Worker jobs of one partition run in
   submission order (its strand), one at a time, never beside another hold; a job's
   ``prepare`` runs on the loop once the log is held (it reads the state the job
   writes, e.g. the producer state to snapshot) and its ``finish`` tells the core what
@@ -64,12 +90,15 @@ needed).
   here are opened (recovered, producer state loaded) on the I/O workers,
   ``num.recovery.threads.per.data.dir`` per log dir at once, before the change
   applies, so the loop keeps answering and heartbeating.
-- **What still runs on the loop**: appends (their writes go to the page cache; the
-  fsyncs a roll, flush.messages or flush.ms asks for are the workers', except
-  flush.messages, still done in the appending call), reads for fetches (from the page
-  cache as a rule; Kafka cannot tell a miss either), truncation, and the leader-epoch
-  file a follower's append writes when its leader's epoch changes (a new leadership's
-  is written by the workers, see :meth:`_persist_epochs`).
+- **What still runs on the loop**: parsing, routing, answering, the core's decisions
+  that do not write the log (fetch bookkeeping, HW, ISR, metadata), the purgatory,
+  reads for fetches and ListOffsets (from the page cache as a rule; Kafka cannot tell
+  a miss either, and a 1 MB read from the cache takes about as long as one hop to a
+  worker and back, ~0.1 ms each, measured in docs/operations.md), and appends and
+  truncations while their log dir is fast (with the fsync flush.messages asks for and
+  the leader-epoch file a follower's append writes). The fsyncs a roll or flush.ms
+  asks for always run on the workers; appends and truncations of a log dir in worker
+  mode too.
 
 LEO and log start live in the log only; the HW in the core, which tells the log (see
 :mod:`.partition`).
@@ -84,11 +113,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
-from raftka.broker.io_workers import IoWorkers
+from raftka.broker.io_workers import AppendModes, IoWorkers, Strand, WriteTimer
 from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
@@ -103,8 +133,10 @@ from raftka.broker.replication.data_plane import (
 )
 from raftka.broker.replication.partition import (
     ConsumerRead,
+    FetchAnswer,
     FollowerRead,
     MetadataOutcome,
+    ProduceOutcome,
     Ready,
     Replica,
 )
@@ -120,12 +152,13 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from raftka.common.messages.controller import AlterPartitionRequest
+from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms
 from raftka.metadata.delta import LocalReplicaChanges
@@ -161,6 +194,12 @@ FETCH_WAIT_MS_MAX: Final = 30_000
 REQUEST_PARTITIONS_MAX: Final = 10_000
 #: Who holds a log during a cleaner pass (the I/O workers' jobs name themselves).
 CLEANER: Final = "the log cleaner"
+#: The I/O workers' jobs that run a core call (they change the replica's state, not
+#: only its log: the loop leaves that state alone until they end, see _core_held).
+APPEND: Final = "an append"
+FOLLOWER_APPEND: Final = "a follower append"
+TRUNCATION: Final = "a truncation"
+CORE_JOBS: Final = frozenset({APPEND, FOLLOWER_APPEND, TRUNCATION})
 #: Backoff between AlterPartition attempts the core asks to retry.
 ALTER_RETRY_BACKOFF_MS: Final = 100
 
@@ -222,6 +261,11 @@ class ReplicaManager:
         )
         # stop_replica calls that waited for a held log: tp -> delete?
         self._stop_after_hold: dict[PartitionKey, tuple[bool, str | None]] = {}
+        # Topic configs that changed while a worker's core call held the partition.
+        self._reconfigure_after_hold: set[PartitionKey] = set()
+        # Where appends run, per log dir: inline while its writes are fast, on the
+        # workers for a while after a slow one (broker/io_workers.py, AppendModes).
+        self.appends = AppendModes(clock_ms=clock_ms)
 
     def now_ms(self) -> int:
         """This broker's clock (the quotas' and the partition cores' time)."""
@@ -238,7 +282,10 @@ class ReplicaManager:
             # min.insync.replicas to the next produce, the log's settings to the next
             # append, roll, flush and retention pass, the validator's to the next batch.
             for p in self.partitions.values():
-                self._configure(p, image.configs.topic_config(p.topic))
+                if self._core_held(p.tp):
+                    self._reconfigure_after_hold.add(p.tp)  # a worker appends: see _release
+                else:
+                    self._configure(p, image.configs.topic_config(p.topic))
             self.quotas.configure(
                 {
                     **image.configs.broker_config(None),
@@ -577,21 +624,57 @@ class ReplicaManager:
         request_id = next(self._request_ids)
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
-        results: list[ProduceResult] = []
-        pending: list[tuple[int, PartitionKey, asyncio.Future[KafkaError | None]]] = []
-        for topic, index, data in entries:
-            if (topic, index) in self._held and not await self._clean_ended(
-                (topic, index), deadline_ms
-            ):
-                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of((topic, index))}")
-                results.append(ProduceResult(topic, index, held))
-                continue
-            result, future = self._produce_one(
-                request_id, topic, index, data, acks=acks, deadline_ms=deadline_ms
+        # Each partition appends inline when it may (_inline_ok), else on an I/O worker
+        # in its strand; the worker-bound partitions of one request append concurrently
+        # (a task each, unless there is only one).
+        appended: list[_Appended | None] = []
+        # The entries that wait for their partition's strand, each in line from the
+        # moment it is decided (Strand.reserve), before its task starts: an append that
+        # arrives later, inline or not, cannot overtake it.
+        queued: list[tuple[int, _Place]] = []
+        try:
+            for topic, index, data in entries:
+                p = self.partitions.get((topic, index))
+                if p is None:
+                    appended.append((self._not_appended(topic, index), None))
+                elif self._inline_ok(p):
+                    appended.append(self._append_inline(request_id, p, data, acks, deadline_ms))
+                else:
+                    strand = self.io.strand(p.tp)
+                    queued.append((len(appended), _Place(strand, strand.reserve())))
+                    appended.append(None)
+        except BaseException:
+            for _, place in queued:
+                place.strand.abandon(place.ticket)
+            raise
+        if len(queued) == 1:
+            at, place = queued[0]
+            topic, index, data = entries[at]
+            appended[at] = await self._append_on_worker(
+                request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
             )
-            if future is not None:
-                pending.append((len(results), (topic, index), future))
-            results.append(result)
+        elif queued:
+            tasks = []
+            for at, place in queued:
+                topic, index, data = entries[at]
+                task = asyncio.ensure_future(
+                    self._append_on_worker(
+                        request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
+                    )
+                )
+                # A task cancelled before its first step never runs its coroutine: its
+                # place in line is given up here.
+                task.add_done_callback(place.give_up_unless_taken)
+                tasks.append(task)
+            for (at, _), result in zip(queued, await asyncio.gather(*tasks), strict=True):
+                appended[at] = result
+        done = [a for a in appended if a is not None]
+        results = [result for result, _ in done]
+        pending = [
+            (at, (result.topic, result.partition), future)
+            for at, (result, future) in enumerate(done)
+            if future is not None
+        ]
         if pending:
             self._arm_expiry()
             parked = time.perf_counter()
@@ -612,23 +695,147 @@ class ReplicaManager:
             return self.current_leader(*tp)
         return None
 
-    def _produce_one(
+    # ------------------------------------------------------------ where appends run
+
+    def _inline_ok(self, p: Partition) -> bool:
+        """True if an append (or truncation) of ``p`` may run on the loop now: its log
+        dir's writes are fast, and nothing is ahead of it (no job running or in line in
+        its strand, appends sent there included; no thread holding its log), so running
+        it now keeps the partition's arrival order."""
+        tp = p.tp
+        return (
+            tp not in self._held
+            and self.io.strand_idle(tp)
+            and self.appends.inline(p.log.path.parent)
+        )
+
+    def _run_inline(self, p: Partition, call: Callable[[], T]) -> T:
+        """``call`` (a core call that writes the log) on the loop, timed: a slow one
+        moves its log dir's appends to the workers."""
+        timer = WriteTimer()
+        try:
+            return call()
+        finally:
+            self.appends.appended(p.log.path.parent, timer.ms(), on_worker=False)
+
+    def _append_inline(
+        self, request_id: int, p: Partition, data: bytes, acks: int, deadline_ms: int
+    ) -> _Appended:
+        outcome = self._run_inline(
+            p,
+            lambda: p.replica.append_as_leader(
+                data, acks=acks, local=f" on broker {self.broker_id}"
+            ),
+        )
+        return self._appended(request_id, p, outcome, deadline_ms)
+
+    async def _append_on_worker(
         self,
         request_id: int,
         topic: str,
         index: int,
         data: bytes,
+        place: _Place,
         *,
         acks: int,
         deadline_ms: int,
-    ) -> tuple[ProduceResult, asyncio.Future[KafkaError | None] | None]:
+    ) -> _Appended:
+        """One partition of a produce that may not append inline: in the partition's
+        strand (appends of one partition run one at a time, in the order they took the
+        strand: arrival order, since nothing awaits before it), after any hold of its
+        log; then inline if its log dir is fast again, else the core's
+        ``append_as_leader`` on an I/O worker while the log is held. Its Ready and the
+        purgatory on the loop, before the log is given back."""
+        tp = (topic, index)
+        place.taken = True
+        strand = place.strand
+        if not await self._turn_taken(place, deadline_ms):
+            busy = RequestTimedOutError(f"{topic}-{index}: its earlier disk jobs did not end")
+            return ProduceResult(topic, index, busy), None
+        try:
+            if tp not in self.partitions:
+                return self._not_appended(topic, index), None
+            if tp in self._held and not await self._clean_ended(tp, deadline_ms):
+                held = RequestTimedOutError(f"{topic}-{index}: {self._holder_of(tp)}")
+                return ProduceResult(topic, index, held), None
+            p = self.partitions.get(tp)
+            if p is not None and self.appends.inline(p.log.path.parent):
+                # First in the strand and nothing holds the log: inline keeps the order.
+                return self._append_inline(request_id, p, data, acks, deadline_ms)
+            if not self._hold(tp, APPEND):
+                return self._not_appended(topic, index), None
+            try:
+                p = self.partitions[tp]
+                try:
+                    outcome = await self._run_core_job(
+                        p,
+                        lambda: p.replica.append_as_leader(
+                            data, acks=acks, local=f" on broker {self.broker_id}"
+                        ),
+                        _ready_of,
+                    )
+                except KafkaStorageError as e:
+                    return ProduceResult(topic, index, e), None
+                return self._appended(request_id, p, outcome, deadline_ms)
+            finally:
+                self._release(tp)
+        finally:
+            strand.release()
+
+    async def _turn_taken(self, place: _Place, deadline_ms: int) -> bool:
+        """Until ``place``'s turn in its strand, unless ``deadline_ms`` passes first: a
+        produce waits for the partition's earlier jobs (a slow fsync) no longer than its
+        timeout; its place is given up then (or when it is cancelled)."""
+        if place.ticket.done():
+            return not place.ticket.cancelled()
+        remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+        try:
+            await asyncio.wait_for(place.ticket, remaining_s)
+        except TimeoutError:
+            place.strand.abandon(place.ticket)
+            return False
+        except asyncio.CancelledError:
+            place.strand.abandon(place.ticket)
+            raise
+        return True
+
+    async def _run_core_job(
+        self, p: Partition, call: Callable[[], T], ready_of: Callable[[T], Ready]
+    ) -> T:
+        """``call`` (a core call that writes the log) on an I/O worker. Cancelled while
+        it runs, the caller still carries out what the core asked (the job cannot be
+        undone); an unexpected error is logged and raised as KAFKA_STORAGE_ERROR (the
+        core turns the log's own errors into its answer)."""
+        done: list[T] = []
+        elapsed_ms: list[float] = []
+        try:
+            await self.io.run(_timed(lambda: done.append(call()), elapsed_ms))
+        except asyncio.CancelledError:
+            if done:
+                self.carry_out(p, ready_of(done[0]))
+            raise
+        except Exception as e:
+            log.error(
+                "core job on an I/O worker failed",
+                extra={"fields": {"partition": _name(p.tp), "error": repr(e)}},
+            )
+            raise KafkaStorageError(f"{_name(p.tp)}: {e}") from e
+        finally:
+            if elapsed_ms:
+                self.appends.appended(p.log.path.parent, elapsed_ms[0], on_worker=True)
+        return done[0]
+
+    def _not_appended(self, topic: str, index: int) -> ProduceResult:
         found = self._leading(topic, index)
-        if isinstance(found, KafkaError):
-            return ProduceResult(
-                topic, index, found, current_leader=self.current_leader(topic, index)
-            ), None
-        p = found
-        outcome = p.replica.append_as_leader(data, acks=acks, local=f" on broker {self.broker_id}")
+        error = found if isinstance(found, KafkaError) else self._missing(topic, index)
+        return ProduceResult(topic, index, error, current_leader=self.current_leader(topic, index))
+
+    def _appended(
+        self, request_id: int, p: Partition, outcome: ProduceOutcome, deadline_ms: int
+    ) -> _Appended:
+        """What the loop does after a leader append: carry out its Ready, answer, and
+        park acks=all in the purgatory."""
+        topic, index = p.tp
         self.carry_out(p, outcome.ready)
         if outcome.error is not None:
             return ProduceResult(
@@ -704,6 +911,7 @@ class ReplicaManager:
             raise CorruptMessageError(f"more than {REQUEST_PARTITIONS_MAX} partitions in one fetch")
         deadline_ms = self._clock_ms() + max(0, min(max_wait_ms, FETCH_WAIT_MS_MAX))
         while True:
+            await self._worker_jobs_ended(partitions, deadline_ms)
             waiters = [
                 p.signal.waiter()
                 for req in partitions
@@ -724,6 +932,23 @@ class ReplicaManager:
                 # The long poll's wait for min_bytes: Kafka's RemoteTimeMs.
                 add_remote(time.perf_counter() - parked)
 
+    async def _worker_jobs_ended(
+        self, partitions: Sequence[FetchPartition], deadline_ms: int
+    ) -> None:
+        """Until the I/O worker jobs holding any of ``partitions`` now have ended (an
+        append, an fsync: short), or ``deadline_ms``: a fetch then reads what they
+        wrote rather than answering nothing for those partitions. A cleaner's pass is
+        long: not waited for (the fetch parks on the partition's signal instead)."""
+        jobs = {
+            done
+            for req in partitions
+            if (done := self._held.get((req.topic, req.partition))) is not None
+            and self._holders.get((req.topic, req.partition)) != CLEANER
+        }
+        if jobs:
+            remaining_s = max(0, deadline_ms - self._clock_ms()) / 1000
+            await asyncio.wait(jobs, timeout=remaining_s)
+
     def _read_all(
         self,
         replica_id: int,
@@ -737,7 +962,8 @@ class ReplicaManager:
         for req in partitions:
             p = self.partitions.get((req.topic, req.partition))
             if p is not None and p.tp in self._held:
-                # Nothing from a held log; its release fires the signal this fetch
+                # Nothing from a log a thread holds (the cleaner, or a worker job that
+                # began after _worker_jobs_ended); _release fires the signal this fetch
                 # parks on, so it reads again as soon as the hold ends. A consumer's
                 # errors (not leader, fenced epoch, out of range) come from the core's
                 # state alone, so they are answered at once.
@@ -915,6 +1141,8 @@ class ReplicaManager:
         """The ISR-shrink timer's work: propose dropping followers that lag too long."""
         now = self._clock_ms()
         for p in list(self.partitions.values()):
+            if self._core_held(p.tp):
+                continue  # a worker's core call owns the state: the next tick sees it
             ready = p.replica.tick(now)
             if ready.isr_proposal is not None:
                 log.info(
@@ -987,13 +1215,20 @@ class ReplicaManager:
                 partition_epoch=proposal.partition_epoch,
                 new_isr=list(proposal.new_isr),
             )
+            answer: AlterPartitionResponse | KafkaError
             try:
                 answer = await self.alter_partition(
                     request, timeout_ms=self.config.request_timeout_ms
                 )
             except KafkaError as e:
+                answer = e
+            # An append on a worker reads the ISR: apply the answer between two jobs.
+            await self._core_jobs_ended(p.tp)
+            if self.partitions.get(p.tp) is not p or p.state.pending_isr_change != proposal:
+                return
+            if isinstance(answer, KafkaError):
                 outcome, ready = p.replica.on_alter_partition_response(
-                    proposal=proposal, error=type(e)
+                    proposal=proposal, error=type(answer)
                 )
             else:
                 # Committed by the controller (counted as Kafka does, on its answer: the
@@ -1026,42 +1261,53 @@ class ReplicaManager:
 
     # ================================================================ follower side
 
-    def on_follower_records(
+    async def on_follower_records(
         self,
         p: Partition,
         *,
         records: bytes,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader's records for ``p`` (whole batches from our LEO): append them."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the fetcher asks again from the same LEO
-        answer = p.replica.on_fetch_answer(
-            records=records,
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
+        """Our leader's records for ``p`` (whole batches from our LEO): append them, on
+        an I/O worker (flush.messages' fsync with them). ``current`` tells, once the
+        partition's strand is ours, whether the fetch is still the partition's (no
+        metadata change or other answer moved it meanwhile)."""
+        await self._follower_job(
+            p,
+            FOLLOWER_APPEND,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=records,
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+            ),
         )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_diverging(
+    async def on_follower_diverging(
         self,
         p: Partition,
         *,
         diverging: EpochEndOffset,
         leader_high_watermark: int,
         leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Our leader says our log diverges: truncate (log and epoch cache) and refetch."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        answer = p.replica.on_fetch_answer(
-            records=b"",
-            leader_high_watermark=leader_high_watermark,
-            leader_log_start_offset=leader_log_start_offset,
-            diverging_epoch=diverging,
+        """Our leader says our log diverges: truncate (log and epoch cache) on an I/O
+        worker and refetch."""
+        answer = await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: p.replica.on_fetch_answer(
+                records=b"",
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+                diverging_epoch=diverging,
+            ),
         )
-        if answer.truncated is not None:
+        if answer is not None and answer.truncated is not None:
             log.warning(
                 "truncated a diverging log",
                 extra={
@@ -1073,15 +1319,70 @@ class ReplicaManager:
                     }
                 },
             )
-        self.carry_out(p, answer.ready)
 
-    def on_follower_out_of_range(self, p: Partition, *, leader_log_start_offset: int) -> None:
-        """Our fetch offset is below the leader's log start: restart empty there."""
-        if p.tp in self._held:
-            return  # the cleaner holds the log: the next fetch says it again
-        self.carry_out(
-            p, p.replica.on_fetch_out_of_range(leader_log_start_offset=leader_log_start_offset)
+    async def on_follower_out_of_range(
+        self,
+        p: Partition,
+        *,
+        leader_log_start_offset: int,
+        current: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Our fetch offset is below the leader's log start: restart empty there (the
+        truncation on an I/O worker)."""
+        await self._follower_job(
+            p,
+            TRUNCATION,
+            current,
+            lambda: FetchAnswer(
+                ready=p.replica.on_fetch_out_of_range(
+                    leader_log_start_offset=leader_log_start_offset
+                )
+            ),
         )
+
+    async def _follower_job(
+        self,
+        p: Partition,
+        holder: str,
+        current: Callable[[], bool],
+        call: Callable[[], FetchAnswer],
+    ) -> FetchAnswer | None:
+        """A follower's core call: inline when it may (:meth:`_inline_ok`), else in the
+        partition's strand, then inline if its log dir is fast again or on an I/O
+        worker holding the log; its Ready carried out on the loop (before the log is
+        given back). None (the answer dropped: the fetcher asks again from the same
+        LEO) if a cleaner holds the log, the partition changed meanwhile, or the disk
+        failed."""
+        tp = p.tp
+        if self._inline_ok(p):
+            if self.partitions.get(tp) is not p or not current():
+                return None
+            return self._follow_inline(p, call)
+        async with self.io.strand(tp):
+            if self.partitions.get(tp) is not p or not current() or tp in self._held:
+                return None
+            if self.appends.inline(p.log.path.parent):
+                return self._follow_inline(p, call)
+            if not self._hold(tp, holder):
+                return None
+            try:
+                answer = await self._run_core_job(p, call, _ready_of)
+            except KafkaError as e:
+                log.error(
+                    "follower append failed",
+                    extra={"fields": {"partition": _name(tp), "error": str(e)}},
+                )
+                return None
+            else:
+                self.carry_out(p, answer.ready)
+                return answer
+            finally:
+                self._release(tp)
+
+    def _follow_inline(self, p: Partition, call: Callable[[], FetchAnswer]) -> FetchAnswer:
+        answer = self._run_inline(p, call)
+        self.carry_out(p, answer.ready)
+        return answer
 
     def enforce_retention(self) -> int:
         """Delete the segments retention.ms / retention.bytes allow (Kafka's retention
@@ -1119,7 +1420,7 @@ class ReplicaManager:
         for tp, p in list(self.partitions.items()):
             if self._holders.get(tp) == CLEANER or not p.log.flush_due():
                 continue
-            if await self._on_worker(tp, "a flush", _flush_job):
+            if await self._on_worker(tp, "a flush", _flush_job, fsync=True):
                 flushed += 1
         return flushed
 
@@ -1142,7 +1443,7 @@ class ReplicaManager:
             return job
 
         try:
-            await self._on_worker(p.tp, "a producer-state snapshot", prepare)
+            await self._on_worker(p.tp, "a producer-state snapshot", prepare, fsync=True)
         except (OSError, KafkaError) as e:
             # Only recovery time suffers: it replays from an older snapshot or the start
             # (and from the older recovery point if the flush failed).
@@ -1153,7 +1454,11 @@ class ReplicaManager:
 
     def expire_producers(self, *, now_ms: int) -> int:
         """Forget idle producers (producer.id.expiration.ms) on every replica."""
-        return sum(p.replica.expire_producers(now_ms) for p in self.partitions.values())
+        return sum(
+            p.replica.expire_producers(now_ms)
+            for p in self.partitions.values()
+            if not self._core_held(p.tp)  # its turn comes at the next check
+        )
 
     def _snapshot_producers(self, p: Partition) -> None:
         try:
@@ -1193,6 +1498,9 @@ class ReplicaManager:
             # the same name) was held back by _become_*: take it now.
             self._take_role_from_image(tp)
         p = self.partitions.get(tp)
+        if p is not None and tp in self._reconfigure_after_hold:
+            self._reconfigure_after_hold.discard(tp)
+            self._configure(p, self.image.configs.topic_config(p.topic))
         if p is not None:
             p.signal.fire()  # parked fetches read again
 
@@ -1258,6 +1566,8 @@ class ReplicaManager:
         holder: str,
         prepare: Callable[[Partition], Callable[[], T]],
         finish: Callable[[Partition, T], object] | None = None,
+        *,
+        fsync: bool = False,
     ) -> T | None:
         """Run a disk job for ``tp`` on an I/O worker while it holds the log: after the
         jobs submitted before it for ``tp`` (the partition's strand) and after a
@@ -1265,7 +1575,8 @@ class ReplicaManager:
         state no append changes until the job ends) and returns the job; ``finish``
         runs on the loop with the job's result before the log is given back (to tell
         the core what the job changed). None if the partition went away (or the
-        manager stops) before its turn."""
+        manager stops) before its turn. An ``fsync`` job is timed: a slow one moves its
+        log dir's appends to the workers."""
         async with self.io.strand(tp):
             while tp in self._held:
                 await self.wait_clean_ended(tp)
@@ -1273,7 +1584,11 @@ class ReplicaManager:
                 return None
             try:
                 p = self.partitions[tp]
-                result = await self.io.run(prepare(p))
+                took_ms: list[float] = []
+                job = prepare(p)
+                result = await self.io.run(_timed(job, took_ms) if fsync else job)
+                if took_ms:
+                    self.appends.fsynced(p.log.path.parent, took_ms[0])
                 if finish is not None:
                     finish(p, result)
                 return result
@@ -1314,9 +1629,31 @@ class ReplicaManager:
     async def wait_io_released(self, tps: Iterable[PartitionKey]) -> None:
         """Until no I/O worker holds any of ``tps`` (a metadata change then applies to
         logs only the loop touches; the cleaner's holds are handled as before)."""
-        for tp in tps:
-            while (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER:
-                await asyncio.shield(done)
+        # Until one look finds none held: appends take holds all the time now, so a
+        # partition checked earlier may be held again by the time a later one ends.
+        wanted = list(tps)
+        while True:
+            busy = next(
+                (
+                    done
+                    for tp in wanted
+                    if (done := self._held.get(tp)) is not None and self._holders.get(tp) != CLEANER
+                ),
+                None,
+            )
+            if busy is None:
+                return
+            await asyncio.shield(busy)
+
+    def _core_held(self, tp: PartitionKey) -> bool:
+        """True while a worker runs a core call of ``tp`` (an append, a truncation): the
+        replica's state is the thread's until it ends, not only its log."""
+        return self._holders.get(tp) in CORE_JOBS
+
+    async def _core_jobs_ended(self, tp: PartitionKey) -> None:
+        """Until no worker runs a core call of ``tp``."""
+        while self._core_held(tp) and (done := self._held.get(tp)) is not None:
+            await asyncio.shield(done)
 
     def _on_truncate(self, segment_log: Log, offset: int) -> None:
         cleaner = self.logs.cleaner
@@ -1419,6 +1756,41 @@ def _room(req: FetchPartition, budget: int) -> int | None:
     """What one partition may add to a fetch response; None once the response's budget
     is spent (a partition limit of 0 still reads: the log may return one batch)."""
     return min(req.partition_max_bytes, budget) if budget > 0 else None
+
+
+#: A produce's answer for one partition, and the future acks=all waits on.
+_Appended = tuple[ProduceResult, "asyncio.Future[KafkaError | None] | None"]
+
+
+@dataclass(slots=True)
+class _Place:
+    """An append's place in its partition's strand, taken when it was decided."""
+
+    strand: Strand
+    ticket: asyncio.Future[None]
+    taken: bool = False  # its coroutine started (and gives the place up itself)
+
+    def give_up_unless_taken(self, _task: object) -> None:
+        if not self.taken:
+            self.strand.abandon(self.ticket)
+
+
+def _ready_of(outcome: ProduceOutcome | FetchAnswer) -> Ready:
+    return outcome.ready
+
+
+def _timed(job: Callable[[], T], took_ms: list[float]) -> Callable[[], T]:
+    """``job``, appending to ``took_ms`` how long it took on its worker (WriteTimer);
+    the loop reads it once the job has ended."""
+
+    def timed() -> T:
+        timer = WriteTimer()
+        try:
+            return job()
+        finally:
+            took_ms.append(timer.ms())
+
+    return timed
 
 
 def _flush_job(p: Partition) -> Callable[[], bool]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -23,9 +25,10 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from broker_harness import BrokerHarness, Clock, register_brokers, run
+from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, run, until
 
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.io_workers import APPEND_HOLD_DOWN_MS, WORKERS
 from raftka.broker.replication.fetcher import ReplicaFetcher, _FetcherLinks, _plain_spawn
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
@@ -132,7 +135,7 @@ def test_acks_all_completes_when_followers_reach_it_and_consumers_stay_below_hw(
                 acks=-1, timeout_ms=10_000, entries=[("t", 0, _batch(b"a", b"b", b"c"))]
             )
         )
-        await asyncio.sleep(0)  # let the produce append and park
+        await until(lambda: len(h.manager.purgatory) == 1, "the produce appended and parked")
         assert not produce.done()
         assert (await h.consume(0)).records == b""
         await h.follower_fetch(2, 3)
@@ -238,7 +241,7 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         h = _Harness(tmp_path)
         h.topic(leader=2, isr=(1, 2, 3))
         p = h.manager.partitions[("t", 0)]
-        h.manager.on_follower_records(
+        await h.manager.on_follower_records(
             p,
             records=_batch(b"a", b"b", epoch=0) + _batch(b"c", b"d", base_offset=2, epoch=0),
             leader_high_watermark=10,
@@ -246,11 +249,66 @@ def test_follower_appends_follows_hw_and_truncates_on_divergence(tmp_path: Path)
         )
         assert p.log.log_end_offset == 4 and p.state.high_watermark == 4 == p.log.high_watermark
         # Our epoch 0 runs to 4; the leader's epoch 0 ended at 2.
-        h.manager.on_follower_diverging(
+        await h.manager.on_follower_diverging(
             p, diverging=EpochEndOffset(0, 2), leader_high_watermark=2, leader_log_start_offset=0
         )
         assert p.log.log_end_offset == 2 == p.state.log_end_offset
         assert p.state.high_watermark <= 2
+        await h.manager.close()
+
+    run(body)
+
+
+def test_a_slow_follower_append_moves_the_next_follower_writes_to_the_workers(
+    tmp_path: Path,
+) -> None:
+    """A follower append slow inline (50 ms) moves the log dir to worker mode: the next
+    follower append and a truncation run on a worker; after the hold-down the next
+    follower append runs inline again."""
+
+    async def body() -> None:
+        clock = Clock()
+        h = _Harness(tmp_path, clock=clock)
+        h.topic(leader=2, isr=(1, 2, 3))
+        p = h.manager.partitions[("t", 0)]
+        threads: list[int] = []
+        real_append, real_truncate = p.log.append_as_follower, p.log.truncate_to
+
+        def append(records: bytes) -> Any:
+            threads.append(threading.get_ident())
+            if len(threads) == 1:
+                time.sleep(0.05)  # the injected slow write, not a synchronisation
+            return real_append(records)
+
+        def truncate(offset: int) -> Any:
+            threads.append(threading.get_ident())
+            return real_truncate(offset)
+
+        p.log.append_as_follower = append  # type: ignore[method-assign]
+        p.log.truncate_to = truncate  # type: ignore[method-assign]
+
+        async def follow(*values: bytes, at: int) -> None:
+            await h.manager.on_follower_records(
+                p,
+                records=_batch(*values, base_offset=at, epoch=0),
+                leader_high_watermark=0,
+                leader_log_start_offset=0,
+            )
+            assert p.log.log_end_offset == at + len(values)
+
+        loop_thread = threading.get_ident()
+        await follow(b"a", b"b", at=0)
+        await follow(b"c", at=2)
+        await h.manager.on_follower_diverging(
+            p, diverging=EpochEndOffset(0, 2), leader_high_watermark=0, leader_log_start_offset=0
+        )
+        assert p.log.log_end_offset == 2
+        assert len(threads) == 3, "two appends and a truncation"
+        assert threads[0] == loop_thread and loop_thread not in threads[1:], threads
+        clock.now_ms += APPEND_HOLD_DOWN_MS
+        await follow(b"c2", at=2)
+        assert threads[-1] == loop_thread
+        assert (h.manager.appends.to_workers, h.manager.appends.to_inline) == (1, 1)
         await h.manager.close()
 
     run(body)
@@ -327,7 +385,7 @@ def test_idempotent_retries_are_deduplicated_across_leader_change_and_restart(
         f = _Harness(tmp_path / "follower")
         f.topic(leader=2, isr=(1, 2))
         fp = f.manager.partitions[("t", 0)]
-        f.manager.on_follower_records(
+        await f.manager.on_follower_records(
             fp,
             records=_idempotent(b"a", b"b", seq=0),
             leader_high_watermark=2,
@@ -619,6 +677,79 @@ def test_follower_throttle_leaves_a_listed_replica_out_of_the_fetch(tmp_path: Pa
         for n in range(3):
             await fetcher._fetch_once("leader:1", [tp])
             assert len(leader.requests) == 3 + n
+
+
+def test_follower_fetch_meeting_an_append_job_reads_and_credits_it(tmp_path: Path) -> None:
+    """A follower's fetch that arrives while the leader's append holds the log (on a
+    worker) waits for the job, then reads its records; the follower's next fetch
+    credits them, and acks=all completes once every ISR member has them."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.manager.appends.pin(WORKERS)  # the ioappend path, as on a slow disk
+        h.topic(leader=1, isr=(1, 2))
+        gate = AppendGate(h.manager.partitions[("t", 0)].log)
+        produce = asyncio.create_task(
+            h.manager.produce(acks=-1, timeout_ms=10_000, entries=[("t", 0, _batch(b"a", b"b"))])
+        )
+        await until(gate.entered.is_set, "the append on a worker")
+        fetch = asyncio.create_task(
+            h.manager.fetch(
+                replica_id=2,
+                broker_epoch=2,
+                max_wait_ms=5_000,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                partitions=[FetchPartition("t", 0, 0, last_fetched_epoch=None)],
+            )
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not fetch.done(), "the follower's fetch answered while the append held the log"
+        gate.open.set()
+        (read,) = await asyncio.wait_for(fetch, 5)
+        assert read.error is None
+        assert [r.value for r in iter_records(read.records)] == [b"a", b"b"]
+        assert not produce.done(), "acks=all completed before the follower had the records"
+        await h.follower_fetch(2, 2)
+        (result,) = await asyncio.wait_for(produce, 5)
+        assert result.error is None and result.base_offset == 0
+        await h.manager.close()
+
+    run(body)
+
+
+def test_follower_append_runs_on_a_worker_holding_the_log(tmp_path: Path) -> None:
+    """The leader's records for a follower are appended by an I/O worker while the log
+    is held (a consumer read meanwhile gets nothing from it), then the log is given
+    back with the records in it."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.manager.appends.pin(WORKERS)  # the ioappend path, as on a slow disk
+        h.topic(leader=2, isr=(1, 2, 3))
+        p = h.manager.partitions[("t", 0)]
+        gate = threading.Event()
+        entered = threading.Event()
+        real = p.log.append_as_follower
+
+        def slow(records: bytes) -> Any:
+            entered.set()
+            gate.wait(10)
+            return real(records)
+
+        p.log.append_as_follower = slow  # type: ignore[method-assign]
+        append = asyncio.create_task(
+            h.manager.on_follower_records(
+                p, records=_batch(b"a", b"b"), leader_high_watermark=2, leader_log_start_offset=0
+            )
+        )
+        await until(entered.is_set, "the follower append on a worker")
+        assert h.manager.is_cleaning(("t", 0)), "the follower append runs without a hold"
+        gate.set()
+        await asyncio.wait_for(append, 5)
+        assert not h.manager.is_cleaning(("t", 0))
+        assert p.log.log_end_offset == 2 and p.state.high_watermark == 2
         await h.manager.close()
 
     run(body)

@@ -115,6 +115,9 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
         quotas=SimpleNamespace(
             leader=SimpleNamespace(throttled_bytes=700), follower=SimpleNamespace(throttled_bytes=0)
         ),
+        appends=SimpleNamespace(
+            inline_appends=90, worker_appends=7, to_workers=2, worker_mode_log_dirs=1
+        ),
     )
     loop_lag = SimpleNamespace(
         health=lambda: {"p50_ms": 0.5, "p99_ms": 12.0, "window_max_ms": 40.0}
@@ -187,6 +190,10 @@ def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
     assert at(found, purgatory, delayedOperation="Fetch") == 5
     assert at(found, "raftka_broker_eventloop_lag_ms", quantile="0.99") == 12.0
     assert at(found, "raftka_broker_ioworkers_queuesize") == 4
+    assert at(found, "raftka_broker_appends_total", mode="inline") == 90
+    assert at(found, "raftka_broker_appends_total", mode="workers") == 7
+    assert at(found, "raftka_broker_append_mode_switches_total") == 2
+    assert at(found, "raftka_broker_append_worker_mode_log_dirs") == 1
     gm = "kafka_coordinator_group_groupmetadatamanager_"
     assert at(found, gm + "numgroups") == 2
     assert at(found, gm + "numgroupsstable") == 1

@@ -66,6 +66,7 @@ from raftka.broker.coordinator.group_manager import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     Output,
 )
@@ -78,6 +79,7 @@ from raftka.common.errors import (
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
+    UnknownTopicOrPartitionError,
 )
 from raftka.common.messages import coordinator as api
 from raftka.common.messages.broker import ErrorObject, error_object
@@ -496,6 +498,31 @@ class GroupCoordinatorService:
         assert decision.response is not None
         return decision.response
 
+    def _delete_offsets(
+        self, group_id: str, partitions: tuple[TopicPartition, ...]
+    ) -> OffsetDeleteResponse:
+        # As Kafka's KafkaApis: a partition the metadata does not know is answered
+        # UNKNOWN_TOPIC_OR_PARTITION here; the core decides for the others.
+        self._check_open()
+        topics = self._replicas.image.topics
+        unknown = {
+            tp for tp in partitions if topics.partition_by_name(tp.topic, tp.partition) is None
+        }
+        known = tuple(tp for tp in partitions if tp not in unknown)
+        decision = self.core.delete_offsets(
+            group_id=group_id, partitions=known, now_ms=self._clock_ms()
+        )
+        self._dispatch(decision.outputs)
+        response = decision.response
+        assert response is not None
+        if response.error is not None:
+            return response
+        errors: dict[TopicPartition, ErrorType] = dict.fromkeys(
+            unknown, UnknownTopicOrPartitionError
+        )
+        errors.update(response.errors)
+        return OffsetDeleteResponse(None, {tp: errors[tp] for tp in partitions})
+
     # ------------------------------------------------------------------ the API
     # One method per route (broker/coordinator/routes.py): a typed request message in,
     # a typed answer out. They translate between the wire's messages and the core's
@@ -703,6 +730,24 @@ class GroupCoordinatorService:
                 api.DeleteGroupsResult(group_id=g, error=_error(e))
                 for g, e in response.results.items()
             )
+        )
+
+    async def offset_delete(
+        self, request: api.OffsetDeleteRequest, context: RequestContext
+    ) -> api.OffsetDeleteResponse:
+        wanted = tuple(
+            TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
+        )
+        response = self._delete_offsets(request.group_id, wanted)
+        topics = _by_topic(
+            response.errors,
+            lambda tp, error: api.OffsetCommitPartitionResponse(
+                partition=tp.partition, error=_error(error)
+            ),
+        )
+        return api.OffsetDeleteResponse(
+            error=_error(response.error),
+            topics=tuple(api.OffsetCommitTopicResponse(name=n, partitions=ps) for n, ps in topics),
         )
 
     # ------------------------------------------------------------------ time

@@ -89,6 +89,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
+    47: (0, 0),  # OffsetDelete
     60: (0, 1),  # DescribeCluster
 }
 
@@ -319,6 +320,7 @@ class KafkaApis:
             44: self.incremental_alter_configs,
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
+            47: self.offset_delete,
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
@@ -1511,6 +1513,37 @@ class KafkaApis:
             results=tuple(
                 _build(result_cls, group_id=g, error_code=answers.get(g, failed)) for g in names
             ),
+        )
+
+    async def offset_delete(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(47, version)
+        partition_cls = _nested(cls, "OffsetDeleteResponsePartition")
+        topic_cls = _nested(cls, "OffsetDeleteResponseTopic")
+        fields = {
+            "group_id": request.group_id,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [{"partition": int(p.partition_index)} for p in t.partitions],
+                }
+                for t in request.topics
+            ],
+        }
+
+        def partition(topic: str, p: Any) -> Any:
+            return _build(partition_cls, partition_index=p.partition, error_code=_code(p.error))
+
+        return await self._group_answer(
+            cls,
+            call,
+            "offset_delete",
+            fields,
+            group_api.OffsetDeleteRequest,
+            answer=lambda r: {
+                "error_code": _code(r.error),
+                "topics": _topic_tree(topic_cls, r.topics, partition),
+            },
+            topics=(),
         )
 
 

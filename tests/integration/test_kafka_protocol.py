@@ -381,6 +381,79 @@ def test_admin_configs_partitions_records_cluster_and_groups(
         assert len(sizes) == 1 and sizes[0] > 0, answers
 
 
+def test_offset_delete_through_kafka_python_raftka_admin_and_cli(env: Env) -> None:
+    """OffsetDelete (API 47) through kafka-python's delete_group_offsets: an active
+    consumer group keeps the offsets of its subscribed topic (GROUP_SUBSCRIBED_TO_TOPIC);
+    once it is Empty they go, one partition at a time, the rest staying committed; an
+    unknown group is GROUP_ID_NOT_FOUND. The same coordinator call serves raftka's
+    GroupAdmin.delete_offsets (HTTP) and ``raftka groups delete-offsets``."""
+    from click.testing import CliRunner
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import GroupIdNotFoundError as KPGroupIdNotFound
+    from kafka.errors import GroupSubscribedToTopicError as KPSubscribed
+    from kafka.errors import NoError
+
+    from raftka.__main__ import cli
+    from raftka.client import GroupAdmin
+
+    topic, group = "offset-delete", "offset-delete-group"
+    create_topic_confluent(env, topic, partitions=3)
+    consumer = CKConsumer(
+        {
+            "bootstrap.servers": env.kafka,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe([topic])
+
+    def joined() -> bool:
+        consumer.poll(0.2)
+        return len(consumer.assignment()) == 3
+
+    wait_for(joined, timeout_s=DEADLINE_S, message="the consumer never got its 3 partitions")
+    committed = [CKTopicPartition(topic, p, 10 + p) for p in range(3)]
+    consumer.commit(offsets=committed, asynchronous=False)
+    kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
+    ours = GroupAdmin(bootstrap_servers=env.http)
+    try:
+        tps = [KPTopicPartition(topic, p) for p in range(3)]
+        assert kp.delete_group_offsets(group, tps[:1]) == {tps[0]: KPSubscribed}
+        consumer.close()  # the group is Empty now
+
+        assert kp.delete_group_offsets(group, tps[:1]) == {tps[0]: NoError}
+        remaining = kp.list_group_offsets(group)[group]
+        assert {tp.partition: om.offset for tp, om in remaining.items()} == {1: 11, 2: 12}
+        with pytest.raises(KPGroupIdNotFound):
+            kp.delete_group_offsets("no-such-group", tps[:1])
+
+        # raftka's admin over HTTP: the same coordinator call.
+        outcome = ours.delete_offsets(group, [TopicPartition(topic, 1)])
+        assert outcome == {TopicPartition(topic, 1): None}
+        gone = ours.delete_offsets(group, [TopicPartition("no-such-topic", 0)])
+        assert [e.name for e in gone.values()] == ["UNKNOWN_TOPIC_OR_PARTITION"], gone
+        assert set(ours.list_offsets(group)) == {TopicPartition(topic, 2)}
+
+        # The CLI: its last offset goes, and the Empty group with it, as in Kafka.
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("groups", "delete-offsets", "--group", group, "--topic", f"{topic}:2"),
+                *("--bootstrap-server", env.http, "--api-timeout-ms", "20000"),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        assert f"{topic}\t2\tSuccessful" in result.output
+        assert group not in {g.group_id for g in ours.list_groups()}
+    finally:
+        kp.close()
+        ours.close()
+
+
 def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
     """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
     import io

@@ -90,6 +90,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
+    61: (0, 0),  # DescribeProducers
     60: (0, 1),  # DescribeCluster
 }
 
@@ -321,6 +322,7 @@ class KafkaApis:
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
             47: self.offset_delete,
+            61: self.describe_producers,
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
@@ -1096,6 +1098,37 @@ class KafkaApis:
         items = _partition_results(
             partition_cls, results, lambda r: {"low_watermark": r.low_watermark}
         )
+        return _topics_response(cls, topic_cls, items)
+
+    # ------------------------------------------------------------------ DescribeProducers
+
+    async def describe_producers(self, request: Any, version: int, call: Call) -> Any:
+        # The leader's producer state, as the replica manager keeps it for de-duplication.
+        cls = load_response_schema(61, version)
+        partition_cls = _nested(cls, "PartitionResponse")
+        topic_cls = _nested(cls, "TopicResponse")
+        state_cls = _nested(cls, "ProducerState")
+        entries = [(t.name, int(i)) for t in request.topics for i in t.partition_indexes]
+
+        def fields(r: Any) -> dict[str, Any]:
+            return {
+                "error_message": _message(r.error),
+                "active_producers": tuple(
+                    _build(
+                        state_cls,
+                        producer_id=e.producer_id,
+                        producer_epoch=e.producer_epoch,
+                        last_sequence=e.last_sequence,
+                        last_timestamp=e.last_timestamp,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=e.current_txn_first_offset,
+                    )
+                    for e in r.producers
+                ),
+            }
+
+        results = self._server.manager.describe_producers(entries)
+        items = _partition_results(partition_cls, results, fields)
         return _topics_response(cls, topic_cls, items)
 
     # ------------------------------------------------------------------ DescribeLogDirs

@@ -454,6 +454,59 @@ def test_offset_delete_through_kafka_python_raftka_admin_and_cli(env: Env) -> No
         ours.close()
 
 
+def test_describe_producers_shows_the_idempotent_producers_state(env: Env) -> None:
+    """DescribeProducers (API 61) through kafka-python's admin, after its idempotent
+    producer wrote: the leader lists that producer with the id and epoch it was given,
+    its last sequence and timestamp, no coordinator epoch and no open transaction (-1);
+    a follower answers NOT_LEADER_OR_FOLLOWER, an unknown partition
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import NotLeaderForPartitionError, UnknownTopicOrPartitionError
+
+    topic = "describe-producers"
+    create_topic_confluent(env, topic, partitions=1)
+    servers = env.kafka.split(",")
+    before_ms = int(time.time() * 1000)
+    producer = KafkaProducer(bootstrap_servers=servers, enable_idempotence=True, acks="all")
+    try:
+        for i in range(5):
+            producer.send(topic, value=f"v{i}".encode(), partition=0).get(timeout=DEADLINE_S)
+        given = producer._transaction_manager.producer_id_and_epoch  # what the broker gave
+    finally:
+        producer.close(timeout=10)
+    assert given.producer_id >= 0
+
+    tp = KPTopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=20000)
+    try:
+        (active,) = admin.describe_producers([tp])[tp].active_producers
+        assert (active.producer_id, active.producer_epoch) == (
+            given.producer_id,
+            given.epoch,
+        )
+        assert active.last_sequence == 4  # five records, sequences 0-4
+        assert before_ms <= active.last_timestamp <= int(time.time() * 1000)
+        assert (active.coordinator_epoch, active.current_transaction_start_offset) == (-1, -1)
+
+        partition = (
+            AdminClient({"bootstrap.servers": env.kafka})
+            .list_topics(topic=topic, timeout=10)
+            .topics[topic]
+            .partitions[0]
+        )
+        follower = next(r for r in partition.replicas if r != partition.leader)
+        with pytest.raises(NotLeaderForPartitionError):  # NOT_LEADER_OR_FOLLOWER
+            admin.describe_producers([tp], broker_id=follower)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.describe_producers(
+                [KPTopicPartition("no-such-topic", 0)], broker_id=partition.leader
+            )
+    finally:
+        admin.close()
+
+
 def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
     """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
     import io

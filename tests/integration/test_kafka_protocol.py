@@ -507,6 +507,136 @@ def test_describe_producers_shows_the_idempotent_producers_state(env: Env) -> No
         admin.close()
 
 
+def test_broker_configs_described_and_altered_through_confluent_kafka(env: Env) -> None:
+    """DescribeConfigs of a broker resource (type 4) through confluent-kafka's admin:
+    the broker's static properties (STATIC_BROKER_CONFIG, read-only), as GET
+    /v1/broker-configs gives them; IncrementalAlterConfigs of that broker sets
+    follower.replication.throttled.rate (forwarded to the controller), described then as
+    DYNAMIC_BROKER_CONFIG, and DELETE removes it; AlterConfigs (legacy) replaces the
+    broker's dynamic set."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    from raftka.client import Admin, AlterConfigOp
+
+    ck = AdminClient({"bootstrap.servers": env.kafka})
+    broker_id = env.brokers.ids[0]
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+    key = "follower.replication.throttled.rate"
+
+    def described() -> dict[str, Any]:
+        return dict(ck.describe_configs([resource], request_timeout=20)[resource].result(30))
+
+    first = described()
+    node = first["node.id"]
+    assert node.value == str(broker_id) and node.is_read_only
+    assert ConfigSource(node.source) == ConfigSource.STATIC_BROKER_CONFIG
+    ours = Admin(bootstrap_servers=env.http)
+    try:
+        over_http = ours.describe_broker_configs([broker_id])[broker_id]
+    finally:
+        ours.close()
+    assert set(first) == set(over_http), set(first) ^ set(over_http)
+    assert key not in first
+
+    def alter(op: AlterConfigOpType, value: str | None) -> None:
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        change = ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=[entry])
+        ck.incremental_alter_configs([change], request_timeout=20)[change].result(30)
+
+    alter(AlterConfigOpType.SET, "1048576")
+
+    def dynamic() -> bool:
+        entry = described().get(key)
+        return (
+            entry is not None
+            and entry.value == "1048576"
+            and ConfigSource(entry.source) == ConfigSource.DYNAMIC_BROKER_CONFIG
+        )
+
+    wait_for(dynamic, timeout_s=DEADLINE_S, message=f"{key} never described as set")
+    alter(AlterConfigOpType.DELETE, None)
+    wait_for(lambda: key not in described(), timeout_s=DEADLINE_S, message=f"{key} not deleted")
+
+    # AlterConfigs replaces the set: leader's rate set, nothing else dynamic left.
+    alter(AlterConfigOpType.SET, "2097152")
+    wait_for(lambda: key in described(), timeout_s=DEADLINE_S, message=f"{key} never set")
+    legacy = ConfigResource(
+        ResourceType.BROKER,
+        str(broker_id),
+        set_config={"leader.replication.throttled.rate": "3145728"},
+    )
+    with pytest.warns(DeprecationWarning, match="alter_configs has been deprecated"):
+        ck.alter_configs([legacy], request_timeout=20)[legacy].result(30)
+
+    def replaced() -> bool:
+        now = described()
+        leader = now.get("leader.replication.throttled.rate")
+        return key not in now and leader is not None and leader.value == "3145728"
+
+    wait_for(replaced, timeout_s=DEADLINE_S, message="AlterConfigs did not replace the set")
+    with pytest.warns(DeprecationWarning):
+        cleared = ConfigResource(ResourceType.BROKER, str(broker_id), set_config={})
+        ck.alter_configs([cleared], request_timeout=20)[cleared].result(30)
+    wait_for(
+        lambda: "leader.replication.throttled.rate" not in described(),
+        timeout_s=DEADLINE_S,
+        message="AlterConfigs with nothing did not clear the broker's dynamic configs",
+    )
+
+    # Raw requests to this broker: another broker's id is Kafka's INVALID_REQUEST (its
+    # clients send a broker resource to that broker); the empty name describes the
+    # cluster-wide dynamic defaults, set here through raftka's admin.
+    broker = ck.list_topics(timeout=10).brokers[broker_id]
+    address = f"{broker.host}:{broker.port}"
+    wrong = _describe_broker_configs(address, str(env.brokers.ids[1]))
+    assert wrong.error_code == 42 and not wrong.configs, wrong  # INVALID_REQUEST
+    ours = Admin(bootstrap_servers=env.http)
+    try:
+        ours.incremental_alter_broker_configs({None: [AlterConfigOp(key, "4194304", "SET")]})
+
+        def default_described() -> bool:
+            answer = _describe_broker_configs(address, "")
+            rows = {c.name: (c.value, c.config_source) for c in answer.configs}
+            return answer.error_code == 0 and rows == {key: ("4194304", 3)}
+
+        wait_for(default_described, timeout_s=DEADLINE_S, message="default never described")
+        ours.incremental_alter_broker_configs({None: [AlterConfigOp(key, op="DELETE")]})
+    finally:
+        ours.close()
+
+
+def _describe_broker_configs(address: str, name: str) -> Any:
+    """The one result of a DescribeConfigs v1 of broker resource ``name`` (kio both ways)."""
+    import io
+
+    from kio.schema.describe_configs.v1 import request as rq
+    from kio.schema.describe_configs.v1 import response as rs
+    from kio.serial import entity_reader, entity_writer
+
+    request = rq.DescribeConfigsRequest(
+        resources=(
+            rq.DescribeConfigsResource(
+                resource_type=4, resource_name=name, configuration_keys=None
+            ),
+        )
+    )
+    body = io.BytesIO()
+    entity_writer(rq.DescribeConfigsRequest)(body, request)
+    with _connect(address) as sock:
+        sock.sendall(_framed(struct.pack(">hhih", 32, 1, 9, -1) + body.getvalue()))
+        frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
+    assert struct.unpack_from(">i", frame)[0] == 9
+    response, _ = entity_reader(rs.DescribeConfigsResponse)(frame, 4)
+    return response.results[0]
+
+
 def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
     """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
     import io

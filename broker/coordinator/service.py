@@ -142,6 +142,11 @@ def _by_topic(
     return [(name, tuple(ps)) for name, ps in sorted(topics.items())]
 
 
+def _partitions(topics: Iterable[api.OffsetFetchTopic]) -> tuple[TopicPartition, ...]:
+    """The partitions an OffsetFetch or OffsetDelete names, in request order."""
+    return tuple(TopicPartition(t.name, p.partition) for t in topics for p in t.partitions)
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorLocation:
     """FindCoordinator's answer: an error, or the coordinator broker."""
@@ -661,11 +666,7 @@ class GroupCoordinatorService:
     async def offset_fetch(
         self, request: api.OffsetFetchRequest, context: RequestContext
     ) -> api.OffsetFetchResponse:
-        wanted = None
-        if request.topics is not None:
-            wanted = tuple(
-                TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
-            )
+        wanted = None if request.topics is None else _partitions(request.topics)
         response = self._offset_fetch(request.group_id, wanted)
         topics = _by_topic(
             response.offsets,
@@ -735,10 +736,7 @@ class GroupCoordinatorService:
     async def offset_delete(
         self, request: api.OffsetDeleteRequest, context: RequestContext
     ) -> api.OffsetDeleteResponse:
-        wanted = tuple(
-            TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
-        )
-        response = self._delete_offsets(request.group_id, wanted)
+        response = self._delete_offsets(request.group_id, _partitions(request.topics))
         topics = _by_topic(
             response.errors,
             lambda tp, error: api.OffsetCommitPartitionResponse(

@@ -612,59 +612,47 @@ def test_broker_configs_described_and_altered_through_confluent_kafka(env: Env) 
         ours.close()
 
 
-def _describe_broker_configs(address: str, name: str) -> Any:
-    """The one result of a DescribeConfigs v1 of broker resource ``name`` (kio both ways)."""
+def _raw(address: str, key: int, version: int, request: Any, response_cls: type[Any]) -> Any:
+    """One non-flexible request (header v1) on its own connection, kio both ways."""
     import io
 
-    from kio.schema.describe_configs.v1 import request as rq
-    from kio.schema.describe_configs.v1 import response as rs
     from kio.serial import entity_reader, entity_writer
 
-    request = rq.DescribeConfigsRequest(
-        resources=(
-            rq.DescribeConfigsResource(
-                resource_type=4, resource_name=name, configuration_keys=None
-            ),
-        )
-    )
     body = io.BytesIO()
-    entity_writer(rq.DescribeConfigsRequest)(body, request)
+    entity_writer(type(request))(body, request)
     with _connect(address) as sock:
-        sock.sendall(_framed(struct.pack(">hhih", 32, 1, 9, -1) + body.getvalue()))
+        sock.sendall(_framed(struct.pack(">hhih", key, version, 7, -1) + body.getvalue()))
         frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
-    assert struct.unpack_from(">i", frame)[0] == 9
-    response, _ = entity_reader(rs.DescribeConfigsResponse)(frame, 4)
-    return response.results[0]
+    assert struct.unpack_from(">i", frame)[0] == 7
+    response, _ = entity_reader(response_cls)(frame, 4)
+    return response
+
+
+def _describe_broker_configs(address: str, name: str) -> Any:
+    """The one result of a DescribeConfigs v1 of broker resource ``name``."""
+    from kio.schema.describe_configs.v1 import request as rq
+    from kio.schema.describe_configs.v1 import response as rs
+
+    resource = rq.DescribeConfigsResource(
+        resource_type=4, resource_name=name, configuration_keys=None
+    )
+    request = rq.DescribeConfigsRequest(resources=(resource,))
+    return _raw(address, 32, 1, request, rs.DescribeConfigsResponse).results[0]
 
 
 def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
-    """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
-    import io
-
+    """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch``."""
     from kio.schema.offset_for_leader_epoch.v2 import request as rq
     from kio.schema.offset_for_leader_epoch.v2 import response as rs
-    from kio.serial import entity_reader, entity_writer
 
-    request = rq.OffsetForLeaderEpochRequest(
-        topics=(
-            rq.OffsetForLeaderTopic(
-                topic=topic,
-                partitions=(
-                    rq.OffsetForLeaderPartition(
-                        partition=0, current_leader_epoch=-1, leader_epoch=epoch
-                    ),
-                ),
-            ),
-        )
+    partition = rq.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=epoch
     )
-    body = io.BytesIO()
-    entity_writer(rq.OffsetForLeaderEpochRequest)(body, request)
-    with _connect(address) as sock:
-        sock.sendall(_framed(struct.pack(">hhih", 23, 2, 5, -1) + body.getvalue()))
-        frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
-    assert struct.unpack_from(">i", frame)[0] == 5
-    response, _ = entity_reader(rs.OffsetForLeaderEpochResponse)(frame, 4)
-    return response.topics[0].partitions[0]
+    request = rq.OffsetForLeaderEpochRequest(
+        topics=(rq.OffsetForLeaderTopic(topic=topic, partitions=(partition,)),)
+    )
+    answer = _raw(address, 23, 2, request, rs.OffsetForLeaderEpochResponse)
+    return answer.topics[0].partitions[0]
 
 
 def test_kafka_python_acks_all_and_group_commit(env: Env) -> None:

@@ -56,6 +56,7 @@ from raftka.broker.coordinator.group import (
     SyncGroupRequest,
     SyncGroupResponse,
     SyncReply,
+    coordinator_error_for_append,
 )
 from raftka.broker.coordinator.group_manager import (
     CommitReply,
@@ -387,7 +388,8 @@ class GroupCoordinatorService:
                 self._spawn(self._append(out))
         self._wake.set()
 
-    async def _append(self, out: AppendRecords) -> None:
+    async def _append(self, out: AppendRecords) -> type[KafkaError] | None:
+        """Append ``out`` (acks=all) and tell the core; the append's error, if any."""
         now = wall_clock_ms()
         batch = build_batch([Record(r.value, r.key, now) for r in out.records])
         error: type[KafkaError] | None
@@ -401,12 +403,13 @@ class GroupCoordinatorService:
         except KafkaError as e:
             error = type(e)
         if self._closed:
-            return
+            return error
         self._dispatch(
             self.core.append_completed(
                 append_id=out.append_id, error=error, now_ms=self._clock_ms()
             )
         )
+        return error
 
     def _park(
         self,
@@ -503,11 +506,14 @@ class GroupCoordinatorService:
         assert decision.response is not None
         return decision.response
 
-    def _delete_offsets(
+    async def _delete_offsets(
         self, group_id: str, partitions: tuple[TopicPartition, ...]
     ) -> OffsetDeleteResponse:
         # As Kafka's KafkaApis: a partition the metadata does not know is answered
-        # UNKNOWN_TOPIC_OR_PARTITION here; the core decides for the others.
+        # UNKNOWN_TOPIC_OR_PARTITION here; the core decides for the others. The answer
+        # waits for the tombstones (acks=all), as Kafka's group coordinator runtime
+        # answers a write once it is committed: a deletion answered survives a
+        # coordinator failover.
         self._check_open()
         topics = self._replicas.image.topics
         unknown = {
@@ -517,11 +523,16 @@ class GroupCoordinatorService:
         decision = self.core.delete_offsets(
             group_id=group_id, partitions=known, now_ms=self._clock_ms()
         )
-        self._dispatch(decision.outputs)
+        appends = [o for o in decision.outputs if isinstance(o, AppendRecords)]
+        self._dispatch(o for o in decision.outputs if not isinstance(o, AppendRecords))
         response = decision.response
         assert response is not None
         if response.error is not None:
             return response
+        for append in appends:
+            error = await self._append(append)
+            if error is not None:
+                return OffsetDeleteResponse(coordinator_error_for_append(error))
         errors: dict[TopicPartition, ErrorType] = dict.fromkeys(
             unknown, UnknownTopicOrPartitionError
         )
@@ -736,7 +747,7 @@ class GroupCoordinatorService:
     async def offset_delete(
         self, request: api.OffsetDeleteRequest, context: RequestContext
     ) -> api.OffsetDeleteResponse:
-        response = self._delete_offsets(request.group_id, _partitions(request.topics))
+        response = await self._delete_offsets(request.group_id, _partitions(request.topics))
         topics = _by_topic(
             response.errors,
             lambda tp, error: api.OffsetCommitPartitionResponse(

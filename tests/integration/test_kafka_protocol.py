@@ -932,3 +932,54 @@ def test_fuzzed_frames_close_or_answer_and_hurt_nobody(env: Env) -> None:
     bystander.close()
     for b in env.brokers.ids:
         assert env.brokers[b].popen is not None and env.brokers[b].popen.poll() is None
+
+
+def test_offset_delete_survives_a_coordinator_failover(env: Env) -> None:
+    """OffsetDelete answers once its tombstones are committed (acks=all): with the
+    coordinator killed right after the answer, the broker that takes the group over
+    (replaying __consumer_offsets) has the deleted offset gone and the other kept. Last
+    in this module: it kills a broker (and restarts it)."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import NoError
+
+    from raftka.client import GroupAdmin, OffsetAndMetadata
+    from raftka.common.errors import KafkaError
+    from raftka.local import http_json
+
+    topic, group = "offset-delete-failover", "offset-delete-failover-group"
+    create_topic_confluent(env, topic, partitions=2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    ours = GroupAdmin(bootstrap_servers=env.http, default_api_timeout_ms=20000)
+    kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
+    try:
+        ours.alter_offsets(group, {tp0: OffsetAndMetadata(5), tp1: OffsetAndMetadata(6)})
+        assert kp.delete_group_offsets(group, [KPTopicPartition(topic, 0)]) == {
+            KPTopicPartition(topic, 0): NoError
+        }
+    finally:
+        kp.close()
+    _, found = http_json(
+        env.brokers[env.brokers.ids[0]].address,
+        "/v1/find-coordinator",
+        method="POST",
+        body={"key": group},
+    )
+    assert isinstance(found, dict) and found.get("error") is None, found
+    coordinator = int(found["node_id"])
+    env.brokers[coordinator].kill()
+    try:
+
+        def taken_over() -> dict[TopicPartition, int] | None:
+            try:
+                committed = ours.list_offsets(group)
+            except KafkaError:
+                return None  # the new coordinator is still being elected or loading
+            return {tp: om.offset for tp, om in committed.items()}
+
+        after = wait_for(taken_over, timeout_s=DEADLINE_S, message="no broker took the group over")
+        assert after == {tp1: 6}, after
+    finally:
+        ours.close()
+        env.brokers[coordinator].start()
+        env.brokers.wait_unfenced(coordinator)

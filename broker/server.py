@@ -381,6 +381,20 @@ class BrokerServer:
         )
         return app
 
+    def broker_configs(
+        self,
+    ) -> tuple[int, Mapping[str, str], Mapping[str, str], Mapping[str, str]]:
+        """This broker's id, its properties, its dynamic configs and the cluster-wide
+        dynamic broker defaults (as committed metadata has them): what DescribeConfigs
+        of a broker resource describes, over HTTP and over the Kafka listener."""
+        configs = self.manager.image.configs
+        return (
+            self.config.node_id,
+            self.config.properties,
+            configs.broker_config(self.config.node_id),
+            configs.broker_config(None),
+        )
+
     def active_controller_id(self) -> int | None:
         address = None if self.channel is None else self.channel.active_address
         pairs = zip(self.config.controllers, self.config.controller_ids, strict=False)
@@ -426,14 +440,7 @@ def _error_response(error: KafkaError) -> web.Response:
 def _broker_configs(
     request: web.Request,
 ) -> tuple[int, Mapping[str, str], Mapping[str, str], Mapping[str, str]]:
-    server = _server(request)
-    configs = server.manager.image.configs
-    return (
-        server.config.node_id,
-        server.config.properties,
-        configs.broker_config(server.config.node_id),
-        configs.broker_config(None),
-    )
+    return _server(request).broker_configs()
 
 
 async def _health(request: web.Request) -> web.Response:

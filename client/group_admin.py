@@ -379,6 +379,46 @@ class AsyncGroupAdmin(AdminClientBase):
                 group_error=lambda a: next((r.error for r in a.results if r.error), None),
             )
 
+    async def delete_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Delete the group's committed offsets of ``partitions`` (Kafka's OffsetDelete,
+        kafka-consumer-groups' ``--delete-offsets``): each partition's outcome, None
+        when deleted (also when it had none); GROUP_SUBSCRIBED_TO_TOPIC for a topic an
+        active consumer group subscribes to, UNKNOWN_TOPIC_OR_PARTITION. The group's
+        own error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) is raised."""
+        wanted: dict[str, list[int]] = {}
+        for tp in partitions:
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+        request = api.OffsetDeleteRequest(
+            group_id=group_id,
+            topics=tuple(
+                api.OffsetFetchTopic(
+                    name=t, partitions=tuple(api.OffsetFetchPartition(partition=p) for p in ps)
+                )
+                for t, ps in wanted.items()
+            ),
+        )
+        _, answer = await self._coordinator_call_per_group(
+            group_id,
+            "/v1/offset-delete",
+            request,
+            api.OffsetDeleteResponse,
+            self._deadline(timeout_ms),
+            group_error=lambda a: a.error,
+        )
+        return {
+            TopicPartition(t.name, p.partition): (
+                None if p.error is None else error_from_message(p.error)
+            )
+            for t in answer.topics
+            for p in t.partitions
+        }
+
     async def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
@@ -432,6 +472,11 @@ class GroupAdmin(ClosingOnExit):
 
     def delete_groups(self, group_ids: Iterable[str], **kw: Any) -> None:
         self._run(self._async.delete_groups(list(group_ids), **kw))
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition], **kw: Any
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(self._async.delete_offsets(group_id, list(partitions), **kw))
 
     def partition_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int, **kw: Any

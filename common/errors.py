@@ -234,6 +234,10 @@ class GroupIdNotFoundError(KafkaError):
     name, code = "GROUP_ID_NOT_FOUND", 69
 
 
+class GroupSubscribedToTopicError(KafkaError):
+    name, code = "GROUP_SUBSCRIBED_TO_TOPIC", 86
+
+
 class FencedLeaderEpochError(KafkaError):
     name, code, retriable = "FENCED_LEADER_EPOCH", 74, True
 

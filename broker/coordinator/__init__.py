@@ -51,6 +51,7 @@ from raftka.broker.coordinator.group_manager import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     Output,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "NonEmptyGroupError",
     "OffsetCommitRequest",
     "OffsetCommitResponse",
+    "OffsetDeleteResponse",
     "OffsetFetchResponse",
     "OffsetMetadataTooLargeError",
     "OffsetsRecord",

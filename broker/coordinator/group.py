@@ -51,11 +51,18 @@ checks coordinator ownership and session timeout bounds, and handles offsets.
 from __future__ import annotations
 
 import enum
+import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final, Generic, TypeAlias, TypeVar
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+from kio.schema.consumer_protocol_subscription import v0 as _subscription_v0
+from kio.schema.consumer_protocol_subscription import v1 as _subscription_v1
+from kio.schema.consumer_protocol_subscription import v2 as _subscription_v2
+from kio.schema.consumer_protocol_subscription import v3 as _subscription_v3
+from kio.serial import entity_reader
 
 from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
@@ -83,6 +90,7 @@ from raftka.common.errors import (
 )
 
 __all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
     "NO_GENERATION",
     "AppendRecords",
     "Decision",
@@ -362,6 +370,46 @@ class _PendingStaticJoin:
 _PendingStore: TypeAlias = _PendingSyncStore | _PendingStaticJoin | None
 
 
+#: ConsumerProtocolSubscription's schema by version.
+_SUBSCRIPTIONS: Final = (
+    _subscription_v0.ConsumerProtocolSubscription,
+    _subscription_v1.ConsumerProtocolSubscription,
+    _subscription_v2.ConsumerProtocolSubscription,
+    _subscription_v3.ConsumerProtocolSubscription,
+)
+#: The protocol type of consumer groups, whose member metadata is a subscription.
+CONSUMER_PROTOCOL_TYPE: Final = "consumer"
+
+
+def subscription_topics(metadata: bytes) -> tuple[str, ...] | None:
+    """The topics of one consumer's subscription metadata, or None if it does not parse.
+
+    Two encodings reach the coordinator: Kafka's ConsumerProtocolSubscription (an int16
+    version, then that version's fields; a newer version is read as the newest known,
+    its extra fields being appended, as Kafka's ConsumerProtocol reads it) and raftka's
+    own client's JSON (client/consumer/assignors/base.py)."""
+    if metadata[:1] == b"{":
+        try:
+            value = json.loads(metadata)
+        except ValueError:
+            return None
+        topics = value.get("topics") if isinstance(value, dict) else None
+        if isinstance(topics, list) and all(isinstance(t, str) for t in topics):
+            return tuple(topics)
+        return None
+    if len(metadata) < 2:
+        return None
+    version = min(int.from_bytes(metadata[:2], "big", signed=True), len(_SUBSCRIPTIONS) - 1)
+    if version < 0:
+        return None
+    try:
+        subscription: Any
+        subscription, _ = entity_reader(_SUBSCRIPTIONS[version])(metadata, 2)
+    except Exception:  # kio's decoding errors have no common base
+        return None
+    return tuple(subscription.topics)
+
+
 class Group:
     """One group's state machine. Methods return decisions; they never do I/O."""
 
@@ -411,6 +459,21 @@ class Group:
 
     def has_pending_stores(self) -> bool:
         return bool(self._pending_stores)
+
+    def subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members of a consumer group subscribe to, from their metadata
+        for the chosen protocol (Kafka's GroupMetadata.subscribedTopics); None when not
+        known: no protocol chosen yet, not a consumer group, or a subscription that
+        does not parse."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or not self.protocol_name:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            member_topics = subscription_topics(member.metadata_for(self.protocol_name))
+            if member_topics is None:
+                return None
+            topics.update(member_topics)
+        return frozenset(topics)
 
     def metadata_value(self, assignments: Mapping[str, bytes] | None = None) -> GroupMetadataValue:
         """The group as it is persisted (with ``assignments`` instead of the members'

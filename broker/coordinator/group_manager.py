@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Final, TypeAlias, TypeVar
 
 from raftka.broker.coordinator.group import (
+    CONSUMER_PROTOCOL_TYPE,
     AppendRecords,
     Decision,
     ErrorType,
@@ -86,6 +87,7 @@ from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
@@ -169,6 +171,12 @@ class OffsetFetchResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    error: ErrorType
+    errors: Mapping[TopicPartition, ErrorType] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteGroupsResponse:
     results: Mapping[str, ErrorType]
 
@@ -234,6 +242,9 @@ class _PendingCommit:
     values: Mapping[TopicPartition, OffsetCommitValue]
     #: Partitions refused before the append (answered with the rest).
     refused: Mapping[TopicPartition, ErrorType]
+    #: Partitions whose offsets were deleted (OffsetDelete) while this was in flight:
+    #: their tombstones follow these records in the log, so memory must not keep them.
+    deleted: set[TopicPartition] = field(default_factory=set)
 
 
 class _Tombstones:
@@ -492,7 +503,8 @@ class GroupManager:
             # tombstones follow these records in the log (they cover in-flight commits):
             # the commit happened, then the delete; memory must not resurrect it.
             if self._groups.get(target.group_id) is target.group:
-                self._offsets.setdefault(target.group_id, {}).update(target.values)
+                kept = {tp: v for tp, v in target.values.items() if tp not in target.deleted}
+                self._offsets.setdefault(target.group_id, {}).update(kept)
             errors.update({tp: None for tp in target.values})
         else:
             mapped = coordinator_error_for_append(error)
@@ -545,6 +557,72 @@ class GroupManager:
         ]
         records.append(group_metadata_record(GroupMetadataKey(group_id), None))
         return self._append_tombstones(group_id, records)
+
+    def delete_offsets(
+        self, *, group_id: str, partitions: tuple[TopicPartition, ...], now_ms: int
+    ) -> Decision[OffsetDeleteResponse]:
+        """Kafka's OffsetDelete: forget the group's committed offsets of ``partitions``
+        (tombstones in __consumer_offsets). An Empty group's may all go; a consumer
+        group with members keeps those of topics it subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC); another group with members: NON_EMPTY_GROUP. A
+        partition without a committed offset is answered without error, as in Kafka."""
+        error = InvalidGroupIdError if not group_id else self._coordinator_error(group_id)
+        if error is not None:
+            return Decision(OffsetDeleteResponse(error))
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return Decision(OffsetDeleteResponse(GroupIdNotFoundError))
+        errors: dict[TopicPartition, ErrorType] = {}
+        if group.state is GroupState.EMPTY:
+            eligible = list(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = group.subscribed_topics() or frozenset()
+            eligible = [tp for tp in partitions if tp.topic not in subscribed]
+            errors.update(
+                {tp: GroupSubscribedToTopicError for tp in partitions if tp.topic in subscribed}
+            )
+        else:
+            return Decision(OffsetDeleteResponse(NonEmptyGroupError))
+        errors.update({tp: None for tp in eligible})
+        # Tombstones also for commits still in flight: their records precede ours.
+        doomed = set(eligible) & set(self._offsets.get(group_id, {}))
+        for target in self._inflight.values():
+            if isinstance(target, _PendingCommit) and target.group is group:
+                hit = set(eligible) & set(target.values)
+                target.deleted.update(hit)
+                doomed.update(hit)
+        outputs = self._drop_offsets(group, sorted(doomed), now_ms) if doomed else ()
+        return Decision(OffsetDeleteResponse(None, errors), tuple(outputs))
+
+    def _drop_offsets(
+        self, group: Group, offsets: list[TopicPartition], now_ms: int
+    ) -> list[GroupOutput]:
+        """Forget ``offsets`` of ``group`` with their tombstones; an Empty group left
+        with no offsets (none committed, none in flight) is removed with them, as
+        Kafka's cleanupGroupMetadata does."""
+        group_id = group.group_id
+        committed = self._offsets.get(group_id, {})
+        remaining = set(committed) - set(offsets)
+        busy = group.has_pending_stores() or any(
+            isinstance(t, _PendingCommit) and t.group_id == group_id
+            for t in self._inflight.values()
+        )
+        if (
+            group.state is GroupState.EMPTY
+            and not group.pending_members
+            and not remaining
+            and not busy
+        ):
+            outputs: list[GroupOutput] = list(group.mark_dead(now_ms=now_ms))
+            outputs.append(self._remove_group(group_id, offsets))
+            return outputs
+        for tp in offsets:
+            committed.pop(tp, None)
+        records = [
+            offset_commit_record(OffsetCommitKey(group_id, tp.topic, tp.partition), None)
+            for tp in offsets
+        ]
+        return [self._append_tombstones(group_id, records)]
 
     def list_groups(self, *, states: frozenset[str] | None = None) -> ListGroupsResponse:
         """Loaded groups (in ``states`` if given: Kafka's state names)."""
@@ -635,18 +713,8 @@ class GroupManager:
                     due = now_ms >= value.commit_timestamp_ms + retention_ms
                 if due:
                     expired.append(tp)
-            busy = group.has_pending_stores() or any(g == group_id for g, _ in in_flight)
-            if len(expired) == len(committed) and not busy:
-                outputs.extend(group.mark_dead(now_ms=now_ms))
-                outputs.append(self._remove_group(group_id, expired))
-            elif expired:
-                for tp in expired:
-                    del committed[tp]
-                records = [
-                    offset_commit_record(OffsetCommitKey(group_id, tp.topic, tp.partition), None)
-                    for tp in expired
-                ]
-                outputs.append(self._append_tombstones(group_id, records))
+            if expired:
+                outputs.extend(self._drop_offsets(group, expired, now_ms))
         return outputs
 
     # -- loading ---------------------------------------------------------------------------

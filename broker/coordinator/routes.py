@@ -48,6 +48,7 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
     Route("/v1/list-groups", api.ListGroupsRequest, S.list_groups),
     Route("/v1/describe-groups", api.DescribeGroupsRequest, S.describe_groups),
     Route("/v1/delete-groups", api.DeleteGroupsRequest, S.delete_groups),
+    Route("/v1/offset-delete", api.OffsetDeleteRequest, S.offset_delete),
 )
 
 

@@ -56,6 +56,7 @@ from raftka.broker.coordinator.group import (
     SyncGroupRequest,
     SyncGroupResponse,
     SyncReply,
+    coordinator_error_for_append,
 )
 from raftka.broker.coordinator.group_manager import (
     CommitReply,
@@ -66,6 +67,7 @@ from raftka.broker.coordinator.group_manager import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     Output,
 )
@@ -78,6 +80,7 @@ from raftka.common.errors import (
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
+    UnknownTopicOrPartitionError,
 )
 from raftka.common.messages import coordinator as api
 from raftka.common.messages.broker import ErrorObject, error_object
@@ -138,6 +141,11 @@ def _by_topic(
     for tp, answer in answers.items():
         topics.setdefault(tp.topic, []).append(partition(tp, answer))
     return [(name, tuple(ps)) for name, ps in sorted(topics.items())]
+
+
+def _partitions(topics: Iterable[api.OffsetFetchTopic]) -> tuple[TopicPartition, ...]:
+    """The partitions an OffsetFetch or OffsetDelete names, in request order."""
+    return tuple(TopicPartition(t.name, p.partition) for t in topics for p in t.partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +388,8 @@ class GroupCoordinatorService:
                 self._spawn(self._append(out))
         self._wake.set()
 
-    async def _append(self, out: AppendRecords) -> None:
+    async def _append(self, out: AppendRecords) -> type[KafkaError] | None:
+        """Append ``out`` (acks=all) and tell the core; the append's error, if any."""
         now = wall_clock_ms()
         batch = build_batch([Record(r.value, r.key, now) for r in out.records])
         error: type[KafkaError] | None
@@ -394,12 +403,13 @@ class GroupCoordinatorService:
         except KafkaError as e:
             error = type(e)
         if self._closed:
-            return
+            return error
         self._dispatch(
             self.core.append_completed(
                 append_id=out.append_id, error=error, now_ms=self._clock_ms()
             )
         )
+        return error
 
     def _park(
         self,
@@ -495,6 +505,39 @@ class GroupCoordinatorService:
         self._dispatch(decision.outputs)
         assert decision.response is not None
         return decision.response
+
+    async def _delete_offsets(
+        self, group_id: str, partitions: tuple[TopicPartition, ...]
+    ) -> OffsetDeleteResponse:
+        # As Kafka's KafkaApis: a partition the metadata does not know is answered
+        # UNKNOWN_TOPIC_OR_PARTITION here; the core decides for the others. The answer
+        # waits for the tombstones (acks=all), as Kafka's group coordinator runtime
+        # answers a write once it is committed: a deletion answered survives a
+        # coordinator failover.
+        self._check_open()
+        topics = self._replicas.image.topics
+        unknown = {
+            tp for tp in partitions if topics.partition_by_name(tp.topic, tp.partition) is None
+        }
+        known = tuple(tp for tp in partitions if tp not in unknown)
+        decision = self.core.delete_offsets(
+            group_id=group_id, partitions=known, now_ms=self._clock_ms()
+        )
+        appends = [o for o in decision.outputs if isinstance(o, AppendRecords)]
+        self._dispatch(o for o in decision.outputs if not isinstance(o, AppendRecords))
+        response = decision.response
+        assert response is not None
+        if response.error is not None:
+            return response
+        for append in appends:
+            error = await self._append(append)
+            if error is not None:
+                return OffsetDeleteResponse(coordinator_error_for_append(error))
+        errors: dict[TopicPartition, ErrorType] = dict.fromkeys(
+            unknown, UnknownTopicOrPartitionError
+        )
+        errors.update(response.errors)
+        return OffsetDeleteResponse(None, {tp: errors[tp] for tp in partitions})
 
     # ------------------------------------------------------------------ the API
     # One method per route (broker/coordinator/routes.py): a typed request message in,
@@ -634,11 +677,7 @@ class GroupCoordinatorService:
     async def offset_fetch(
         self, request: api.OffsetFetchRequest, context: RequestContext
     ) -> api.OffsetFetchResponse:
-        wanted = None
-        if request.topics is not None:
-            wanted = tuple(
-                TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions
-            )
+        wanted = None if request.topics is None else _partitions(request.topics)
         response = self._offset_fetch(request.group_id, wanted)
         topics = _by_topic(
             response.offsets,
@@ -703,6 +742,21 @@ class GroupCoordinatorService:
                 api.DeleteGroupsResult(group_id=g, error=_error(e))
                 for g, e in response.results.items()
             )
+        )
+
+    async def offset_delete(
+        self, request: api.OffsetDeleteRequest, context: RequestContext
+    ) -> api.OffsetDeleteResponse:
+        response = await self._delete_offsets(request.group_id, _partitions(request.topics))
+        topics = _by_topic(
+            response.errors,
+            lambda tp, error: api.OffsetCommitPartitionResponse(
+                partition=tp.partition, error=_error(error)
+            ),
+        )
+        return api.OffsetDeleteResponse(
+            error=_error(response.error),
+            topics=tuple(api.OffsetCommitTopicResponse(name=n, partitions=ps) for n, ps in topics),
         )
 
     # ------------------------------------------------------------------ time

@@ -23,7 +23,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -31,6 +31,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from raftka.broker.broker_configs import broker_config_entries
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.delete_records import delete_records
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
@@ -40,6 +41,8 @@ from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import coordinator as group_api
 from raftka.common.messages.broker import ErrorObject
+from raftka.common.messages.controller import ConfigEntryData
+from raftka.metadata.controller_api import ConfigEntry
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.topic_control import describe_configs
 from raftka.server_common.metrics import RequestTimer, camel_case, start_timing, stop_timing
@@ -89,6 +92,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
+    47: (0, 0),  # OffsetDelete
+    61: (0, 0),  # DescribeProducers
     60: (0, 1),  # DescribeCluster
 }
 
@@ -319,6 +324,8 @@ class KafkaApis:
             44: self.incremental_alter_configs,
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
+            47: self.offset_delete,
+            61: self.describe_producers,
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED)
@@ -960,8 +967,11 @@ class KafkaApis:
     # ------------------------------------------------------------------ configs
 
     async def describe_configs(self, request: Any, version: int, call: Call) -> Any:
-        # Answered from this broker's metadata image, by the function the controller's
-        # GET /v1/configs answers with (Kafka's brokers answer DescribeConfigs too).
+        # A topic: answered from this broker's metadata image, by the function the
+        # controller's GET /v1/configs answers with (Kafka's brokers answer
+        # DescribeConfigs too). A broker: this broker's configs, as GET
+        # /v1/broker-configs gives them; Kafka's AdminClient sends a broker resource to
+        # that broker, and the empty name means the cluster-wide dynamic defaults.
         cls = load_response_schema(32, version)
         result_cls = _nested(cls, "DescribeConfigsResult")
         entry_cls = _nested(cls, "DescribeConfigsResourceResult")
@@ -969,31 +979,48 @@ class KafkaApis:
         results = []
         for resource in request.resources:
             kind = RESOURCE_TYPES.get(int(resource.resource_type))
-            entries: tuple[Any, ...] = ()
-            if kind != "topic":
-                code = ErrorCode.invalid_request
-                message: str | None = (
-                    f"describing resource type {int(resource.resource_type)} is not supported"
-                    " (topics only)"
-                )
-            else:
-                keys = resource.configuration_keys
-                found = describe_configs(image, resource.resource_name, keys or None)
-                code, message = _code(found.error), _message(found.error)
-                entries = tuple(
-                    _build(
-                        entry_cls,
-                        name=e.name,
-                        value=e.value,
-                        read_only=e.read_only,
-                        config_source=CONFIG_SOURCES.get(e.source, 0),
-                        is_sensitive=e.is_sensitive,
-                        synonyms=(),
-                        config_type=CONFIG_TYPES.get(e.type or "", 0),
-                        documentation=None,
+            keys = resource.configuration_keys
+            # The controller's rows (topics) and the broker's (brokers) share their fields.
+            found: Sequence[ConfigEntry | ConfigEntryData] = ()
+            code, message = ErrorCode.none, None
+            if kind == "topic":
+                described = describe_configs(image, resource.resource_name, keys or None)
+                code, message = _code(described.error), _message(described.error)
+                found = described.entries
+            elif kind == "broker":
+                broker_id, properties, dynamic, defaults = self._server.broker_configs()
+                if resource.resource_name == "":
+                    found = broker_config_entries({}, None, defaults)
+                elif resource.resource_name == str(broker_id):
+                    found = broker_config_entries(properties, dynamic, defaults)
+                else:
+                    code = ErrorCode.invalid_request
+                    message = (
+                        f"unexpected broker id: expected {broker_id} or the empty string,"
+                        f" got {resource.resource_name!r}"
                     )
-                    for e in found.entries
+                if keys:
+                    found = [e for e in found if e.name in set(keys)]
+            else:
+                code = ErrorCode.invalid_request
+                message = (
+                    f"describing resource type {int(resource.resource_type)} is not supported"
+                    " (topics and brokers only)"
                 )
+            entries = tuple(
+                _build(
+                    entry_cls,
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    config_source=CONFIG_SOURCES.get(e.source, 0),
+                    is_sensitive=e.is_sensitive,
+                    synonyms=(),
+                    config_type=CONFIG_TYPES.get(e.type or "", 0),
+                    documentation=None,
+                )
+                for e in found
+            )
             results.append(_resource_result(result_cls, resource, code, message, configs=entries))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
 
@@ -1020,9 +1047,16 @@ class KafkaApis:
                 {"name": name, "op": "SET" if value is not None else "DELETE", "value": value}
                 for name, value in given.items()
             ]
-            if RESOURCE_TYPES.get(int(resource.resource_type)) == "topic":
-                current = image.configs.topic_config(resource.resource_name)
-                out += [{"name": k, "op": "DELETE"} for k in sorted(current) if k not in given]
+            kind = RESOURCE_TYPES.get(int(resource.resource_type))
+            name = resource.resource_name
+            current: Mapping[str, str] = {}
+            if kind == "topic":
+                current = image.configs.topic_config(name)
+            elif kind == "broker" and (name == "" or name.isdigit()):
+                # A broker's dynamic configs ("": the cluster-wide defaults); another
+                # name is the controller's to refuse.
+                current = image.configs.broker_config(None if name == "" else int(name))
+            out += [{"name": k, "op": "DELETE"} for k in sorted(current) if k not in given]
             return out
 
         return await self._alter_configs(33, request, version, ops)
@@ -1094,6 +1128,37 @@ class KafkaApis:
         items = _partition_results(
             partition_cls, results, lambda r: {"low_watermark": r.low_watermark}
         )
+        return _topics_response(cls, topic_cls, items)
+
+    # ------------------------------------------------------------------ DescribeProducers
+
+    async def describe_producers(self, request: Any, version: int, call: Call) -> Any:
+        # The leader's producer state, as the replica manager keeps it for de-duplication.
+        cls = load_response_schema(61, version)
+        partition_cls = _nested(cls, "PartitionResponse")
+        topic_cls = _nested(cls, "TopicResponse")
+        state_cls = _nested(cls, "ProducerState")
+        entries = [(t.name, int(i)) for t in request.topics for i in t.partition_indexes]
+
+        def fields(r: Any) -> dict[str, Any]:
+            return {
+                "error_message": _message(r.error),
+                "active_producers": tuple(
+                    _build(
+                        state_cls,
+                        producer_id=e.producer_id,
+                        producer_epoch=e.producer_epoch,
+                        last_sequence=e.last_sequence,
+                        last_timestamp=e.last_timestamp,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=e.current_txn_first_offset,
+                    )
+                    for e in r.producers
+                ),
+            }
+
+        results = self._server.manager.describe_producers(entries)
+        items = _partition_results(partition_cls, results, fields)
         return _topics_response(cls, topic_cls, items)
 
     # ------------------------------------------------------------------ DescribeLogDirs
@@ -1511,6 +1576,37 @@ class KafkaApis:
             results=tuple(
                 _build(result_cls, group_id=g, error_code=answers.get(g, failed)) for g in names
             ),
+        )
+
+    async def offset_delete(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(47, version)
+        partition_cls = _nested(cls, "OffsetDeleteResponsePartition")
+        topic_cls = _nested(cls, "OffsetDeleteResponseTopic")
+        fields = {
+            "group_id": request.group_id,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [{"partition": int(p.partition_index)} for p in t.partitions],
+                }
+                for t in request.topics
+            ],
+        }
+
+        def partition(topic: str, p: Any) -> Any:
+            return _build(partition_cls, partition_index=p.partition, error_code=_code(p.error))
+
+        return await self._group_answer(
+            cls,
+            call,
+            "offset_delete",
+            fields,
+            group_api.OffsetDeleteRequest,
+            answer=lambda r: {
+                "error_code": _code(r.error),
+                "topics": _topic_tree(topic_cls, r.topics, partition),
+            },
+            topics=(),
         )
 
 

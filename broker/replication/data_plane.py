@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raftka.broker.producer_state import ProducerStateManager
+from raftka.broker.producer_state import ProducerStateEntry, ProducerStateManager
 from raftka.broker.replication.partition import Replica
 from raftka.broker.replication.partition_state import PartitionState
 from raftka.common.errors import KafkaError
@@ -20,6 +20,7 @@ from raftka.storage.log_manager import PartitionKey
 
 __all__ = [
     "AlterPartitionSender",
+    "DescribeProducersResult",
     "EpochEndOffsetResult",
     "FetchPartition",
     "FetchResult",
@@ -128,6 +129,12 @@ class FetchResult(PartitionResult):
     diverging_epoch: EpochEndOffset | None = None
     records: bytes = b""
     current_leader: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResult(PartitionResult):
+    #: The partition's producer state, by producer id (the de-duplication table).
+    producers: tuple[ProducerStateEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

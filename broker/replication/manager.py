@@ -123,6 +123,7 @@ from raftka.broker.producer_state import ProducerStateConfig
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
     AlterPartitionSender,
+    DescribeProducersResult,
     EpochEndOffsetResult,
     FetchPartition,
     FetchResult,
@@ -171,6 +172,7 @@ from raftka.storage.log_manager import LogManager, PartitionKey
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "DescribeProducersResult",
     "FetchPartition",
     "FetchResult",
     "ListOffsetsResult",
@@ -1113,6 +1115,26 @@ class ReplicaManager:
                             topic, index, None, found_ts.offset, found_ts.timestamp_ms, epoch
                         )
                     )
+        return out
+
+    def describe_producers(
+        self, entries: Sequence[tuple[str, int]]
+    ) -> list[DescribeProducersResult]:
+        """Kafka's DescribeProducers: each ``(topic, partition)``'s active producers
+        from its producer state, on its leader only (NOT_LEADER_OR_FOLLOWER elsewhere,
+        UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does not know)."""
+        out: list[DescribeProducersResult] = []
+        for topic, index in entries:
+            found = self._leading(topic, index)
+            if isinstance(found, KafkaError):
+                out.append(DescribeProducersResult(topic, index, found))
+            elif not found.state.is_leader:
+                error = NotLeaderOrFollowerError(_name(found.tp))
+                out.append(DescribeProducersResult(topic, index, error))
+            else:
+                entries_ = found.producers.entries
+                producers = tuple(entries_[pid] for pid in sorted(entries_))
+                out.append(DescribeProducersResult(topic, index, None, producers))
         return out
 
     def offsets_for_leader_epoch(

@@ -1,5 +1,5 @@
-"""``raftka groups``: list, describe, reset offsets of and delete consumer groups
-(like kafka-consumer-groups).
+"""``raftka groups``: list, describe, reset and delete offsets of, and delete consumer
+groups (like kafka-consumer-groups).
 
 A group is named as kafka-consumer-groups names it (``--group G``, repeatable for
 delete) or positionally (``raftka groups describe G``); an empty name is Kafka's
@@ -8,7 +8,10 @@ partition with a committed offset or an owner: committed offset, log end offset 
 high watermark), lag and owner. ``reset-offsets`` prints the plan and applies it only
 with ``--execute`` (Kafka's dry run by default), and only while the group has no
 active members (the coordinator refuses otherwise; the command checks first to say so
-in words).
+in words). ``delete-offsets`` deletes the committed offsets of ``--topic T`` (every
+partition) or ``--topic T:0,2`` (those partitions), kafka-consumer-groups'
+``--delete-offsets``: one line per partition with its outcome, exit status 1 if any
+partition was refused.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from raftka.client.cli._common import (
     bootstrap_option,
     check_name,
     command_admin,
+    describe_topic,
     many_names,
     name_options,
     one_line_errors,
@@ -206,3 +210,64 @@ def delete_command(
         admin.delete_groups(groups)
     for group in groups:
         click.echo(f"Deleted group {group}.")
+
+
+def _topic_partitions(
+    spec: str, bootstrap_server: str, api_timeout_ms: int
+) -> list[TopicPartition]:
+    """``T`` (every partition of the topic, UNKNOWN_TOPIC_OR_PARTITION if there is no
+    such topic) or ``T:P,...`` (those partitions, as kafka-consumer-groups' --topic)."""
+    topic, sep, numbers = spec.partition(":")
+    check_name("topic", topic)
+    if not sep:
+        description = describe_topic(
+            bootstrap_servers=bootstrap_server, topic=topic, api_timeout_ms=api_timeout_ms
+        )
+        return [TopicPartition(topic, p.partition) for p in description.partitions]
+    try:
+        indexes = [int(n) for n in numbers.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{spec!r}: expected TOPIC or TOPIC:P,P,...") from None
+    if any(i < 0 for i in indexes):
+        raise click.BadParameter(f"{spec!r}: a partition is a number >= 0")
+    return [TopicPartition(topic, i) for i in indexes]
+
+
+@groups_command.command("delete-offsets")
+@name_options("group")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    required=True,
+    metavar="TOPIC[:P,P,...]",
+    help="Repeatable: a topic (every partition) or some of its partitions.",
+)
+@bootstrap_option
+@api_timeout_option
+def delete_offsets_command(
+    *,
+    group_args: tuple[str, ...],
+    group_opt: str | None,
+    topics: tuple[str, ...],
+    bootstrap_server: str,
+    api_timeout_ms: int,
+) -> None:
+    """Delete --group's committed offsets of --topic (an active consumer group keeps
+    those of the topics it subscribes to: GROUP_SUBSCRIBED_TO_TOPIC)."""
+    group = one_name("group", group_args, group_opt)
+    with one_line_errors():
+        partitions = [
+            tp
+            for spec in topics
+            for tp in _topic_partitions(spec, bootstrap_server, api_timeout_ms)
+        ]
+        with _admin(bootstrap_server, api_timeout_ms) as admin:
+            outcome = admin.delete_offsets(group, partitions)
+    click.echo("TOPIC\tPARTITION\tSTATUS")
+    for tp in sorted(outcome):
+        error = outcome[tp]
+        click.echo(f"{tp.topic}\t{tp.partition}\t{'Successful' if error is None else error.name}")
+    failed = sum(e is not None for e in outcome.values())
+    if failed:
+        raise click.ClickException(f"{failed} of {len(outcome)} partitions were not deleted")

@@ -195,10 +195,6 @@ class TopicDeletionDisabledError(KafkaError):
     name, code = "TOPIC_DELETION_DISABLED", 73
 
 
-class GroupSubscribedToTopicError(KafkaError):
-    name, code = "GROUP_SUBSCRIBED_TO_TOPIC", 86
-
-
 class UnstableOffsetCommitError(KafkaError):
     name, code, retriable = "UNSTABLE_OFFSET_COMMIT", 88, True
 

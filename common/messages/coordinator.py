@@ -47,6 +47,8 @@ __all__ = [
     "OffsetCommitResponse",
     "OffsetCommitTopic",
     "OffsetCommitTopicResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
     "OffsetFetchPartition",
     "OffsetFetchPartitionResponse",
     "OffsetFetchRequest",
@@ -318,6 +320,26 @@ class DescribedGroup(Message, frozen=True, kw_only=True):
 
 class DescribeGroupsResponse(Message, frozen=True, kw_only=True):
     groups: tuple[DescribedGroup, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------
+# OffsetDelete (the topics and partitions are shaped as OffsetFetch's and OffsetCommit's
+# answer's: a partition index each, an error each)
+
+
+class OffsetDeleteRequest(Message, frozen=True, kw_only=True):
+    group_id: GroupId
+    topics: Annotated[tuple[OffsetFetchTopic, ...], msgspec.Meta(max_length=ITEMS_MAX)]
+
+
+class OffsetDeleteResponse(Message, frozen=True, kw_only=True):
+    #: The group's error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR, ...).
+    error: ErrorObject | None = None
+    topics: tuple[OffsetCommitTopicResponse, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------
+# DeleteGroups
 
 
 class DeleteGroupsRequest(Message, frozen=True, kw_only=True):

@@ -381,34 +381,278 @@ def test_admin_configs_partitions_records_cluster_and_groups(
         assert len(sizes) == 1 and sizes[0] > 0, answers
 
 
-def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
-    """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch`` (kio both ways)."""
+def test_offset_delete_through_kafka_python_raftka_admin_and_cli(env: Env) -> None:
+    """OffsetDelete (API 47) through kafka-python's delete_group_offsets: an active
+    consumer group keeps the offsets of its subscribed topic (GROUP_SUBSCRIBED_TO_TOPIC);
+    once it is Empty they go, one partition at a time, the rest staying committed; an
+    unknown group is GROUP_ID_NOT_FOUND. The same coordinator call serves raftka's
+    GroupAdmin.delete_offsets (HTTP) and ``raftka groups delete-offsets``."""
+    from click.testing import CliRunner
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import GroupIdNotFoundError as KPGroupIdNotFound
+    from kafka.errors import GroupSubscribedToTopicError as KPSubscribed
+    from kafka.errors import NoError
+
+    from raftka.__main__ import cli
+    from raftka.client import GroupAdmin
+
+    topic, group = "offset-delete", "offset-delete-group"
+    create_topic_confluent(env, topic, partitions=3)
+    consumer = CKConsumer(
+        {
+            "bootstrap.servers": env.kafka,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe([topic])
+
+    def joined() -> bool:
+        consumer.poll(0.2)
+        return len(consumer.assignment()) == 3
+
+    wait_for(joined, timeout_s=DEADLINE_S, message="the consumer never got its 3 partitions")
+    committed = [CKTopicPartition(topic, p, 10 + p) for p in range(3)]
+    consumer.commit(offsets=committed, asynchronous=False)
+    kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
+    ours = GroupAdmin(bootstrap_servers=env.http)
+    try:
+        tps = [KPTopicPartition(topic, p) for p in range(3)]
+        assert kp.delete_group_offsets(group, tps[:1]) == {tps[0]: KPSubscribed}
+        consumer.close()  # the group is Empty now
+
+        assert kp.delete_group_offsets(group, tps[:1]) == {tps[0]: NoError}
+        remaining = kp.list_group_offsets(group)[group]
+        assert {tp.partition: om.offset for tp, om in remaining.items()} == {1: 11, 2: 12}
+        with pytest.raises(KPGroupIdNotFound):
+            kp.delete_group_offsets("no-such-group", tps[:1])
+
+        # raftka's admin over HTTP: the same coordinator call.
+        outcome = ours.delete_offsets(group, [TopicPartition(topic, 1)])
+        assert outcome == {TopicPartition(topic, 1): None}
+        gone = ours.delete_offsets(group, [TopicPartition("no-such-topic", 0)])
+        assert [e.name for e in gone.values()] == ["UNKNOWN_TOPIC_OR_PARTITION"], gone
+        assert set(ours.list_offsets(group)) == {TopicPartition(topic, 2)}
+
+        # The CLI: its last offset goes, and the Empty group with it, as in Kafka.
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("groups", "delete-offsets", "--group", group, "--topic", f"{topic}:2"),
+                *("--bootstrap-server", env.http, "--api-timeout-ms", "20000"),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        assert f"{topic}\t2\tSuccessful" in result.output
+        assert group not in {g.group_id for g in ours.list_groups()}
+    finally:
+        kp.close()
+        ours.close()
+
+
+def test_describe_producers_shows_the_idempotent_producers_state(env: Env) -> None:
+    """DescribeProducers (API 61) through kafka-python's admin, after its idempotent
+    producer wrote: the leader lists that producer with the id and epoch it was given,
+    its last sequence and timestamp, no coordinator epoch and no open transaction (-1);
+    a follower answers NOT_LEADER_OR_FOLLOWER, an unknown partition
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import NotLeaderForPartitionError, UnknownTopicOrPartitionError
+
+    topic = "describe-producers"
+    create_topic_confluent(env, topic, partitions=1)
+    servers = env.kafka.split(",")
+    before_ms = int(time.time() * 1000)
+    producer = KafkaProducer(bootstrap_servers=servers, enable_idempotence=True, acks="all")
+    try:
+        for i in range(5):
+            producer.send(topic, value=f"v{i}".encode(), partition=0).get(timeout=DEADLINE_S)
+        given = producer._transaction_manager.producer_id_and_epoch  # what the broker gave
+    finally:
+        producer.close(timeout=10)
+    assert given.producer_id >= 0
+
+    tp = KPTopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=20000)
+    try:
+        (active,) = admin.describe_producers([tp])[tp].active_producers
+        assert (active.producer_id, active.producer_epoch) == (
+            given.producer_id,
+            given.epoch,
+        )
+        assert active.last_sequence == 4  # five records, sequences 0-4
+        assert before_ms <= active.last_timestamp <= int(time.time() * 1000)
+        assert (active.coordinator_epoch, active.current_transaction_start_offset) == (-1, -1)
+
+        partition = (
+            AdminClient({"bootstrap.servers": env.kafka})
+            .list_topics(topic=topic, timeout=10)
+            .topics[topic]
+            .partitions[0]
+        )
+        follower = next(r for r in partition.replicas if r != partition.leader)
+        with pytest.raises(NotLeaderForPartitionError):  # NOT_LEADER_OR_FOLLOWER
+            admin.describe_producers([tp], broker_id=follower)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.describe_producers(
+                [KPTopicPartition("no-such-topic", 0)], broker_id=partition.leader
+            )
+    finally:
+        admin.close()
+
+
+def test_broker_configs_described_and_altered_through_confluent_kafka(env: Env) -> None:
+    """DescribeConfigs of a broker resource (type 4) through confluent-kafka's admin:
+    the broker's static properties (STATIC_BROKER_CONFIG, read-only), as GET
+    /v1/broker-configs gives them; IncrementalAlterConfigs of that broker sets
+    follower.replication.throttled.rate (forwarded to the controller), described then as
+    DYNAMIC_BROKER_CONFIG, and DELETE removes it; AlterConfigs (legacy) replaces the
+    broker's dynamic set."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    from raftka.client import Admin, AlterConfigOp
+
+    ck = AdminClient({"bootstrap.servers": env.kafka})
+    broker_id = env.brokers.ids[0]
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+    key = "follower.replication.throttled.rate"
+
+    def described() -> dict[str, Any]:
+        return dict(ck.describe_configs([resource], request_timeout=20)[resource].result(30))
+
+    first = described()
+    node = first["node.id"]
+    assert node.value == str(broker_id) and node.is_read_only
+    assert ConfigSource(node.source) == ConfigSource.STATIC_BROKER_CONFIG
+    ours = Admin(bootstrap_servers=env.http)
+    try:
+        over_http = ours.describe_broker_configs([broker_id])[broker_id]
+    finally:
+        ours.close()
+    assert set(first) == set(over_http), set(first) ^ set(over_http)
+    assert key not in first
+
+    def alter(op: AlterConfigOpType, value: str | None) -> None:
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        change = ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=[entry])
+        ck.incremental_alter_configs([change], request_timeout=20)[change].result(30)
+
+    alter(AlterConfigOpType.SET, "1048576")
+
+    def dynamic() -> bool:
+        entry = described().get(key)
+        return (
+            entry is not None
+            and entry.value == "1048576"
+            and ConfigSource(entry.source) == ConfigSource.DYNAMIC_BROKER_CONFIG
+        )
+
+    wait_for(dynamic, timeout_s=DEADLINE_S, message=f"{key} never described as set")
+    alter(AlterConfigOpType.DELETE, None)
+    wait_for(lambda: key not in described(), timeout_s=DEADLINE_S, message=f"{key} not deleted")
+
+    # AlterConfigs replaces the set: leader's rate set, nothing else dynamic left.
+    alter(AlterConfigOpType.SET, "2097152")
+    wait_for(lambda: key in described(), timeout_s=DEADLINE_S, message=f"{key} never set")
+    legacy = ConfigResource(
+        ResourceType.BROKER,
+        str(broker_id),
+        set_config={"leader.replication.throttled.rate": "3145728"},
+    )
+    with pytest.warns(DeprecationWarning, match="alter_configs has been deprecated"):
+        ck.alter_configs([legacy], request_timeout=20)[legacy].result(30)
+
+    def replaced() -> bool:
+        now = described()
+        leader = now.get("leader.replication.throttled.rate")
+        return key not in now and leader is not None and leader.value == "3145728"
+
+    wait_for(replaced, timeout_s=DEADLINE_S, message="AlterConfigs did not replace the set")
+    with pytest.warns(DeprecationWarning):
+        cleared = ConfigResource(ResourceType.BROKER, str(broker_id), set_config={})
+        ck.alter_configs([cleared], request_timeout=20)[cleared].result(30)
+    wait_for(
+        lambda: "leader.replication.throttled.rate" not in described(),
+        timeout_s=DEADLINE_S,
+        message="AlterConfigs with nothing did not clear the broker's dynamic configs",
+    )
+
+    # Raw requests to this broker: another broker's id is Kafka's INVALID_REQUEST (its
+    # clients send a broker resource to that broker); the empty name describes the
+    # cluster-wide dynamic defaults, set here through raftka's admin.
+    broker = ck.list_topics(timeout=10).brokers[broker_id]
+    address = f"{broker.host}:{broker.port}"
+    wrong = _describe_broker_configs(address, str(env.brokers.ids[1]))
+    assert wrong.error_code == 42 and not wrong.configs, wrong  # INVALID_REQUEST
+    ours = Admin(bootstrap_servers=env.http)
+    try:
+        ours.incremental_alter_broker_configs({None: [AlterConfigOp(key, "4194304", "SET")]})
+
+        def default_described() -> bool:
+            answer = _describe_broker_configs(address, "")
+            rows = {c.name: (c.value, c.config_source) for c in answer.configs}
+            return answer.error_code == 0 and rows == {key: ("4194304", 3)}
+
+        wait_for(default_described, timeout_s=DEADLINE_S, message="default never described")
+        ours.incremental_alter_broker_configs({None: [AlterConfigOp(key, op="DELETE")]})
+    finally:
+        ours.close()
+
+
+def _raw(address: str, key: int, version: int, request: Any, response_cls: type[Any]) -> Any:
+    """One non-flexible request (header v1) on its own connection, kio both ways."""
     import io
 
-    from kio.schema.offset_for_leader_epoch.v2 import request as rq
-    from kio.schema.offset_for_leader_epoch.v2 import response as rs
     from kio.serial import entity_reader, entity_writer
 
-    request = rq.OffsetForLeaderEpochRequest(
-        topics=(
-            rq.OffsetForLeaderTopic(
-                topic=topic,
-                partitions=(
-                    rq.OffsetForLeaderPartition(
-                        partition=0, current_leader_epoch=-1, leader_epoch=epoch
-                    ),
-                ),
-            ),
-        )
-    )
     body = io.BytesIO()
-    entity_writer(rq.OffsetForLeaderEpochRequest)(body, request)
+    entity_writer(type(request))(body, request)
     with _connect(address) as sock:
-        sock.sendall(_framed(struct.pack(">hhih", 23, 2, 5, -1) + body.getvalue()))
+        sock.sendall(_framed(struct.pack(">hhih", key, version, 7, -1) + body.getvalue()))
         frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
-    assert struct.unpack_from(">i", frame)[0] == 5
-    response, _ = entity_reader(rs.OffsetForLeaderEpochResponse)(frame, 4)
-    return response.topics[0].partitions[0]
+    assert struct.unpack_from(">i", frame)[0] == 7
+    response, _ = entity_reader(response_cls)(frame, 4)
+    return response
+
+
+def _describe_broker_configs(address: str, name: str) -> Any:
+    """The one result of a DescribeConfigs v1 of broker resource ``name``."""
+    from kio.schema.describe_configs.v1 import request as rq
+    from kio.schema.describe_configs.v1 import response as rs
+
+    resource = rq.DescribeConfigsResource(
+        resource_type=4, resource_name=name, configuration_keys=None
+    )
+    request = rq.DescribeConfigsRequest(resources=(resource,))
+    return _raw(address, 32, 1, request, rs.DescribeConfigsResponse).results[0]
+
+
+def _offset_for_leader_epoch(address: str, topic: str, *, epoch: int) -> Any:
+    """Partition 0's answer to an OffsetForLeaderEpoch v2 for ``epoch``."""
+    from kio.schema.offset_for_leader_epoch.v2 import request as rq
+    from kio.schema.offset_for_leader_epoch.v2 import response as rs
+
+    partition = rq.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=epoch
+    )
+    request = rq.OffsetForLeaderEpochRequest(
+        topics=(rq.OffsetForLeaderTopic(topic=topic, partitions=(partition,)),)
+    )
+    answer = _raw(address, 23, 2, request, rs.OffsetForLeaderEpochResponse)
+    return answer.topics[0].partitions[0]
 
 
 def test_kafka_python_acks_all_and_group_commit(env: Env) -> None:
@@ -688,3 +932,54 @@ def test_fuzzed_frames_close_or_answer_and_hurt_nobody(env: Env) -> None:
     bystander.close()
     for b in env.brokers.ids:
         assert env.brokers[b].popen is not None and env.brokers[b].popen.poll() is None
+
+
+def test_offset_delete_survives_a_coordinator_failover(env: Env) -> None:
+    """OffsetDelete answers once its tombstones are committed (acks=all): with the
+    coordinator killed right after the answer, the broker that takes the group over
+    (replaying __consumer_offsets) has the deleted offset gone and the other kept. Last
+    in this module: it kills a broker (and restarts it)."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KPTopicPartition
+    from kafka.errors import NoError
+
+    from raftka.client import GroupAdmin, OffsetAndMetadata
+    from raftka.common.errors import KafkaError
+    from raftka.local import http_json
+
+    topic, group = "offset-delete-failover", "offset-delete-failover-group"
+    create_topic_confluent(env, topic, partitions=2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    ours = GroupAdmin(bootstrap_servers=env.http, default_api_timeout_ms=20000)
+    kp = KafkaAdminClient(bootstrap_servers=env.kafka.split(","), request_timeout_ms=20000)
+    try:
+        ours.alter_offsets(group, {tp0: OffsetAndMetadata(5), tp1: OffsetAndMetadata(6)})
+        assert kp.delete_group_offsets(group, [KPTopicPartition(topic, 0)]) == {
+            KPTopicPartition(topic, 0): NoError
+        }
+    finally:
+        kp.close()
+    _, found = http_json(
+        env.brokers[env.brokers.ids[0]].address,
+        "/v1/find-coordinator",
+        method="POST",
+        body={"key": group},
+    )
+    assert isinstance(found, dict) and found.get("error") is None, found
+    coordinator = int(found["node_id"])
+    env.brokers[coordinator].kill()
+    try:
+
+        def taken_over() -> dict[TopicPartition, int] | None:
+            try:
+                committed = ours.list_offsets(group)
+            except KafkaError:
+                return None  # the new coordinator is still being elected or loading
+            return {tp: om.offset for tp, om in committed.items()}
+
+        after = wait_for(taken_over, timeout_s=DEADLINE_S, message="no broker took the group over")
+        assert after == {tp1: 6}, after
+    finally:
+        ours.close()
+        env.brokers[coordinator].start()
+        env.brokers.wait_unfenced(coordinator)

@@ -162,6 +162,7 @@ def test_every_coordinator_route_refuses_bad_bodies_and_keeps_serving(tmp_path: 
             "/v1/list-groups": ({"states_filter": [1]}, "$.states_filter[0]"),
             "/v1/describe-groups": ({"groups": "g"}, "$.groups"),
             "/v1/delete-groups": ({}, "groups"),
+            "/v1/offset-delete": ({"group_id": "g", "topics": [{"name": 3}]}, "$.topics[0].name"),
         }
         assert set(wrong) == {route.path for route in ROUTES}
         for path, (body, field) in wrong.items():

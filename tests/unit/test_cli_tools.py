@@ -235,3 +235,18 @@ def test_low_watermark_is_the_smallest_in_sync_log_start() -> None:
         follower_log_start_offset=40,
     )
     assert low_watermark(state) == 40  # replica 3 is not in the ISR (1, 2)
+
+
+def test_delete_offsets_topic_spec_names_partitions_or_is_refused() -> None:
+    """``raftka groups delete-offsets --topic T:P,...``: the partitions named; a bad
+    spec is a usage error naming it, before any connection (T alone asks the cluster)."""
+    from raftka.client.cli.groups import _topic_partitions
+    from raftka.common.structs import TopicPartition
+
+    assert _topic_partitions("t:0,2", "unused:1", 1000) == [
+        TopicPartition("t", 0),
+        TopicPartition("t", 2),
+    ]
+    for bad in ("t:x", "t:", "t:-1", "t:1,,2"):
+        with pytest.raises(click.BadParameter, match=r"TOPIC|partition"):
+            _topic_partitions(bad, "unused:1", 1000)

@@ -3,12 +3,15 @@ fake clock and a fake broker that applies appends in order (or fails them on dem
 
 from __future__ import annotations
 
+import importlib
+import io
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kio.serial import entity_writer
 
 from raftka.broker.coordinator import (
     AppendRecords,
@@ -27,6 +30,7 @@ from raftka.broker.coordinator import (
     NonEmptyGroupError,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetMetadataTooLargeError,
     OffsetsRecord,
     Output,
@@ -34,6 +38,7 @@ from raftka.broker.coordinator import (
     SyncGroupResponse,
     SyncReply,
 )
+from raftka.broker.coordinator.group import subscription_topics
 from raftka.broker.coordinator.group_records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -45,6 +50,7 @@ from raftka.broker.coordinator.group_records import (
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -914,3 +920,105 @@ def test_next_deadline_tells_the_driver_when_to_tick() -> None:
     assert broker.state() is GroupState.STABLE
     broker.tick(1_000 + SESSION_MS)
     assert broker.state() is GroupState.EMPTY
+
+
+# -- OffsetDelete ------------------------------------------------------------------------
+
+
+def _kafka_subscription(version: int, *topics: str) -> bytes:
+    """A Java consumer's subscription metadata: int16 version, then that version."""
+    module = importlib.import_module(f"kio.schema.consumer_protocol_subscription.v{version}")
+    cls = module.ConsumerProtocolSubscription
+    fields = {"topics": topics, "user_data": None, "owned_partitions": (), "generation_id": -1}
+    out = io.BytesIO()
+    entity_writer(cls)(
+        out, cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+    )
+    return version.to_bytes(2, "big") + out.getvalue()
+
+
+def _delete_offsets(broker: Broker, group_id: str, *tps: TopicPartition) -> OffsetDeleteResponse:
+    decision = broker.manager.delete_offsets(
+        group_id=group_id, partitions=tps, now_ms=broker.now_ms
+    )
+    broker.absorb(decision.outputs)
+    assert decision.response is not None
+    return decision.response
+
+
+def _replayed(broker: Broker) -> Broker:
+    fresh = make_broker(loaded=False)
+    fresh.manager.begin_loading(partition=0)
+    fresh.manager.replay(partition=0, records=broker.log)
+    fresh.manager.complete_loading(partition=0, now_ms=broker.now_ms)
+    return fresh
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_subscription_topics_of_kafka_and_raftka_consumers(version: int) -> None:
+    """A Java consumer's ConsumerProtocolSubscription (any version; a newer one is read
+    as the newest known) and raftka's JSON both give their topics; garbage gives None."""
+    assert subscription_topics(_kafka_subscription(version, "a", "b")) == ("a", "b")
+    newer = (9).to_bytes(2, "big") + _kafka_subscription(3, "a")[2:]
+    assert subscription_topics(newer) == ("a",)
+    assert subscription_topics(b'{"topics": ["x"], "generation_id": -1}') == ("x",)
+    for garbage in (b"", b"\x00", b"\xff\xff", b"r-meta", b"{", b'{"topics": 3}'):
+        assert subscription_topics(garbage) is None
+
+
+def test_offset_delete_follows_kafkas_rules() -> None:
+    """OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; an Empty group's offsets
+    go (tombstones; a partition with none is fine too), and the group with its last
+    one; a consumer group with members keeps the offsets of the topics it subscribes to
+    (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; a non-consumer group with members
+    is NON_EMPTY_GROUP. A replay of the log agrees with memory."""
+    broker = make_broker()
+    assert _delete_offsets(broker, "nope", TP0).error is GroupIdNotFoundError
+    two = TopicPartition("u", 0)
+    broker.commit("", -1, {TP0: OffsetAndMetadata(1), TP1: OffsetAndMetadata(2)}, group_id="m")
+    response = _delete_offsets(broker, "m", TP0, two)
+    assert response.error is None and response.errors == {TP0: None, two: None}
+    assert broker.log[-1].value is None and broker.manager.group("m") is not None
+    assert broker.fetch(TP0, TP1, group_id="m") == {TP0: -1, TP1: 2}
+    assert _replayed(broker).fetch(TP0, TP1, group_id="m") == {TP0: -1, TP1: 2}
+    assert _delete_offsets(broker, "m", TP1).errors == {TP1: None}
+    assert broker.manager.group("m") is None  # its last offset: the group goes too
+    assert _replayed(broker).manager.group("m") is None
+
+    # A consumer group subscribed to "t", with offsets of "t" and of "u".
+    member = broker.new_member(protocols=(("range", _kafka_subscription(1, "t")),))
+    broker.tick(broker.now_ms)
+    generation = broker.joins[member].generation_id
+    broker.sync(member, generation, {member: b""})
+    assert broker.state() is GroupState.STABLE
+    broker.commit(member, generation, {TP0: OffsetAndMetadata(5), two: OffsetAndMetadata(6)})
+    response = _delete_offsets(broker, G, TP0, two)
+    assert response.errors == {TP0: GroupSubscribedToTopicError, two: None}
+    assert broker.fetch(TP0, two) == {TP0: 5, two: -1}
+    assert _replayed(broker).fetch(TP0, two) == {TP0: 5, two: -1}
+
+    other = broker.new_member(protocol_type="connect", group_id="connect")
+    broker.tick(broker.now_ms)
+    assert broker.manager.group("connect") is not None and other
+    assert _delete_offsets(broker, "connect", TP0).error is NonEmptyGroupError
+
+
+def test_offset_delete_coordinator_errors_and_in_flight_commit() -> None:
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; a commit
+    accepted before the delete but appended after it stays deleted, in memory and in a
+    replay (the tombstone follows it in the log)."""
+    assert _delete_offsets(make_broker(loaded=False), G, TP0).error is NotCoordinatorError
+    loading = make_broker(loaded=False)
+    loading.manager.begin_loading(partition=0)
+    assert _delete_offsets(loading, G, TP0).error is CoordinatorLoadInProgressError
+    assert _delete_offsets(make_broker(), "", TP0).error is InvalidGroupIdError
+
+    broker = make_broker()
+    broker.commit("", -1, {TP1: OffsetAndMetadata(1)})
+    broker.auto_append = False
+    broker.commit("", -1, {TP0: OffsetAndMetadata(5)})
+    assert _delete_offsets(broker, G, TP0).errors == {TP0: None}
+    broker.finish_appends()
+    assert next(reversed(broker.commits.values())).errors == {TP0: None}
+    assert broker.fetch(TP0, TP1) == {TP0: -1, TP1: 1}
+    assert _replayed(broker).fetch(TP0, TP1) == {TP0: -1, TP1: 1}

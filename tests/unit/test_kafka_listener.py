@@ -281,7 +281,10 @@ def config_apis(channel: FakeChannel, overrides: dict[str, str]) -> Any:
 
     from raftka.broker.kafka.apis import KafkaApis
 
-    configs = SimpleNamespace(topic_config=lambda name: overrides if name == "t" else {})
+    configs = SimpleNamespace(
+        topic_config=lambda name: overrides if name == "t" else {},
+        broker_config=lambda broker_id: overrides if broker_id == 1 else {},
+    )
     server = SimpleNamespace(
         channel=channel,
         manager=SimpleNamespace(image=SimpleNamespace(configs=configs)),
@@ -293,9 +296,10 @@ def config_apis(channel: FakeChannel, overrides: dict[str, str]) -> Any:
 
 
 def test_alter_configs_replaces_the_overrides_and_refuses_unknown_types() -> None:
-    """Legacy AlterConfigs: SET what is given, DELETE the topic's other overrides, as
-    one forwarded request; a resource type raftka does not know is refused by itself,
-    the others still forwarded; answers in request order."""
+    """Legacy AlterConfigs: SET what is given, DELETE the resource's other overrides
+    (a topic's, a broker's dynamic configs), as one forwarded request; a resource type
+    raftka does not know is refused by itself, the others still forwarded; answers in
+    request order."""
     from kio.schema.alter_configs.v0 import request as rq
 
     channel = FakeChannel()
@@ -333,7 +337,11 @@ def test_alter_configs_replaces_the_overrides_and_refuses_unknown_types() -> Non
                     {
                         "resource_type": "broker",
                         "resource_name": "1",
-                        "ops": [{"name": "a", "op": "SET", "value": "b"}],
+                        "ops": [
+                            {"name": "a", "op": "SET", "value": "b"},
+                            {"name": "retention.ms", "op": "DELETE"},
+                            {"name": "segment.ms", "op": "DELETE"},
+                        ],
                     },
                 ],
                 "validate_only": False,
@@ -378,18 +386,51 @@ def test_incremental_alter_configs_bad_operation_and_controller_failure() -> Non
     ]
 
 
-def test_describe_configs_of_a_broker_is_refused_by_name() -> None:
+def test_describe_configs_of_a_broker_is_the_brokers_own() -> None:
+    """A broker resource (type 4) named by this broker's id: its properties (static,
+    read-only; a secret sensitive without its value) and its dynamic configs, its own
+    before the cluster default; ``configuration_keys`` picks; the empty name is the
+    cluster-wide defaults; another broker's id and an unknown type are INVALID_REQUEST."""
     from kio.schema.describe_configs.v4 import request as rq
 
-    request = rq.DescribeConfigsRequest(
-        resources=(
-            rq.DescribeConfigsResource(resource_type=4, resource_name="1", configuration_keys=None),
-        )
+    apis = config_apis(FakeChannel(), {})
+    apis._server.broker_configs = lambda: (
+        1,
+        {"node.id": "1", "sasl.jaas.config": "secret"},
+        {"follower.replication.throttled.rate": "5"},
+        {"leader.replication.throttled.rate": "6", "follower.replication.throttled.rate": "7"},
     )
-    response = asyncio.run(config_apis(FakeChannel(), {}).describe_configs(request, 4, None))
-    (result,) = response.results
-    assert result.error_code == ErrorCode.invalid_request
-    assert result.error_message is not None and "topics only" in result.error_message
+
+    def describe(kind: int, name: str, keys: tuple[str, ...] | None = None) -> Any:
+        resource = rq.DescribeConfigsResource(
+            resource_type=kind, resource_name=name, configuration_keys=keys
+        )
+        request = rq.DescribeConfigsRequest(resources=(resource,))
+        (result,) = asyncio.run(apis.describe_configs(request, 4, None)).results
+        return result
+
+    own = describe(4, "1")
+    assert own.error_code == ErrorCode.none
+    rows = {c.name: (c.value, c.config_source, c.read_only, c.is_sensitive) for c in own.configs}
+    assert rows == {
+        "follower.replication.throttled.rate": ("5", 2, False, False),  # DYNAMIC_BROKER
+        "leader.replication.throttled.rate": ("6", 3, False, False),  # DYNAMIC_DEFAULT
+        "node.id": ("1", 4, True, False),  # STATIC_BROKER_CONFIG
+        "sasl.jaas.config": (None, 4, True, True),
+    }
+    picked = describe(4, "1", ("node.id",))
+    assert [c.name for c in picked.configs] == ["node.id"]
+    defaults = describe(4, "")
+    assert {c.name: (c.value, c.config_source) for c in defaults.configs} == {
+        "follower.replication.throttled.rate": ("7", 3),
+        "leader.replication.throttled.rate": ("6", 3),
+    }
+    other = describe(4, "2")
+    assert other.error_code == ErrorCode.invalid_request and not other.configs
+    assert other.error_message is not None and "expected 1" in other.error_message
+    unknown = describe(99, "x")
+    assert unknown.error_code == ErrorCode.invalid_request
+    assert unknown.error_message is not None and "topics and brokers only" in unknown.error_message
 
 
 def _admin_request(key: int, version: int) -> Any:

@@ -251,6 +251,17 @@ class Scraper:
         self._thread.join()
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used, from /proc."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            # Fields after the command (which may hold spaces): utime is the 14th field.
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _metrics_time(address: str) -> tuple[float, float]:
     """(ms, count) a process spent answering GET /metrics, from its own histogram."""
     import urllib.request
@@ -383,15 +394,24 @@ def main() -> None:
                 targets += [n.address for n in cluster.controllers.nodes()]
                 bare, scraped = [], []
                 scrapes, scrape_s, scrape_bytes = 0, 0.0, 0
+                # The servers' CPU per record, with and without the scraper: on a machine
+                # where the run is CPU bound this is what throughput pays, with much less
+                # of the scheduling noise a single run's throughput carries.
+                pids = [n.popen.pid for n in brokers.nodes() if n.popen is not None]
+                pids += [n.popen.pid for n in cluster.controllers.nodes() if n.popen is not None]
+                cpu_us: dict[bool, list[float]] = {False: [], True: []}
                 for i in range(args.repeats):
                     # Which goes first alternates: neither always runs on a busier cluster.
                     for scraping in (False, True) if i % 2 == 0 else (True, False):
                         t = new(f"m-{'on' if scraping else 'off'}-{i}", 3)
+                        cpu_before = _cpu_s(pids)
                         if not scraping:
                             bare.append(produce(bootstrap, t, args.records, "all"))
+                            cpu_us[False].append(1e6 * (_cpu_s(pids) - cpu_before) / args.records)
                             continue
                         with Scraper(targets, every) as scraper:
                             scraped.append(produce(bootstrap, t, args.records, "all"))
+                        cpu_us[True].append(1e6 * (_cpu_s(pids) - cpu_before) / args.records)
                         scrapes += scraper.scrapes
                         scrape_s += scraper.seconds
                         scrape_bytes += scraper.bytes
@@ -410,6 +430,11 @@ def main() -> None:
                         "throughput_ratio": round(on["rps"] / off["rps"], 4),
                         "pair_ratios": [round(r, 4) for r in pair_ratios],
                         "pair_ratio_median": round(statistics.median(pair_ratios), 4),
+                        "server_cpu_us_per_record_off": [round(x, 2) for x in cpu_us[False]],
+                        "server_cpu_us_per_record_on": [round(x, 2) for x in cpu_us[True]],
+                        "server_cpu_ratio_median": round(
+                            statistics.median(cpu_us[True]) / statistics.median(cpu_us[False]), 4
+                        ),
                         "scrapes": scrapes,
                         "scrape_ms_mean": round(1000 * scrape_s / max(scrapes, 1), 2),
                         "broker_ms_per_scrape": round(served_ms, 2),

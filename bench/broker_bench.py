@@ -23,7 +23,14 @@ topic; every run is one producer (or consumer) OS process:
 - ``metrics`` (in ``--sections``): acks=all RF 3 produce runs with and without a scraper
   that GETs ``/metrics`` of every broker and controller each ``--scrape-metrics-every-s``
   seconds (as Prometheus would), interleaved so machine noise hits both alike; the
-  throughput ratio is what the endpoint costs (issue #18: under 2% at 1 s).
+  throughput ratio is what the endpoint costs (issue #18: under 2% at 1 s), and the
+  servers' CPU per record with and without. Each run's topic is deleted after it.
+- ``scrape-cpu`` (in ``--sections``): after four acks=all runs of 50,000 records, each
+  process is scraped 100 times back to back; its CPU (``/proc/<pid>/stat``) over those
+  scrapes less its idle rate measured just before is one scrape's CPU. The sum over the
+  six processes is what one scrape a second costs, shown as a share of the machine's
+  cores: the throughput a CPU-bound produce run pays for it, with none of the run-to-run
+  noise of a throughput ratio.
 
 Prints one JSON line per result and a markdown table at the end.
 """
@@ -262,6 +269,39 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def scrape_cpu(cluster: Any, admin: Admin, scrapes: int = 100) -> dict[str, Any]:
+    """What one GET /metrics costs each process in CPU, after some produce traffic (see
+    the module doc's ``scrape-cpu``)."""
+    import urllib.request
+
+    bootstrap = cluster.brokers.bootstrap_servers
+    for i in range(4):
+        produce(bootstrap, create_topic(admin, f"scrape-cpu-{i}", 3), 50_000, "all")
+    nodes = [*cluster.brokers.nodes(), *cluster.controllers.nodes()]
+    per: dict[str, float] = {}
+    size: dict[str, int] = {}
+    for n in nodes:
+        pid, url = n.popen.pid, f"http://{n.address}/metrics"
+        idle_from, idle_wall = _cpu_s([pid]), time.perf_counter()
+        time.sleep(2)  # the process's own background CPU rate, to take away below
+        idle_rate = (_cpu_s([pid]) - idle_from) / (time.perf_counter() - idle_wall)
+        cpu_from, wall_from = _cpu_s([pid]), time.perf_counter()
+        for _ in range(scrapes):
+            with urllib.request.urlopen(url, timeout=5) as r:
+                size[f"{n.role}-{n.node_id}"] = len(r.read())
+        wall = time.perf_counter() - wall_from
+        used = _cpu_s([pid]) - cpu_from - idle_rate * wall
+        per[f"{n.role}-{n.node_id}"] = round(1000 * used / scrapes, 2)
+    total_ms = sum(per.values())
+    cores = os.cpu_count() or 1
+    return {
+        "cpu_ms_per_scrape": per,
+        "bytes_per_scrape": size,
+        "all_processes_cpu_ms_per_s_at_1s": round(total_ms, 2),
+        "share_of_machine_pct": round(100 * total_ms / (1000 * cores), 2),
+    }
+
+
 def _metrics_time(address: str) -> tuple[float, float]:
     """(ms, count) a process spent answering GET /metrics, from its own histogram."""
     import urllib.request
@@ -338,7 +378,7 @@ def main() -> None:
     ap.add_argument(
         "--sections",
         default="produce,produce-rate,consume,e2e",
-        help="Comma list of produce, produce-rate, consume, e2e, idempotence, metrics.",
+        help="Comma list of produce, produce-rate, consume, e2e, idempotence, metrics, scrape-cpu.",
     )
     ap.add_argument("--e2e-worker", nargs=2, metavar=("BOOTSTRAP", "TOPIC"))
     ap.add_argument(
@@ -408,10 +448,16 @@ def main() -> None:
                         if not scraping:
                             bare.append(produce(bootstrap, t, args.records, "all"))
                             cpu_us[False].append(1e6 * (_cpu_s(pids) - cpu_before) / args.records)
+                            admin.delete_topics([t], timeout_ms=API_TIMEOUT_MS)
                             continue
                         with Scraper(targets, every) as scraper:
                             scraped.append(produce(bootstrap, t, args.records, "all"))
                         cpu_us[True].append(1e6 * (_cpu_s(pids) - cpu_before) / args.records)
+                        # Each run's topic goes when it is done: idle partitions left
+                        # behind still cost their followers' fetches, so each later run
+                        # would pay more than the one before (a drift of 2-3x over 24 runs,
+                        # far larger than what this section measures).
+                        admin.delete_topics([t], timeout_ms=API_TIMEOUT_MS)
                         scrapes += scraper.scrapes
                         scrape_s += scraper.seconds
                         scrape_bytes += scraper.bytes
@@ -442,6 +488,8 @@ def main() -> None:
                     },
                     results,
                 )
+            if "scrape-cpu" in sections:
+                emit("metrics scrape CPU", scrape_cpu(cluster, admin), results)
             if "produce-rate" in sections:
                 n = int(args.e2e_rate * args.e2e_seconds)
                 runs = [

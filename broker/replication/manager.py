@@ -1244,6 +1244,14 @@ class ReplicaManager:
                 )
             except KafkaError as e:
                 answer = e
+            if not isinstance(answer, KafkaError):
+                # Committed by the controller: counted as Kafka does, on its answer, and
+                # before the checks below (the metadata may have brought the new ISR here
+                # first and ended the proposal: the change still happened).
+                if proposal.kind is IsrChangeKind.SHRINK:
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
             # An append on a worker reads the ISR: apply the answer between two jobs.
             await self._core_jobs_ended(p.tp)
             if self.partitions.get(p.tp) is not p or p.state.pending_isr_change != proposal:
@@ -1253,12 +1261,6 @@ class ReplicaManager:
                     proposal=proposal, error=type(answer)
                 )
             else:
-                # Committed by the controller (counted as Kafka does, on its answer: the
-                # metadata may have brought the new ISR here first).
-                if proposal.kind is IsrChangeKind.SHRINK:
-                    self.isr_shrinks += 1
-                else:
-                    self.isr_expands += 1
                 outcome, ready = p.replica.on_alter_partition_response(
                     proposal=proposal,
                     error=None,

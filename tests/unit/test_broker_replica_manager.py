@@ -314,6 +314,42 @@ def test_a_slow_follower_append_moves_the_next_follower_writes_to_the_workers(
     run(body)
 
 
+def test_an_isr_change_is_counted_when_its_metadata_arrives_before_the_answer(
+    tmp_path: Path,
+) -> None:
+    """The controller's answer to AlterPartition can come after the broker already applied
+    the committed ISR from the metadata log (which ends the pending proposal): the change
+    happened, and the ISR-expansion counter (Kafka counts on the answer) still counts it
+    (a Prometheus test caught it uncounted)."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        granted = h.manager.alter_partition
+
+        async def metadata_first(
+            request: AlterPartitionRequest, *, timeout_ms: int
+        ) -> AlterPartitionResponse:
+            answer = await granted(request, timeout_ms=timeout_ms)
+            h.commit(
+                PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, isr=tuple(answer.isr))
+            )
+            return answer
+
+        h.manager.alter_partition = metadata_first
+        h.topic(leader=1, isr=(1, 2))
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"a"))])
+        await h.follower_fetch(3, 1)
+        await until(lambda: h.alters, "no AlterPartition sent for the caught-up follower")
+        await until(
+            lambda: h.manager.partitions[("t", 0)].state.committed_isr == {1, 2, 3},
+            "the expanded ISR never applied",
+        )
+        assert (h.manager.isr_expands, h.manager.isr_shrinks) == (1, 0)
+        await h.manager.close()
+
+    run(body)
+
+
 def test_leader_reports_divergence_and_expands_then_shrinks_isr(tmp_path: Path) -> None:
     """As leader: a follower claiming offsets past our end of its epoch gets a diverging
     epoch; a caught-up follower outside the ISR is added through AlterPartition; a

@@ -189,16 +189,6 @@ class RequestMetrics:
             times = self._apis[api] = _ApiTimes()
         return times
 
-    def observe(self, api: str, elapsed_ms: float) -> None:
-        """Count a request whose stages are unknown: all its time is local."""
-        t = self._of(api)
-        t.requests += 1
-        t.total.observe(elapsed_ms)
-        t.queue.observe(0.0)
-        t.local.observe(elapsed_ms)
-        t.remote.observe(0.0)
-        t.send.observe(0.0)
-
     def record(self, timer: RequestTimer, sent: float, *, response_queue: bool) -> None:
         """Count ``timer``'s request, its answer sent at ``sent`` (perf_counter s).
         ``response_queue``: the listener has a response queue (the Kafka listener)."""

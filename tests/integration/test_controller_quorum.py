@@ -187,10 +187,17 @@ def test_failover_keeps_every_committed_topic(cluster: LocalCluster) -> None:
     the bound, which commits; every survivor's log holds every topic created before."""
     leader = cluster.wait_leader()
     follower = next(n for n in cluster.controllers.values() if n.node_id != leader)
-    status, answer = http_json(
-        follower.address, "/v1/topics", method="POST", body={"topics": [{"name": "t0"}]}
-    )
-    assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
+
+    def redirect() -> dict[str, Any] | None:
+        # A follower refuses at once, but names the leader only once the leader's first
+        # append (or heartbeat) has reached it: until then the hint is null, as Kafka's is.
+        status, answer = http_json(
+            follower.address, "/v1/topics", method="POST", body={"topics": [{"name": "t0"}]}
+        )
+        assert status == 503 and answer["error"] == "NOT_CONTROLLER", answer
+        return answer if answer.get("leader_address") else None
+
+    answer = wait_for(redirect, timeout_s=10, message="the follower never named the leader")
     assert answer["leader_address"] == cluster.controllers[leader].address
     register_one_broker(cluster)
     names = [f"before-{i}" for i in range(5)]

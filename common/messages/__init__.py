@@ -16,7 +16,8 @@ more time per message.
 
 The messages of one API family live in one module: ``replication`` (follower fetch,
 DeleteRecords), ``broker`` (produce, fetch, list offsets, metadata), ``coordinator``
-(the group coordinator's API), ``controller`` (the controller's API).
+(the group coordinator's API), ``controller`` (the controller's API), ``transactions``
+(the transaction APIs).
 """
 
 from __future__ import annotations

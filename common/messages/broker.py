@@ -34,6 +34,7 @@ from raftka.common.wire import cut_payloads, join_frame, split_frame
 
 __all__ = [
     "PARTITIONS_MAX",
+    "AbortedTransaction",
     "CurrentLeader",
     "DivergingEpoch",
     "ErrorObject",
@@ -169,6 +170,10 @@ class ProduceRequest(Message, frozen=True, kw_only=True):
     #: int16 bound is the only one checked here).
     acks: Int16 = 1
     timeout_ms: NonNegInt32 = 30_000
+    #: A transactional producer's id (its batches carry the transactional flag): the
+    #: leader verifies a producer's first transactional batch at a partition with the
+    #: id's transaction coordinator (KIP-890 part 1) before appending it.
+    transactional_id: KafkaString | None = None
     partitions: Annotated[tuple[ProducePartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
 
     ENTRIES: ClassVar[str] = "partitions"
@@ -201,9 +206,14 @@ class ProduceResponse(Message, frozen=True, kw_only=True):
 
 
 class InitProducerIdRequest(Message, frozen=True, kw_only=True):
-    #: Must be null until transactions exist (INVALID_REQUEST otherwise).
+    #: Null for an idempotent producer; set, the id's transaction coordinator answers.
     transactional_id: KafkaString | None = None
     timeout_ms: NonNegInt32 = 30_000
+    #: The transactional producer's transaction.timeout.ms (Kafka's default, 60 s).
+    transaction_timeout_ms: Int32 = 60_000
+    #: KIP-360: the id and epoch the producer holds, to bump them after an error.
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
 
 
 class InitProducerIdResponse(Message, frozen=True, kw_only=True):
@@ -239,7 +249,18 @@ class FetchRequest(Message, frozen=True, kw_only=True):
     max_wait_ms: NonNegInt32 = 0
     min_bytes: Int32 = 1
     max_bytes: NonNegInt32 = 50 * 1024 * 1024
+    #: Kafka's isolation level: 0 read_uncommitted, 1 read_committed (data only below
+    #: the last stable offset, with the aborted transactions of the range).
+    isolation_level: Annotated[int, msgspec.Meta(ge=0, le=1)] = 0
     partitions: Annotated[tuple[FetchPartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
+
+
+class AbortedTransaction(Message, frozen=True, kw_only=True):
+    """Kafka's AbortedTransaction: a producer's aborted transaction starting at
+    ``first_offset`` (it ends at that producer's next ABORT marker)."""
+
+    producer_id: Int64
+    first_offset: Int64
 
 
 class FetchPartitionResponse(Message, frozen=True, kw_only=True):
@@ -251,6 +272,8 @@ class FetchPartitionResponse(Message, frozen=True, kw_only=True):
     log_start_offset: int = -1
     diverging_epoch: DivergingEpoch | None = None
     current_leader: CurrentLeader | None = None
+    #: read_committed only (null for read_uncommitted, as Kafka's).
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
     records_bytes: NonNegInt64 = 0
 
 
@@ -275,6 +298,8 @@ class ListOffsetsPartition(Message, frozen=True, kw_only=True):
 
 
 class ListOffsetsRequest(Message, frozen=True, kw_only=True):
+    #: 1 (read_committed): "latest" is the last stable offset, not the high watermark.
+    isolation_level: Annotated[int, msgspec.Meta(ge=0, le=1)] = 0
     partitions: Annotated[tuple[ListOffsetsPartition, ...], msgspec.Meta(max_length=PARTITIONS_MAX)]
 
 

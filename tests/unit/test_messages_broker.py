@@ -30,6 +30,7 @@ FETCH_BODY: dict[str, Any] = {
     "max_wait_ms": 500,
     "min_bytes": 1,
     "max_bytes": 10_485_760,
+    "isolation_level": 0,
     "partitions": [
         {
             "topic": "orders",

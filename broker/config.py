@@ -48,6 +48,7 @@ num.io.threads                             8           I/O worker threads (disk 
 queued.max.requests                        500         disk jobs waiting for a worker
 log.flush.scheduler.interval.ms            1000        flush.ms check period (see below)
 num.recovery.threads.per.data.dir          1           logs opened at once, per log dir
+transaction.partition.verification.enable  true        KIP-890 part 1 on produce
 ========================================== =========== ==================================
 
 Listeners: the first entry of ``listeners`` (and ``advertised.listeners``) is raftka's
@@ -183,7 +184,7 @@ BROKER_KEYS: Final[frozenset[str]] = frozenset(
     set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
-    | {"auto.create.topics.enable"}
+    | {"auto.create.topics.enable", "transaction.partition.verification.enable"}
 )
 
 
@@ -318,6 +319,9 @@ class BrokerConfig:
     # The Kafka binary-protocol listener: None when ``listeners`` names none.
     kafka_listener: KafkaListenerConfig | None = None
     auto_create_topics_enable: bool = True
+    # KIP-890 part 1: verify a producer's first transactional batch at a partition with
+    # the transaction coordinator (broker/txn_verification.py).
+    transaction_partition_verification_enable: bool = True
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
     # Every property as given (the properties file, flattened): what DescribeConfigs
@@ -482,6 +486,9 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         log_level=node.log_level,
         kafka_listener=kafka_listener_config(props),
         auto_create_topics_enable=_bool(props, "auto.create.topics.enable", True),
+        transaction_partition_verification_enable=_bool(
+            props, "transaction.partition.verification.enable", True
+        ),
         log_defaults=log_defaults,
         properties=dict(props),
     )

@@ -76,8 +76,11 @@ producer's transaction is open
 The version-2 rules are those the coordinator's simulation
 (``tests/property/test_txn_coordinator_sim.py``) gives its partition leaders.
 KIP-890 part 1 (a leader verifies a producer's first transactional batch with the
-coordinator before appending it) needs a network call, so it is not in this pure
-module: it belongs to the shell that will call :meth:`validate_and_prepare`.
+coordinator before appending it) needs a network call, so only its two pure parts
+are here: :meth:`ProducerStateManager.needs_verification` (does this batch start a
+transaction?) and :meth:`ProducerStateManager.verification_guard` (taken before the
+call, compared before the append); the call is the shell's
+(``broker/txn_verification.py``).
 
 A marker of a producer with no open transaction here is accepted and returns no
 :class:`CompletedTxn` (Kafka's rule: an empty transaction leaves nothing to index).
@@ -302,6 +305,15 @@ Decision = Append | Duplicate | Rejected
 
 
 @dataclass(frozen=True, slots=True)
+class VerificationGuard:
+    """The producer's last marker on the partition when verification began (see
+    :meth:`ProducerStateManager.verification_guard`)."""
+
+    producer_id: int
+    last_marker: LastMarker | None
+
+
+@dataclass(frozen=True, slots=True)
 class CompletedTxn:
     """A transaction a marker ended on this partition: ``first_offset`` is its first
     batch's offset, ``last_offset`` the marker's (Kafka's CompletedTxn)."""
@@ -363,6 +375,23 @@ class ProducerStateManager:
         return min(others) if others else completed.last_offset + 1
 
     # -- leader --------------------------------------------------------------------------
+
+    def needs_verification(self, batch: ProducerBatch) -> bool:
+        """KIP-890 part 1: True if ``batch`` would start its producer's transaction here
+        (transactional, and no transaction of that producer open on this partition), so
+        the leader must first ask the coordinator whether the partition is in it."""
+        if not batch.is_transactional or not batch.is_idempotent:
+            return False
+        entry = self._entries.get(batch.producer_id)
+        return entry is None or entry.current_txn_first_offset == NO_OFFSET
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        """What the leader takes before it asks the coordinator, and compares again just
+        before the append: any marker of the producer written meanwhile changes it, so
+        a verification answered for the transaction that marker ended cannot let a
+        batch start the next one (Kafka's VerificationGuard)."""
+        entry = self._entries.get(producer_id)
+        return VerificationGuard(producer_id, None if entry is None else entry.last_marker)
 
     def validate_and_prepare(self, batch: ProducerBatch) -> Decision:
         """Classify a batch before the leader appends it. Does not change state."""

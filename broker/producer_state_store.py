@@ -8,7 +8,9 @@ When a snapshot is written: after an append that rolled a segment (the state the
 covers every batch below the log end, so the snapshot's offset is the log end, which
 is at or just above the new segment's base), and when the partition's log closes
 cleanly. Recovery then replays at most about one segment of batch headers instead of
-the whole log (Kafka's reason for the same files).
+the whole log (Kafka's reason for the same files). The replay decodes control batches
+too, so a transaction marker closes its producer's transaction as it did live, and an
+ABORT marker whose ``.txnindex`` entry a crash kept from being written gets it back.
 
 Snapshots outside ``[log start, log end]`` are deleted after each write and each load:
 above the log end they describe batches a truncation removed; below the log start,
@@ -18,6 +20,7 @@ batches retention or DeleteRecords removed. A snapshot that does not decode is s
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -32,10 +35,11 @@ from raftka.broker.producer_state_snapshot import (
     snapshots_to_delete,
     snapshots_to_try,
 )
+from raftka.broker.transaction_recovery import apply_stored_batches
 from raftka.common.errors import CorruptMessageError
-from raftka.common.record.header import iter_batches
 from raftka.storage import Log
 from raftka.storage.checkpoint import write_file_durably
+from raftka.storage.transaction_index import AbortedTxn
 
 __all__ = [
     "encode_producer_snapshot",
@@ -115,15 +119,34 @@ def load_producer_state(
         start = offset
         break
     offset = start
+    repair = _TxnIndexRepair(log_)
     while offset < log_.log_end_offset:
         data = log_.read(offset, REPLAY_READ_BYTES, whole_batches=True)
-        last = None
-        for _, header in iter_batches(data, check_crc=False):
-            if header.last_offset < start:
-                continue  # a batch the snapshot already covers
-            producers.update_from_follower_batch(header)
-            last = header
-        if last is None:
+        after = apply_stored_batches(producers, data, skip_below=start, on_aborted=repair)
+        if after < 0:
             break
-        offset = last.last_offset + 1
+        offset = after
     return producers
+
+
+class _TxnIndexRepair:
+    """Re-appends the ``.txnindex`` entries of ABORT markers the replay met that their
+    segment's index lacks: the marker was written and the broker stopped before its
+    entry was (the two are separate files). Entries follow the markers' order, so an
+    entry is missing exactly when its marker lies past the segment's last entry."""
+
+    def __init__(self, log_: Log) -> None:
+        self._log = log_
+
+    def __call__(self, entry: AbortedTxn) -> None:
+        segments = self._log.segments_for_cleaner()
+        bases = [s.base_offset for s in segments]
+        seg = segments[max(0, bisect.bisect_right(bases, entry.last_offset) - 1)]
+        entries = seg.txn_index.entries
+        if entries and entries[-1].last_offset >= entry.last_offset:
+            return
+        log.info(
+            "txnindex entry re-appended",
+            extra={"fields": {"log": str(self._log.path), "marker_offset": entry.last_offset}},
+        )
+        self._log.append_aborted_txn(entry)

@@ -44,7 +44,14 @@ from raftka.broker.metadata_follower import MetadataFollower
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replication.fetcher import ReplicaFetcherManager
-from raftka.broker.replication.manager import FetchPartition, FetchResult, ReplicaManager
+from raftka.broker.replication.manager import (
+    FetchPartition,
+    FetchResult,
+    ProduceResult,
+    ReplicaManager,
+)
+from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
+from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
 from raftka.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
@@ -128,6 +135,17 @@ class BrokerServer:
             session=lambda: self._session,
             wanted=self._lag_partitions_elsewhere,
         )
+        # KIP-890 part 1 on produce (broker/txn_verification.py).
+        self.txn_verifier = TxnVerifier(
+            image=lambda: self.manager.image,
+            address_of=self.address_of,
+            session=lambda: self._session,
+        )
+        # (topic, partition, producer_id, committed) after a transaction marker was
+        # written to a __consumer_offsets partition (broker/txn_markers.py): the group
+        # coordinator completes that producer's transactional offsets. A no-op until
+        # it is connected.
+        self.on_txn_marker: TxnMarkerHook = _no_txn_marker_hook
         self.metrics.watch(self)
         self.app = self._build_app()
 
@@ -372,6 +390,10 @@ class BrokerServer:
                 web.post("/v1/init-producer-id", _init_producer_id),
                 web.post("/v1/fetch", _fetch),
                 web.post("/v1/list-offsets", _list_offsets),
+                write_txn_markers_route(
+                    lambda request: _server(request).manager,
+                    lambda request: _server(request).on_txn_marker,
+                ),
                 web.get("/v1/metadata", _metadata),
                 *coordinator_routes(self.coordinator),
                 *delete_records_routes(lambda request: _server(request).manager),
@@ -426,6 +448,10 @@ class BrokerServer:
 _SERVER_KEY: Final = web.AppKey("broker_server", BrokerServer)
 
 
+def _no_txn_marker_hook(topic: str, partition: int, producer_id: int, committed: bool) -> None:
+    del topic, partition, producer_id, committed  # nothing is connected yet
+
+
 def _server(request: web.Request) -> BrokerServer:
     return request.app[_SERVER_KEY]
 
@@ -473,9 +499,7 @@ async def _produce(request: web.Request) -> web.StreamResponse:
         for entry, payload in zip(header.partitions, payloads, strict=True)
     ]
     server = _server(request)
-    results = await server.manager.produce(
-        acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
-    )
+    results = await _produce_entries(server, header, entries)
     server.metrics.topics.record_produce(entries, results)
     if header.acks == 0:
         return web.Response(status=204)
@@ -495,6 +519,44 @@ async def _produce(request: web.Request) -> web.StreamResponse:
             )
         )
     )
+
+
+async def _produce_entries(
+    server: BrokerServer, header: api.ProduceRequest, entries: list[tuple[str, int, bytes]]
+) -> list[ProduceResult]:
+    """The produce, with the transactional checks first (broker/txn_verification.py)."""
+    transactional_id = header.transactional_id
+    if transactional_id is None:
+        if any(has_transactional_batch(data) for _, _, data in entries):
+            refused = InvalidRequestError(
+                "transactional record batches need the request's transactional_id"
+            )
+            return [ProduceResult(topic, index, refused) for topic, index, _ in entries]
+        return await server.manager.produce(
+            acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
+        )
+    if not server.config.transaction_partition_verification_enable:
+        return await server.manager.produce(
+            acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
+        )
+    verified = await server.txn_verifier.verify(
+        transactional_id, entries, server.manager.partitions, timeout_ms=header.timeout_ms
+    )
+    allowed = [e for e in entries if (e[0], e[1]) not in verified.errors]
+    appended = iter(
+        await server.manager.produce(
+            acks=header.acks,
+            timeout_ms=header.timeout_ms,
+            entries=allowed,
+            txn_guards=verified.guards,
+        )
+    )
+    return [
+        ProduceResult(topic, index, error)
+        if (error := verified.errors.get((topic, index))) is not None
+        else next(appended)
+        for topic, index, _ in entries
+    ]
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
@@ -540,13 +602,19 @@ def _fetch_response(r: FetchResult) -> api.FetchPartitionResponse:
         partition=r.partition,
         error=api.error_object(r.error),
         high_watermark=r.high_watermark,
-        # No transactions yet: the last stable offset is the high watermark.
-        last_stable_offset=r.high_watermark,
+        # A follower's answer has no LSO of its own: the HW, as before.
+        last_stable_offset=r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
         log_start_offset=r.log_start_offset,
         diverging_epoch=None
         if diverging is None
         else api.DivergingEpoch(epoch=diverging.epoch, end_offset=diverging.end_offset),
         current_leader=_current_leader(r.current_leader),
+        aborted_transactions=None
+        if r.aborted_transactions is None
+        else tuple(
+            api.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in r.aborted_transactions
+        ),
         records_bytes=len(r.records),
     )
 
@@ -561,6 +629,7 @@ async def _fetch(request: web.Request) -> web.Response:
         min_bytes=fetch.min_bytes,
         max_bytes=fetch.max_bytes,
         partitions=fetch_partitions(fetch),
+        isolation_level=fetch.isolation_level,
     )
     server.metrics.topics.record_fetch(results, follower=fetch.replica_id >= 0)
     frame = api.encode_frame(
@@ -573,7 +642,8 @@ async def _fetch(request: web.Request) -> web.Response:
 async def _list_offsets(request: web.Request) -> web.Response:
     body = decode(await request.read(), api.ListOffsetsRequest)
     results = _server(request).manager.list_offsets(
-        [(p.topic, p.partition, p.timestamp) for p in body.partitions]
+        [(p.topic, p.partition, p.timestamp) for p in body.partitions],
+        isolation_level=body.isolation_level,
     )
     return _message(
         api.ListOffsetsResponse(

@@ -10,10 +10,12 @@ exactly as the append path did, so a rebuilt index equals the one written live.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from raftka.broker.producer_state import CompletedTxn, ProducerStateManager
-from raftka.common.record.batch import DecodedBatch
+from raftka.common.record.batch import DecodedBatch, decode_batch
+from raftka.common.record.control import end_transaction_marker
+from raftka.common.record.header import iter_batches
 from raftka.storage.transaction_index import AbortedTxn
 
 
@@ -44,3 +46,36 @@ def rebuild_aborted(
         if completed is not None and (entry := aborted_entry(producers, completed)):
             entries.append(entry)
     return entries
+
+
+def apply_stored_batches(
+    producers: ProducerStateManager,
+    data: bytes | bytearray | memoryview,
+    *,
+    skip_below: int = -1,
+    on_aborted: Callable[[AbortedTxn], None] | None = None,
+) -> int:
+    """Apply ``data`` (whole batches as a log stores them: a follower's fetched
+    records, or the log read back on open) to ``producers``, markers included, and hand
+    each aborted transaction's ``.txnindex`` entry to ``on_aborted``. Batches ending
+    below ``skip_below`` are skipped (a snapshot covers them). Only control batches
+    are decoded: a data batch's header is all producer state reads. Returns the offset
+    after the last batch applied (-1: none).
+
+    Raises CorruptMessageError for a control batch with a malformed record."""
+    view = memoryview(data)
+    next_offset = -1
+    for pos, header in iter_batches(view, check_crc=False):
+        if header.last_offset < skip_below:
+            continue
+        marker = None
+        if header.is_control:
+            decoded = decode_batch(view[pos : pos + header.size_bytes], check_crc=False)
+            marker = end_transaction_marker(decoded)
+        completed = producers.update_from_follower_batch(header, marker)
+        if completed is not None and on_aborted is not None:
+            entry = aborted_entry(producers, completed)
+            if entry is not None:
+                on_aborted(entry)
+        next_offset = header.next_offset
+    return next_offset

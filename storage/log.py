@@ -89,6 +89,7 @@ from raftka.common.record.header import (
     compute_crc,
     parse_header,
 )
+from raftka.common.record.read_committed import AbortedTransaction
 from raftka.common.time import wall_clock_ms
 from raftka.storage import segment
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir, read_checkpoint, write_checkpoint
@@ -101,6 +102,7 @@ from raftka.storage.cleaner import (
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
 from raftka.storage.segment import BatchSpan, LogSegment
+from raftka.storage.transaction_index import AbortedTxn, collect_aborted
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
@@ -879,6 +881,34 @@ class Log:
         return None
 
     # ---------------------------------------------------------------- truncation
+
+    # ------------------------------------------------------- transactions
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Add ``entry`` to the ``.txnindex`` of the segment holding its ABORT marker
+        (appended just before: entries follow the markers' log order)."""
+        self._check_open()
+        if not self._log_start_offset <= entry.last_offset < self._log_end_offset:
+            raise ValueError(
+                f"{self.path.name}: aborted-transaction entry for marker {entry.last_offset} "
+                f"outside [{self._log_start_offset}, {self._log_end_offset})"
+            )
+        seg = self._segments[self._segment_index(entry.last_offset)]
+        try:
+            seg.txn_index.append(entry)
+        except OSError as e:
+            raise KafkaStorageError(f"txnindex append of {self.path} failed: {e}") from e
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        """The aborted transactions a read_committed fetch of ``[fetch_offset,
+        upper_bound)`` answers with (storage/transaction_index.py's rule)."""
+        self._check_open()
+        first = self._segment_index(fetch_offset)
+        return collect_aborted(
+            (seg.txn_index.entries for seg in self._segments[first:]),
+            fetch_offset=fetch_offset,
+            upper_bound=upper_bound,
+        )
 
     def truncate_to(self, offset: int) -> bool:
         """Follower truncation: drop every batch whose last offset is >= ``offset``,

@@ -15,8 +15,8 @@ what                                            Kafka's error          why it ma
 ==============================================  =====================  ===============
 a control batch (transaction marker) from a     INVALID_RECORD         only a partition's
 client                                                                 leader writes them
-a transactional batch (until transactions are   INVALID_TXN_STATE      no coordinator could
-wired to the produce path)                                             ever end it
+a transactional batch without a producer id     INVALID_RECORD         no marker could
+                                                                       ever end it
 CRC mismatch, a payload that does not           CORRUPT_MESSAGE        no consumer could
 decompress, records that do not fill their                             decode it
 batch exactly
@@ -54,7 +54,6 @@ from raftka.common.errors import (
     CorruptMessageError,
     InvalidRecordError,
     InvalidTimestampError,
-    InvalidTxnStateError,
 )
 from raftka.common.record import DECOMPRESSED_BYTES_MAX_DEFAULT, Compression
 from raftka.common.record.batch import Record, build_batch, decode_records
@@ -163,12 +162,11 @@ def _validate_batch(batch: memoryview, pos: int, now_ms: int, config: Validation
         raise CorruptMessageError(f"{where} fails its CRC-32C check")
     if header.attributes & CONTROL_BIT:
         raise InvalidRecordError(f"{where} is a control batch: clients may not write them")
-    if header.attributes & TRANSACTIONAL_BIT:
-        # Producer state would open a transaction for it that no marker could close
-        # (the coordinator is not wired to the produce path yet, issue #14).
-        raise InvalidTxnStateError(
-            f"{where} is transactional: raftka does not support transactions yet"
-        )
+    if header.attributes & TRANSACTIONAL_BIT and header.producer_id < 0:
+        # A marker ends a producer's transaction: without a producer id none could.
+        # (Whether the transaction may start here is producer state's and the
+        # coordinator's question, asked by the leader: broker/txn_verification.py.)
+        raise InvalidRecordError(f"{where} is transactional but has no producer id")
     count = header.records_count
     if count < 1 or count != header.last_offset_delta + 1:
         raise InvalidRecordError(

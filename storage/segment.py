@@ -39,6 +39,7 @@ from raftka.common.record.header import (
     parse_header,
 )
 from raftka.storage.index import OffsetIndex, TimeIndex
+from raftka.storage.transaction_index import TransactionIndex, txn_index_file_name
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -113,6 +114,10 @@ class LogSegment:
             base_offset,
             index_bytes_max,
         )
+        # The aborted transactions whose ABORT marker is in this segment (Kafka's
+        # .txnindex): appended by the partition after a marker, read by read_committed
+        # fetches (Log.collect_aborted).
+        self.txn_index = TransactionIndex(directory / (txn_index_file_name(base_offset) + suffix))
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -433,6 +438,10 @@ class LogSegment:
         self.size = position
         if file_size != position:
             os.ftruncate(self.fd, position)
+        # Entries of markers the cut removed go too; entries a crash kept from being
+        # written are re-appended by the producer-state replay on open
+        # (broker/producer_state_store.py).
+        self.txn_index.truncate_to(self.next_offset)
         return file_size - position
 
     # ------------------------------------------------------------- truncation etc.
@@ -449,6 +458,7 @@ class LogSegment:
         # the cut batch's base offset.
         self.offset_index.truncate_to_offset(b.base_offset)
         self.time_index.truncate_to_offset(b.base_offset)
+        self.txn_index.truncate_to(b.base_offset)
         # Rederive the max timestamp from the surviving index and the tail past it.
         _, position = self.offset_index.last_entry()
         self._max_timestamp_from_time_index()
@@ -478,6 +488,7 @@ class LogSegment:
     def flush_indexes(self) -> None:
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def flush(self) -> None:
         os.fsync(self.fd)
@@ -496,7 +507,8 @@ class LogSegment:
         """Close and remove the files: renamed to ``.deleted`` first (as Kafka) so a crash
         mid-way leaves files that the next open removes rather than loads."""
         self.close()
-        paths = [self.log_path, self.offset_index.path, self.time_index.path]
+        paths = [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+        self.txn_index.delete_cache()
         for p in paths:
             if p.exists():
                 os.replace(p, p.with_name(p.name + DELETED_SUFFIX))

@@ -205,6 +205,10 @@ class TransactionIndex:
         self.path.unlink(missing_ok=True)
         self._entries = []
 
+    def delete_cache(self) -> None:
+        """Forget the entries (the segment removes the file itself, via ``.deleted``)."""
+        self._entries = []
+
     def _truncate_file(self, size: int) -> None:
         with self.path.open("r+b") as f:
             f.truncate(size)

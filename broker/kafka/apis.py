@@ -37,6 +37,7 @@ from raftka.broker.delete_records import delete_records
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
+from raftka.broker.txn_verification import has_transactional_batch
 from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import coordinator as group_api
@@ -541,6 +542,11 @@ class KafkaApis:
             for t in request.topic_data
             for p in t.partition_data
         ]
+        if any(has_transactional_batch(data) for _, _, data in entries):
+            # Kafka: transactional batches need an authorized transactional_id (none
+            # here), answered for every partition.
+            error = ErrorCode.transactional_id_authorization_failed
+            return self._produce_response(cls, [(t, i, error, None) for t, i, _ in entries])
         produced = await self._server.manager.produce(
             acks=int(request.acks), timeout_ms=_ms(request.timeout), entries=entries
         )
@@ -619,21 +625,26 @@ class KafkaApis:
             min_bytes=int(request.min_bytes),
             max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
             partitions=partitions,
+            isolation_level=int(getattr(request, "isolation_level", 0)),
         )
         self._server.metrics.topics.record_fetch(results, follower=False)
         partition_cls = _nested(cls, "PartitionData")
         topic_cls = _nested(cls, "FetchableTopicResponse")
-        # read_committed wants a (here always empty) aborted list; read_uncommitted null.
-        aborted = () if getattr(request, "isolation_level", 0) == 1 else None
+        aborted_cls = _nested(partition_cls, "AbortedTransaction")
         items = _partition_results(
             partition_cls,
             results,
             lambda r: {
                 "high_watermark": r.high_watermark,
-                # No transactions yet: the last stable offset is the high watermark.
-                "last_stable_offset": r.high_watermark,
+                "last_stable_offset": r.last_stable_offset,
                 "log_start_offset": r.log_start_offset,
-                "aborted_transactions": aborted,
+                # read_committed: a list (Kafka's AbortedTransaction); else null.
+                "aborted_transactions": None
+                if r.aborted_transactions is None
+                else tuple(
+                    _build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in r.aborted_transactions
+                ),
                 "preferred_read_replica": -1,
                 "records": r.records,
             },
@@ -657,7 +668,8 @@ class KafkaApis:
                 (t.name, int(p.partition_index), int(p.timestamp))
                 for t in request.topics
                 for p in t.partitions
-            ]
+            ],
+            isolation_level=int(getattr(request, "isolation_level", 0)),
         )
         partition_cls = _nested(cls, "ListOffsetsPartitionResponse")
         topic_cls = _nested(cls, "ListOffsetsTopicResponse")

@@ -14,6 +14,7 @@ from raftka.broker.replication.partition import Replica
 from raftka.broker.replication.partition_state import PartitionState
 from raftka.common.errors import KafkaError
 from raftka.common.messages.controller import AlterPartitionRequest, AlterPartitionResponse
+from raftka.common.record.read_committed import AbortedTransaction
 from raftka.common.structs import EpochEndOffset
 from raftka.storage import Log
 from raftka.storage.log_manager import PartitionKey
@@ -30,6 +31,7 @@ __all__ = [
     "PartitionResult",
     "ProduceResult",
     "Signal",
+    "TxnMarkerWrite",
 ]
 
 
@@ -129,6 +131,23 @@ class FetchResult(PartitionResult):
     diverging_epoch: EpochEndOffset | None = None
     records: bytes = b""
     current_leader: dict[str, Any] | None = None
+    # Kafka's LSO (-1 where unknown: an error, a follower's fetch).
+    last_stable_offset: int = -1
+    # read_committed only: the aborted transactions overlapping ``records``.
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerWrite:
+    """One partition of one WriteTxnMarkers marker (broker/txn_markers.py)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    transaction_version: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
 from raftka.broker.io_workers import AppendModes, IoWorkers, Strand, WriteTimer
-from raftka.broker.producer_state import ProducerStateConfig
+from raftka.broker.producer_state import ProducerStateConfig, VerificationGuard
 from raftka.broker.producer_state_store import encode_producer_snapshot, write_encoded_snapshot
 from raftka.broker.replication.data_plane import (
     AlterPartitionSender,
@@ -131,8 +131,10 @@ from raftka.broker.replication.data_plane import (
     ListOffsetsResult,
     Partition,
     ProduceResult,
+    TxnMarkerWrite,
 )
 from raftka.broker.replication.partition import (
+    READ_COMMITTED,
     ConsumerRead,
     FetchAnswer,
     FollowerRead,
@@ -613,9 +615,17 @@ class ReplicaManager:
     # ================================================================ produce
 
     async def produce(
-        self, *, acks: int, timeout_ms: int, entries: Sequence[tuple[str, int, bytes]]
+        self,
+        *,
+        acks: int,
+        timeout_ms: int,
+        entries: Sequence[tuple[str, int, bytes]],
+        txn_guards: Mapping[PartitionKey, Mapping[int, VerificationGuard]] | None = None,
     ) -> list[ProduceResult]:
-        """Append each (topic, partition, batches) as leader; answer per partition."""
+        """Append each (topic, partition, batches) as leader; answer per partition.
+
+        ``txn_guards``: KIP-890 part 1's verified producers per partition (see
+        ``Replica.append_as_leader``); None when verification is off."""
         if len(entries) > REQUEST_PARTITIONS_MAX:
             raise CorruptMessageError(
                 f"more than {REQUEST_PARTITIONS_MAX} partitions in one produce"
@@ -623,6 +633,43 @@ class ReplicaManager:
         if acks not in VALID_ACKS:
             err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1, got {acks}")
             return [ProduceResult(t, i, err) for t, i, _ in entries]
+        local = f" on broker {self.broker_id}"
+
+        def append(topic: str, index: int, data: bytes) -> _CoreWrite:
+            guards = None if txn_guards is None else txn_guards.get((topic, index), {})
+            return lambda p: p.replica.append_as_leader(
+                data, acks=acks, local=local, txn_guards=guards
+            )
+
+        writes = [(topic, index, append(topic, index, data)) for topic, index, data in entries]
+        return await self._write(writes, timeout_ms=timeout_ms)
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarkerWrite], *, timeout_ms: int
+    ) -> list[ProduceResult]:
+        """WriteTxnMarkers on this broker's leader partitions (``Replica.write_txn_marker``),
+        each answered once the HW passed it (acks=all), through the same strands as
+        produces so a marker keeps its place among the partition's appends."""
+
+        def write(m: TxnMarkerWrite) -> _CoreWrite:
+            return lambda p: p.replica.write_txn_marker(
+                producer_id=m.producer_id,
+                producer_epoch=m.producer_epoch,
+                committed=m.committed,
+                coordinator_epoch=m.coordinator_epoch,
+                transaction_version=m.transaction_version,
+            )
+
+        return await self._write(
+            [(m.topic, m.partition, write(m)) for m in markers], timeout_ms=timeout_ms
+        )
+
+    async def _write(
+        self, entries: Sequence[tuple[str, int, _CoreWrite]], *, timeout_ms: int
+    ) -> list[ProduceResult]:
+        """Run each partition's core write (a produce's append, a marker), inline or on
+        an I/O worker in the partition's strand; answer per partition, after the acks=all
+        waits the writes asked for."""
         request_id = next(self._request_ids)
         now = self._clock_ms()
         deadline_ms = now + max(0, min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX))
@@ -635,12 +682,12 @@ class ReplicaManager:
         # arrives later, inline or not, cannot overtake it.
         queued: list[tuple[int, _Place]] = []
         try:
-            for topic, index, data in entries:
+            for topic, index, call in entries:
                 p = self.partitions.get((topic, index))
                 if p is None:
                     appended.append((self._not_appended(topic, index), None))
                 elif self._inline_ok(p):
-                    appended.append(self._append_inline(request_id, p, data, acks, deadline_ms))
+                    appended.append(self._append_inline(request_id, p, call, deadline_ms))
                 else:
                     strand = self.io.strand(p.tp)
                     queued.append((len(appended), _Place(strand, strand.reserve())))
@@ -651,17 +698,17 @@ class ReplicaManager:
             raise
         if len(queued) == 1:
             at, place = queued[0]
-            topic, index, data = entries[at]
+            topic, index, call = entries[at]
             appended[at] = await self._append_on_worker(
-                request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
+                request_id, topic, index, call, place, deadline_ms=deadline_ms
             )
         elif queued:
             tasks = []
             for at, place in queued:
-                topic, index, data = entries[at]
+                topic, index, call = entries[at]
                 task = asyncio.ensure_future(
                     self._append_on_worker(
-                        request_id, topic, index, data, place, acks=acks, deadline_ms=deadline_ms
+                        request_id, topic, index, call, place, deadline_ms=deadline_ms
                     )
                 )
                 # A task cancelled before its first step never runs its coroutine: its
@@ -721,14 +768,9 @@ class ReplicaManager:
             self.appends.appended(p.log.path.parent, timer.ms(), on_worker=False)
 
     def _append_inline(
-        self, request_id: int, p: Partition, data: bytes, acks: int, deadline_ms: int
+        self, request_id: int, p: Partition, call: _CoreWrite, deadline_ms: int
     ) -> _Appended:
-        outcome = self._run_inline(
-            p,
-            lambda: p.replica.append_as_leader(
-                data, acks=acks, local=f" on broker {self.broker_id}"
-            ),
-        )
+        outcome = self._run_inline(p, lambda: call(p))
         return self._appended(request_id, p, outcome, deadline_ms)
 
     async def _append_on_worker(
@@ -736,10 +778,9 @@ class ReplicaManager:
         request_id: int,
         topic: str,
         index: int,
-        data: bytes,
+        call: _CoreWrite,
         place: _Place,
         *,
-        acks: int,
         deadline_ms: int,
     ) -> _Appended:
         """One partition of a produce that may not append inline: in the partition's
@@ -763,19 +804,13 @@ class ReplicaManager:
             p = self.partitions.get(tp)
             if p is not None and self.appends.inline(p.log.path.parent):
                 # First in the strand and nothing holds the log: inline keeps the order.
-                return self._append_inline(request_id, p, data, acks, deadline_ms)
+                return self._append_inline(request_id, p, call, deadline_ms)
             if not self._hold(tp, APPEND):
                 return self._not_appended(topic, index), None
             try:
                 p = self.partitions[tp]
                 try:
-                    outcome = await self._run_core_job(
-                        p,
-                        lambda: p.replica.append_as_leader(
-                            data, acks=acks, local=f" on broker {self.broker_id}"
-                        ),
-                        _ready_of,
-                    )
+                    outcome = await self._run_core_job(p, lambda: call(p), _ready_of)
                 except KafkaStorageError as e:
                     return ProduceResult(topic, index, e), None
                 return self._appended(request_id, p, outcome, deadline_ms)
@@ -907,8 +942,10 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         partitions: Sequence[FetchPartition],
+        isolation_level: int = 0,
     ) -> list[FetchResult]:
-        """A consumer (``replica_id`` < 0) or follower fetch, long-polled."""
+        """A consumer (``replica_id`` < 0) or follower fetch, long-polled;
+        ``isolation_level`` 1 (read_committed) reads only below the LSO."""
         if len(partitions) > REQUEST_PARTITIONS_MAX:
             raise CorruptMessageError(f"more than {REQUEST_PARTITIONS_MAX} partitions in one fetch")
         deadline_ms = self._clock_ms() + max(0, min(max_wait_ms, FETCH_WAIT_MS_MAX))
@@ -919,7 +956,9 @@ class ReplicaManager:
                 for req in partitions
                 if (p := self.partitions.get((req.topic, req.partition))) is not None
             ]
-            results = self._read_all(replica_id, broker_epoch, max_bytes, partitions)
+            results = self._read_all(
+                replica_id, broker_epoch, max_bytes, partitions, isolation_level
+            )
             size = sum(len(r.records) for r in results)
             urgent = any(r.error is not None or r.diverging_epoch is not None for r in results)
             remaining_ms = deadline_ms - self._clock_ms()
@@ -957,6 +996,7 @@ class ReplicaManager:
         broker_epoch: int,
         max_bytes: int,
         partitions: Sequence[FetchPartition],
+        isolation_level: int = 0,
     ) -> list[FetchResult]:
         budget = max_bytes
         out: list[FetchResult] = []
@@ -985,13 +1025,17 @@ class ReplicaManager:
                         None,
                         high_watermark=p.state.high_watermark,
                         log_start_offset=p.state.log_start_offset,
+                        last_stable_offset=p.replica.last_stable_offset,
+                        aborted_transactions=() if isolation_level == READ_COMMITTED else None,
                     )
                 )
                 continue
             if replica_id >= 0:
                 result = self._read_for_follower(replica_id, broker_epoch, req, budget, now)
             else:
-                result = self._read_for_consumer(req, budget, first=budget == max_bytes)
+                result = self._read_for_consumer(
+                    req, budget, first=budget == max_bytes, isolation_level=isolation_level
+                )
             budget -= len(result.records)
             out.append(result)
         return out
@@ -1008,7 +1052,9 @@ class ReplicaManager:
             current_leader=self._leader_info((req.topic, req.partition), error),
         )
 
-    def _read_for_consumer(self, req: FetchPartition, budget: int, *, first: bool) -> FetchResult:
+    def _read_for_consumer(
+        self, req: FetchPartition, budget: int, *, first: bool, isolation_level: int = 0
+    ) -> FetchResult:
         found = self._leading(req.topic, req.partition)
         if isinstance(found, KafkaError):
             return self._fetch_error(req, found, None)
@@ -1018,6 +1064,7 @@ class ReplicaManager:
             max_bytes=_room(req, budget),
             min_one_batch=first,
             current_leader_epoch=req.current_leader_epoch,
+            isolation_level=isolation_level,
         )
         return self._read_result(req, read, p)
 
@@ -1068,6 +1115,10 @@ class ReplicaManager:
             log_start_offset=read.log_start_offset,
             diverging_epoch=read.diverging_epoch if isinstance(read, FollowerRead) else None,
             records=read.records,
+            last_stable_offset=read.last_stable_offset if isinstance(read, ConsumerRead) else -1,
+            aborted_transactions=(
+                read.aborted_transactions if isinstance(read, ConsumerRead) else None
+            ),
         )
 
     # (supervise) begin: the broker epoch a follower fetch must carry (KIP-903)
@@ -1082,8 +1133,14 @@ class ReplicaManager:
     # ================================================================ list offsets
 
     def list_offsets(
-        self, entries: Sequence[tuple[str, int, int]], *, current_leader_epoch: int | None = None
+        self,
+        entries: Sequence[tuple[str, int, int]],
+        *,
+        current_leader_epoch: int | None = None,
+        isolation_level: int = 0,
     ) -> list[ListOffsetsResult]:
+        """ListOffsets on this leader; with ``isolation_level`` 1 (read_committed)
+        "latest" is the last stable offset and a timestamp finds offsets below it."""
         out: list[ListOffsetsResult] = []
         for topic, index, timestamp in entries:
             found = self._leading(topic, index)
@@ -1096,6 +1153,8 @@ class ReplicaManager:
                 continue
             epoch = p.state.leader_epoch
             hw = p.state.high_watermark
+            if isolation_level == READ_COMMITTED:
+                hw = p.replica.last_stable_offset  # Kafka: the upper bound is the LSO
             if timestamp == EARLIEST_TIMESTAMP:
                 out.append(
                     ListOffsetsResult(topic, index, None, p.state.log_start_offset, -1, epoch)
@@ -1784,6 +1843,8 @@ def _room(req: FetchPartition, budget: int) -> int | None:
 
 #: A produce's answer for one partition, and the future acks=all waits on.
 _Appended = tuple[ProduceResult, "asyncio.Future[KafkaError | None] | None"]
+#: A core call that writes a leader's log (an append, a transaction marker).
+_CoreWrite = Callable[[Partition], ProduceOutcome]
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ module and the shell. Not thread safe: one replica is driven from one task.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -48,6 +48,7 @@ from raftka.broker.producer_state import (
     ProducerStateConfig,
     ProducerStateManager,
     Rejected,
+    VerificationGuard,
     in_sequence,
 )
 from raftka.broker.replication.partition_log import PartitionLog
@@ -61,21 +62,30 @@ from raftka.broker.replication.partition_state import (
     ReplicationConfig,
     StateChange,
 )
+from raftka.broker.transaction_recovery import aborted_entry, apply_stored_batches
 from raftka.common.errors import (
     CorruptMessageError,
     DuplicateSequenceNumberError,
+    InvalidTxnStateError,
     KafkaError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
 )
-from raftka.common.record.header import iter_batches
+from raftka.common.record.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_transaction_batch,
+)
+from raftka.common.record.header import iter_batches, parse_header
+from raftka.common.record.read_committed import AbortedTransaction
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import wall_clock_ms
 from raftka.storage.log_validator import ValidationConfig, recompress, validate_client_batches
 
 __all__ = [
     "HIGH_WATERMARK",
+    "READ_COMMITTED",
     "ConsumerRead",
     "FetchAnswer",
     "FetchPosition",
@@ -90,6 +100,8 @@ __all__ = [
 
 #: The DeleteRecords offset that means "up to the high watermark" (Kafka's -1).
 HIGH_WATERMARK: Final = -1
+#: Kafka's isolation_level for a fetch or ListOffsets: data only below the LSO.
+READ_COMMITTED: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +182,10 @@ class ConsumerRead:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    last_stable_offset: int = -1
+    # read_committed only: the aborted transactions overlapping the records (Kafka's
+    # answer has null for read_uncommitted).
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +281,16 @@ class Replica:
         return f"{self.state.topic}-{self.state.partition}"
 
     def _persist_hw(self) -> None:
-        self.log.persist_high_watermark(self.state.high_watermark)
+        high_watermark = self.state.high_watermark
+        self.log.persist_high_watermark(high_watermark)
+        # Completed transactions whose marker is now committed stop holding the last
+        # stable offset back (producer state's "unreplicated" transactions).
+        self.producers.on_high_watermark_updated(high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: read_committed consumers read only below it."""
+        return self.producers.last_stable_offset(self.state.high_watermark)
 
     def _after_state_change(self, change: StateChange) -> Ready:
         if change.high_watermark_moved:
@@ -363,9 +388,22 @@ class Replica:
 
     # ================================================================ leader side
 
-    def append_as_leader(self, data: bytes, *, acks: int, local: str = "") -> ProduceOutcome:
+    def append_as_leader(
+        self,
+        data: bytes,
+        *,
+        acks: int,
+        local: str = "",
+        txn_guards: Mapping[int, VerificationGuard] | None = None,
+    ) -> ProduceOutcome:
         """A produce of ``data`` (record batches) with ``acks``: check, de-duplicate,
-        append. ``local`` names this broker in error messages."""
+        append. ``local`` names this broker in error messages.
+
+        ``txn_guards`` is KIP-890 part 1 (None: ``transaction.partition.verification.
+        enable`` is off): a transactional batch that would start its producer's
+        transaction here is appended only if the shell verified it with the
+        coordinator and holds the guard it took before asking, unchanged since (no
+        marker of that producer was written meanwhile); else INVALID_TXN_STATE."""
         state = self.state
         error_type = state.check_produce(acks=acks)
         if error_type is not None:
@@ -384,6 +422,8 @@ class Replica:
         except KafkaError as e:
             return ProduceOutcome(error=e)
         decision = _check_producers(self.producers, batches)
+        if isinstance(decision, Append) and txn_guards is not None:
+            decision = _check_verified(self.producers, batches, txn_guards)
         if isinstance(decision, Rejected):
             return ProduceOutcome(error=decision.error)
         ready = NOTHING
@@ -423,8 +463,13 @@ class Replica:
                 log_start_offset=info.log_start_offset,
                 wait_for_offset=append.wait_for_offset,
             )
+        return self._settle(outcome, ready)
+
+    def _settle(self, outcome: ProduceOutcome, ready: Ready) -> ProduceOutcome:
+        """``outcome`` with ``ready``, its acks=all wait dropped if the HW already
+        passed it (or its error if the wait has already failed)."""
         if outcome.wait_for_offset is not None:
-            done, error = state.replication_status().check(outcome.wait_for_offset)
+            done, error = self.state.replication_status().check(outcome.wait_for_offset)
             if done:
                 if error is not None:
                     return ProduceOutcome(error=error(self.name), ready=ready)
@@ -500,39 +545,127 @@ class Replica:
         max_bytes: int | None,
         min_one_batch: bool,
         current_leader_epoch: int | None = None,
+        isolation_level: int = 0,
     ) -> ConsumerRead:
         """A consumer reads from ``fetch_offset`` up to the HW (``max_bytes`` as for
-        :meth:`on_follower_fetch`)."""
+        :meth:`on_follower_fetch`); with ``isolation_level`` READ_COMMITTED only below
+        the last stable offset, with the aborted transactions of what it returns."""
         state = self.state
         bounds = state.check_consumer_fetch(
             fetch_offset=fetch_offset, current_leader_epoch=current_leader_epoch
         )
+        last_stable = self.last_stable_offset
         if bounds.error is not None:
             return ConsumerRead(
                 error=bounds.error(f"{self.name} offset {fetch_offset}"),
                 high_watermark=state.high_watermark,
                 log_start_offset=state.log_start_offset,
+                last_stable_offset=last_stable,
             )
+        read_committed = isolation_level == READ_COMMITTED
+        read_up_to = min(bounds.read_up_to, last_stable) if read_committed else bounds.read_up_to
         records = b""
-        if max_bytes is not None and fetch_offset < bounds.read_up_to:
+        aborted: tuple[AbortedTransaction, ...] | None = () if read_committed else None
+        if max_bytes is not None and fetch_offset < read_up_to:
             try:
                 records = self.log.read(
                     fetch_offset,
                     max_bytes,
-                    max_offset=bounds.read_up_to,
+                    max_offset=read_up_to,
                     min_one_batch=min_one_batch,
                 )
+                if read_committed and records:
+                    # Kafka bounds the search by the end of what is returned: the last
+                    # batch's next offset (every returned batch lies below the LSO).
+                    *_, (_, last) = iter_batches(records, check_crc=False)
+                    aborted = tuple(
+                        self.log.collect_aborted(fetch_offset, min(last.next_offset, read_up_to))
+                    )
             except KafkaError as e:
                 return ConsumerRead(
                     error=e,
                     high_watermark=state.high_watermark,
                     log_start_offset=state.log_start_offset,
+                    last_stable_offset=last_stable,
                 )
         return ConsumerRead(
             high_watermark=state.high_watermark,
             log_start_offset=state.log_start_offset,
             records=records,
+            last_stable_offset=last_stable,
+            aborted_transactions=aborted,
         )
+
+    def write_txn_marker(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        transaction_version: int,
+    ) -> ProduceOutcome:
+        """WriteTxnMarkers for this partition, as its leader: check the marker against
+        producer state (fenced epochs, an older coordinator; a version-2 repeat of the
+        last marker is answered with its offset, no second write), append the control
+        batch, apply it, and index an abort in the segment's ``.txnindex``. Markers are
+        written with acks=all (Kafka's): ``wait_for_offset`` is set until the HW passes
+        the marker."""
+        state = self.state
+        error_type = state.check_produce(acks=ACKS_ALL)
+        if error_type is not None:
+            return ProduceOutcome(error=error_type(self.name))
+        marker = EndTransactionMarker(
+            ControlRecordType.COMMIT if committed else ControlRecordType.ABORT, coordinator_epoch
+        )
+        decision = self.producers.validate_end_txn_marker(
+            producer_id, producer_epoch, marker, transaction_version=transaction_version
+        )
+        if isinstance(decision, Rejected):
+            return ProduceOutcome(error=decision.error)
+        ready = NOTHING
+        if isinstance(decision, Duplicate):
+            outcome = ProduceOutcome(
+                base_offset=decision.first_offset,
+                log_start_offset=state.log_start_offset,
+                wait_for_offset=decision.last_offset + 1,
+                duplicate=True,
+            )
+        else:
+            data = build_end_transaction_batch(
+                marker,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                timestamp_ms=self._wall_clock_ms(),
+            )
+            try:
+                info = self.log.append_as_leader(data, state.leader_epoch)
+                header = parse_header(data)
+                # The log stamps the offset in its copy; producer state needs it too.
+                header = replace(header, base_offset=info.first_offset)
+                completed = self.producers.update_end_txn_marker(
+                    header, marker, transaction_version=transaction_version
+                )
+                entry = None if completed is None else aborted_entry(self.producers, completed)
+                if entry is not None:
+                    self.log.append_aborted_txn(entry)
+            except KafkaError as e:
+                return ProduceOutcome(error=e)
+            append = state.on_leader_append(last_offset=info.last_offset, acks=ACKS_ALL)
+            if append.high_watermark_moved:
+                self._persist_hw()
+            ready = Ready(
+                high_watermark_moved=append.high_watermark_moved,
+                wake_fetches=True,
+                snapshot_due=self._snapshot_due(),
+            )
+            outcome = ProduceOutcome(
+                base_offset=info.first_offset,
+                log_append_time_ms=info.log_append_time_ms,
+                log_start_offset=info.log_start_offset,
+                wait_for_offset=append.wait_for_offset,
+            )
+        return self._settle(outcome, ready)
 
     def delete_records(self, requested: int) -> tuple[int | KafkaError, Ready]:
         """DeleteRecords on the leader: move the log start to ``requested`` (-1: the HW);
@@ -625,8 +758,9 @@ class Replica:
                     truncated=(before, self.log.log_end_offset), ready=Ready(wake_fetches=True)
                 )
             self.log.append_as_follower(records)
-            for _, header in iter_batches(records, check_crc=False):
-                self.producers.update_from_follower_batch(header)
+            # Markers included: a follower that becomes leader has the same open
+            # transactions, LSO and .txnindex as its leader (Kafka's follower append).
+            apply_stored_batches(self.producers, records, on_aborted=self.log.append_aborted_txn)
             snapshot_due = self._snapshot_due()
         outcome = state.on_fetch_response(
             leader_high_watermark=leader_high_watermark,
@@ -678,6 +812,27 @@ class Replica:
         self.state.on_log_truncated()
         self._persist_hw()
         return Ready(wake_fetches=True)
+
+
+def _check_verified(
+    producers: ProducerStateManager,
+    batches: Sequence[ProducerBatch],
+    guards: Mapping[int, VerificationGuard],
+) -> Append | Rejected:
+    """KIP-890 part 1 at the append (see :meth:`Replica.append_as_leader`)."""
+    for batch in batches:
+        if not producers.needs_verification(batch):
+            continue
+        pid = batch.producer_id
+        guard = guards.get(pid)
+        if guard is None:
+            why = "its first transactional batch here was not verified with the coordinator"
+        elif guard != producers.verification_guard(pid):
+            why = "a transaction marker was written since it was verified"
+        else:
+            continue
+        return Rejected(producer_id=pid, error=InvalidTxnStateError(f"producer {pid}: {why}"))
+    return Append(producer_id=-1)
 
 
 def _check_producers(

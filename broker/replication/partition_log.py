@@ -32,6 +32,7 @@ from raftka.broker.producer_state_store import (
     prune_snapshots,
     write_producer_snapshot,
 )
+from raftka.broker.transaction_recovery import apply_stored_batches
 from raftka.common.errors import CorruptMessageError, OffsetOutOfRangeError
 from raftka.common.record.header import (
     NO_TIMESTAMP,
@@ -39,9 +40,11 @@ from raftka.common.record.header import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from raftka.common.record.read_committed import AbortedTransaction
 from raftka.storage import Log
 from raftka.storage.epoch_cache import LeaderEpochFileCache
 from raftka.storage.log import LogAppendInfo, OffsetAndTimestamp, UnexpectedAppendOffsetError
+from raftka.storage.transaction_index import AbortedTxn, collect_aborted
 
 __all__ = ["MEMORY_LOG_BATCHES_MAX", "MemoryPartitionLog", "PartitionLog", "SegmentPartitionLog"]
 
@@ -104,6 +107,15 @@ class PartitionLog(Protocol):
     def load_producer_state(self, config: ProducerStateConfig) -> ProducerStateManager: ...
 
     def snapshot_producer_state(self, producers: ProducerStateManager) -> None: ...
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction whose ABORT marker was just appended (the
+        segment's ``.txnindex``)."""
+        ...
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        """The aborted transactions overlapping ``[fetch_offset, upper_bound)``."""
+        ...
 
 
 class SegmentPartitionLog:
@@ -222,6 +234,12 @@ class SegmentPartitionLog:
     def snapshot_producer_state(self, producers: ProducerStateManager) -> None:
         write_producer_snapshot(self.segment_log, producers)
 
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        self.segment_log.append_aborted_txn(entry)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        return self.segment_log.collect_aborted(fetch_offset, upper_bound)
+
 
 class MemoryPartitionLog:
     """:class:`PartitionLog` in memory, for tests and the replication simulation.
@@ -232,7 +250,7 @@ class MemoryPartitionLog:
     inside the first batch kept.
     """
 
-    __slots__ = ("_batches", "_end", "_epochs", "_hw", "_start", "snapshots")
+    __slots__ = ("_aborted", "_batches", "_end", "_epochs", "_hw", "_start", "snapshots")
 
     def __init__(self, *, log_start_offset: int = 0) -> None:
         assert log_start_offset >= 0
@@ -244,6 +262,8 @@ class MemoryPartitionLog:
         self._epochs = LeaderEpochFileCache(Path("memory-partition-log"), [])
         # Producer-state snapshots taken, for tests that look for them.
         self.snapshots = 0
+        # The aborted-transaction entries, in marker order (one .txnindex for the log).
+        self._aborted: list[AbortedTxn] = []
 
     # -- offsets and epochs
 
@@ -387,6 +407,7 @@ class MemoryPartitionLog:
         while self._batches and self._batches[-1][1] > offset:
             self._batches.pop()
         self._end = self._batches[-1][1] if self._batches else self._start
+        self._aborted = [e for e in self._aborted if e.last_offset < self._end]
         if self._end < self._start:
             self.truncate_fully_and_start_at(self._start)
             return
@@ -395,6 +416,7 @@ class MemoryPartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._batches.clear()
+        self._aborted.clear()
         self._start = self._end = self._hw = offset
         self._epochs.clear(persist=False)
 
@@ -406,6 +428,9 @@ class MemoryPartitionLog:
         self._epochs.truncate_from_start(offset, persist=False)
         while self._batches and self._batches[0][1] <= offset:
             self._batches.pop(0)
+        # As a segment's .txnindex goes with it: entries of markers in dropped batches.
+        first = self._batches[0][0] if self._batches else self._end
+        self._aborted = [e for e in self._aborted if e.last_offset >= first]
 
     def delete_retention_segments(self) -> int:
         return 0  # no time- or size-based retention in memory
@@ -413,11 +438,19 @@ class MemoryPartitionLog:
     # -- producer state
 
     def load_producer_state(self, config: ProducerStateConfig) -> ProducerStateManager:
-        return ProducerStateManager.rebuilt_from(
-            (h for data in self.batches() for _, h in iter_batches(data, check_crc=False)),
-            config=config,
-        )
+        producers = ProducerStateManager(config=config)
+        for data in self.batches():
+            apply_stored_batches(producers, data)
+        return producers
 
     def snapshot_producer_state(self, producers: ProducerStateManager) -> None:
         del producers
         self.snapshots += 1
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        assert self._start <= entry.last_offset < self._end, (entry, self._start, self._end)
+        assert not self._aborted or self._aborted[-1].last_offset < entry.last_offset, entry
+        self._aborted.append(entry)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        return collect_aborted([self._aborted], fetch_offset=fetch_offset, upper_bound=upper_bound)

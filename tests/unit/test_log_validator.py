@@ -78,14 +78,19 @@ def test_a_control_batch_from_a_client_is_invalid_record() -> None:
     assert "control batch" in str(error)
 
 
-def test_a_transactional_batch_is_invalid_txn_state_until_transactions_are_wired() -> None:
-    """Producer state would open a transaction for it that nothing could end."""
-    from raftka.common.errors import InvalidTxnStateError
+def test_a_transactional_batch_is_accepted_with_a_producer_id() -> None:
+    """Whether it may open a transaction is producer state's and the coordinator's
+    question (the leader asks them); the validator only checks its shape."""
+    batch = build_batch(records(2), producer_id=5, producer_epoch=0, is_transactional=True)
+    assert validate_client_batches(batch, now_ms=NOW, config=CONFIG).records == 2
 
-    batch = build_batch(records(1), producer_id=5, producer_epoch=0, is_transactional=True)
+
+def test_a_transactional_batch_without_a_producer_id_is_invalid_record() -> None:
+    """No marker could end its transaction."""
+    batch = build_batch(records(1), is_transactional=True)
     error = error_of(batch)
-    assert isinstance(error, InvalidTxnStateError)
-    assert "transactional" in str(error)
+    assert isinstance(error, InvalidRecordError)
+    assert "no producer id" in str(error)
 
 
 def test_garbage_gzip_with_a_right_crc_is_corrupt_message() -> None:

@@ -754,10 +754,12 @@ async def list_offsets(
     *,
     deadline_ms: int,
     retry_backoff_ms: int,
+    isolation_level: int = 0,
 ) -> dict[TopicPartition, ListedOffset]:
     """ListOffsets for each partition at its leader, retrying retriable errors
     (refreshing metadata) until ``deadline_ms``; then KafkaTimeoutError naming the last
-    error. A non-retriable per-partition error is raised as is."""
+    error. A non-retriable per-partition error is raised as is. ``isolation_level`` 1
+    (read_committed): "latest" is the last stable offset."""
     metadata.add_topics(sorted({tp.topic for tp in timestamps}))
     remaining = dict(timestamps)
     results: dict[TopicPartition, ListedOffset] = {}
@@ -785,12 +787,13 @@ async def list_offsets(
             by_leader.setdefault(leader[1], []).append(tp)
         for address, tps in by_leader.items():
             request = api.ListOffsetsRequest(
+                isolation_level=isolation_level,
                 partitions=tuple(
                     api.ListOffsetsPartition(
                         topic=tp.topic, partition=tp.partition, timestamp=remaining[tp]
                     )
                     for tp in tps
-                )
+                ),
             )
             timeout = max(1, min(transport.request_timeout_ms, deadline_ms - monotonic_ms()))
             try:

@@ -197,9 +197,9 @@ class ProducerConfig(_CommonConfig):
 class ConsumerConfig(_CommonConfig):
     """Kafka's consumer options (manual assignment; group options come with groups).
 
-    ``isolation_level="read_committed"`` is refused (INVALID_CONFIG): raftka's brokers
-    have no transactions yet, so they cannot hold a read back at a last stable offset,
-    and accepting the setting would promise an isolation the consumer does not get.
+    ``isolation_level="read_committed"``: fetches stop at the last stable offset and
+    records of aborted transactions are dropped (client/consumer/fetcher.py), as in
+    Kafka.
     """
 
     group_id: str | None = None
@@ -227,15 +227,10 @@ class ConsumerConfig(_CommonConfig):
         _check_int("fetch_max_bytes", self.fetch_max_bytes, 0, INT32_MAX)
         _check_int("max_partition_fetch_bytes", self.max_partition_fetch_bytes, 0, INT32_MAX)
         _check_int("max_poll_records", self.max_poll_records, 1, INT32_MAX)
-        if self.isolation_level == "read_committed":
+        if self.isolation_level not in ("read_uncommitted", "read_committed"):
             raise _fail(
-                "isolation_level",
-                self.isolation_level,
-                "not supported: raftka has no transactions yet, so it cannot stop reads at "
-                "a last stable offset; use read_uncommitted",
+                "isolation_level", self.isolation_level, "expected read_uncommitted|read_committed"
             )
-        if self.isolation_level != "read_uncommitted":
-            raise _fail("isolation_level", self.isolation_level, "expected read_uncommitted")
         if type(self.check_crcs) is not bool:
             raise _fail("check_crcs", self.check_crcs, "expected a bool")
         _check_callable("key_deserializer", self.key_deserializer)

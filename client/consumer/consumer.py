@@ -12,9 +12,9 @@ NoOffsetForPartitionError when it is ``none``), returns buffered records and kee
 next fetches in flight (:mod:`.fetcher`). ``commit``/``commit_async``/``committed``
 need a ``group_id``.
 
-``isolation_level="read_committed"`` is refused (INVALID_CONFIG) until transactions
-are wired to the brokers' fetch path; ``read_uncommitted`` reads every record below the
-high watermark.
+``isolation_level="read_committed"`` reads below the last stable offset and drops
+aborted transactions' records and every transaction marker (:mod:`.fetcher`);
+``read_uncommitted`` reads every record below the high watermark.
 
 Thread safety: ``AsyncConsumer`` belongs to one event loop. ``Consumer`` may be called
 from any thread (calls are serialised on its loop thread), but as in Kafka a consumer
@@ -53,7 +53,7 @@ from raftka.client._transport import (
 from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
 from raftka.client.consumer.assignors import DEFAULT_ASSIGNMENT_STRATEGY
 from raftka.client.consumer.coordinator_client import ConsumerCoordinator
-from raftka.client.consumer.fetcher import Fetcher
+from raftka.client.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED, Fetcher
 from raftka.client.consumer.listener import ConsumerGroupMetadata, ConsumerRebalanceListener
 from raftka.client.consumer.membership import GroupOptions, Subscription
 from raftka.client.consumer.subscription_state import SubscriptionState
@@ -419,6 +419,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
             wanted,
             deadline_ms=deadline_ms,
             retry_backoff_ms=self.config.retry_backoff_ms,
+            isolation_level=_isolation_level(self.config),
         )
         for tp, listed in found.items():
             current = self._subs.assignment.get(tp)
@@ -438,6 +439,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
             timestamps,
             deadline_ms=self._deadline(timeout_ms),
             retry_backoff_ms=self.config.retry_backoff_ms,
+            isolation_level=_isolation_level(self.config),
         )
 
     async def beginning_offsets(
@@ -812,3 +814,8 @@ class Consumer(ClosingOnExit):
 async def _call(fn: Any, *args: Any) -> Any:
     """Run a synchronous method of the async core on its loop (its state lives there)."""
     return fn(*args)
+
+
+def _isolation_level(config: ConsumerConfig) -> int:
+    """Kafka's isolation_level number for the consumer's setting."""
+    return READ_COMMITTED if config.isolation_level == "read_committed" else READ_UNCOMMITTED

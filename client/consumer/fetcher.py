@@ -29,6 +29,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,11 +55,16 @@ from raftka.common.errors import (
 )
 from raftka.common.messages import broker as api
 from raftka.common.record import DecodedBatch, decode_batches
+from raftka.common.record.read_committed import AbortedTransaction, filter_read_committed
 from raftka.common.time import wait_event
 
 __all__ = ["CompletedFetch", "Fetcher"]
 
 log = logging.getLogger(__name__)
+
+#: Kafka's isolation_level numbers in fetch and ListOffsets requests.
+READ_UNCOMMITTED: Final = 0
+READ_COMMITTED: Final = 1
 
 #: Completed fetches kept before ``poll`` takes them (one per partition at most, as
 #: a partition with buffered data is not fetched again; this bounds a bug).
@@ -109,6 +115,9 @@ class Fetcher:
         self._in_flight_tps: set[TopicPartition] = set()
         self._arrived = asyncio.Event()
         self._refresh_task: asyncio.Task[None] | None = None
+        self._isolation_level = (
+            READ_COMMITTED if config.isolation_level == "read_committed" else READ_UNCOMMITTED
+        )
 
     async def close(self) -> None:
         tasks = list(self._in_flight.values())
@@ -179,6 +188,7 @@ class Fetcher:
         request = api.FetchRequest(
             replica_id=-1,
             broker_epoch=-1,
+            isolation_level=self._isolation_level,
             max_wait_ms=config.fetch_max_wait_ms,
             min_bytes=config.fetch_min_bytes,
             max_bytes=config.fetch_max_bytes,
@@ -257,6 +267,10 @@ class Fetcher:
                 continue
             try:
                 batches = list(decode_batches(payload, check_crc=self._config.check_crcs))
+                if self._isolation_level == READ_COMMITTED:
+                    batches = _committed_only(batches, entry.aborted_transactions, offsets[tp])
+                    # Lag and position limits of a read_committed reader end at the LSO.
+                    hw = entry.last_stable_offset
             except KafkaError as e:
                 self._buffer(CompletedFetch(tp, offsets[tp], [], hw, e))
                 continue
@@ -436,3 +450,25 @@ class Fetcher:
             state.reset_to = self._config.auto_offset_reset
             return
         raise error
+
+
+def _committed_only(
+    batches: list[DecodedBatch],
+    aborted: Sequence[api.AbortedTransaction] | None,
+    fetch_offset: int,
+) -> list[DecodedBatch]:
+    """``batches`` with only the records a read_committed reader gets
+    (``filter_read_committed``: no aborted transaction's records, no marker). A batch
+    left empty stays, so taking records still moves the position past it."""
+    kept = filter_read_committed(
+        batches,
+        [AbortedTransaction(a.producer_id, a.first_offset) for a in aborted or ()],
+        fetch_offset=fetch_offset,
+    ).records
+    offsets = {r.offset for r in kept}
+    return [
+        b
+        if b.header.is_control
+        else DecodedBatch(b.header, tuple(r for r in b.records if r.offset in offsets))
+        for b in batches
+    ]

@@ -160,13 +160,14 @@ def test_client_constructors_validate_and_do_no_io() -> None:
     c.close()
 
 
-def test_read_committed_is_refused_until_transactions_exist() -> None:
-    """read_committed would promise reads stopped at a last stable offset, which raftka's
-    brokers cannot keep yet: it is refused by name instead of silently reading
-    uncommitted data (Kafka's INVALID_CONFIG)."""
-    with pytest.raises(
-        ClientConfigError, match=r"^INVALID_CONFIG: isolation_level='read_committed': not supp"
-    ):
-        ConsumerConfig(bootstrap_servers="h:1", isolation_level="read_committed")
+def test_read_committed_is_accepted_and_other_levels_are_refused() -> None:
+    """read_committed is Kafka's (reads stop at the LSO, aborted records dropped); any
+    other value is refused by name (Kafka's INVALID_CONFIG)."""
+    assert (
+        ConsumerConfig(bootstrap_servers="h:1", isolation_level="read_committed").isolation_level
+        == "read_committed"
+    )
+    with pytest.raises(ClientConfigError, match=r"^INVALID_CONFIG: isolation_level='serializable'"):
+        ConsumerConfig(bootstrap_servers="h:1", isolation_level="serializable")  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigError):
-        ConsumerConfig(bootstrap_servers="h:1", isolation_level="read_committed")
+        ConsumerConfig(bootstrap_servers="h:1", isolation_level="serializable")  # type: ignore[arg-type]

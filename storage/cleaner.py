@@ -63,6 +63,9 @@ What a record and a batch become (Kafka's ``MemoryRecords.filterTo`` rules):
 - Control batches (transaction markers) are kept as they are. Kafka removes a marker
   once its transaction has no data left and delete.retention.ms has passed; raftka keeps
   markers for now (a marker is 70 bytes; correctness does not depend on removing it).
+  So every ``.txnindex`` entry stays right: a cleaned segment gets the entries of the
+  segments it replaces (written and renamed with its other files; a swap completed
+  after a crash keeps the swap's copy).
 
 Tombstone age: Kafka before KIP-534 compared a segment file's last-modified time with a
 delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass.
@@ -184,6 +187,7 @@ from raftka.storage.segment import (
     LogSegment,
     file_name,
 )
+from raftka.storage.transaction_index import TXN_INDEX_SUFFIX
 
 if TYPE_CHECKING:
     from raftka.storage.log import Log
@@ -379,11 +383,18 @@ def complete_interrupted_clean(directory: Path) -> bool:
         end = max(_next_offset_of_file(swap, base), base + 1)
         lo, hi = bisect.bisect_left(log_bases, base), bisect.bisect_left(log_bases, end)
         for old in log_bases[lo:hi]:  # the old segments this swap replaces
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
                 (directory / file_name(old, suffix)).unlink(missing_ok=True)
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (directory / file_name(base, suffix)).unlink(missing_ok=True)
             (directory / file_name(base, suffix + SWAP_SUFFIX)).unlink(missing_ok=True)
+        # The .txnindex cannot be rebuilt by the CRC scan: the swap's copy (the old
+        # segments' entries) is the one to keep; none means the group had no entry.
+        txn_swap = directory / file_name(base, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
+        if txn_swap.exists():
+            os.replace(txn_swap, directory / file_name(base, TXN_INDEX_SUFFIX))
+        else:
+            (directory / file_name(base, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
         fsync_dir(directory)
         os.replace(swap, directory / file_name(base, LOG_SUFFIX))
         changed = completed = True
@@ -1135,6 +1146,12 @@ class LogCleaner:
         """Steps 2-4 of the on-disk protocol, then the in-memory swap at ``first``."""
         directory = log.path
         try:
+            # The cleaned segment keeps every aborted-transaction entry of the segments
+            # it replaces: the cleaner keeps every marker, so each entry's transaction
+            # is still bounded in the log (its data may be gone: it was aborted).
+            entries = [e for old in group for e in old.txn_index.entries]
+            if entries:
+                cleaned.txn_index.reset(entries)
             # 2. .cleaned -> .swap, the log file last: its rename is the commit point.
             _rename_suffix(cleaned, CLEANED_SUFFIX, SWAP_SUFFIX)
             _crash_point("fsync dir after .swap")
@@ -1142,7 +1159,12 @@ class LogCleaner:
             # 3. delete the old segments.
             for old in group:
                 old.close()
-                paths = (old.log_path, old.offset_index.path, old.time_index.path)
+                paths = (
+                    old.log_path,
+                    old.offset_index.path,
+                    old.time_index.path,
+                    old.txn_index.path,
+                )
                 for p in paths:
                     _crash_point(f"rename {p.name} to .deleted")
                     with contextlib.suppress(FileNotFoundError):
@@ -1178,14 +1200,19 @@ def _cut_groups(groups: list[list[_Source]], stop: int) -> list[list[_Source]]:
 def _discard(cleaned: LogSegment) -> None:
     """Remove a ``.cleaned`` segment an aborted pass will not swap in."""
     cleaned.close()
-    for path in (cleaned.log_path, cleaned.offset_index.path, cleaned.time_index.path):
+    for path in (
+        cleaned.log_path,
+        cleaned.offset_index.path,
+        cleaned.time_index.path,
+        cleaned.txn_index.path,
+    ):
         path.unlink(missing_ok=True)
 
 
 def _rename_suffix(seg: LogSegment, old: str, new: str) -> None:
     """Rename a segment's three files from suffix ``old`` to ``new``, indexes first so
     that the log file's rename, last, commits the step (Kafka's changeFileSuffixes)."""
-    for index in (seg.offset_index, seg.time_index):
+    for index in (seg.offset_index, seg.time_index, seg.txn_index):
         target = index.path.with_name(index.path.name.removesuffix(old) + new)
         _crash_point(f"rename {index.path.name}")
         index.rename(target)

@@ -102,7 +102,7 @@ from raftka.storage.cleaner import (
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from raftka.storage.log_config import LONG_MAX, LogConfig
 from raftka.storage.segment import BatchSpan, LogSegment
-from raftka.storage.transaction_index import AbortedTxn, collect_aborted
+from raftka.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, collect_aborted
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
@@ -301,7 +301,11 @@ class Log:
                 continue
             if dot + suffix == segment.LOG_SUFFIX:
                 bases.append(int(stem))
-            elif dot + suffix in (segment.INDEX_SUFFIX, segment.TIME_INDEX_SUFFIX):
+            elif dot + suffix in (
+                segment.INDEX_SUFFIX,
+                segment.TIME_INDEX_SUFFIX,
+                TXN_INDEX_SUFFIX,
+            ):
                 index_bases.append((int(stem), p))
         for base, p in index_bases:
             if base not in bases:

@@ -205,6 +205,12 @@ class TransactionIndex:
         self.path.unlink(missing_ok=True)
         self._entries = []
 
+    def rename(self, path: Path) -> None:
+        """Move the file (if there is one) to ``path`` (the log cleaner's swap)."""
+        if self.path.exists():
+            os.replace(self.path, path)
+        self.path = path
+
     def delete_cache(self) -> None:
         """Forget the entries (the segment removes the file itself, via ``.deleted``)."""
         self._entries = []

@@ -35,6 +35,7 @@ from raftka.storage.cleaner import (
     read_cleaner_checkpoint,
 )
 from raftka.storage.dump import dump_log_command
+from raftka.storage.transaction_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 DAY_MS = 86_400_000
@@ -839,3 +840,64 @@ def test_kill_at_any_step_of_a_pass_beside_appends_leaves_a_valid_log(
     assert total > 5
     for crash_step in range(1, total + 1):
         run(crash_step)
+
+
+def _log_with_aborts(log_dir: Path, opened: list[Log]) -> tuple[Log, list[AbortedTxn]]:
+    """Aborted transactions in several segments, their .txnindex entries appended as
+    the partition does after each ABORT marker."""
+    log = open_log(log_dir, opened, config(segment_bytes=400))
+    entries = []
+    for pid in (21, 22, 23):
+        first = produce_txn(log, [(b"k", b"aborted%d" % pid)], producer_id=pid)
+        end_txn(log, pid, ControlRecordType.ABORT)
+        entry = AbortedTxn(pid, first, log.log_end_offset - 1, log.log_end_offset)
+        log.append_aborted_txn(entry)
+        entries.append(entry)
+        for i in range(3):
+            produce(log, [(b"f%d" % i, b"filler" * 20)])
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    # Room for the cleaner to merge the small segments: entries of several old segments
+    # then land in one cleaned segment.
+    log.reconfigure(config(segment_bytes=4_000))
+    return log, entries
+
+
+def _aborted(log: Log) -> list[tuple[int, int]]:
+    return [(a.producer_id, a.first_offset) for a in log.collect_aborted(0, log.log_end_offset)]
+
+
+def test_cleaned_segments_keep_the_aborted_transaction_index(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """The cleaner removes aborted records but keeps markers, so the .txnindex entries
+    go with the cleaned segment: a read_committed fetch gets the same aborted list."""
+    log, entries = _log_with_aborts(log_dir, opened)
+    before = _aborted(log)
+    assert before == [(e.producer_id, e.first_offset) for e in entries]
+    segments_before = log.segment_count
+    stats = LogCleaner().clean_once(log, T0)
+    assert stats.cleaned, stats.reason
+    assert log.segment_count < segments_before
+    assert _aborted(log) == before
+    log.close()
+    opened.remove(log)
+    log = open_log(log_dir, opened, config(segment_bytes=4_000))
+    assert _aborted(log) == before
+
+
+@pytest.mark.parametrize("step", ["rename", "unlink", "fsync dir after delete"])
+def test_a_crash_mid_swap_keeps_the_aborted_transaction_index(
+    log_dir: Path, opened: list[Log], monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    log, _ = _log_with_aborts(log_dir, opened)
+    before = _aborted(log)
+    _crash_at(monkeypatch, step)
+    with pytest.raises(Exception, match=step.split(maxsplit=1)[0]):
+        LogCleaner().clean_once(log, T0)
+    log._close_files()
+    opened.remove(log)
+    monkeypatch.undo()
+    log = open_log(log_dir, opened, config(segment_bytes=4_000))
+    assert _aborted(log) == before
+    assert not [p for p in os.listdir(log_dir) if p.endswith((".cleaned", ".swap", ".deleted"))]

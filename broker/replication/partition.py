@@ -81,6 +81,7 @@ from raftka.common.record.header import iter_batches, parse_header
 from raftka.common.record.read_committed import AbortedTransaction
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import wall_clock_ms
+from raftka.storage.log import LogAppendInfo
 from raftka.storage.log_validator import ValidationConfig, recompress, validate_client_batches
 
 __all__ = [
@@ -426,43 +427,54 @@ class Replica:
             decision = _check_verified(self.producers, batches, txn_guards)
         if isinstance(decision, Rejected):
             return ProduceOutcome(error=decision.error)
-        ready = NOTHING
         if isinstance(decision, Duplicate):
             # A retry of batches already in the log: the original offsets, and (acks=all)
             # the same wait for them to be replicated.
-            outcome = ProduceOutcome(
+            return self._duplicate(decision, acks=acks)
+        try:
+            info = self.log.append_as_leader(data, state.leader_epoch)
+        except KafkaError as e:
+            return ProduceOutcome(error=e)
+        if info.records_count == 0:
+            return ProduceOutcome(error=CorruptMessageError("no record batch"))
+        first = info.first_offset
+        for batch in batches:
+            last = first + batch.last_offset_delta
+            if batch.is_idempotent:
+                self.producers.update(batch, first_offset=first, last_offset=last)
+            first = last + 1
+        return self._appended(info, acks=acks)
+
+    def _duplicate(self, decision: Duplicate, *, acks: int) -> ProduceOutcome:
+        """The answer to a write already in the log (a producer's retry, a repeated
+        marker): its original offsets and, with acks=all, the same wait for them."""
+        return self._settle(
+            ProduceOutcome(
                 base_offset=decision.first_offset,
-                log_start_offset=state.log_start_offset,
+                log_start_offset=self.state.log_start_offset,
                 wait_for_offset=decision.last_offset + 1 if acks == ACKS_ALL else None,
                 duplicate=True,
-            )
-        else:
-            try:
-                info = self.log.append_as_leader(data, state.leader_epoch)
-            except KafkaError as e:
-                return ProduceOutcome(error=e)
-            if info.records_count == 0:
-                return ProduceOutcome(error=CorruptMessageError("no record batch"))
-            first = info.first_offset
-            for batch in batches:
-                last = first + batch.last_offset_delta
-                if batch.is_idempotent:
-                    self.producers.update(batch, first_offset=first, last_offset=last)
-                first = last + 1
-            append = state.on_leader_append(last_offset=info.last_offset, acks=acks)
-            if append.high_watermark_moved:
-                self._persist_hw()
-            ready = Ready(
-                high_watermark_moved=append.high_watermark_moved,
-                wake_fetches=True,  # parked follower fetches
-                snapshot_due=self._snapshot_due(),
-            )
-            outcome = ProduceOutcome(
-                base_offset=info.first_offset,
-                log_append_time_ms=info.log_append_time_ms,
-                log_start_offset=info.log_start_offset,
-                wait_for_offset=append.wait_for_offset,
-            )
+            ),
+            NOTHING,
+        )
+
+    def _appended(self, info: LogAppendInfo, *, acks: int) -> ProduceOutcome:
+        """After a leader append (producer state updated): move the HW if it may, and
+        the answer with what the shell must do."""
+        append = self.state.on_leader_append(last_offset=info.last_offset, acks=acks)
+        if append.high_watermark_moved:
+            self._persist_hw()
+        ready = Ready(
+            high_watermark_moved=append.high_watermark_moved,
+            wake_fetches=True,  # parked follower fetches
+            snapshot_due=self._snapshot_due(),
+        )
+        outcome = ProduceOutcome(
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time_ms,
+            log_start_offset=info.log_start_offset,
+            wait_for_offset=append.wait_for_offset,
+        )
         return self._settle(outcome, ready)
 
     def _settle(self, outcome: ProduceOutcome, ready: Ready) -> ProduceOutcome:
@@ -623,49 +635,27 @@ class Replica:
         )
         if isinstance(decision, Rejected):
             return ProduceOutcome(error=decision.error)
-        ready = NOTHING
         if isinstance(decision, Duplicate):
-            outcome = ProduceOutcome(
-                base_offset=decision.first_offset,
-                log_start_offset=state.log_start_offset,
-                wait_for_offset=decision.last_offset + 1,
-                duplicate=True,
+            return self._duplicate(decision, acks=ACKS_ALL)
+        data = build_end_transaction_batch(
+            marker,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            timestamp_ms=self._wall_clock_ms(),
+        )
+        try:
+            info = self.log.append_as_leader(data, state.leader_epoch)
+            # The log stamps the offset in its copy; producer state needs it too.
+            header = replace(parse_header(data), base_offset=info.first_offset)
+            completed = self.producers.update_end_txn_marker(
+                header, marker, transaction_version=transaction_version
             )
-        else:
-            data = build_end_transaction_batch(
-                marker,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                timestamp_ms=self._wall_clock_ms(),
-            )
-            try:
-                info = self.log.append_as_leader(data, state.leader_epoch)
-                header = parse_header(data)
-                # The log stamps the offset in its copy; producer state needs it too.
-                header = replace(header, base_offset=info.first_offset)
-                completed = self.producers.update_end_txn_marker(
-                    header, marker, transaction_version=transaction_version
-                )
-                entry = None if completed is None else aborted_entry(self.producers, completed)
-                if entry is not None:
-                    self.log.append_aborted_txn(entry)
-            except KafkaError as e:
-                return ProduceOutcome(error=e)
-            append = state.on_leader_append(last_offset=info.last_offset, acks=ACKS_ALL)
-            if append.high_watermark_moved:
-                self._persist_hw()
-            ready = Ready(
-                high_watermark_moved=append.high_watermark_moved,
-                wake_fetches=True,
-                snapshot_due=self._snapshot_due(),
-            )
-            outcome = ProduceOutcome(
-                base_offset=info.first_offset,
-                log_append_time_ms=info.log_append_time_ms,
-                log_start_offset=info.log_start_offset,
-                wait_for_offset=append.wait_for_offset,
-            )
-        return self._settle(outcome, ready)
+            entry = None if completed is None else aborted_entry(self.producers, completed)
+            if entry is not None:
+                self.log.append_aborted_txn(entry)
+        except KafkaError as e:
+            return ProduceOutcome(error=e)
+        return self._appended(info, acks=ACKS_ALL)
 
     def delete_records(self, requested: int) -> tuple[int | KafkaError, Ready]:
         """DeleteRecords on the leader: move the log start to ``requested`` (-1: the HW);

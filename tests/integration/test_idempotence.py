@@ -31,6 +31,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from http_helpers import post_raw
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raftka.common.record import Record, build_batch
@@ -355,19 +356,7 @@ def test_retry_after_restarting_every_broker_is_recognised(env: Env) -> None:
 
 
 def _raw(address: str, path: str, body: bytes, ctype: str) -> Any:
-    async def go() -> Any:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(
-                f"http://{address}{path}",
-                data=body,
-                headers={"Content-Type": ctype},
-                timeout=aiohttp.ClientTimeout(total=30),
-            ) as r,
-        ):
-            return orjson.loads(await r.read())
-
-    return asyncio.run(go())
+    return orjson.loads(post_raw(address, path, body, ctype))
 
 
 def _produce_raw(  # noqa: PLR0917 - the batch's identity, spelled out

@@ -15,7 +15,6 @@ then
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from http_helpers import post_raw
 
 from raftka.client import Admin, Consumer, NewTopic, TopicPartition
 from raftka.common.messages import broker as api
@@ -102,24 +102,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 yield Env(cluster, brokers, admin)
 
 
-def _post(address: str, path: str, body: bytes, ctype: str = "application/json") -> bytes:
-    async def go() -> bytes:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(
-                f"http://{address}{path}",
-                data=body,
-                headers={"Content-Type": ctype},
-                timeout=aiohttp.ClientTimeout(total=30),
-            ) as r,
-        ):
-            return await r.read()
-
-    return asyncio.run(go())
-
-
 def _json(address: str, path: str, body: dict[str, Any]) -> Any:
-    return orjson.loads(_post(address, path, orjson.dumps(body)))
+    return orjson.loads(post_raw(address, path, orjson.dumps(body)))
 
 
 def _producer_id(env: Env) -> int:
@@ -141,7 +125,7 @@ def _produce(
     assert leader is not None
     frame = encode_frame(header, "partitions", [batch])
     answer = orjson.loads(
-        _post(env.brokers[leader].address, "/v1/produce", frame, FRAME_CONTENT_TYPE)
+        post_raw(env.brokers[leader].address, "/v1/produce", frame, FRAME_CONTENT_TYPE)
     )
     return dict(answer["responses"][0])
 
@@ -192,7 +176,7 @@ def _read_committed_view(env: Env, topic: str) -> View | None:
         "partitions": [{"topic": topic, "partition": 0, "fetch_offset": 0}],
     }
     try:
-        raw = _post(env.brokers[leader].address, "/v1/fetch", orjson.dumps(request))
+        raw = post_raw(env.brokers[leader].address, "/v1/fetch", orjson.dumps(request))
         header, _ = api.decode_frame(raw, api.FetchResponse)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
         return None

@@ -9,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from replica_helpers import REPLICAS, core, lead, replicate
 
 from raftka.broker.producer_state import VerificationGuard
 from raftka.broker.replication import (
-    MemoryPartitionLog,
-    PartitionLog,
     Replica,
-    ReplicationConfig,
     SegmentPartitionLog,
 )
 from raftka.broker.replication.partition import READ_COMMITTED, ProduceOutcome
@@ -31,7 +29,6 @@ from raftka.common.record.read_committed import AbortedTransaction, filter_read_
 from raftka.storage import Log, LogConfig
 from raftka.storage.transaction_index import txn_index_file_name
 
-REPLICAS = (1, 2, 3)
 PID, OTHER = 7, 8
 
 
@@ -47,28 +44,6 @@ def txn(*values: bytes, pid: int = PID, seq: int = 0, epoch: int = 0) -> bytes:
 
 def plain(*values: bytes) -> bytes:
     return build_batch([Record(value=v) for v in values])
-
-
-def core(broker: int, log: PartitionLog | None = None) -> Replica:
-    return Replica(
-        topic="t",
-        partition=0,
-        local_broker_id=broker,
-        log=log if log is not None else MemoryPartitionLog(),
-        config=ReplicationConfig(min_insync_replicas=1, replica_lag_time_max_ms=1_000),
-    )
-
-
-def lead(r: Replica, *, epoch: int = 1, isr: tuple[int, ...] = (1,)) -> None:
-    outcome = r.on_metadata_change(
-        leader_id=r.state.local_broker_id,
-        leader_epoch=epoch,
-        partition_epoch=epoch,
-        replicas=REPLICAS,
-        isr=isr,
-        now_ms=0,
-    )
-    assert outcome.applied, outcome.reason
 
 
 def marker(
@@ -110,7 +85,7 @@ def test_an_open_transaction_holds_the_lso_and_read_committed_stops_below_it() -
     read_uncommitted sees everything up to the HW, read_committed only what is below
     the transaction's start."""
     r = core(1)
-    lead(r)
+    lead(r, isr=(1,))
     r.append_as_leader(plain(b"p0"), acks=1)
     out = r.append_as_leader(txn(b"t1", b"t2"), acks=1)
     assert out.error is None and out.base_offset == 1
@@ -125,7 +100,7 @@ def test_an_open_transaction_holds_the_lso_and_read_committed_stops_below_it() -
 
 def test_commit_and_abort_markers_decide_what_read_committed_returns() -> None:
     r = core(1)
-    lead(r)
+    lead(r, isr=(1,))
     r.append_as_leader(txn(b"a1"), acks=1)
     r.append_as_leader(txn(b"b1", pid=OTHER), acks=1)
     abort = marker(r, False)
@@ -144,7 +119,7 @@ def test_commit_and_abort_markers_decide_what_read_committed_returns() -> None:
 
 def test_marker_checks_fence_old_epochs_and_coordinators_and_repeat_v2_markers() -> None:
     r = core(1)
-    lead(r)
+    lead(r, isr=(1,))
     r.append_as_leader(txn(b"a", epoch=2), acks=1)
     assert isinstance(marker(r, True, epoch=1).error, InvalidProducerEpochError)
     assert marker(r, True, epoch=3, coordinator_epoch=5, version=2).error is None
@@ -179,7 +154,7 @@ def test_kip_890_guards_decide_whether_a_first_transactional_batch_is_appended()
     before verifying -> appended; later batches of the open transaction need none; a
     marker between the guard and the append voids it."""
     r = core(1)
-    lead(r)
+    lead(r, isr=(1,))
     refused = r.append_as_leader(txn(b"a"), acks=1, txn_guards={})
     assert isinstance(refused.error, InvalidTxnStateError) and r.log.log_end_offset == 0
     guard = r.producers.verification_guard(PID)
@@ -192,27 +167,6 @@ def test_kip_890_guards_decide_whether_a_first_transactional_batch_is_appended()
     assert "marker" in str(late.error)
     fresh: VerificationGuard = r.producers.verification_guard(PID)
     assert r.append_as_leader(txn(b"c", seq=2), acks=1, txn_guards={PID: fresh}).error is None
-
-
-def replicate(follower: Replica, leader: Replica) -> None:
-    position = follower.fetch_position()
-    read = leader.on_follower_fetch(
-        replica_id=follower.state.local_broker_id,
-        fetch_offset=position.fetch_offset,
-        last_fetched_epoch=position.last_fetched_epoch,
-        broker_epoch=1,
-        registered_epoch=1,
-        now_ms=0,
-        max_bytes=1 << 20,
-        current_leader_epoch=position.leader_epoch,
-        follower_log_start_offset=position.log_start_offset,
-    )
-    assert read.error is None, read.error
-    follower.on_fetch_answer(
-        records=read.records,
-        leader_high_watermark=read.high_watermark,
-        leader_log_start_offset=read.log_start_offset,
-    )
 
 
 def test_a_follower_that_becomes_leader_has_the_same_lso_and_aborted_index() -> None:
@@ -238,7 +192,7 @@ def test_a_follower_that_becomes_leader_has_the_same_lso_and_aborted_index() -> 
 def _segment_core(path: Path) -> tuple[Replica, Log]:
     log = Log.open(path, LogConfig(segment_bytes=300), clock_ms=lambda: 0)
     r = core(1, SegmentPartitionLog(log))
-    lead(r)
+    lead(r, isr=(1,))
     return r, log
 
 

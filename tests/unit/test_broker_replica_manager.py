@@ -29,6 +29,7 @@ from broker_harness import AppendGate, BrokerHarness, Clock, register_brokers, r
 
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.io_workers import APPEND_HOLD_DOWN_MS, WORKERS
+from raftka.broker.replication.data_plane import TxnMarkerWrite
 from raftka.broker.replication.fetcher import ReplicaFetcher, _FetcherLinks, _plain_spawn
 from raftka.broker.replication.manager import EARLIEST_TIMESTAMP, FetchPartition
 from raftka.broker.replication.partition_state import EpochEndOffset
@@ -786,6 +787,73 @@ def test_follower_append_runs_on_a_worker_holding_the_log(tmp_path: Path) -> Non
         await asyncio.wait_for(append, 5)
         assert not h.manager.is_cleaning(("t", 0))
         assert p.log.log_end_offset == 2 and p.state.high_watermark == 2
+        await h.manager.close()
+
+    run(body)
+
+
+def test_txn_marker_waits_for_the_isr_and_read_committed_stops_at_the_lso(
+    tmp_path: Path,
+) -> None:
+    """The shell's transaction paths: a transactional produce (verification is the
+    HTTP route's, not passed here) holds the LSO at its offset for read_committed
+    fetches and ListOffsets; a WriteTxnMarkers append parks until the ISR fetched past
+    the marker (acks=all), then the LSO is the HW and the abort is in the answer."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path, clock=Clock())
+        h.topic(leader=1, isr=(1, 2))
+        txn = build_batch(
+            [Record(b"t", timestamp_ms=1_000)],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"p"))])
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, txn)])
+        await h.follower_fetch(2, 2)  # HW 2: both batches committed, the txn open
+
+        async def read_committed() -> Any:
+            (result,) = await h.manager.fetch(
+                replica_id=-1,
+                broker_epoch=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=1 << 20,
+                partitions=[FetchPartition("t", 0, 0)],
+                isolation_level=1,
+            )
+            return result
+
+        first = await read_committed()
+        assert (first.high_watermark, first.last_stable_offset) == (2, 1)
+        assert [r.value for r in iter_records(first.records)] == [b"p"]
+        assert first.aborted_transactions == ()
+        latest = h.manager.list_offsets([("t", 0, -1)], isolation_level=1)
+        assert latest[0].offset == 1
+        marker = TxnMarkerWrite(
+            topic="t",
+            partition=0,
+            producer_id=7,
+            producer_epoch=0,
+            committed=False,
+            coordinator_epoch=1,
+            transaction_version=1,
+        )
+        write = asyncio.create_task(h.manager.write_txn_markers([marker], timeout_ms=10_000))
+        await until(lambda: len(h.manager.purgatory) == 1, "the marker appended and parked")
+        assert not write.done()
+        # The marker's wall-clock timestamp rolled the segment (the records carry
+        # 1000): the roll's snapshot job holds the log until it ends.
+        await h.manager.wait_io_released([("t", 0)])
+        await h.follower_fetch(2, 3)
+        (result,) = await asyncio.wait_for(write, 1)
+        assert result.error is None and result.base_offset == 2
+        after = await read_committed()
+        assert (after.high_watermark, after.last_stable_offset) == (3, 3)
+        assert [(a.producer_id, a.first_offset) for a in after.aborted_transactions] == [(7, 1)]
+        assert h.manager.list_offsets([("t", 0, -1)], isolation_level=1)[0].offset == 3
         await h.manager.close()
 
     run(body)

@@ -63,14 +63,13 @@ def apply_stored_batches(
     after the last batch applied (-1: none).
 
     Raises CorruptMessageError for a control batch with a malformed record."""
-    view = memoryview(data)
     next_offset = -1
-    for pos, header in iter_batches(view, check_crc=False):
+    for pos, header in iter_batches(data, check_crc=False):
         if header.last_offset < skip_below:
             continue
         marker = None
         if header.is_control:
-            decoded = decode_batch(view[pos : pos + header.size_bytes], check_crc=False)
+            decoded = decode_batch(data[pos : pos + header.size_bytes], check_crc=False)
             marker = end_transaction_marker(decoded)
         completed = producers.update_from_follower_batch(header, marker)
         if completed is not None and on_aborted is not None:

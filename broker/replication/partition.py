@@ -77,7 +77,7 @@ from raftka.common.record.control import (
     EndTransactionMarker,
     build_end_transaction_batch,
 )
-from raftka.common.record.header import iter_batches, parse_header
+from raftka.common.record.header import iter_batches, parse_header, peek_batch_size
 from raftka.common.record.read_committed import AbortedTransaction
 from raftka.common.structs import EpochEndOffset
 from raftka.common.time import wall_clock_ms
@@ -589,10 +589,8 @@ class Replica:
                 if read_committed and records:
                     # Kafka bounds the search by the end of what is returned: the last
                     # batch's next offset (every returned batch lies below the LSO).
-                    *_, (_, last) = iter_batches(records, check_crc=False)
-                    aborted = tuple(
-                        self.log.collect_aborted(fetch_offset, min(last.next_offset, read_up_to))
-                    )
+                    end = min(_next_offset_after(records), read_up_to)
+                    aborted = tuple(self.log.collect_aborted(fetch_offset, end))
             except KafkaError as e:
                 return ConsumerRead(
                     error=e,
@@ -802,6 +800,17 @@ class Replica:
         self.state.on_log_truncated()
         self._persist_hw()
         return Ready(wake_fetches=True)
+
+
+def _next_offset_after(records: bytes) -> int:
+    """The offset after the last of ``records``' whole batches: hops from batch to batch
+    by their length fields and parses only the last header (a 1 MiB read holds
+    thousands of batches; parsing each header cost a read_committed fetch ~20 times a
+    read_uncommitted one)."""
+    pos = last = 0
+    while (size := peek_batch_size(records, pos)) is not None and pos + size <= len(records):
+        last, pos = pos, pos + size
+    return parse_header(records, last).next_offset
 
 
 def _check_verified(

@@ -310,6 +310,12 @@ class Replica:
         self._snapshot_segment_base = base
         return True
 
+    def _reload_producers(self) -> None:
+        """Rebuild producer state from the log (after a truncation). The replay counts
+        every transaction it completed as unreplicated: those below the HW are not."""
+        self.producers = self.log.load_producer_state(self.producer_config)
+        self.producers.on_high_watermark_updated(self.state.high_watermark)
+
     def snapshot_producers(self) -> None:
         """Write the producer-state snapshot (may raise OSError: only recovery time
         suffers, it replays from an older snapshot)."""
@@ -731,7 +737,7 @@ class Replica:
             state.on_log_truncated()
             self._persist_hw()
             # The window may have lost batches below the cut: rebuild it from the log.
-            self.producers = self.log.load_producer_state(self.producer_config)
+            self._reload_producers()
             return FetchAnswer(
                 truncated=(before, self.log.log_end_offset), ready=Ready(wake_fetches=True)
             )
@@ -788,7 +794,7 @@ class Replica:
             self.log.truncate_fully_and_start_at(first.base_offset)
         self.state.on_log_truncated()
         self._persist_hw()
-        self.producers = self.log.load_producer_state(self.producer_config)
+        self._reload_producers()
         return first.base_offset
 
     def on_fetch_out_of_range(self, *, leader_log_start_offset: int) -> Ready:

@@ -236,3 +236,27 @@ def test_truncation_drops_the_entries_of_markers_it_removes(tmp_path: Path) -> N
     log.truncate_to(1)
     assert log.collect_aborted(0, 1) == []
     log.close()
+
+
+def test_a_truncated_replica_that_becomes_leader_is_not_held_back_by_old_markers() -> None:
+    """Truncation rebuilds producer state from the log; the transactions the replay
+    completed below the HW must not hold the LSO back (they are replicated)."""
+    old, new = core(1), core(2)
+    lead(old, isr=(1, 2))
+    new.on_metadata_change(
+        leader_id=1, leader_epoch=1, partition_epoch=1, replicas=REPLICAS, isr=(1, 2), now_ms=0
+    )
+    old.append_as_leader(txn(b"a"), acks=1)
+    marker(old, False)
+    for _ in range(2):
+        replicate(new, old)
+    old.append_as_leader(plain(b"lost"), acks=1)  # only on 1
+    lead(new, epoch=2, isr=(2,))
+    new.append_as_leader(plain(b"b"), acks=1)
+    old.on_metadata_change(
+        leader_id=2, leader_epoch=2, partition_epoch=2, replicas=REPLICAS, isr=(2,), now_ms=0
+    )
+    replicate(old, new)  # the diverging answer: truncated to 2, state rebuilt
+    assert old.log.log_end_offset == old.state.high_watermark == 2
+    lead(old, epoch=3, isr=(1,))
+    assert old.last_stable_offset == old.state.high_watermark == 2

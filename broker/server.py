@@ -6,7 +6,10 @@ fetch, purgatory), the replica fetchers, the :class:`MetadataFollower` (committe
 metadata in log order -> ``apply_metadata``) and the :class:`BrokerLifecycle`
 (registration, heartbeats, controlled shutdown). The routes are a thin layer: decode
 the request's message (:mod:`raftka.common.messages.broker`), call the manager, encode
-the answer's message. The API is in docs/broker-api.md.
+the answer's message. The API is in docs/broker-api.md. A produce with a
+``transactional_id`` is verified with the transaction coordinator first
+(:mod:`raftka.broker.txn_verification`); ``/v1/write-txn-markers`` is
+:mod:`raftka.broker.txn_markers`.
 
 Start-up: open the HTTP listener, register (the broker epoch is needed by followers'
 fetches and AlterPartition), then follow the metadata log and heartbeat. Shutdown

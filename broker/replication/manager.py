@@ -24,8 +24,11 @@ needed).
   *Where appends run* below); acks=all parks a future in the
   :class:`ProducePurgatory`, completed when the HW passes the batch
   (``on_hw_advanced``), failed when leadership is lost, or REQUEST_TIMED_OUT from a
-  timer armed at the purgatory's next deadline. No polling anywhere.
-- **Fetch** (:meth:`fetch`): consumers read up to the HW (``read_for_consumer``);
+  timer armed at the purgatory's next deadline. No polling anywhere. A transaction
+  marker (:meth:`write_txn_markers`, ``Replica.write_txn_marker``) takes the same
+  path with acks=all, so it keeps its place among the partition's appends.
+- **Fetch** (:meth:`fetch`): consumers read up to the HW (``read_for_consumer``;
+  read_committed up to the last stable offset, with the aborted transactions);
   followers (``replica_id`` >= 0) up to the LEO (``on_follower_fetch``: follower
   progress, HW, ISR expansion, diverging epoch). A fetch with fewer than ``min_bytes``
   parks on the partitions' signals (fired on every append and HW move) until

@@ -13,8 +13,9 @@ broker, :class:`MemoryPartitionLog` in tests and the replication simulation).
 
 Its methods are the events a partition sees, each with the inputs it needs (and
 ``now_ms`` where time matters): committed metadata (:meth:`on_metadata_change`), a
-produce (:meth:`append_as_leader`), a follower's fetch (:meth:`on_follower_fetch`), a
-consumer's fetch (:meth:`read_for_consumer`), the leader's answer to our own fetch
+produce (:meth:`append_as_leader`), a transaction marker (:meth:`write_txn_marker`), a
+follower's fetch (:meth:`on_follower_fetch`), a consumer's fetch (:meth:`read_for_consumer`,
+read_committed below the last stable offset), the leader's answer to our own fetch
 (:meth:`on_fetch_answer`, :meth:`on_fetch_out_of_range`), DeleteRecords
 (:meth:`delete_records`), the controller's AlterPartition answer
 (:meth:`on_alter_partition_response`), retention, producer expiry and the ISR timer

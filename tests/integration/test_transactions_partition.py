@@ -93,6 +93,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 "replica.lag.time.max.ms": "1500",
                 "transaction.partition.verification.enable": "false",
             },
+            kafka_listener=True,
         )
         with brokers:
             brokers.start()
@@ -221,6 +222,40 @@ def _consume(env: Env, topic: str, isolation_level: str) -> list[bytes]:
     return out
 
 
+def _consume_librdkafka(env: Env, topic: str, isolation_level: str) -> list[bytes]:
+    """Every record confluent-kafka's consumer hands out, to the end of the partition
+    (its ``isolation.level``: its end is the LSO or the HW)."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import KafkaException
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
+    consumer = CKConsumer(
+        {
+            "bootstrap.servers": env.brokers.kafka_bootstrap_servers,
+            "group.id": f"txn-{isolation_level}",
+            "isolation.level": isolation_level,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([CKTopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"librdkafka {isolation_level}: no EOF"
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF: the end it reads to
+                    return out
+                raise KafkaException(msg.error())
+            out.append(msg.value())
+    finally:
+        consumer.close()
+
+
 def test_markers_decide_what_read_committed_consumers_see(env: Env) -> None:
     topic = env.topic("txn-read")
     a, b = _producer_id(env), _producer_id(env)
@@ -246,6 +281,9 @@ def test_markers_decide_what_read_committed_consumers_see(env: Env) -> None:
     assert _latest(env, topic, 1) == 6
     assert _consume(env, topic, "read_committed") == [b"b0", b"p0"]
     assert _consume(env, topic, "read_uncommitted") == [b"a0", b"a1", b"b0", b"p0"]
+    # librdkafka over the Kafka listener filters with the same aborted list and LSO.
+    assert _consume_librdkafka(env, topic, "read_committed") == [b"b0", b"p0"]
+    assert _consume_librdkafka(env, topic, "read_uncommitted") == [b"a0", b"a1", b"b0", b"p0"]
 
 
 def test_lso_and_txnindex_survive_leader_failover_and_restarts(env: Env) -> None:

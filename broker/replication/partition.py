@@ -291,8 +291,12 @@ class Replica:
 
     @property
     def last_stable_offset(self) -> int:
-        """Kafka's LSO: read_committed consumers read only below it."""
-        return self.producers.last_stable_offset(self.state.high_watermark)
+        """Kafka's LSO: read_committed consumers read only below it. Never below the log
+        start (Kafka's rule): DeleteRecords may remove an open transaction's first
+        batches, and replicas that rebuilt their state since disagree on where it
+        started, but not on this."""
+        state = self.state
+        return max(state.log_start_offset, self.producers.last_stable_offset(state.high_watermark))
 
     def _after_state_change(self, change: StateChange) -> Ready:
         if change.high_watermark_moved:

@@ -13,7 +13,9 @@ sending, fetching) is done here from the ``Ready`` each core call returns.
 
 Producers: three idempotent producers (acks=all, one batch in flight each, a lost or
 failed answer retried with the same producer id and sequence, to whichever broker
-leads then) and plain acks=1 / acks=all appends. Followers fetch at per-broker speeds
+leads then) and plain acks=1 / acks=all appends, and a transactional writer
+(transactional batches, then a COMMIT or ABORT marker through ``write_txn_marker``,
+acks=all, written again until acknowledged). Followers fetch at per-broker speeds
 (one is slow) with small byte budgets; brokers crash and restart with their logs and
 HW checkpoint intact; the leader deletes records (DeleteRecords) now and then, so a
 slow follower may find itself below the leader's log start and restart its log there.
@@ -30,7 +32,10 @@ attempt, and no record id is ever stored twice in a leader's log (de-duplication
 across retries, leader changes and truncation). The core's own assertions (epochs
 only grow, a leader's HW never falls, the ISR holds the leader, hw <= leo) run
 throughout. At the end every broker restarts and the cluster must converge: one
-leader, every log equal to it, the HW at its end, no record id twice.
+leader, every log equal to it, the HW at its end, no record id twice; every replica
+gives a read_committed reader the same records, a transaction whose marker was
+acknowledged is open on no replica, and the leader's LSO is its oldest open
+transaction's start (or its log start).
 
 A failure names its seed; replay one with ``RAFTKA_REPLICATION_SIM_SEED=<seed>``.
 ``RAFTKA_REPLICATION_SIM_SEEDS`` sets how many seeds run (default 2000).
@@ -56,7 +61,9 @@ from raftka.common.errors import (
     OutOfOrderSequenceNumberError,
 )
 from raftka.common.record import Record, build_batch
+from raftka.common.record.batch import decode_batches
 from raftka.common.record.header import iter_batches
+from raftka.common.record.read_committed import filter_read_committed
 
 BROKERS = (0, 1, 2)
 MIN_ISR = 2
@@ -109,6 +116,21 @@ class Producer:
 
 
 @dataclass
+class TxnWriter:
+    """One transaction at a time, each under a fresh producer id: transactional batches
+    (acks=1) then a COMMIT or ABORT marker written with acks=all and repeated until
+    acknowledged, as a coordinator retries its markers."""
+
+    producer_id: int = 4_999
+    sequence: int = 0
+    open: bool = False
+    marker_in_flight: bool = False
+
+
+MARKER = -2  # the "producer index" of a parked marker
+
+
+@dataclass
 class Node:
     broker_id: int
     log: MemoryPartitionLog = field(default_factory=MemoryPartitionLog)
@@ -130,6 +152,7 @@ class Counters:
     deletes: int = 0
     restarts_at_leader_start: int = 0
     acked: int = 0
+    markers: int = 0
 
 
 class Sim:
@@ -144,6 +167,7 @@ class Sim:
         self.next_id = 1
         self.next_request = 0
         self.producers = [Producer(producer_id=1000 + i) for i in range(PRODUCERS)]
+        self.txn = TxnWriter()
         # (offset, entry) pairs that must survive in every later leader's log.
         self.durable: dict[int, Entry] = {}
         self.counters = Counters()
@@ -162,11 +186,15 @@ class Sim:
             log=node.log,
             high_watermark=node.log.high_watermark,  # the HW checkpoint
             config=ReplicationConfig(min_insync_replicas=MIN_ISR, replica_lag_time_max_ms=LAG_MS),
+            # A marker's timestamp is the clock's: the next record id keeps ids unique.
+            wall_clock_ms=lambda: self.next_id,
         )
         node.purgatory = ProducePurgatory()
         for producer_index, _, _ in node.waiting.values():
             if producer_index >= 0:
                 self.producers[producer_index].in_flight = False
+            elif producer_index == MARKER:
+                self.txn.marker_in_flight = False
         node.waiting = {}
 
     def _r(self, b: int) -> Replica:
@@ -196,6 +224,10 @@ class Sim:
             self._acked(b, first, ids)
         if producer_index >= 0:
             self._producer_answer(producer_index, ok)
+        elif producer_index == MARKER:
+            self.txn.marker_in_flight = False
+            if ok and self.rng.random() >= LOSS:  # else: written again, as a retry
+                self.txn.open = False
 
     def _acked(self, b: int, first: int, ids: range) -> None:
         """acks=all succeeded for ``ids`` at ``first``: they are committed on ``b``."""
@@ -296,6 +328,9 @@ class Sim:
         if not leaders:
             return
         b = self.rng.choice(leaders)
+        if self.rng.random() < 0.2:
+            self._transact(b)
+            return
         if self.rng.random() < 0.6:
             self._produce_idempotent(b)
             return
@@ -321,6 +356,54 @@ class Sim:
             deadline_ms=self.now_ms + REQUEST_TIMEOUT_MS,
         )
         node.waiting[self.next_request] = (producer_index, first, ids)
+
+    def _transact(self, b: int) -> None:
+        w, replica = self.txn, self._r(b)
+        if w.marker_in_flight:
+            return
+        if not w.open or self.rng.random() < 0.6:
+            if not w.open:
+                w.producer_id, w.sequence, w.open = w.producer_id + 1, 0, True
+            ids = range(self.next_id, self.next_id + self.rng.randint(1, 2))
+            self.next_id = ids.stop
+            records = [Record(value=b"t", timestamp_ms=i) for i in ids]
+            batch = build_batch(
+                records,
+                producer_id=w.producer_id,
+                producer_epoch=0,
+                base_sequence=w.sequence,
+                is_transactional=True,
+            )
+            outcome = replica.append_as_leader(batch, acks=1)
+            self._carry_out(b, outcome.ready)
+            if outcome.error is None:
+                w.sequence += len(ids)
+            return
+        marker_id = self.next_id  # the marker's timestamp (the clock reads next_id)
+        outcome = replica.write_txn_marker(
+            producer_id=w.producer_id,
+            producer_epoch=0,
+            committed=self.rng.random() < 0.5,
+            coordinator_epoch=1,
+            transaction_version=1,
+        )
+        self.next_id += 1
+        self._carry_out(b, outcome.ready)
+        if outcome.error is not None:
+            return
+        self.counters.markers += 1
+        w.marker_in_flight = True
+        ids = range(marker_id, marker_id + 1)
+        if outcome.wait_for_offset is None:
+            self._acked(b, outcome.base_offset, ids)
+            self._answered_marker_now()
+        else:
+            self._park(b, MARKER, outcome.base_offset, ids)
+
+    def _answered_marker_now(self) -> None:
+        self.txn.marker_in_flight = False
+        if self.rng.random() >= LOSS:
+            self.txn.open = False
 
     def _produce_idempotent(self, b: int) -> None:
         index = self.rng.randrange(PRODUCERS)
@@ -518,6 +601,38 @@ class Sim:
             if state.is_leader:
                 assert len(node.purgatory) == len(node.waiting)
 
+    def _check_transactions(self, leader: int, start: int) -> None:
+        """Every replica gives a read_committed reader the same records (its aborted
+        list and markers), a transaction whose marker was acknowledged is closed on
+        every replica, and the leader's LSO is its oldest open transaction's start."""
+        end = self.nodes[leader].log.log_end_offset
+        # What a read_committed reader gets is the same on every replica. Open
+        # transactions: only the writer's current one, if its marker is not yet
+        # acknowledged; a replica may know it or not (its acks=1 batches may have been
+        # lost in a failover, or removed by DeleteRecords), but a transaction whose
+        # marker was acknowledged is closed everywhere.
+        committed = {self._committed_records(b, start, end) for b in BROKERS}
+        assert len(committed) == 1, f"replicas disagree on committed records: {committed}"
+        allowed = {self.txn.producer_id} if self.txn.open else set()
+        for b in BROKERS:
+            ongoing = self._r(b).producers.ongoing_txns
+            assert set(ongoing) <= allowed, (b, ongoing, self.txn)
+        leader_replica = self._r(leader)
+        first_open = min(leader_replica.producers.ongoing_txns.values(), default=end)
+        leader_start = leader_replica.state.log_start_offset
+        assert leader_replica.last_stable_offset == max(leader_start, first_open)
+
+    def _committed_records(self, b: int, start: int, end: int) -> tuple[int, ...]:
+        """The record ids a read_committed reader gets from ``b``'s log in [start, end)."""
+        log = self.nodes[b].log
+        if start >= log.log_end_offset:
+            return ()  # a log the others' DeleteRecords left behind: nothing in common
+        data = log.read(start, 1 << 30, max_offset=end)
+        result = filter_read_committed(
+            list(decode_batches(data)), log.collect_aborted(start, end), fetch_offset=start
+        )
+        return tuple(r.timestamp_ms for r in result.records)
+
     def converge(self) -> None:
         """Heal: restart every broker, deliver metadata, fetch until equal."""
         for b in BROKERS:
@@ -546,6 +661,7 @@ class Sim:
             state = self._r(leader).state
             if len(logs) == 1 and state.high_watermark == state.log_end_offset:
                 self._check_durable_on(leader)
+                self._check_transactions(leader, start)
                 return
             self.check()
         raise AssertionError("the cluster did not converge after healing")
@@ -597,6 +713,7 @@ def test_simulation_exercises_failover_isr_dedup_truncation_and_delete_records()
     assert max(epochs) >= 3 and {1, 2, 3} <= isr_sizes
     assert total.acked > 100 and total.duplicates > 5 and total.diverging > 5, total
     assert total.deletes > 5 and total.restarts_at_leader_start > 0, total
+    assert total.markers > 20, total
 
 
 @pytest.mark.parametrize("seed", [0])

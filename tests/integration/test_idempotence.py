@@ -31,7 +31,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from http_helpers import post_raw
+from http_helpers import led_partition, post_raw
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raftka.common.record import Record, build_batch
@@ -146,16 +146,8 @@ class Env:
         return name
 
     def leader(self, topic: str, partition: int) -> int | None:
-        for b in self.brokers.ids:
-            if not self.brokers[b].running:
-                continue
-            md = self.brokers.metadata(b) or {"topics": []}
-            for t in md["topics"]:
-                if t["name"] == topic:
-                    for p in t["partitions"]:
-                        if p["partition"] == partition and p["leader"] >= 0:
-                            return int(p["leader"])
-        return None
+        p = led_partition(self.brokers, topic, partition)
+        return None if p is None else int(p["leader"])
 
     def full_isr(self, topic: str, partition: int) -> bool:
         for b in self.brokers.ids:

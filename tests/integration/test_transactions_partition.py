@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from http_helpers import post_raw
+from http_helpers import led_partition, post_raw
 
 from raftka.client import Admin, Consumer, NewTopic, TopicPartition
 from raftka.common.messages import broker as api
@@ -58,16 +58,7 @@ class Env:
         return name
 
     def _partition(self, topic: str) -> dict[str, Any] | None:
-        for b in self.brokers.ids:
-            if not self.brokers[b].running:
-                continue
-            md = self.brokers.metadata(b) or {"topics": []}
-            for t in md["topics"]:
-                if t["name"] == topic:
-                    for p in t["partitions"]:
-                        if p["partition"] == 0 and p["leader"] >= 0:
-                            return dict(p)
-        return None
+        return led_partition(self.brokers, topic, 0)
 
     def leader(self, topic: str) -> int | None:
         p = self._partition(topic)

@@ -18,7 +18,7 @@ the producer as they are; CONCURRENT_TRANSACTIONS, NETWORK_EXCEPTION,
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR, and a
 coordinator that cannot be found or reached, become NOT_ENOUGH_REPLICAS: retriable for
 every producer and, unlike NOT_LEADER_OR_FOLLOWER, no reason to refresh metadata
-(Kafka's choice, KAFKA-15449). ``transaction.partition.verification.enable=false``
+(Kafka's choice). ``transaction.partition.verification.enable=false``
 skips all of this (the core then gets no guards and checks nothing).
 
 A produce with transactional batches but no ``transactional_id`` is refused whole:

@@ -201,6 +201,11 @@ class GroupCoordinatorService:
         self._wake = asyncio.Event()
         self._creating: asyncio.Task[None] | None = None
         self._closed = False
+        #: FindCoordinator with key_type 1: the transaction coordinator's answer (set by
+        #: the broker; None: transactions are not served here).
+        self.find_transaction_coordinator: Callable[[str], api.FindCoordinatorResponse] | None = (
+            None
+        )
 
     # ------------------------------------------------------------------ placement
 
@@ -547,8 +552,10 @@ class GroupCoordinatorService:
     async def find_coordinator(
         self, request: api.FindCoordinatorRequest, context: RequestContext
     ) -> api.FindCoordinatorResponse:
+        if request.key_type == 1 and self.find_transaction_coordinator is not None:
+            return self.find_transaction_coordinator(request.key)
         if request.key_type != 0:
-            raise InvalidRequestError("key_type: only 0 (group) is supported")
+            raise InvalidRequestError("key_type: only 0 (group) and 1 (transaction) are supported")
         found = await self._find_coordinator(request.key)
         return api.FindCoordinatorResponse(
             error=error_object(found.error), node_id=found.node_id, host=found.host, port=found.port

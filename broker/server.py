@@ -435,6 +435,8 @@ class BrokerServer:
             "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
             "io_workers": {**self.manager.io.health(), "appends": self.manager.appends.health()},
             "loop_lag": self.loop_lag.health(),
+            # Transaction markers being delivered and the rounds that had to retry.
+            "txn_markers": self.transactions.markers.health(),
         }
 
 

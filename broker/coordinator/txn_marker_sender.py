@@ -218,6 +218,9 @@ class TxnMarkerSender:
         """The transactional ids whose markers are being delivered."""
         return frozenset(self._tasks)
 
+    def health(self) -> dict[str, int]:
+        return {"pending": len(self._tasks), "retries": self.retries}
+
     def cancel(self, which: Callable[[str], bool]) -> None:
         """Stop delivering for every transactional id ``which`` selects."""
         for tid in [t for t in self._tasks if which(t)]:

@@ -11,6 +11,8 @@ for transactions). What they share is here:
 * **Creation.** The first FindCoordinator that finds no topic asks the active controller
   to create it (replication capped at the live brokers, as a small cluster must still
   work) and is answered COORDINATOR_NOT_AVAILABLE until it shows up.
+* **Appends** go to our own leader replica with acks=all (:meth:`CoordinatorTopic.append`);
+  **loading** reads a partition's log from start to end (:meth:`read_partition`).
 * **Leadership.** :meth:`CoordinatorTopic.led_partitions` is the partitions this broker
   leads with their leader epochs (the replica manager's view), which the coordinator
   compares with what it owns after every metadata change.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,7 +30,8 @@ from raftka.broker.coordinator.placement import coordinator_partition
 from raftka.broker.lifecycle import ControllerChannel
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import CoordinatorNotAvailableError, KafkaError
-from raftka.common.record import decode_batches
+from raftka.common.record import Record, build_batch, decode_batches
+from raftka.common.time import wall_clock_ms
 from raftka.metadata.metadata_records import NO_LEADER
 
 __all__ = ["LOAD_BUFFER_BYTES", "CoordinatorLocation", "CoordinatorTopic", "KeyedRecord"]
@@ -119,6 +122,22 @@ class CoordinatorTopic:
             for (topic, index), p in self._replicas.partitions.items()
             if topic == self.name and p.state.is_leader
         }
+
+    async def append(
+        self, partition: int, records: Sequence[KeyedRecord], *, timeout_ms: int
+    ) -> type[KafkaError] | None:
+        """Append ``records`` as one batch to our leader replica of ``partition`` with
+        acks=all; the append's error, if any. The produce call appends before its first
+        await, so appends start in the order of the calls."""
+        now = wall_clock_ms()
+        batch = build_batch([Record(value, key, now) for key, value in records])
+        try:
+            (result,) = await self._replicas.produce(
+                acks=-1, timeout_ms=timeout_ms, entries=[(self.name, partition, batch)]
+            )
+        except KafkaError as e:
+            return type(e)
+        return None if result.error is None else type(result.error)
 
     async def read_partition(
         self, partition: int, owned: Callable[[], bool]

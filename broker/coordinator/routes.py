@@ -20,7 +20,7 @@ from raftka.broker.coordinator.service import GroupCoordinatorService, RequestCo
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
 
-__all__ = ["ROUTES", "Route", "coordinator_routes"]
+__all__ = ["ROUTES", "Route", "coordinator_routes", "route_handler"]
 
 Req = TypeVar("Req", bound=Message)
 
@@ -52,13 +52,21 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
 )
 
 
-def _handler(
-    service: GroupCoordinatorService, route: Route[Req]
+Svc = TypeVar("Svc")
+
+
+def route_handler(
+    service: Svc,
+    request_type: type[Req],
+    method: Callable[[Svc, Req, RequestContext], Awaitable[Message]],
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler of one row: decode a ``request_type`` body, answer it with
+    ``method`` of ``service`` (the transaction coordinator's routes use it too)."""
+
     async def handle(request: web.Request) -> web.Response:
-        message = decode(await request.read(), route.request_type)
+        message = decode(await request.read(), request_type)
         context = RequestContext(client_host=f"/{request.remote or 'unknown'}")
-        answer = await route.method(service, message, context)
+        answer = await method(service, message, context)
         return web.Response(body=encode(answer), content_type="application/json")
 
     return handle
@@ -66,4 +74,7 @@ def _handler(
 
 def coordinator_routes(service: GroupCoordinatorService) -> list[web.RouteDef]:
     """The rows of :data:`ROUTES` as aiohttp routes bound to ``service``."""
-    return [web.post(route.path, _handler(service, route)) for route in ROUTES]
+    return [
+        web.post(route.path, route_handler(service, route.request_type, route.method))
+        for route in ROUTES
+    ]

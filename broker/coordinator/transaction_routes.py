@@ -18,9 +18,10 @@ from typing import Any, Final, Generic, TypeVar
 
 from aiohttp import web
 
+from raftka.broker.coordinator.routes import route_handler
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
-from raftka.common.messages import Message, decode, encode
+from raftka.common.messages import Message
 from raftka.common.messages import transactions as api
 
 __all__ = ["TRANSACTION_ROUTES", "transaction_routes"]
@@ -46,18 +47,9 @@ TRANSACTION_ROUTES: Final[tuple[TxnRoute[Any], ...]] = (
 )
 
 
-def _handler(
-    service: TransactionCoordinatorService, route: TxnRoute[Req]
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
-        message = decode(await request.read(), route.request_type)
-        context = RequestContext(client_host=f"/{request.remote or 'unknown'}")
-        answer = await route.method(service, message, context)
-        return web.Response(body=encode(answer), content_type="application/json")
-
-    return handle
-
-
 def transaction_routes(service: TransactionCoordinatorService) -> list[web.RouteDef]:
     """The rows of :data:`TRANSACTION_ROUTES` as aiohttp routes bound to ``service``."""
-    return [web.post(route.path, _handler(service, route)) for route in TRANSACTION_ROUTES]
+    return [
+        web.post(route.path, route_handler(service, route.request_type, route.method))
+        for route in TRANSACTION_ROUTES
+    ]

@@ -84,7 +84,6 @@ from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as coordinator_api
 from raftka.common.messages import transactions as api
 from raftka.common.messages.broker import error_object
-from raftka.common.record import Record, build_batch
 from raftka.common.structs import TopicPartition
 from raftka.common.time import wall_clock_ms
 from raftka.server_common.metrics import add_remote
@@ -310,17 +309,10 @@ class TransactionCoordinatorService:
 
     async def _append(self, out: AppendTransactionRecord) -> None:
         """Append ``out`` (acks=all) and tell the core."""
-        batch = build_batch([Record(out.record.value, out.record.key, wall_clock_ms())])
-        error: type[KafkaError] | None
-        try:
-            (result,) = await self._replicas.produce(
-                acks=-1,
-                timeout_ms=self._config.request_timeout_ms,
-                entries=[(TRANSACTION_STATE_TOPIC, out.partition, batch)],
-            )
-            error = None if result.error is None else type(result.error)
-        except KafkaError as e:
-            error = type(e)
+        record = out.record
+        error = await self.topic.append(
+            out.partition, [(record.key, record.value)], timeout_ms=self._config.request_timeout_ms
+        )
         if error is not None:
             log.warning(
                 "a __transaction_state append failed",

@@ -79,6 +79,7 @@ from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     KafkaError,
     NotCoordinatorError,
+    TransactionalIdNotFoundError,
 )
 from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as coordinator_api
@@ -393,8 +394,9 @@ class TransactionCoordinatorService:
         tid = request.transactional_id
         assert tid is not None
         ids = self._producer_ids()
-        if ids is not None and self.core.transaction(tid) is None:
-            # A new id needs a producer id now (the core allocates synchronously).
+        (known,) = self.core.describe_transactions((tid,))
+        if ids is not None and known.error is TransactionalIdNotFoundError:
+            # A new id of ours needs a producer id now (the core allocates synchronously).
             # On timeout the core answers COORDINATOR_LOAD_IN_PROGRESS: the client retries.
             with contextlib.suppress(TimeoutError):
                 await ids.wait_for_block(

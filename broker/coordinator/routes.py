@@ -10,7 +10,7 @@ Answers are HTTP 200 with Kafka's errors inside the body at the level Kafka puts
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -20,24 +20,26 @@ from raftka.broker.coordinator.service import GroupCoordinatorService, RequestCo
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
 
-__all__ = ["ROUTES", "Route", "coordinator_routes", "route_handler"]
+__all__ = ["ROUTES", "Route", "bound_routes", "coordinator_routes", "route_handler"]
 
 Req = TypeVar("Req", bound=Message)
+Svc = TypeVar("Svc")
 
 
 @dataclass(frozen=True, slots=True)
-class Route(Generic[Req]):
+class Route(Generic[Svc, Req]):
     """One API call: ``POST path`` with a ``request_type`` body, answered by
-    ``method`` (an unbound :class:`GroupCoordinatorService` method)."""
+    ``method`` (an unbound method of the service, :class:`GroupCoordinatorService`
+    here, the transaction coordinator's in transaction_routes.py)."""
 
     path: str
     request_type: type[Req]
-    method: Callable[[GroupCoordinatorService, Req, RequestContext], Awaitable[Message]]
+    method: Callable[[Svc, Req, RequestContext], Awaitable[Message]]
 
 
 S = GroupCoordinatorService
 
-ROUTES: Final[tuple[Route[Any], ...]] = (
+ROUTES: Final[tuple[Route[GroupCoordinatorService, Any], ...]] = (
     Route("/v1/find-coordinator", api.FindCoordinatorRequest, S.find_coordinator),
     Route("/v1/join-group", api.JoinGroupRequest, S.join_group),
     Route("/v1/sync-group", api.SyncGroupRequest, S.sync_group),
@@ -50,9 +52,6 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
     Route("/v1/delete-groups", api.DeleteGroupsRequest, S.delete_groups),
     Route("/v1/offset-delete", api.OffsetDeleteRequest, S.offset_delete),
 )
-
-
-Svc = TypeVar("Svc")
 
 
 def route_handler(
@@ -72,9 +71,14 @@ def route_handler(
     return handle
 
 
-def coordinator_routes(service: GroupCoordinatorService) -> list[web.RouteDef]:
-    """The rows of :data:`ROUTES` as aiohttp routes bound to ``service``."""
+def bound_routes(service: Svc, rows: Iterable[Route[Svc, Any]]) -> list[web.RouteDef]:
+    """``rows`` as aiohttp routes bound to ``service``."""
     return [
         web.post(route.path, route_handler(service, route.request_type, route.method))
-        for route in ROUTES
+        for route in rows
     ]
+
+
+def coordinator_routes(service: GroupCoordinatorService) -> list[web.RouteDef]:
+    """The rows of :data:`ROUTES` as aiohttp routes bound to ``service``."""
+    return bound_routes(service, ROUTES)

@@ -12,44 +12,27 @@ from there.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from aiohttp import web
 
-from raftka.broker.coordinator.routes import route_handler
-from raftka.broker.coordinator.service import RequestContext
+from raftka.broker.coordinator.routes import Route, bound_routes
 from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
-from raftka.common.messages import Message
 from raftka.common.messages import transactions as api
 
 __all__ = ["TRANSACTION_ROUTES", "transaction_routes"]
 
-Req = TypeVar("Req", bound=Message)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnRoute(Generic[Req]):
-    path: str
-    request_type: type[Req]
-    method: Callable[[TransactionCoordinatorService, Req, RequestContext], Awaitable[Message]]
-
-
 S = TransactionCoordinatorService
 
-TRANSACTION_ROUTES: Final[tuple[TxnRoute[Any], ...]] = (
-    TxnRoute("/v1/add-partitions-to-txn", api.AddPartitionsToTxnRequest, S.add_partitions_to_txn),
-    TxnRoute("/v1/add-offsets-to-txn", api.AddOffsetsToTxnRequest, S.add_offsets_to_txn),
-    TxnRoute("/v1/end-txn", api.EndTxnRequest, S.end_txn),
-    TxnRoute("/v1/describe-transactions", api.DescribeTransactionsRequest, S.describe_transactions),
-    TxnRoute("/v1/list-transactions", api.ListTransactionsRequest, S.list_transactions),
+TRANSACTION_ROUTES: Final[tuple[Route[TransactionCoordinatorService, Any], ...]] = (
+    Route("/v1/add-partitions-to-txn", api.AddPartitionsToTxnRequest, S.add_partitions_to_txn),
+    Route("/v1/add-offsets-to-txn", api.AddOffsetsToTxnRequest, S.add_offsets_to_txn),
+    Route("/v1/end-txn", api.EndTxnRequest, S.end_txn),
+    Route("/v1/describe-transactions", api.DescribeTransactionsRequest, S.describe_transactions),
+    Route("/v1/list-transactions", api.ListTransactionsRequest, S.list_transactions),
 )
 
 
 def transaction_routes(service: TransactionCoordinatorService) -> list[web.RouteDef]:
     """The rows of :data:`TRANSACTION_ROUTES` as aiohttp routes bound to ``service``."""
-    return [
-        web.post(route.path, route_handler(service, route.request_type, route.method))
-        for route in TRANSACTION_ROUTES
-    ]
+    return bound_routes(service, TRANSACTION_ROUTES)

@@ -291,8 +291,18 @@ class TransactionCoordinatorService:
     def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A load, append or topic creation that failed unexpectedly: say so (a load
+            # that died leaves its partition loading until the leadership changes).
+            log.error(
+                "a transaction coordinator task failed",
+                extra={"fields": {"error": repr(task.exception())}},
+            )
 
     def _dispatch(self, outputs: Iterable[TxnOutput]) -> None:
         for out in outputs:

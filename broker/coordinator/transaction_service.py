@@ -80,6 +80,7 @@ from raftka.common.errors import (
     KafkaError,
     NotCoordinatorError,
     TransactionalIdNotFoundError,
+    UnknownServerError,
 )
 from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as coordinator_api
@@ -321,9 +322,16 @@ class TransactionCoordinatorService:
     async def _append(self, out: AppendTransactionRecord) -> None:
         """Append ``out`` (acks=all) and tell the core."""
         record = out.record
-        error = await self.topic.append(
-            out.partition, [(record.key, record.value)], timeout_ms=self._config.request_timeout_ms
-        )
+        error: type[KafkaError] | None
+        try:
+            error = await self.topic.append(
+                out.partition,
+                [(record.key, record.value)],
+                timeout_ms=self._config.request_timeout_ms,
+            )
+        except Exception as e:  # a bug or an OS error below: the core must still hear
+            log.exception("a __transaction_state append raised", exc_info=e)
+            error = UnknownServerError  # (or the id would wait on this write forever)
         if error is not None:
             log.warning(
                 "a __transaction_state append failed",

@@ -13,7 +13,8 @@ transaction routes at the coordinator, retrying the coordinator errors a client 
   once the partition leaders answer WriteTxnMarkers); the marker retries stay few
   (backoff, not a hot loop) whatever the leaders answer; ListTransactions lists it;
 - kill -9 of the coordinator's broker: another broker becomes the coordinator and
-  loads the state (describe shows the same Ongoing transaction);
+  loads the state (describe shows the same Ongoing transaction) and writes to it
+  (EndTxn(abort) answered);
 - an Ongoing transaction past its transaction.timeout.ms is aborted by the coordinator
   (PrepareAbort/CompleteAbort, epoch bumped).
 """
@@ -284,8 +285,23 @@ def test_kill_9_of_the_coordinator_the_next_one_loads_the_state(cluster: RaftkaC
         assert _find(cluster, tid) != coordinator
         after = _describe(cluster, tid)
         assert after == before, (before, after)
-        # The new coordinator serves the loaded id: the producer's epoch still holds.
+        # The new coordinator serves the loaded id: the producer's epoch still holds,
+        # and it writes (acks=all on the surviving replicas).
         assert _add(cluster, tid, producer, topic, 0, verify=True) == {0: None}
+        ended = _call(
+            cluster,
+            tid,
+            "/v1/end-txn",
+            {
+                "transactional_id": tid,
+                "producer_id": producer[0],
+                "producer_epoch": producer[1],
+                "committed": False,
+            },
+        )
+        assert ended["error"] is None, ended
+        aborted = _describe(cluster, tid)["transaction_state"]
+        assert aborted in ("PrepareAbort", "CompleteAbort"), aborted
     finally:
         cluster.brokers[coordinator].start()
         cluster.brokers.wait_unfenced(coordinator)

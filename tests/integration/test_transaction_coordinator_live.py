@@ -110,12 +110,18 @@ def _call(
             last[:] = [e]
             return None
         last[:] = [answer]
-        errors = {_error(answer)} | {
-            str(p["error"]["error"])
-            for t in answer.get("results", [])
-            for p in t["partitions"]
-            if p["error"] is not None
-        }
+        # Coordinator errors come at the top, per partition (AddPartitionsToTxn) or per
+        # id (DescribeTransactions).
+        errors = (
+            {_error(answer)}
+            | {
+                str(p["error"]["error"])
+                for t in answer.get("results", [])
+                for p in t["partitions"]
+                if p["error"] is not None
+            }
+            | {_error(t) for t in answer.get("transaction_states", [])}
+        )
         if errors & (COORDINATOR_ERRORS | retry):
             return None
         return answer
@@ -163,6 +169,18 @@ def _add(
         p["partition_index"]: None if p["error"] is None else p["error"]["error"]
         for p in result["partitions"]
     }
+
+
+def _end(
+    cluster: RaftkaCluster, tid: str, producer: tuple[int, int], *, committed: bool
+) -> dict[str, Any]:
+    body = {
+        "transactional_id": tid,
+        "producer_id": producer[0],
+        "producer_epoch": producer[1],
+        "committed": committed,
+    }
+    return _call(cluster, tid, "/v1/end-txn", body)
 
 
 def _describe(cluster: RaftkaCluster, tid: str) -> dict[str, Any]:
@@ -237,17 +255,7 @@ def test_end_txn_commit_is_answered_and_markers_do_not_spin(cluster: RaftkaClust
 
     retries_before = retries()
     ended_at = time.monotonic()
-    ended = _call(
-        cluster,
-        tid,
-        "/v1/end-txn",
-        {
-            "transactional_id": tid,
-            "producer_id": producer[0],
-            "producer_epoch": producer[1],
-            "committed": True,
-        },
-    )
+    ended = _end(cluster, tid, producer, committed=True)
     # Transaction version 2: the answer names the epoch to use next (bumped).
     assert ended["error"] is None and ended["producer_epoch"] == producer[1] + 1, ended
     state = _describe(cluster, tid)
@@ -288,17 +296,7 @@ def test_kill_9_of_the_coordinator_the_next_one_loads_the_state(cluster: RaftkaC
         # The new coordinator serves the loaded id: the producer's epoch still holds,
         # and it writes (acks=all on the surviving replicas).
         assert _add(cluster, tid, producer, topic, 0, verify=True) == {0: None}
-        ended = _call(
-            cluster,
-            tid,
-            "/v1/end-txn",
-            {
-                "transactional_id": tid,
-                "producer_id": producer[0],
-                "producer_epoch": producer[1],
-                "committed": False,
-            },
-        )
+        ended = _end(cluster, tid, producer, committed=False)
         assert ended["error"] is None, ended
         aborted = _describe(cluster, tid)["transaction_state"]
         assert aborted in ("PrepareAbort", "CompleteAbort"), aborted

@@ -177,6 +177,8 @@ class TransactionCoordinatorService:
         #: __transaction_state partitions the core owns -> the leader epoch loaded.
         self._owned: dict[int, int] = {}
         self._loading: set[int] = set()
+        #: Led partitions beyond the count the core places ids in (never loaded).
+        self._refused: set[int] = set()
         #: Requests parked on an append, by append id.
         self._waiting: dict[int, asyncio.Future[TxnResponse | type[KafkaError]]] = {}
         self._wake = asyncio.Event()
@@ -233,6 +235,9 @@ class TransactionCoordinatorService:
             if partition in self._owned:
                 continue
             if partition >= self._core_partitions:
+                if partition in self._refused:
+                    continue  # said once
+                self._refused.add(partition)
                 log.error(
                     "__transaction_state has more partitions than this coordinator places "
                     "ids in; not loading",

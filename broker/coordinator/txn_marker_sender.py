@@ -11,7 +11,9 @@ transaction that, until every partition is done:
    partition whose topic no longer exists counts as done: a deleted topic needs no
    marker, as in Kafka);
 2. POSTs one ``/v1/write-txn-markers`` (WriteTxnMarkersRequest) per leader broker, over
-   the broker's aiohttp session, all leaders at once;
+   the broker's aiohttp session, all leaders at once; the markers of every transaction
+   waiting for the same leader go in one request (a per-leader queue drained one
+   request at a time, as Kafka's per-broker queue);
 3. reports the partitions answered ``null`` (or a non-retriable error other than the
    fencing ones, logged: retrying cannot help) through ``on_written``, which the
    service turns into the core's ``markers_written``;
@@ -33,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,6 +54,7 @@ from raftka.common.messages import decode, encode
 from raftka.common.messages.transactions import (
     TxnTopic,
     WritableTxnMarker,
+    WritableTxnMarkerResult,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -69,6 +72,8 @@ _FENCED: Final = frozenset(
     e.name
     for e in (TransactionCoordinatorFencedError, ProducerFencedError, InvalidProducerEpochError)
 )
+#: Markers in one WriteTxnMarkers request at most (the rest go in the next).
+MARKERS_PER_REQUEST_MAX: Final = 1_000
 #: A failing transaction is logged on its first failed round and then every this many.
 _LOG_EVERY_ROUNDS: Final = 20
 
@@ -191,6 +196,7 @@ class TxnMarkerSender:
         self._backoff_ms = backoff_ms
         self._backoff_max_ms = backoff_max_ms
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._channels: dict[int, _LeaderChannel] = {}
         #: Rounds that failed to finish, over every transaction (for tests and health).
         self.retries = 0
 
@@ -229,6 +235,8 @@ class TxnMarkerSender:
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        for channel in self._channels.values():
+            channel.close()
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -284,23 +292,101 @@ class TxnMarkerSender:
     async def _post(
         self, leader: int, markers: SendTxnMarkers, partitions: list[TopicPartition]
     ) -> MarkerOutcome:
+        channel = self._channels.get(leader)
+        if channel is None:
+            channel = self._channels[leader] = _LeaderChannel(leader, self._request)
+        (marker,) = marker_request(markers, partitions).markers
+        result = await channel.send(marker)
+        if isinstance(result, str):
+            return MarkerOutcome(problem=result)
+        return marker_outcome(WriteTxnMarkersResponse(markers=(result,)), markers, partitions)
+
+    async def _request(
+        self, leader: int, request: WriteTxnMarkersRequest
+    ) -> WriteTxnMarkersResponse | str:
+        """One WriteTxnMarkers to ``leader``: its answer, or what went wrong."""
         address = self._address_of(leader)
         session = self._session()
         if address is None or session is None:
-            return MarkerOutcome(problem=f"broker {leader} has no address")
+            return f"broker {leader} has no address"
         try:
             async with session.post(
                 f"http://{address}{WRITE_TXN_MARKERS_PATH}",
-                data=encode(marker_request(markers, partitions)),
+                data=encode(request),
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=self._request_timeout_ms / 1000),
             ) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    return MarkerOutcome(
-                        problem=f"broker {leader}: HTTP {response.status}: {raw[:200]!r}"
-                    )
-            answer = decode(raw, WriteTxnMarkersResponse)
+                    return f"broker {leader}: HTTP {response.status}: {raw[:200]!r}"
+            return decode(raw, WriteTxnMarkersResponse)
         except (aiohttp.ClientError, TimeoutError, OSError, KafkaError) as e:
-            return MarkerOutcome(problem=f"broker {leader}: {type(e).__name__}: {e}")
-        return marker_outcome(answer, markers, partitions)
+            return f"broker {leader}: {type(e).__name__}: {e}"
+
+
+class _LeaderChannel:
+    """The markers bound for one leader broker (Kafka's per-broker marker queue): the
+    transactions that ask while a request to it is in flight go together in the next
+    one, so N concurrent transactions cost one request per leader, not N. At most one
+    marker per producer id per request (its answer is matched by producer id)."""
+
+    def __init__(
+        self,
+        leader: int,
+        request: Callable[[int, WriteTxnMarkersRequest], Awaitable[WriteTxnMarkersResponse | str]],
+    ) -> None:
+        self._leader = leader
+        self._request = request
+        self._queue: list[
+            tuple[WritableTxnMarker, asyncio.Future[WritableTxnMarkerResult | str]]
+        ] = []
+        self._drain: asyncio.Task[None] | None = None
+
+    async def send(self, marker: WritableTxnMarker) -> WritableTxnMarkerResult | str:
+        """The leader's result for ``marker``, or what went wrong."""
+        future: asyncio.Future[WritableTxnMarkerResult | str] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._queue.append((marker, future))
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.get_running_loop().create_task(self._drain_queue())
+        return await future
+
+    async def _drain_queue(self) -> None:
+        while self._queue:
+            batch: list[tuple[WritableTxnMarker, asyncio.Future[WritableTxnMarkerResult | str]]]
+            batch, rest, producers = [], [], set()
+            for marker, future in self._queue:
+                if future.done():
+                    continue  # its delivery was cancelled
+                if marker.producer_id in producers or len(batch) >= MARKERS_PER_REQUEST_MAX:
+                    rest.append((marker, future))
+                    continue
+                producers.add(marker.producer_id)
+                batch.append((marker, future))
+            self._queue = rest
+            if not batch:
+                continue
+            try:
+                answer = await self._request(
+                    self._leader, WriteTxnMarkersRequest(markers=tuple(m for m, _ in batch))
+                )
+            except Exception as e:  # a bug below must not leave the deliveries waiting
+                answer = f"broker {self._leader}: {type(e).__name__}: {e}"
+            for marker, future in batch:
+                if future.done():
+                    continue
+                if isinstance(answer, str):
+                    future.set_result(answer)
+                    continue
+                found = [r for r in answer.markers if r.producer_id == marker.producer_id]
+                future.set_result(
+                    found[0] if found else f"broker {self._leader}: no answer for the marker"
+                )
+
+    def close(self) -> None:
+        if self._drain is not None:
+            self._drain.cancel()
+        for _, future in self._queue:
+            future.cancel()
+        self._queue.clear()

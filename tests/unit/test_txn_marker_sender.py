@@ -240,3 +240,23 @@ def test_marker_request_groups_partitions_by_topic() -> None:
     request = marker_request(MARKERS, MARKERS.partitions)
     (marker,) = request.markers
     assert [(t.name, t.partitions) for t in marker.topics] == [("a", (0, 1)), ("b", (0,))]
+
+
+def test_concurrent_transactions_share_one_request_per_leader() -> None:
+    placement = dict.fromkeys(MARKERS.partitions, 1)
+    leaders = {1: Leader()}
+    others = [
+        dataclasses.replace(MARKERS, transactional_id=f"tx{i}", producer_id=100 + i)
+        for i in range(5)
+    ]
+
+    async def body(sender: TxnMarkerSender, written: list[frozenset[TopicPartition]]) -> None:
+        for markers in others:
+            sender.send(markers)
+        await until(_done(sender), "delivery")
+        # All five queued before the first request left: one request, five markers.
+        (request,) = leaders[1].requests
+        assert sorted(m.producer_id for m in request.markers) == [100, 101, 102, 103, 104]
+        assert len(written) == 5 and all(w == MARKERS.partitions for w in written)
+
+    run(lambda: _scenario(leaders, placement, body))

@@ -28,6 +28,14 @@ offsets.topic.num.partitions               50          __consumer_offsets partit
 offsets.topic.replication.factor           3           its replication (capped: brokers)
 offsets.commit.timeout.ms                  5000        acks=all wait of a commit append
 offsets.retention.minutes                  10080       committed offsets of empty groups
+transaction.state.log.num.partitions       50          __transaction_state partitions
+transaction.state.log.replication.factor   3           its replication (capped: brokers)
+transaction.state.log.min.isr              2           its min.insync.replicas (capped: RF)
+transaction.state.log.segment.bytes        104857600   its segment.bytes
+transaction.max.timeout.ms                 900000      largest transaction.timeout.ms
+transactional.id.expiration.ms             604800000   idle transactional ids expire
+transaction.abort.timed.out.transaction.cleanup.interval.ms 10000  timeout check period
+transaction.remove.expired.transaction.cleanup.interval.ms 3600000 expiry check period
 offsets.retention.check.interval.ms        600000      how often they are expired
 offset.metadata.max.bytes                  4096        metadata string of a commit
 group.initial.rebalance.delay.ms           3000        first rebalance of an empty group
@@ -155,6 +163,15 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "offsets.commit.timeout.ms": (5_000, 1),
     "offsets.retention.minutes": (7 * 24 * 60, 1),
     "offsets.retention.check.interval.ms": (600_000, 1),
+    # The transaction coordinator (broker/coordinator/transaction_service.py).
+    "transaction.state.log.num.partitions": (50, 1),
+    "transaction.state.log.replication.factor": (3, 1),
+    "transaction.state.log.min.isr": (2, 1),
+    "transaction.state.log.segment.bytes": (104_857_600, 1),
+    "transaction.max.timeout.ms": (900_000, 1),
+    "transactional.id.expiration.ms": (604_800_000, 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (10_000, 1),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (3_600_000, 1),
     # Kafka's log.retention.check.interval.ms (5 min) and producer id expiry (KIP-854).
     "log.retention.check.interval.ms": (300_000, 1),
     "producer.id.expiration.ms": (86_400_000, 1),
@@ -299,6 +316,14 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5_000
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104_857_600
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     log_retention_check_interval_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
@@ -410,6 +435,21 @@ def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
     return value
 
 
+def _transaction_settings(props: Mapping[str, str]) -> dict[str, int]:
+    """The transaction coordinator's keys as BrokerConfig fields (the key with '_')."""
+    keys = (
+        "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.segment.bytes",
+        "transaction.max.timeout.ms",
+        "transactional.id.expiration.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+    )
+    return {key.replace(".", "_"): _int(props, key) for key in keys}
+
+
 def broker_config(node: NodeConfig) -> BrokerConfig:
     """The broker's view of a parsed node config; ConfigError when a value is wrong."""
     props = node.properties
@@ -465,6 +505,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         offsets_commit_timeout_ms=_int(props, "offsets.commit.timeout.ms"),
         offsets_retention_minutes=_int(props, "offsets.retention.minutes"),
         offsets_retention_check_interval_ms=_int(props, "offsets.retention.check.interval.ms"),
+        **_transaction_settings(props),
         log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms"),
         producer_id_expiration_ms=_int(props, "producer.id.expiration.ms"),
         producer_id_expiration_check_interval_ms=_int(

@@ -89,26 +89,49 @@ class ProducerIdManager:
         """A producer id no other InitProducerId in the cluster ever returned."""
         async with asyncio.timeout(timeout_ms / 1000):
             while True:
-                block = self._current
-                if block is not None and self._next_id < block.end:
-                    producer_id = self._next_id
-                    self._next_id += 1
-                    if self._next_id >= block.start + PREFETCH_FRACTION * block.length:
-                        self._start_fetch()
+                producer_id = self.producer_id_now()
+                if producer_id is not None:
                     return producer_id
-                if self._prefetched is not None:
-                    self._use(self._prefetched)
-                    self._prefetched = None
-                    continue
+                await self._wait_fetch()
+
+    def producer_id_now(self) -> int | None:
+        """An id from the block at hand, or None (a block fetch is then under way): the
+        transaction coordinator's pure core allocates synchronously."""
+        block = self._current
+        if block is None or self._next_id >= block.end:
+            if self._prefetched is None:
                 self._start_fetch()
-                assert self._fetch is not None
-                try:
-                    await asyncio.shield(self._fetch)
-                except KafkaError:
-                    # The fetch failed (no controller yet, fenced...): try again until
-                    # the caller's timeout.
-                    self._fetch = None
-                    await asyncio.sleep(0.05)  # a backoff, not synchronisation
+                return None
+            self._use(self._prefetched)
+            self._prefetched = None
+            block = self._current
+            assert block is not None
+        producer_id = self._next_id
+        self._next_id += 1
+        if self._next_id >= block.start + PREFETCH_FRACTION * block.length:
+            self._start_fetch()
+        return producer_id
+
+    async def wait_for_block(self, *, timeout_ms: int) -> None:
+        """Return once an id is at hand (TimeoutError after ``timeout_ms``)."""
+        async with asyncio.timeout(timeout_ms / 1000):
+            while not self._at_hand():
+                self._start_fetch()
+                await self._wait_fetch()
+
+    def _at_hand(self) -> bool:
+        block = self._current
+        return self._prefetched is not None or (block is not None and self._next_id < block.end)
+
+    async def _wait_fetch(self) -> None:
+        assert self._fetch is not None
+        try:
+            await asyncio.shield(self._fetch)
+        except KafkaError:
+            # The fetch failed (no controller yet, fenced...): the caller tries again
+            # until its timeout.
+            self._fetch = None
+            await asyncio.sleep(0.05)  # a backoff, not synchronisation
 
     def _use(self, block: ProducerIdBlock) -> None:
         self._current = block

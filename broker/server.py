@@ -35,6 +35,8 @@ from raftka.broker.broker_configs import broker_configs_routes
 from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.routes import coordinator_routes
 from raftka.broker.coordinator.service import GroupCoordinatorService
+from raftka.broker.coordinator.transaction_routes import transaction_routes
+from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
@@ -57,7 +59,6 @@ from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
 from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
 from raftka.common.errors import (
     BrokerNotAvailableError,
-    InvalidRequestError,
     KafkaError,
     RequestTimedOutError,
     UnknownServerError,
@@ -128,6 +129,16 @@ class BrokerServer:
         self.coordinator = GroupCoordinatorService(
             config=config, replicas=self.manager, channel=lambda: self.channel
         )
+        # The transaction coordinator (broker/coordinator/transaction_service.py).
+        self.transactions = TransactionCoordinatorService(
+            config=config,
+            replicas=self.manager,
+            channel=lambda: self.channel,
+            producer_ids=lambda: self.producer_ids,
+            session=lambda: self._session,
+            address_of=self.address_of,
+        )
+        self.coordinator.find_transaction_coordinator = self.transactions.find_coordinator
         # GET /metrics (broker/metrics.py): this broker's own registry.
         self.metrics = BrokerMetrics(new_registry())
         # Consumer lag of partitions with no replica here: their leaders' HW, asked at
@@ -179,6 +190,7 @@ class BrokerServer:
     async def _on_metadata(self, image: MetadataImage, changes: LocalReplicaChanges) -> None:
         await self.manager.on_metadata(image, changes)
         self.coordinator.on_metadata()
+        self.transactions.on_metadata()
 
     async def _send_alter_partition(
         self, request: AlterPartitionRequest, *, timeout_ms: int
@@ -283,6 +295,7 @@ class BrokerServer:
         spawn("log-flusher", self._flush_timer)
         spawn("producer-expiry", self._producer_expiry_timer)
         spawn("group-coordinator", self.coordinator.run)
+        spawn("transaction-coordinator", self.transactions.run)
         if self.cleaner is not None:
             # The cleaner service recovers a log from its storage errors itself; an
             # unexpected crash restarts it with a backoff (Kafka restarts cleaner threads).
@@ -358,6 +371,7 @@ class BrokerServer:
             # Kafka clients go first: nothing new arrives while the rest shuts down.
             await self.kafka.close()
         self.coordinator.close()
+        await self.transactions.close()
         if self.cleaner is not None:
             # Before the logs close: a running pass ends and gives its log back first.
             await self.cleaner.close()
@@ -399,6 +413,7 @@ class BrokerServer:
                 ),
                 web.get("/v1/metadata", _metadata),
                 *coordinator_routes(self.coordinator),
+                *transaction_routes(self.transactions),
                 *delete_records_routes(lambda request: _server(request).manager),
                 *log_dirs_routes(lambda request: _server(request).manager.logs),
                 *broker_configs_routes(_broker_configs),
@@ -445,6 +460,8 @@ class BrokerServer:
             "log_cleaner": None if self.cleaner is None else self.cleaner.health(),
             "io_workers": {**self.manager.io.health(), "appends": self.manager.appends.health()},
             "loop_lag": self.loop_lag.health(),
+            # Transaction markers being delivered and the rounds that had to retry.
+            "txn_markers": self.transactions.markers.health(),
         }
 
 
@@ -563,14 +580,13 @@ async def _produce_entries(
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
-    """InitProducerId for an idempotent producer (no transactional id yet)."""
+    """InitProducerId: an idempotent producer's here; a transactional producer's (with a
+    ``transactional_id``) is the transaction coordinator's."""
     # An empty body is every field's default.
     body = decode(await request.read() or b"{}", api.InitProducerIdRequest)
-    if body.transactional_id is not None:
-        raise InvalidRequestError(
-            "transactions are not supported yet: transactional_id must be null"
-        )
     server = _server(request)
+    if body.transactional_id is not None:
+        return _message(await server.transactions.init_producer_id(body))
     if server.producer_ids is None:
         raise BrokerNotAvailableError("the broker is starting")
     try:

@@ -10,7 +10,7 @@ Answers are HTTP 200 with Kafka's errors inside the body at the level Kafka puts
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -20,24 +20,26 @@ from raftka.broker.coordinator.service import GroupCoordinatorService, RequestCo
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
 
-__all__ = ["ROUTES", "Route", "coordinator_routes"]
+__all__ = ["ROUTES", "Route", "bound_routes", "coordinator_routes", "route_handler"]
 
 Req = TypeVar("Req", bound=Message)
+Svc = TypeVar("Svc")
 
 
 @dataclass(frozen=True, slots=True)
-class Route(Generic[Req]):
+class Route(Generic[Svc, Req]):
     """One API call: ``POST path`` with a ``request_type`` body, answered by
-    ``method`` (an unbound :class:`GroupCoordinatorService` method)."""
+    ``method`` (an unbound method of the service, :class:`GroupCoordinatorService`
+    here, the transaction coordinator's in transaction_routes.py)."""
 
     path: str
     request_type: type[Req]
-    method: Callable[[GroupCoordinatorService, Req, RequestContext], Awaitable[Message]]
+    method: Callable[[Svc, Req, RequestContext], Awaitable[Message]]
 
 
 S = GroupCoordinatorService
 
-ROUTES: Final[tuple[Route[Any], ...]] = (
+ROUTES: Final[tuple[Route[GroupCoordinatorService, Any], ...]] = (
     Route("/v1/find-coordinator", api.FindCoordinatorRequest, S.find_coordinator),
     Route("/v1/join-group", api.JoinGroupRequest, S.join_group),
     Route("/v1/sync-group", api.SyncGroupRequest, S.sync_group),
@@ -52,18 +54,31 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
 )
 
 
-def _handler(
-    service: GroupCoordinatorService, route: Route[Req]
+def route_handler(
+    service: Svc,
+    request_type: type[Req],
+    method: Callable[[Svc, Req, RequestContext], Awaitable[Message]],
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler of one row: decode a ``request_type`` body, answer it with
+    ``method`` of ``service`` (the transaction coordinator's routes use it too)."""
+
     async def handle(request: web.Request) -> web.Response:
-        message = decode(await request.read(), route.request_type)
+        message = decode(await request.read(), request_type)
         context = RequestContext(client_host=f"/{request.remote or 'unknown'}")
-        answer = await route.method(service, message, context)
+        answer = await method(service, message, context)
         return web.Response(body=encode(answer), content_type="application/json")
 
     return handle
 
 
+def bound_routes(service: Svc, rows: Iterable[Route[Svc, Any]]) -> list[web.RouteDef]:
+    """``rows`` as aiohttp routes bound to ``service``."""
+    return [
+        web.post(route.path, route_handler(service, route.request_type, route.method))
+        for route in rows
+    ]
+
+
 def coordinator_routes(service: GroupCoordinatorService) -> list[web.RouteDef]:
     """The rows of :data:`ROUTES` as aiohttp routes bound to ``service``."""
-    return [web.post(route.path, _handler(service, route)) for route in ROUTES]
+    return bound_routes(service, ROUTES)

@@ -41,6 +41,11 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
+from raftka.broker.coordinator.coordinator_topic import (
+    LOAD_BUFFER_BYTES,
+    CoordinatorLocation,
+    CoordinatorTopic,
+)
 from raftka.broker.coordinator.group import (
     AppendRecords,
     Decision,
@@ -76,7 +81,6 @@ from raftka.broker.coordinator.placement import coordinator_partition
 from raftka.broker.lifecycle import ControllerChannel
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import (
-    CoordinatorNotAvailableError,
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
@@ -87,7 +91,6 @@ from raftka.common.messages.broker import ErrorObject, error_object
 from raftka.common.record import Record, build_batch, decode_batches
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.time import wall_clock_ms
-from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.metrics import add_remote
 
 __all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
@@ -95,9 +98,6 @@ __all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "R
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
-#: Bytes read from the log per step while loading a partition (Kafka's
-#: offsets.load.buffer.size default).
-LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Waiters parked on one (group, member) key: a client retrying its JoinGroup after a
 #: timeout adds one; more than this is a misbehaving client.
 WAITERS_PER_MEMBER_MAX: Final = 8
@@ -148,16 +148,6 @@ def _partitions(topics: Iterable[api.OffsetFetchTopic]) -> tuple[TopicPartition,
     return tuple(TopicPartition(t.name, p.partition) for t in topics for p in t.partitions)
 
 
-@dataclass(frozen=True, slots=True)
-class CoordinatorLocation:
-    """FindCoordinator's answer: an error, or the coordinator broker."""
-
-    error: KafkaError | None
-    node_id: int = -1
-    host: str = ""
-    port: int = -1
-
-
 class GroupCoordinatorService:
     """See the module docstring. Not thread-safe: the broker's event loop only."""
 
@@ -191,6 +181,16 @@ class GroupCoordinatorService:
             rng=rng if rng is not None else random.Random(),
             partition_for=self.partition_for,
         )
+        self._topic = CoordinatorTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=config.offsets_topic_replication_factor,
+            configs=OFFSETS_TOPIC_CONFIGS,
+            replicas=replicas,
+            channel=channel,
+            request_timeout_ms=config.request_timeout_ms,
+            spawn=self._spawn,
+        )
         #: Offsets partitions the core owns (loading or loaded) -> load generation.
         self._owned: dict[int, int] = {}
         self._load_generation = 0
@@ -199,95 +199,30 @@ class GroupCoordinatorService:
         self._commits: dict[int, asyncio.Future[OffsetCommitResponse]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self._creating: asyncio.Task[None] | None = None
         self._closed = False
+        #: FindCoordinator with key_type 1: the transaction coordinator's answer (set by
+        #: the broker; None: transactions are not served here).
+        self.find_transaction_coordinator: Callable[[str], api.FindCoordinatorResponse] | None = (
+            None
+        )
 
     # ------------------------------------------------------------------ placement
 
     def num_partitions(self) -> int:
         """The partition count of __consumer_offsets: the topic's own once it exists
         (so that placement never changes under a group), else the configured one."""
-        topic = self._replicas.image.topics.topic_by_name(OFFSETS_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return self._config.offsets_topic_num_partitions
+        return self._topic.num_partitions()
 
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.num_partitions())
 
     async def _find_coordinator(self, group_id: str) -> CoordinatorLocation:
-        image = self._replicas.image
-        topic = image.topics.topic_by_name(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._ensure_topic()
-            return CoordinatorLocation(
-                CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
-            )
-        reg = topic.partitions.get(self.partition_for(group_id))
-        broker = (
-            None if reg is None or reg.leader == NO_LEADER else image.cluster.broker(reg.leader)
-        )
-        if reg is None or broker is None or not broker.endpoints:
-            return CoordinatorLocation(
-                CoordinatorNotAvailableError(f"no leader for the partition of group {group_id!r}")
-            )
-        endpoint = broker.endpoint("PLAINTEXT") or broker.endpoints[0]
-        return CoordinatorLocation(None, reg.leader, endpoint.host, endpoint.port)
-
-    def _ensure_topic(self) -> None:
-        if self._creating is None or self._creating.done():
-            self._creating = self._spawn(self._create_topic())
-
-    async def _create_topic(self) -> None:
-        channel = self._channel()
-        if channel is None:
-            return
-        live = len(list(self._replicas.image.cluster.live_brokers()))
-        replication = max(1, min(self._config.offsets_topic_replication_factor, live))
-        body = {
-            "topics": [
-                {
-                    "name": OFFSETS_TOPIC,
-                    "num_partitions": self._config.offsets_topic_num_partitions,
-                    "replication_factor": replication,
-                    "configs": OFFSETS_TOPIC_CONFIGS,
-                }
-            ]
-        }
-        try:
-            answer = await channel.post(
-                "/v1/topics", body, timeout_ms=self._config.request_timeout_ms
-            )
-        except KafkaError as e:
-            log.warning("cannot create the offsets topic", extra={"fields": {"error": str(e)}})
-            return
-        for item in answer.get("topics", []):
-            error = item.get("error") if isinstance(item, dict) else None
-            if error and error.get("error") == "TOPIC_ALREADY_EXISTS":
-                # Created by another broker, or by this one and not yet in its image
-                # (the image is published once the new logs are open): nothing to say.
-                return
-            if error:
-                log.warning("offsets topic creation refused", extra={"fields": {"error": error}})
-                return
-        log.info(
-            "created the offsets topic",
-            extra={
-                "fields": {
-                    "partitions": self._config.offsets_topic_num_partitions,
-                    "replication_factor": replication,
-                }
-            },
-        )
+        return self._topic.locate(group_id, "group")
 
     # ------------------------------------------------------------------ ownership
 
     def _led_partitions(self) -> set[int]:
-        led: set[int] = set()
-        for (topic, index), p in self._replicas.partitions.items():
-            if topic == OFFSETS_TOPIC and p.state.is_leader:
-                led.add(index)
-        return led
+        return set(self._topic.led_partitions())
 
     def on_metadata(self) -> None:
         """Committed metadata was applied: load what we now lead, unload what we lost."""
@@ -547,8 +482,10 @@ class GroupCoordinatorService:
     async def find_coordinator(
         self, request: api.FindCoordinatorRequest, context: RequestContext
     ) -> api.FindCoordinatorResponse:
+        if request.key_type == 1 and self.find_transaction_coordinator is not None:
+            return self.find_transaction_coordinator(request.key)
         if request.key_type != 0:
-            raise InvalidRequestError("key_type: only 0 (group) is supported")
+            raise InvalidRequestError("key_type: only 0 (group) and 1 (transaction) are supported")
         found = await self._find_coordinator(request.key)
         return api.FindCoordinatorResponse(
             error=error_object(found.error), node_id=found.node_id, host=found.host, port=found.port

@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from broker_harness import broker_config
 
 from raftka.broker.coordinator.routes import ROUTES
+from raftka.broker.coordinator.transaction_routes import TRANSACTION_ROUTES
 from raftka.broker.server import BrokerServer
 from raftka.common.messages import broker as api
 from raftka.common.messages import coordinator as group_api
@@ -109,11 +110,17 @@ def test_fetch_list_offsets_produce_and_init_producer_id(tmp_path: Path) -> None
         assert status == 200, raw
         assert orjson.loads(raw)["responses"][0]["error"]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
 
+        # A transactional id goes to its transaction coordinator: this broker leads no
+        # __transaction_state partition, so NOT_COORDINATOR inside an HTTP 200.
+        status, raw, _ = await _post(
+            client, "/v1/init-producer-id", orjson.dumps({"transactional_id": "tx"})
+        )
+        assert status == 200 and orjson.loads(raw)["error"]["error"] == "NOT_COORDINATOR", raw
         await _expect_invalid(
             client,
             "/v1/init-producer-id",
-            orjson.dumps({"transactional_id": "tx"}),
-            "transactional_id must be null",
+            orjson.dumps({"transactional_id": "tx", "transaction_timeout_ms": "x"}),
+            "$.transaction_timeout_ms",
         )
         await _expect_invalid(
             client, "/v1/init-producer-id", orjson.dumps({"timeout_ms": -1}), "$.timeout_ms"
@@ -168,8 +175,26 @@ def test_every_coordinator_route_refuses_bad_bodies_and_keeps_serving(tmp_path: 
         for path, (body, field) in wrong.items():
             await _expect_invalid(client, path, orjson.dumps(body), field)
         await _expect_invalid(
-            client, "/v1/find-coordinator", b'{"key": "g", "key_type": 1}', "key_type"
+            client, "/v1/find-coordinator", b'{"key": "g", "key_type": 2}', "key_type"
         )
+        # key_type 1 (transaction): no __transaction_state yet (no controller here to
+        # create it): COORDINATOR_NOT_AVAILABLE, which clients retry.
+        status, raw, _ = await _post(
+            client, "/v1/find-coordinator", b'{"key": "tx", "key_type": 1}'
+        )
+        assert status == 200, raw
+        assert orjson.loads(raw)["error"]["error"] == "COORDINATOR_NOT_AVAILABLE", raw
+        producer = {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0}
+        txn_wrong: dict[str, tuple[dict[str, Any], str]] = {
+            "/v1/add-partitions-to-txn": ({**producer, "topics": [{"name": "t"}]}, "partitions"),
+            "/v1/add-offsets-to-txn": ({**producer, "group_id": 5}, "$.group_id"),
+            "/v1/end-txn": (producer, "committed"),
+            "/v1/describe-transactions": ({"transactional_ids": [""]}, "transactional_ids"),
+            "/v1/list-transactions": ({"duration_filter_ms": "1"}, "$.duration_filter_ms"),
+        }
+        assert set(txn_wrong) == {route.path for route in TRANSACTION_ROUTES}
+        for path, (body, field) in txn_wrong.items():
+            await _expect_invalid(client, path, orjson.dumps(body), field)
         status, raw, _ = await _post(
             client,
             "/v1/heartbeat",

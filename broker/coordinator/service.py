@@ -107,7 +107,13 @@ from raftka.common.time import wall_clock_ms
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.server_common.metrics import add_remote
 
-__all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
+__all__ = [
+    "OFFSETS_TOPIC",
+    "CoordinatorLocation",
+    "GroupCoordinatorService",
+    "RequestContext",
+    "replay_items",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +166,7 @@ def _by_topic(
     return [(name, tuple(ps)) for name, ps in sorted(topics.items())]
 
 
-def _replayed(
+def replay_items(
     batch: DecodedBatch,
 ) -> list[OffsetsRecord | ReplayedTxnRecord | ReplayedTxnMarker]:
     """What the core replays of one batch of the log: its offsets records (marked with
@@ -370,7 +376,7 @@ class GroupCoordinatorService:
                 for batch in batches:
                     offset = batch.header.next_offset
                     try:
-                        replayed.extend(_replayed(batch))
+                        replayed.extend(replay_items(batch))
                     except CorruptMessageError as e:
                         log.error(
                             "skipping an unreadable control batch",

@@ -36,12 +36,17 @@ from raftka.broker.coordinator.group_manager import (
 )
 from raftka.broker.coordinator.group_records import (
     OffsetCommitKey,
+    OffsetCommitValue,
     decode_key,
     decode_offset_commit_value,
+    encode_key,
+    encode_offset_commit_value,
 )
+from raftka.broker.coordinator.service import replay_items
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    CorruptMessageError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
@@ -49,6 +54,13 @@ from raftka.common.errors import (
     NotEnoughReplicasError,
     UnknownMemberIdError,
     UnstableOffsetCommitError,
+)
+from raftka.common.record import Record, build_batch, decode_batches
+from raftka.common.record.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_transaction_batch,
+    encode_control_key,
 )
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
@@ -482,3 +494,72 @@ def test_marker_of_another_producer_changes_nothing(committed: bool) -> None:
     c.finish()
     c.marker(8, committed)
     assert c.visible(require_stable=True) == {TP0: UnstableOffsetCommitError, TP1: -1}
+
+
+# -- the load path's decoding of the log (service.replay_items) -------------------------
+
+
+def _offsets_batch(producer_id: int, offsets: dict[TopicPartition, int]) -> bytes:
+    records = [
+        Record(
+            encode_offset_commit_value(OffsetCommitValue(o, -1, "", 0)),
+            encode_key(OffsetCommitKey(G, tp.topic, tp.partition)),
+            0,
+        )
+        for tp, o in offsets.items()
+    ]
+    if producer_id < 0:
+        return build_batch(records)
+    return build_batch(
+        records, producer_id=producer_id, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
+
+
+def _marker(producer_id: int, control: ControlRecordType) -> bytes:
+    return build_end_transaction_batch(
+        EndTransactionMarker(control, coordinator_epoch=1),
+        producer_id=producer_id,
+        producer_epoch=0,
+        timestamp_ms=0,
+    )
+
+
+def test_load_replays_transactional_batches_and_control_markers_from_log_bytes() -> None:
+    """A partition's bytes as the leader stores them (a plain batch, transactional
+    batches of two producers, a COMMIT and an ABORT marker written with the control
+    codec, a KRaft control record the coordinator skips) load into what they mean; a
+    control batch with a broken marker is refused (the load logs and skips it)."""
+    leader_change = build_batch(
+        [Record(b"\0\0", encode_control_key(ControlRecordType.LEADER_CHANGE), 0)],
+        is_control=True,
+    )
+    log = b"".join(
+        [
+            _offsets_batch(-1, {TP0: 1, TP1: 2}),
+            _offsets_batch(7, {TP0: 10}),
+            _offsets_batch(8, {TP1: 20}),
+            leader_change,
+            _marker(7, ControlRecordType.COMMIT),
+            _offsets_batch(9, {TP1: 30}),
+            _marker(8, ControlRecordType.ABORT),
+        ]
+    )
+    items = [item for batch in decode_batches(log) for item in replay_items(batch)]
+    manager = _manager()
+    manager.begin_loading(partition=0)
+    manager.replay(partition=0, records=items)
+    manager.complete_loading(partition=0, now_ms=0)
+    fetched = manager.offset_fetch(group_id=G, partitions=(TP0, TP1), require_stable=True)
+    assert fetched.offsets[TP0].offset == 10
+    assert fetched.errors == {TP1: UnstableOffsetCommitError}  # producer 9 is still open
+    assert manager.committed(G)[TP1].offset == 2  # producer 8 aborted
+    assert manager.pending_transactional(0) == {9: {(G, TP1): 30}}
+    broken = build_batch(
+        [Record(b"\0", encode_control_key(ControlRecordType.COMMIT), 0)],
+        producer_id=7,
+        producer_epoch=0,
+        is_transactional=True,
+        is_control=True,
+    )
+    with pytest.raises(CorruptMessageError):
+        list(replay_items(next(decode_batches(broken))))

@@ -303,6 +303,13 @@ class _PendingCommit:
     producer_id: int = -1
 
 
+def _refused(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata], error: type[KafkaError]
+) -> Decision[OffsetCommitResponse]:
+    """A commit refused with ``error`` for every partition."""
+    return Decision(OffsetCommitResponse(dict.fromkeys(offsets, error)))
+
+
 def _txn_append_error(error: type[KafkaError]) -> type[KafkaError]:
     """A TxnOffsetCommit's failed append as the client hears it: the partition's
     producer state fencing the producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
@@ -386,6 +393,10 @@ class GroupManager:
         if current is None or newer(candidate, Positioned(current, self._positions.get(key, -1))):
             committed[tp] = candidate.value
             self._positions[key] = candidate.position
+
+    def _commit_group_error(self, group_id: str) -> type[KafkaError] | None:
+        """Why a commit to ``group_id`` is refused before its group is looked at."""
+        return InvalidGroupIdError if not group_id else self._coordinator_error(group_id)
 
     def _coordinator_error(self, group_id: str) -> type[KafkaError] | None:
         status = self._partitions.get(self._partition_for(group_id))
@@ -491,30 +502,25 @@ class GroupManager:
     def offset_commit(
         self, request: OffsetCommitRequest, *, now_ms: int
     ) -> Decision[OffsetCommitResponse]:
-        def everyone(error: type[KafkaError]) -> Decision[OffsetCommitResponse]:
-            return Decision(OffsetCommitResponse({tp: error for tp in request.offsets}))
-
-        if not request.group_id:
-            return everyone(InvalidGroupIdError)
-        error = self._coordinator_error(request.group_id)
+        error = self._commit_group_error(request.group_id)
         if error is not None:
-            return everyone(error)
+            return _refused(request.offsets, error)
         group = self._groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
-                return everyone(IllegalGenerationError)
+                return _refused(request.offsets, IllegalGenerationError)
             # A group that does not use the coordinator for membership (manual assign).
             group = self._new_group(request.group_id, now_ms)
         elif group.is_static_fenced(request.member_id, request.group_instance_id):
-            return everyone(FencedInstanceIdError)
+            return _refused(request.offsets, FencedInstanceIdError)
         elif request.generation_id < 0 and group.state is GroupState.EMPTY:
             pass
         elif group.state is GroupState.COMPLETING_REBALANCE:
-            return everyone(RebalanceInProgressError)
+            return _refused(request.offsets, RebalanceInProgressError)
         elif request.member_id not in group.members:
-            return everyone(UnknownMemberIdError)
+            return _refused(request.offsets, UnknownMemberIdError)
         elif request.generation_id != group.generation_id:
-            return everyone(IllegalGenerationError)
+            return _refused(request.offsets, IllegalGenerationError)
         else:
             group.members[request.member_id].last_heartbeat_ms = now_ms
         return self._store_offsets(group, request.offsets, request.retention_time_ms, now_ms)
@@ -530,23 +536,18 @@ class GroupManager:
         (ILLEGAL_GENERATION). No REBALANCE_IN_PROGRESS: the offsets only count if the
         transaction commits, and the producer of a fenced generation fails here."""
 
-        def everyone(error: type[KafkaError]) -> Decision[OffsetCommitResponse]:
-            return Decision(OffsetCommitResponse({tp: error for tp in request.offsets}))
-
-        if not request.group_id:
-            return everyone(InvalidGroupIdError)
-        error = self._coordinator_error(request.group_id)
+        error = self._commit_group_error(request.group_id)
         if error is not None:
-            return everyone(error)
+            return _refused(request.offsets, error)
         group = self._groups.get(request.group_id)
         if group is None:
             group = self._new_group(request.group_id, now_ms)
         elif group.is_static_fenced(request.member_id, request.group_instance_id):
-            return everyone(FencedInstanceIdError)
+            return _refused(request.offsets, FencedInstanceIdError)
         elif request.member_id and request.member_id not in group.members:
-            return everyone(UnknownMemberIdError)
+            return _refused(request.offsets, UnknownMemberIdError)
         elif request.generation_id >= 0 and request.generation_id != group.generation_id:
-            return everyone(IllegalGenerationError)
+            return _refused(request.offsets, IllegalGenerationError)
         return self._store_offsets(
             group,
             request.offsets,

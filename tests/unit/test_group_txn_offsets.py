@@ -316,11 +316,10 @@ def test_pending_offsets_do_not_expire() -> None:
     assert c.visible() == {TP0: 10, TP1: -1}
 
 
-def _stable_member(c: Coordinator, instance: str | None = None) -> tuple[str, int]:
-    m = c.manager
-    request = JoinGroupRequest(
+def _join(member_id: str, instance: str | None) -> JoinGroupRequest:
+    return JoinGroupRequest(
         group_id=G,
-        member_id="",
+        member_id=member_id,
         group_instance_id=instance,
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
@@ -328,22 +327,17 @@ def _stable_member(c: Coordinator, instance: str | None = None) -> tuple[str, in
         protocols=(("range", b""),),
         client_id="c",
     )
-    first = m.join_group(request, now_ms=0)
+
+
+def _stable_member(c: Coordinator, instance: str | None = None) -> tuple[str, int]:
+    m = c.manager
+    first = m.join_group(_join("", instance), now_ms=0)
     c.absorb(first.outputs)
     if first.response is not None and first.response.member_id and instance is None:
         member_id = first.response.member_id  # MEMBER_ID_REQUIRED: join again with it
         c.absorb(
             m.join_group(
-                JoinGroupRequest(
-                    group_id=G,
-                    member_id=member_id,
-                    group_instance_id=None,
-                    session_timeout_ms=10_000,
-                    rebalance_timeout_ms=10_000,
-                    protocol_type="consumer",
-                    protocols=(("range", b""),),
-                    client_id="c",
-                ),
+                _join(member_id, None),
                 now_ms=0,
             ).outputs
         )
@@ -384,16 +378,7 @@ def test_kip_447_static_member_fenced() -> None:
     # The same instance joins again: a new member id replaces the old one.
     c.absorb(
         c.manager.join_group(
-            JoinGroupRequest(
-                group_id=G,
-                member_id="",
-                group_instance_id="i-1",
-                session_timeout_ms=10_000,
-                rebalance_timeout_ms=10_000,
-                protocol_type="consumer",
-                protocols=(("range", b""),),
-                client_id="c",
-            ),
+            _join("", "i-1"),
             now_ms=0,
         ).outputs
     )

@@ -344,6 +344,12 @@ class GroupCoordinatorService:
             log.info("unloading groups", extra={"fields": {"partition": partition}})
             self._dispatch(self.core.unload(partition=partition, now_ms=now))
         for partition in sorted(led - set(self._owned)):
+            # Another leader may have written this partition meanwhile: the sequences
+            # of its transactional producers come from producer state again. (A stale
+            # next sequence could even match a batch it wrote and be answered as that
+            # duplicate, with nothing appended.)
+            for key in [k for k in self._sequences if k[0] == partition]:
+                del self._sequences[key]
             self._load_generation += 1
             self._owned[partition] = self._load_generation
             self.core.begin_loading(partition=partition)

@@ -6,12 +6,16 @@ coordinator. A fake broker keeps the partition's log as a list of entries."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeAlias
 
 import pytest
+from broker_harness import broker_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +46,8 @@ from raftka.broker.coordinator.group_records import (
     encode_key,
     encode_offset_commit_value,
 )
-from raftka.broker.coordinator.service import replay_items
+from raftka.broker.coordinator.service import GroupCoordinatorService, replay_items
+from raftka.broker.producer_state import BatchMetadata, ProducerStateEntry
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -548,3 +553,79 @@ def test_load_replays_transactional_batches_and_control_markers_from_log_bytes()
     )
     with pytest.raises(CorruptMessageError):
         list(replay_items(next(decode_batches(broken))))
+
+
+# -- the sequences of the coordinator's transactional batches (service) ---------------
+
+
+@dataclass
+class _Producers:
+    entries: dict[int, ProducerStateEntry] = field(default_factory=dict)
+
+    def entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.entries.get(producer_id)
+
+
+@dataclass
+class _Replicas:
+    """What GroupCoordinatorService._txn_sequence and on_metadata read of the replica
+    manager: the offsets partition 0, led here, empty, with its producer state."""
+
+    producers: _Producers = field(default_factory=_Producers)
+    leader: bool = True
+
+    @property
+    def partitions(self) -> dict[tuple[str, int], Any]:
+        log = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+        p = SimpleNamespace(
+            state=SimpleNamespace(is_leader=self.leader), producers=self.producers, log=log
+        )
+        return {("__consumer_offsets", 0): p}
+
+
+def _append(producer_id: int, epoch: int, records: int) -> AppendRecords:
+    record = OffsetsRecord(b"k", b"v")
+    return AppendRecords(1, G, 0, (record,) * records, producer_id, epoch)
+
+
+def _entry(producer_id: int, epoch: int, last_sequence: int) -> ProducerStateEntry:
+    return ProducerStateEntry(
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        batches=(BatchMetadata(0, last_sequence, 0, last_sequence, 0),),
+        last_timestamp=0,
+    )
+
+
+def test_txn_batch_sequences_continue_producer_state_and_restart_on_leadership(
+    tmp_path: Path,
+) -> None:
+    """The coordinator's transactional batches carry the producer's next sequence at
+    the partition: from producer state for its first one, then counted; a new epoch
+    starts at 0; becoming leader again asks producer state again (another leader may
+    have written meanwhile)."""
+
+    async def body() -> None:
+        replicas = _Replicas()
+        service = GroupCoordinatorService(
+            config=broker_config(tmp_path),
+            replicas=replicas,  # type: ignore[arg-type]
+            channel=lambda: None,
+        )
+        service.on_metadata()  # leads partition 0 (an empty log: loaded at once)
+        await asyncio.gather(*service._tasks)
+        assert service._txn_sequence(_append(7, 0, 2)) == 0  # unknown producer
+        assert service._txn_sequence(_append(7, 0, 1)) == 2
+        replicas.producers.entries[8] = _entry(8, 3, last_sequence=9)
+        assert service._txn_sequence(_append(8, 3, 1)) == 10
+        assert service._txn_sequence(_append(8, 4, 1)) == 0  # a bumped epoch
+        # Lost and regained leadership; another leader wrote up to sequence 41.
+        replicas.leader = False
+        service.on_metadata()
+        replicas.producers.entries[7] = _entry(7, 0, last_sequence=41)
+        replicas.leader = True
+        service.on_metadata()
+        assert service._txn_sequence(_append(7, 0, 1)) == 42
+        service.close()
+
+    asyncio.run(body())

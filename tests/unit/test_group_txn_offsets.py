@@ -578,7 +578,9 @@ class _Replicas:
     def partitions(self) -> dict[tuple[str, int], Any]:
         log = SimpleNamespace(log_start_offset=0, log_end_offset=0)
         p = SimpleNamespace(
-            state=SimpleNamespace(is_leader=self.leader), producers=self.producers, log=log
+            state=SimpleNamespace(is_leader=self.leader, leader_epoch=1),
+            producers=self.producers,
+            log=log,
         )
         return {("__consumer_offsets", 0): p}
 

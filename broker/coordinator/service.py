@@ -29,9 +29,13 @@ Theory of operation
   last stable offset see the transaction. The partition leader's marker path calls
   :meth:`GroupCoordinatorService.complete_transaction` after it appended a COMMIT or
   ABORT marker here; a load replays the markers it reads in the log. The log cleaner
-  must not clean at or past the partition's last stable offset (Kafka's
+  does not clean at or past the partition's last stable offset (Kafka's
   firstUncleanableDirtyOffset), so the records of an open transaction survive until
-  its marker; after it, "latest record per key" is the visibility rule's answer too.
+  its marker; after it, it drops aborted records and keeps each key's latest record by
+  offset, which is the visibility rule's answer too (txn_offsets). Not done: KIP-890
+  part 1's verification of this partition with the transaction coordinator before the
+  append (Kafka's group coordinator does it): an append here starts in emission order
+  with no await before it, which the log-order positions of txn_offsets rely on.
 * **Time.** One timer task calls ``tick`` at the core's next deadline (session expiry,
   join-phase delays, offset retention) or sooner when a request changed the deadlines.
   ``now_ms`` is the wall clock, as the core persists timestamps in records.

@@ -59,6 +59,7 @@ from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
 from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
 from raftka.common.errors import (
     BrokerNotAvailableError,
+    InvalidRequestError,
     KafkaError,
     RequestTimedOutError,
     UnknownServerError,
@@ -157,13 +158,18 @@ class BrokerServer:
         )
         # (topic, partition, producer_id, committed) after a transaction marker was
         # written to a __consumer_offsets partition (broker/txn_markers.py): the group
-        # coordinator completes that producer's transactional offsets. A no-op until
-        # it is connected.
-        self.on_txn_marker: TxnMarkerHook = _no_txn_marker_hook
+        # coordinator completes that producer's transactional offsets.
+        self.on_txn_marker: TxnMarkerHook = self._complete_txn_offsets
         self.metrics.watch(self)
         self.app = self._build_app()
 
     # ------------------------------------------------------------------ wiring
+
+    def _complete_txn_offsets(
+        self, topic: str, partition: int, producer_id: int, committed: bool
+    ) -> None:
+        del topic  # always __consumer_offsets: broker/txn_markers.py filters on it
+        self.coordinator.complete_transaction(partition, producer_id, committed)
 
     def _broker_epoch(self) -> int:
         epoch = None if self.lifecycle is None else self.lifecycle.broker_epoch
@@ -466,10 +472,6 @@ class BrokerServer:
 
 
 _SERVER_KEY: Final = web.AppKey("broker_server", BrokerServer)
-
-
-def _no_txn_marker_hook(topic: str, partition: int, producer_id: int, committed: bool) -> None:
-    del topic, partition, producer_id, committed  # nothing is connected yet
 
 
 def _server(request: web.Request) -> BrokerServer:

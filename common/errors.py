@@ -290,6 +290,13 @@ class InvalidRecordError(KafkaError):
     name, code = "INVALID_RECORD", 87
 
 
+class UnstableOffsetCommitError(KafkaError):
+    """OffsetFetch with require_stable (KIP-447): the partition has transactional
+    offsets whose transaction has not ended yet; retry once it has."""
+
+    name, code, retriable = "UNSTABLE_OFFSET_COMMIT", 88, True
+
+
 class ProducerFencedError(KafkaError):
     name, code = "PRODUCER_FENCED", 90
 

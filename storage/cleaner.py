@@ -423,10 +423,13 @@ class _OffsetMap:
         return True
 
     def put(self, key: bytes, offset: int) -> bool:
-        """Record ``offset`` for ``key`` (offsets arrive in log order). False if full."""
+        """Record ``offset`` for ``key`` unless a later record of it is mapped. False if
+        full. A committed transaction's records arrive at its marker, after later plain
+        records of the same keys (a tombstone among them): the latest record by offset
+        must win, as in Kafka's map, or an older value outlives a tombstone."""
         if key not in self.offsets and not self.reserve(len(key) + MAP_ENTRY_OVERHEAD_BYTES):
             return False
-        self.offsets[key] = offset
+        self.offsets[key] = max(offset, self.offsets.get(key, offset))
         return True
 
 

@@ -296,6 +296,11 @@ class AppendRecords:
     group_id: str
     partition: int
     records: tuple[OffsetsRecord, ...]
+    #: A TxnOffsetCommit's records go out as a transactional batch of this producer
+    #: (so the partition's producer state and last stable offset see the transaction);
+    #: -1: a plain batch.
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 GroupOutput: TypeAlias = JoinReply | SyncReply | AppendRecords

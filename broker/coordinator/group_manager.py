@@ -30,6 +30,12 @@ manager adds offsets (Kafka's rules):
   :class:`~raftka.broker.coordinator.group.AppendRecords`, and only
   :meth:`GroupManager.append_completed` applies the offsets and releases the
   :class:`CommitReply`.
+* **TxnOffsetCommit** (KIP-98, KIP-447) writes offsets as a transactional batch of the
+  producer; they stay *pending* (:mod:`.txn_offsets`) until the producer's COMMIT or
+  ABORT marker lands in the partition (:meth:`GroupManager.complete_transaction` at run
+  time, markers replayed on load). OffsetFetch with ``require_stable`` answers
+  UNSTABLE_OFFSET_COMMIT for a partition with pending offsets. Fencing is Kafka's
+  ``doTxnCommitOffsets``: a member id or generation, when given, must match.
 * **Expiry** (``offsets.retention.minutes``, 7 days): a consumer group's offsets expire
   that long after the group became Empty; a group that never had members (manual
   commits only) expires each offset that long after its commit; a commit carrying its
@@ -83,6 +89,12 @@ from raftka.broker.coordinator.group_records import (
     group_metadata_record,
     offset_commit_record,
 )
+from raftka.broker.coordinator.txn_offsets import (
+    GroupOffsetKey,
+    PendingTxnOffsets,
+    Positioned,
+    newer,
+)
 from raftka.common.errors import (
     CoordinatorLoadInProgressError,
     FencedInstanceIdError,
@@ -90,13 +102,17 @@ from raftka.common.errors import (
     GroupSubscribedToTopicError,
     IllegalGenerationError,
     InvalidGroupIdError,
+    InvalidProducerEpochError,
     InvalidSessionTimeoutError,
+    InvalidTxnStateError,
     KafkaError,
     NonEmptyGroupError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
+    ProducerFencedError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 
@@ -114,6 +130,9 @@ __all__ = [
     "OffsetCommitResponse",
     "OffsetFetchResponse",
     "Output",
+    "ReplayedTxnMarker",
+    "ReplayedTxnRecord",
+    "TxnOffsetCommitRequest",
 ]
 
 #: OffsetFetch's answer for a partition without a committed offset.
@@ -150,6 +169,37 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: ``offsets`` for ``group_id`` in the transaction of
+    ``producer_id``/``producer_epoch``. ``generation_id`` -1 and ``member_id`` "" mean
+    not given (a producer without the consumer's group metadata, pre-KIP-447)."""
+
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedTxnRecord:
+    """An offsets record read from a transactional batch of ``producer_id``."""
+
+    record: OffsetsRecord
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedTxnMarker:
+    """A COMMIT (``committed``) or ABORT control record of ``producer_id``."""
+
+    producer_id: int
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetCommitResponse:
     errors: Mapping[TopicPartition, ErrorType]
 
@@ -168,6 +218,8 @@ class OffsetFetchResponse:
     error: ErrorType
     #: Committed offsets; -1 (``NO_OFFSET``) for a partition without one.
     offsets: Mapping[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    #: Per-partition errors (UNSTABLE_OFFSET_COMMIT with require_stable); absent: none.
+    errors: Mapping[TopicPartition, ErrorType] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +277,12 @@ class _Loading(enum.Enum):
 
 @dataclass(slots=True)
 class _LoadBuffer:
-    """Latest value per key seen while replaying one partition (None: tombstone)."""
+    """Latest value per key seen while replaying one partition (None: tombstone), and
+    markers the leader reported while the load was still reading (applied after it)."""
 
     groups: dict[str, GroupMetadataValue | None] = field(default_factory=dict)
-    offsets: dict[tuple[str, TopicPartition], OffsetCommitValue | None] = field(
-        default_factory=dict
-    )
+    offsets: dict[GroupOffsetKey, Positioned | None] = field(default_factory=dict)
+    markers: list[ReplayedTxnMarker] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +297,27 @@ class _PendingCommit:
     #: Partitions whose offsets were deleted (OffsetDelete) while this was in flight:
     #: their tombstones follow these records in the log, so memory must not keep them.
     deleted: set[TopicPartition] = field(default_factory=set)
+    #: The append's place in the partition's log order (txn_offsets.Positioned).
+    position: int = 0
+    #: A TxnOffsetCommit's producer (its offsets become pending); -1: a plain commit.
+    producer_id: int = -1
+
+
+def _refused(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata], error: type[KafkaError]
+) -> Decision[OffsetCommitResponse]:
+    """A commit refused with ``error`` for every partition."""
+    return Decision(OffsetCommitResponse(dict.fromkeys(offsets, error)))
+
+
+def _txn_append_error(error: type[KafkaError]) -> type[KafkaError]:
+    """A TxnOffsetCommit's failed append as the client hears it: the partition's
+    producer state fencing the producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
+    INVALID_TXN_STATE) goes back as it is, as Kafka's TxnOffsetCommit answers it; the
+    rest as for a plain commit."""
+    if issubclass(error, ProducerFencedError | InvalidProducerEpochError | InvalidTxnStateError):
+        return error
+    return coordinator_error_for_append(error)
 
 
 class _Tombstones:
@@ -271,6 +344,10 @@ class GroupManager:
         self._load_buffers: dict[int, _LoadBuffer] = {}
         self._groups: dict[str, Group] = {}
         self._offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        #: Log-order position of each committed value in ``_offsets``.
+        self._positions: dict[GroupOffsetKey, int] = {}
+        self._txn = PendingTxnOffsets()
+        self._next_position = 0
         self._inflight: dict[int, Group | _PendingCommit | _Tombstones] = {}
         self._next_append_id = 0
         self._next_retention_check_ms = 0
@@ -289,11 +366,37 @@ class GroupManager:
     def owned_partitions(self) -> Mapping[int, str]:
         return {p: s.value for p, s in self._partitions.items()}
 
+    def pending_transactional(self, partition: int) -> Mapping[int, Mapping[GroupOffsetKey, int]]:
+        """Producer id -> pending transactional offsets (key -> offset) of ``partition``."""
+        return {
+            pid: {key: p.value.offset for key, p in offsets.items()}
+            for pid, offsets in self._txn.producers(partition).items()
+        }
+
     # -- internals -------------------------------------------------------------------------
 
     def _allocate_append_id(self) -> int:
         self._next_append_id += 1
         return self._next_append_id
+
+    def _allocate_position(self) -> int:
+        """The next place in log order: replayed records and emitted appends take them
+        in the order they are (or will be) in the log."""
+        self._next_position += 1
+        return self._next_position
+
+    def _commit_offset(self, group_id: str, tp: TopicPartition, candidate: Positioned) -> None:
+        """Make ``candidate`` the committed value unless a later record holds it."""
+        committed = self._offsets.setdefault(group_id, {})
+        key = (group_id, tp)
+        current = committed.get(tp)
+        if current is None or newer(candidate, Positioned(current, self._positions.get(key, -1))):
+            committed[tp] = candidate.value
+            self._positions[key] = candidate.position
+
+    def _commit_group_error(self, group_id: str) -> type[KafkaError] | None:
+        """Why a commit to ``group_id`` is refused before its group is looked at."""
+        return InvalidGroupIdError if not group_id else self._coordinator_error(group_id)
 
     def _coordinator_error(self, group_id: str) -> type[KafkaError] | None:
         status = self._partitions.get(self._partition_for(group_id))
@@ -399,44 +502,75 @@ class GroupManager:
     def offset_commit(
         self, request: OffsetCommitRequest, *, now_ms: int
     ) -> Decision[OffsetCommitResponse]:
-        def everyone(error: type[KafkaError]) -> Decision[OffsetCommitResponse]:
-            return Decision(OffsetCommitResponse({tp: error for tp in request.offsets}))
-
-        if not request.group_id:
-            return everyone(InvalidGroupIdError)
-        error = self._coordinator_error(request.group_id)
+        error = self._commit_group_error(request.group_id)
         if error is not None:
-            return everyone(error)
+            return _refused(request.offsets, error)
         group = self._groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
-                return everyone(IllegalGenerationError)
+                return _refused(request.offsets, IllegalGenerationError)
             # A group that does not use the coordinator for membership (manual assign).
             group = self._new_group(request.group_id, now_ms)
         elif group.is_static_fenced(request.member_id, request.group_instance_id):
-            return everyone(FencedInstanceIdError)
+            return _refused(request.offsets, FencedInstanceIdError)
         elif request.generation_id < 0 and group.state is GroupState.EMPTY:
             pass
         elif group.state is GroupState.COMPLETING_REBALANCE:
-            return everyone(RebalanceInProgressError)
+            return _refused(request.offsets, RebalanceInProgressError)
         elif request.member_id not in group.members:
-            return everyone(UnknownMemberIdError)
+            return _refused(request.offsets, UnknownMemberIdError)
         elif request.generation_id != group.generation_id:
-            return everyone(IllegalGenerationError)
+            return _refused(request.offsets, IllegalGenerationError)
         else:
             group.members[request.member_id].last_heartbeat_ms = now_ms
-        return self._store_offsets(group, request, now_ms)
+        return self._store_offsets(group, request.offsets, request.retention_time_ms, now_ms)
+
+    def txn_offset_commit(
+        self, request: TxnOffsetCommitRequest, *, now_ms: int
+    ) -> Decision[OffsetCommitResponse]:
+        """Kafka's TxnOffsetCommit (GroupCoordinator.doTxnCommitOffsets): a group that
+        does not exist is created (Empty: the transactional producer need not be a
+        member); a static member replaced by another instance is fenced
+        (FENCED_INSTANCE_ID); a member id, when given, must be a member
+        (UNKNOWN_MEMBER_ID); a generation, when given, must be the group's
+        (ILLEGAL_GENERATION). No REBALANCE_IN_PROGRESS: the offsets only count if the
+        transaction commits, and the producer of a fenced generation fails here."""
+
+        error = self._commit_group_error(request.group_id)
+        if error is not None:
+            return _refused(request.offsets, error)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            group = self._new_group(request.group_id, now_ms)
+        elif group.is_static_fenced(request.member_id, request.group_instance_id):
+            return _refused(request.offsets, FencedInstanceIdError)
+        elif request.member_id and request.member_id not in group.members:
+            return _refused(request.offsets, UnknownMemberIdError)
+        elif request.generation_id >= 0 and request.generation_id != group.generation_id:
+            return _refused(request.offsets, IllegalGenerationError)
+        return self._store_offsets(
+            group,
+            request.offsets,
+            None,
+            now_ms,
+            producer=(request.producer_id, request.producer_epoch),
+        )
 
     def _store_offsets(
-        self, group: Group, request: OffsetCommitRequest, now_ms: int
+        self,
+        group: Group,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        retention: int | None,
+        now_ms: int,
+        *,
+        producer: tuple[int, int] | None = None,
     ) -> Decision[OffsetCommitResponse]:
         refused: dict[TopicPartition, ErrorType] = {}
         values: dict[TopicPartition, OffsetCommitValue] = {}
-        for tp, committed in request.offsets.items():
+        for tp, committed in offsets.items():
             if len(committed.metadata.encode("utf-8")) > self._config.offset_metadata_max_bytes:
                 refused[tp] = OffsetMetadataTooLargeError
                 continue
-            retention = request.retention_time_ms
             values[tp] = OffsetCommitValue(
                 offset=committed.offset,
                 leader_epoch=-1 if committed.leader_epoch is None else committed.leader_epoch,
@@ -453,15 +587,32 @@ class GroupManager:
             for tp, v in values.items()
         )
         append_id = self._allocate_append_id()
+        producer_id, producer_epoch = (-1, -1) if producer is None else producer
         self._inflight[append_id] = _PendingCommit(
-            group.group_id, group.partition, group, values, refused
+            group.group_id,
+            group.partition,
+            group,
+            values,
+            refused,
+            position=self._allocate_position(),
+            producer_id=producer_id,
         )
-        return Decision(None, (AppendRecords(append_id, group.group_id, group.partition, records),))
+        append = AppendRecords(
+            append_id, group.group_id, group.partition, records, producer_id, producer_epoch
+        )
+        return Decision(None, (append,))
 
     def offset_fetch(
-        self, *, group_id: str, partitions: tuple[TopicPartition, ...] | None
+        self,
+        *,
+        group_id: str,
+        partitions: tuple[TopicPartition, ...] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse:
-        """Committed offsets of ``partitions`` (None: every partition with one)."""
+        """Committed offsets of ``partitions`` (None: every partition with one). With
+        ``require_stable`` (KIP-447) a partition with pending transactional offsets is
+        answered UNSTABLE_OFFSET_COMMIT (and offset -1) instead: the consumer retries
+        rather than start from an offset its transaction may still replace."""
         if not group_id:
             return OffsetFetchResponse(InvalidGroupIdError)
         error = self._coordinator_error(group_id)
@@ -470,7 +621,13 @@ class GroupManager:
         committed = self._offsets.get(group_id, {})
         wanted = sorted(committed) if partitions is None else partitions
         result: dict[TopicPartition, OffsetAndMetadata] = {}
+        errors: dict[TopicPartition, ErrorType] = {}
+        partition = self._partition_for(group_id)
         for tp in wanted:
+            if require_stable and self._txn.is_pending(partition, (group_id, tp)):
+                result[tp] = NO_OFFSET
+                errors[tp] = UnstableOffsetCommitError
+                continue
             value = committed.get(tp)
             result[tp] = (
                 NO_OFFSET
@@ -481,7 +638,7 @@ class GroupManager:
                     None if value.leader_epoch < 0 else value.leader_epoch,
                 )
             )
-        return OffsetFetchResponse(None, result)
+        return OffsetFetchResponse(None, result, errors)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -503,13 +660,42 @@ class GroupManager:
             # tombstones follow these records in the log (they cover in-flight commits):
             # the commit happened, then the delete; memory must not resurrect it.
             if self._groups.get(target.group_id) is target.group:
-                kept = {tp: v for tp, v in target.values.items() if tp not in target.deleted}
-                self._offsets.setdefault(target.group_id, {}).update(kept)
+                for tp, value in target.values.items():
+                    if tp in target.deleted:
+                        continue
+                    positioned = Positioned(value, target.position)
+                    if target.producer_id < 0:
+                        self._commit_offset(target.group_id, tp, positioned)
+                    else:
+                        key = (target.group_id, tp)
+                        self._txn.add(target.partition, target.producer_id, key, positioned)
             errors.update({tp: None for tp in target.values})
         else:
-            mapped = coordinator_error_for_append(error)
+            mapped = (
+                _txn_append_error(error)
+                if target.producer_id >= 0
+                else coordinator_error_for_append(error)
+            )
             errors.update({tp: mapped for tp in target.values})
         return (CommitReply(append_id, target.group_id, OffsetCommitResponse(errors)),)
+
+    def complete_transaction(self, *, partition: int, producer_id: int, committed: bool) -> None:
+        """A COMMIT (``committed``) or ABORT marker of ``producer_id`` was appended to
+        ``partition`` of __consumer_offsets: its pending offsets there become committed
+        (unless a later record of the key holds it) or are dropped. A partition this
+        coordinator does not own is ignored (its next owner replays the marker); one
+        still loading applies the marker after the records it is reading."""
+        status = self._partitions.get(partition)
+        if status is None:
+            return
+        marker = ReplayedTxnMarker(producer_id, committed)
+        if status is _Loading.LOADING:
+            self._load_buffers[partition].markers.append(marker)
+            return
+        for (group_id, tp), positioned in self._txn.complete(partition, producer_id).items():
+            # A group deleted meanwhile took its pending offsets with it (remove_key).
+            if committed and group_id in self._groups:
+                self._commit_offset(group_id, tp, positioned)
 
     def _append_tombstones(self, group_id: str, records: list[OffsetsRecord]) -> AppendRecords:
         append_id = self._allocate_append_id()
@@ -539,6 +725,9 @@ class GroupManager:
                 for target in self._inflight.values():
                     if isinstance(target, _PendingCommit) and target.group is group:
                         doomed.update(target.values)
+                # And for pending transactional offsets (Kafka's deleteAllOffsets): a
+                # COMMIT after the deletion must not bring them back.
+                doomed.update(self._pending_partitions(group_id))
                 outputs.append(self._remove_group(group_id, sorted(doomed)))
                 results[group_id] = None
         return Decision(DeleteGroupsResponse(results), tuple(outputs))
@@ -548,7 +737,7 @@ class GroupManager:
         del self._groups[group_id]
         committed = self._offsets.get(group_id, {})
         for tp in offsets:
-            committed.pop(tp, None)
+            self._forget(group_id, tp)
         if not committed:
             self._offsets.pop(group_id, None)
         records = [
@@ -557,6 +746,18 @@ class GroupManager:
         ]
         records.append(group_metadata_record(GroupMetadataKey(group_id), None))
         return self._append_tombstones(group_id, records)
+
+    def _pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions with pending transactional offsets of ``group_id``."""
+        keys = self._txn.pending_keys(self._partition_for(group_id))
+        return {tp for g, tp in keys if g == group_id}
+
+    def _forget(self, group_id: str, tp: TopicPartition) -> None:
+        """A plain tombstone of (group, tp) is being written: drop what memory has of the
+        key, committed and pending (txn_offsets: a tombstone ends pending values too)."""
+        self._offsets.get(group_id, {}).pop(tp, None)
+        self._positions.pop((group_id, tp), None)
+        self._txn.remove_key(self._partition_for(group_id), (group_id, tp))
 
     def delete_offsets(
         self, *, group_id: str, partitions: tuple[TopicPartition, ...], now_ms: int
@@ -585,7 +786,9 @@ class GroupManager:
             return Decision(OffsetDeleteResponse(NonEmptyGroupError))
         errors.update({tp: None for tp in eligible})
         # Tombstones also for commits still in flight: their records precede ours.
-        doomed = set(eligible) & set(self._offsets.get(group_id, {}))
+        doomed = set(eligible) & (
+            set(self._offsets.get(group_id, {})) | self._pending_partitions(group_id)
+        )
         for target in self._inflight.values():
             if isinstance(target, _PendingCommit) and target.group is group:
                 hit = set(eligible) & set(target.values)
@@ -603,9 +806,13 @@ class GroupManager:
         group_id = group.group_id
         committed = self._offsets.get(group_id, {})
         remaining = set(committed) - set(offsets)
-        busy = group.has_pending_stores() or any(
-            isinstance(t, _PendingCommit) and t.group_id == group_id
-            for t in self._inflight.values()
+        busy = (
+            group.has_pending_stores()
+            or any(
+                isinstance(t, _PendingCommit) and t.group_id == group_id
+                for t in self._inflight.values()
+            )
+            or bool(self._pending_partitions(group_id) - set(offsets))
         )
         if (
             group.state is GroupState.EMPTY
@@ -617,7 +824,7 @@ class GroupManager:
             outputs.append(self._remove_group(group_id, offsets))
             return outputs
         for tp in offsets:
-            committed.pop(tp, None)
+            self._forget(group_id, tp)
         records = [
             offset_commit_record(OffsetCommitKey(group_id, tp.topic, tp.partition), None)
             for tp in offsets
@@ -700,9 +907,12 @@ class GroupManager:
             if self._coordinator_error(group_id) is not None:
                 continue
             committed = self._offsets.get(group_id, {})
+            # Kafka's removeExpiredOffsets skips a partition with pending commits,
+            # transactional ones included.
+            pending = self._pending_partitions(group_id)
             expired = []
             for tp, value in committed.items():
-                if (group_id, tp) in in_flight:
+                if (group_id, tp) in in_flight or tp in pending:
                     continue
                 if value.expire_timestamp_ms is not None:
                     due = now_ms >= value.expire_timestamp_ms
@@ -725,36 +935,71 @@ class GroupManager:
         self._partitions[partition] = _Loading.LOADING
         self._load_buffers[partition] = _LoadBuffer()
 
-    def replay(self, *, partition: int, records: Iterable[OffsetsRecord]) -> None:
-        """Feed records of ``partition`` in log order (any number of calls)."""
+    def replay(
+        self,
+        *,
+        partition: int,
+        records: Iterable[OffsetsRecord | ReplayedTxnRecord | ReplayedTxnMarker],
+    ) -> None:
+        """Feed records of ``partition`` in log order (any number of calls): plain
+        records, records of transactional batches (pending until their producer's
+        marker) and the COMMIT/ABORT markers of the partition's control batches."""
         buffer = self._load_buffers[partition]
-        for record in records:
+        for item in records:
+            if isinstance(item, ReplayedTxnMarker):
+                self._replay_marker(partition, buffer, item)
+                continue
+            producer_id = item.producer_id if isinstance(item, ReplayedTxnRecord) else -1
+            record = item.record if isinstance(item, ReplayedTxnRecord) else item
             key = decode_key(record.key)
             if self._partition_for(key.group_id) != partition:
                 raise OffsetsRecordError(
                     f"group {key.group_id!r} does not belong in partition {partition}"
                 )
+            position = self._allocate_position()
             if isinstance(key, GroupMetadataKey):
                 buffer.groups[key.group_id] = (
                     None if record.value is None else decode_group_metadata_value(record.value)
                 )
+                continue
+            offset_key = (key.group_id, TopicPartition(key.topic, key.partition))
+            value = None if record.value is None else decode_offset_commit_value(record.value)
+            if producer_id < 0:
+                buffer.offsets[offset_key] = None if value is None else Positioned(value, position)
+                if value is None:
+                    self._txn.remove_key(partition, offset_key)
+            elif value is None:
+                self._txn.discard(partition, producer_id, offset_key)
             else:
-                tp = TopicPartition(key.topic, key.partition)
-                buffer.offsets[(key.group_id, tp)] = (
-                    None if record.value is None else decode_offset_commit_value(record.value)
-                )
+                self._txn.add(partition, producer_id, offset_key, Positioned(value, position))
+
+    def _replay_marker(
+        self, partition: int, buffer: _LoadBuffer, marker: ReplayedTxnMarker
+    ) -> None:
+        """A marker read from the log (or reported during the load): Kafka's
+        doLoadGroupsAndOffsets, with the later record of a key winning."""
+        for key, positioned in self._txn.complete(partition, marker.producer_id).items():
+            if marker.committed and newer(positioned, buffer.offsets.get(key)):
+                buffer.offsets[key] = positioned
 
     def complete_loading(self, *, partition: int, now_ms: int) -> None:
         """Build the partition's groups from what was replayed and start serving them."""
         assert self._partitions.get(partition) is _Loading.LOADING
         buffer = self._load_buffers.pop(partition)
-        for (group_id, tp), value in buffer.offsets.items():
-            if value is not None:
-                self._offsets.setdefault(group_id, {})[tp] = value
+        # Markers the leader wrote after the load took its end offset follow every
+        # record the load read.
+        for marker in buffer.markers:
+            self._replay_marker(partition, buffer, marker)
+        for (group_id, tp), positioned in buffer.offsets.items():
+            if positioned is not None:
+                self._offsets.setdefault(group_id, {})[tp] = positioned.value
+                self._positions[(group_id, tp)] = positioned.position
         group_ids = [g for g, v in buffer.groups.items() if v is not None]
         group_ids += [
             g for g in self._offsets if g not in buffer.groups or buffer.groups[g] is None
         ]
+        # A group with only pending transactional offsets exists too (Kafka loads it).
+        group_ids += sorted({g for g, _ in self._txn.pending_keys(partition)})
         for group_id in group_ids:
             if self._partition_for(group_id) != partition or group_id in self._groups:
                 continue
@@ -776,7 +1021,9 @@ class GroupManager:
                 continue
             outputs.extend(group.unload(now_ms=now_ms))
             del self._groups[group_id]
-            self._offsets.pop(group_id, None)
+            for tp in self._offsets.pop(group_id, {}):
+                self._positions.pop((group_id, tp), None)
+        self._txn.drop_partition(partition)
         for append_id, target in list(self._inflight.items()):
             if isinstance(target, _PendingCommit) and target.partition == partition:
                 errors = dict(target.refused)

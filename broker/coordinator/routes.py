@@ -19,6 +19,7 @@ from aiohttp import web
 from raftka.broker.coordinator.service import GroupCoordinatorService, RequestContext
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
+from raftka.common.messages import transactions as txn_api
 
 __all__ = ["ROUTES", "Route", "bound_routes", "coordinator_routes", "route_handler"]
 
@@ -51,6 +52,7 @@ ROUTES: Final[tuple[Route[GroupCoordinatorService, Any], ...]] = (
     Route("/v1/describe-groups", api.DescribeGroupsRequest, S.describe_groups),
     Route("/v1/delete-groups", api.DeleteGroupsRequest, S.delete_groups),
     Route("/v1/offset-delete", api.OffsetDeleteRequest, S.offset_delete),
+    Route("/v1/txn-offset-commit", txn_api.TxnOffsetCommitRequest, S.txn_offset_commit),
 )
 
 

@@ -23,6 +23,19 @@ Theory of operation
 * **Parked requests.** JoinGroup and SyncGroup answers that wait for a rebalance and
   OffsetCommit answers that wait for their append are futures keyed by (group, member)
   or append id; the core's outputs resolve them. No polling loop.
+* **Transactions.** TxnOffsetCommit's records go out as a transactional batch of the
+  producer (its id and epoch, and the next sequence of that producer at the partition,
+  :meth:`GroupCoordinatorService._txn_sequence`), so the partition's producer state and
+  last stable offset see the transaction. The partition leader's marker path calls
+  :meth:`GroupCoordinatorService.complete_transaction` after it appended a COMMIT or
+  ABORT marker here; a load replays the markers it reads in the log. The log cleaner
+  does not clean at or past the partition's last stable offset (Kafka's
+  firstUncleanableDirtyOffset), so the records of an open transaction survive until
+  its marker; after it, it drops aborted records and keeps each key's latest record by
+  offset, which is the visibility rule's answer too (txn_offsets). Not done: KIP-890
+  part 1's verification of this partition with the transaction coordinator before the
+  append (Kafka's group coordinator does it): an append here starts in emission order
+  with no await before it, which the log-order positions of txn_offsets rely on.
 * **Time.** One timer task calls ``tick`` at the core's next deadline (session expiry,
   join-phase delays, offset retention) or sooner when a request changed the deadlines.
   ``now_ms`` is the wall clock, as the core persists timestamps in records.
@@ -75,25 +88,39 @@ from raftka.broker.coordinator.group_manager import (
     OffsetDeleteResponse,
     OffsetFetchResponse,
     Output,
+    ReplayedTxnMarker,
+    ReplayedTxnRecord,
+    TxnOffsetCommitRequest,
 )
 from raftka.broker.coordinator.group_records import OffsetsRecord, OffsetsRecordError
 from raftka.broker.coordinator.placement import coordinator_partition
 from raftka.broker.lifecycle import ControllerChannel
+from raftka.broker.producer_state import next_sequence
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.errors import (
+    CorruptMessageError,
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
     UnknownTopicOrPartitionError,
 )
 from raftka.common.messages import coordinator as api
+from raftka.common.messages import transactions as txn_api
 from raftka.common.messages.broker import ErrorObject, error_object
 from raftka.common.record import Record, build_batch, decode_batches
+from raftka.common.record.batch import DecodedBatch
+from raftka.common.record.control import ControlRecordType, end_transaction_marker
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.time import wall_clock_ms
 from raftka.server_common.metrics import add_remote
 
-__all__ = ["OFFSETS_TOPIC", "CoordinatorLocation", "GroupCoordinatorService", "RequestContext"]
+__all__ = [
+    "OFFSETS_TOPIC",
+    "CoordinatorLocation",
+    "GroupCoordinatorService",
+    "RequestContext",
+    "replay_items",
+]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +168,24 @@ def _by_topic(
     for tp, answer in answers.items():
         topics.setdefault(tp.topic, []).append(partition(tp, answer))
     return [(name, tuple(ps)) for name, ps in sorted(topics.items())]
+
+
+def replay_items(
+    batch: DecodedBatch,
+) -> list[OffsetsRecord | ReplayedTxnRecord | ReplayedTxnMarker]:
+    """What the core replays of one batch of the log: its offsets records (marked with
+    their producer when the batch is transactional), or its COMMIT/ABORT marker."""
+    header = batch.header
+    if header.is_control:
+        marker = end_transaction_marker(batch)  # None: another control type, skipped
+        if marker is None:
+            return []
+        committed = marker.control_type is ControlRecordType.COMMIT
+        return [ReplayedTxnMarker(header.producer_id, committed)]
+    records = [OffsetsRecord(r.key, r.value) for r in batch.records if r.key is not None]
+    if not header.is_transactional:
+        return list(records)
+    return [ReplayedTxnRecord(r, header.producer_id) for r in records]
 
 
 def _partitions(topics: Iterable[api.OffsetFetchTopic]) -> tuple[TopicPartition, ...]:
@@ -197,6 +242,9 @@ class GroupCoordinatorService:
         self._joins: dict[tuple[str, str], list[asyncio.Future[JoinGroupResponse]]] = {}
         self._syncs: dict[tuple[str, str], list[asyncio.Future[SyncGroupResponse]]] = {}
         self._commits: dict[int, asyncio.Future[OffsetCommitResponse]] = {}
+        #: (offsets partition, producer id) -> (epoch, next sequence) of the
+        #: transactional batches this coordinator writes (see _txn_sequence).
+        self._sequences: dict[tuple[int, int], tuple[int, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._closed = False
@@ -235,6 +283,12 @@ class GroupCoordinatorService:
             log.info("unloading groups", extra={"fields": {"partition": partition}})
             self._dispatch(self.core.unload(partition=partition, now_ms=now))
         for partition in sorted(led - set(self._owned)):
+            # Another leader may have written this partition meanwhile: the sequences
+            # of its transactional producers come from producer state again. (A stale
+            # next sequence could even match a batch it wrote and be answered as that
+            # duplicate, with nothing appended.)
+            for key in [k for k in self._sequences if k[0] == partition]:
+                del self._sequences[key]
             self._load_generation += 1
             self._owned[partition] = self._load_generation
             self.core.begin_loading(partition=partition)
@@ -263,14 +317,16 @@ class GroupCoordinatorService:
                 batches = list(decode_batches(data))
                 if not batches:
                     break
-                replayed: list[OffsetsRecord] = []
+                replayed: list[OffsetsRecord | ReplayedTxnRecord | ReplayedTxnMarker] = []
                 for batch in batches:
                     offset = batch.header.next_offset
-                    if batch.header.is_control:
-                        continue
-                    replayed.extend(
-                        OffsetsRecord(r.key, r.value) for r in batch.records if r.key is not None
-                    )
+                    try:
+                        replayed.extend(replay_items(batch))
+                    except CorruptMessageError as e:
+                        log.error(
+                            "skipping an unreadable control batch",
+                            extra={"fields": {"partition": partition, "error": str(e)}},
+                        )
                 try:
                     self.core.replay(partition=partition, records=replayed)
                 except OffsetsRecordError as e:
@@ -326,7 +382,17 @@ class GroupCoordinatorService:
     async def _append(self, out: AppendRecords) -> type[KafkaError] | None:
         """Append ``out`` (acks=all) and tell the core; the append's error, if any."""
         now = wall_clock_ms()
-        batch = build_batch([Record(r.value, r.key, now) for r in out.records])
+        records = [Record(r.value, r.key, now) for r in out.records]
+        if out.producer_id < 0:
+            batch = build_batch(records)
+        else:
+            batch = build_batch(
+                records,
+                producer_id=out.producer_id,
+                producer_epoch=out.producer_epoch,
+                base_sequence=self._txn_sequence(out),
+                is_transactional=True,
+            )
         error: type[KafkaError] | None
         try:
             (result,) = await self._replicas.produce(
@@ -337,6 +403,9 @@ class GroupCoordinatorService:
             error = None if result.error is None else type(result.error)
         except KafkaError as e:
             error = type(e)
+        if error is not None and out.producer_id >= 0:
+            # Whether the batch is in the log is unknown: ask producer state next time.
+            self._sequences.pop((out.partition, out.producer_id), None)
         if self._closed:
             return error
         self._dispatch(
@@ -345,6 +414,27 @@ class GroupCoordinatorService:
             )
         )
         return error
+
+    def _txn_sequence(self, out: AppendRecords) -> int:
+        """The base sequence of ``out``'s transactional batch, allocated now, in the
+        order the appends reach the log (each ``_append`` asks before its first await).
+
+        The partition's producer state checks sequences as for any producer's batch: a
+        new epoch starts at 0, the same epoch continues after the producer's last batch
+        there. The first append of a producer (or the first after a failed one, or
+        after this broker became leader) starts from what producer state holds."""
+        key = (out.partition, out.producer_id)
+        known = self._sequences.get(key)
+        if known is not None and known[0] == out.producer_epoch:
+            base = known[1]
+        else:
+            base = 0
+            p = self._replicas.partitions.get((OFFSETS_TOPIC, out.partition))
+            entry = None if p is None else p.producers.entry(out.producer_id)
+            if entry is not None and entry.producer_epoch == out.producer_epoch and entry.batches:
+                base = next_sequence(entry.last_sequence)
+        self._sequences[key] = (out.producer_epoch, next_sequence(base, len(out.records)))
+        return base
 
     def _park(
         self,
@@ -412,7 +502,15 @@ class GroupCoordinatorService:
 
     async def _offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         self._check_open()
-        decision = self.core.offset_commit(request, now_ms=self._clock_ms())
+        return await self._committed(self.core.offset_commit(request, now_ms=self._clock_ms()))
+
+    async def _txn_offset_commit(self, request: TxnOffsetCommitRequest) -> OffsetCommitResponse:
+        self._check_open()
+        decision = self.core.txn_offset_commit(request, now_ms=self._clock_ms())
+        return await self._committed(decision)
+
+    async def _committed(self, decision: Decision[OffsetCommitResponse]) -> OffsetCommitResponse:
+        """The answer of a commit: now, or once its records are appended."""
         if decision.response is not None:
             self._dispatch(decision.outputs)
             return decision.response
@@ -422,11 +520,27 @@ class GroupCoordinatorService:
         self._dispatch(decision.outputs)
         return await _parked(future)
 
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
+        """The partition leader appended a COMMIT (``committed``) or ABORT marker of
+        ``producer_id`` to ``partition`` of __consumer_offsets (the broker's
+        ``on_txn_marker``, docs/protocol.md): that producer's pending offsets there
+        become visible or are dropped. Called on the event loop."""
+        if self._closed:
+            return
+        self.core.complete_transaction(
+            partition=partition, producer_id=producer_id, committed=committed
+        )
+
     def _offset_fetch(
-        self, group_id: str, partitions: tuple[TopicPartition, ...] | None
+        self,
+        group_id: str,
+        partitions: tuple[TopicPartition, ...] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse:
         self._check_open()
-        return self.core.offset_fetch(group_id=group_id, partitions=partitions)
+        return self.core.offset_fetch(
+            group_id=group_id, partitions=partitions, require_stable=require_stable
+        )
 
     def _list_groups(self, states: frozenset[str] | None) -> ListGroupsResponse:
         return self.core.list_groups(states=states)
@@ -611,11 +725,44 @@ class GroupCoordinatorService:
             topics=tuple(api.OffsetCommitTopicResponse(name=n, partitions=ps) for n, ps in topics)
         )
 
+    async def txn_offset_commit(
+        self, request: txn_api.TxnOffsetCommitRequest, context: RequestContext
+    ) -> txn_api.TxnOffsetCommitResponse:
+        offsets = {
+            TopicPartition(t.name, p.partition_index): OffsetAndMetadata(
+                p.committed_offset,
+                p.committed_metadata or "",
+                None if p.committed_leader_epoch < 0 else p.committed_leader_epoch,
+            )
+            for t in request.topics
+            for p in t.partitions
+        }
+        response = await self._txn_offset_commit(
+            TxnOffsetCommitRequest(
+                group_id=request.group_id,
+                producer_id=request.producer_id,
+                producer_epoch=request.producer_epoch,
+                offsets=offsets,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+            )
+        )
+        topics = _by_topic(
+            response.errors,
+            lambda tp, error: txn_api.TxnPartitionResult(
+                partition_index=tp.partition, error=_error(error)
+            ),
+        )
+        return txn_api.TxnOffsetCommitResponse(
+            topics=tuple(txn_api.TxnTopicResult(name=n, partitions=ps) for n, ps in topics)
+        )
+
     async def offset_fetch(
         self, request: api.OffsetFetchRequest, context: RequestContext
     ) -> api.OffsetFetchResponse:
         wanted = None if request.topics is None else _partitions(request.topics)
-        response = self._offset_fetch(request.group_id, wanted)
+        response = self._offset_fetch(request.group_id, wanted, request.require_stable)
         topics = _by_topic(
             response.offsets,
             lambda tp, committed: api.OffsetFetchPartitionResponse(
@@ -623,6 +770,7 @@ class GroupCoordinatorService:
                 offset=committed.offset,
                 leader_epoch=committed.leader_epoch,
                 metadata=committed.metadata,
+                error=_error(response.errors.get(tp)),
             ),
         )
         return api.OffsetFetchResponse(

@@ -1498,7 +1498,10 @@ class KafkaApis:
                 {"name": t.name, "partitions": [{"partition": int(i)} for i in t.partition_indexes]}
                 for t in request.topics
             ]
-        fields = {"group_id": request.group_id, "topics": topics}
+        # v7+ (KIP-447): require_stable reports partitions with pending transactional
+        # offsets as UNSTABLE_OFFSET_COMMIT; older versions do not carry it.
+        stable = bool(getattr(request, "require_stable", False))
+        fields = {"group_id": request.group_id, "topics": topics, "require_stable": stable}
 
         def partition(topic: str, p: Any) -> Any:
             return _build(

@@ -195,10 +195,6 @@ class TopicDeletionDisabledError(KafkaError):
     name, code = "TOPIC_DELETION_DISABLED", 73
 
 
-class UnstableOffsetCommitError(KafkaError):
-    name, code, retriable = "UNSTABLE_OFFSET_COMMIT", 88, True
-
-
 class ThrottlingQuotaExceededError(KafkaError):
     name, code, retriable = "THROTTLING_QUOTA_EXCEEDED", 89, True
 

@@ -255,6 +255,9 @@ class OffsetFetchRequest(Message, frozen=True, kw_only=True):
     topics: Annotated[tuple[OffsetFetchTopic, ...], msgspec.Meta(max_length=ITEMS_MAX)] | None = (
         None
     )
+    #: KIP-447: answer UNSTABLE_OFFSET_COMMIT for a partition with transactional
+    #: offsets whose transaction has not ended, instead of its last committed offset.
+    require_stable: bool = False
 
 
 class OffsetFetchPartitionResponse(Message, frozen=True, kw_only=True):

@@ -170,6 +170,10 @@ def test_every_coordinator_route_refuses_bad_bodies_and_keeps_serving(tmp_path: 
             "/v1/describe-groups": ({"groups": "g"}, "$.groups"),
             "/v1/delete-groups": ({}, "groups"),
             "/v1/offset-delete": ({"group_id": "g", "topics": [{"name": 3}]}, "$.topics[0].name"),
+            "/v1/txn-offset-commit": (
+                {"transactional_id": "t", "group_id": "g", "producer_id": "1"},
+                "$.producer_id",
+            ),
         }
         assert set(wrong) == {route.path for route in ROUTES}
         for path, (body, field) in wrong.items():

@@ -183,12 +183,21 @@ class TransactionState:
             self._fail_if_fatal()
             if self._state is TxnState.INITIALIZING:
                 return
+            if self._state is not TxnState.UNINITIALIZED:
+                # The table allows ABORTING too: that is the epoch bump's edge.
+                raise IllegalStateError(
+                    f"init_transactions() was already called (state {self._state.value})"
+                )
             self._transition(TxnState.INITIALIZING)
 
     def init_done(self) -> None:
         """InitProducerId answered: INITIALIZING -> READY."""
         with self._lock:
             self._fail_if_fatal()
+            if self._state is not TxnState.INITIALIZING:
+                raise IllegalStateError(
+                    f"no InitProducerId is pending in state {self._state.value}"
+                )
             self._transition(TxnState.READY)
 
     def begin_transaction(self) -> None:
@@ -270,6 +279,11 @@ class TransactionState:
         """EndTxn answered: the transaction is over, READY for the next."""
         with self._lock:
             self._fail_if_fatal()
+            if self._state not in (
+                TxnState.COMMITTING_TRANSACTION,
+                TxnState.ABORTING_TRANSACTION,
+            ):
+                raise IllegalStateError(f"no transaction is ending in state {self._state.value}")
             self._transition(TxnState.READY)
             self._forget_transaction()
 
@@ -285,6 +299,11 @@ class TransactionState:
         InitProducerId with the current id and epoch (KIP-360) -> READY."""
         with self._lock:
             self._fail_if_fatal()
+            if self._state is not TxnState.ABORTING_TRANSACTION:
+                # The table allows UNINITIALIZED too: that is init_transactions' edge.
+                raise IllegalStateError(
+                    f"an epoch bump follows an abort, not state {self._state.value}"
+                )
             self._transition(TxnState.INITIALIZING)
             self._forget_transaction()
 

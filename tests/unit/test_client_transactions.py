@@ -27,6 +27,8 @@ import pytest
 from aiohttp import web
 
 from raftka.client import AsyncProducer, ClientConfigError, ConsumerGroupMetadata, Producer
+from raftka.client.compat.aiokafka import AIOKafkaProducer
+from raftka.client.compat.kafka_python import KafkaProducer
 from raftka.client.producer.transactions import TxnState
 from raftka.client.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.errors import (
@@ -606,3 +608,39 @@ def test_blocking_producer_runs_a_transaction_from_several_threads(
         p.close(timeout_ms=2_000)
     assert [e["committed"] for e in cluster.bodies("/v1/end-txn")] == [True, False]
     assert all(transactional for *_, transactional in cluster.batches)
+
+
+def test_kafka_python_shim_runs_a_transaction(cluster: FakeCluster) -> None:
+    producer = KafkaProducer(bootstrap_servers=cluster.address, transactional_id="tid")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", b"v", partition=1)
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): 3}, "g1")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.abort_transaction()
+    finally:
+        producer.close(timeout=2)
+    (commit,) = cluster.bodies("/v1/txn-offset-commit")
+    assert commit["group_id"] == "g1" and commit["generation_id"] == -1
+    assert commit["topics"][0]["partitions"][0]["committed_offset"] == 3
+    assert [e["committed"] for e in cluster.bodies("/v1/end-txn")] == [True]
+
+
+def test_aiokafka_shim_commits_or_aborts_its_transaction_context(cluster: FakeCluster) -> None:
+    async def main() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.address, transactional_id="tid")
+        async with producer:  # start() runs InitProducerId, as aiokafka's does
+            async with producer.transaction():
+                await producer.send("t", b"v", partition=0)
+            with pytest.raises(RuntimeError, match="boom"):
+                async with producer.transaction():
+                    await producer.send_and_wait("t", b"w", partition=0)
+                    raise RuntimeError("boom")
+            async with producer.transaction():
+                pass
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert len(cluster.bodies("/v1/init-producer-id")) == 1
+    assert [e["committed"] for e in cluster.bodies("/v1/end-txn")] == [True, False]

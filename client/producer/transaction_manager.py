@@ -180,6 +180,8 @@ class TransactionManager:
                         timeout_ms=self._timeout(deadline_ms),
                     )
                 except KafkaError as e:
+                    if not e.retriable:
+                        raise  # the broker refused the request itself (INVALID_REQUEST)
                     last = e
                     continue
                 error = _error_of(answer.error)
@@ -284,7 +286,11 @@ class TransactionManager:
         except KafkaTimeoutError:
             raise  # no state change: init_transactions may be called again
         except KafkaError as e:
-            raise self._fail(e) from None
+            # Kafka's InitProducerIdHandler: anything but a retriable coordinator error
+            # is fatal (fenced, refused id, a timeout above the broker's maximum, ...).
+            fatal = classify(e)[1]
+            self.state.fatal_error(fatal)
+            raise fatal from None
         if idem.has_identity:
             idem.forget()
         idem.set_identity(answer.producer_id, answer.producer_epoch)

@@ -36,6 +36,7 @@ from raftka.common.errors import (
     IllegalStateError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTransactionTimeoutError,
     KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortedError,
@@ -644,3 +645,20 @@ def test_aiokafka_shim_commits_or_aborts_its_transaction_context(cluster: FakeCl
     asyncio.run(asyncio.wait_for(main(), 30))
     assert len(cluster.bodies("/v1/init-producer-id")) == 1
     assert [e["committed"] for e in cluster.bodies("/v1/end-txn")] == [True, False]
+
+
+def test_init_refused_by_the_coordinator_is_fatal(cluster: FakeCluster) -> None:
+    """Kafka's InitProducerIdHandler: an error other than a retriable coordinator one
+    (here a transaction timeout above the broker's maximum) ends the producer."""
+    cluster.errors["/v1/init-producer-id"] = ["INVALID_TRANSACTION_TIMEOUT"]
+
+    async def body(p: AsyncProducer) -> None:
+        with pytest.raises(InvalidTransactionTimeoutError):
+            await p.init_transactions()
+        with pytest.raises(InvalidTransactionTimeoutError):
+            await p.init_transactions()
+        with pytest.raises(InvalidTransactionTimeoutError):
+            p.begin_transaction()
+
+    run(cluster, body)
+    assert cluster.paths().count("/v1/init-producer-id") == 1

@@ -36,7 +36,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from raftka.client._closing import AsyncStartedOnEnter
@@ -814,16 +814,20 @@ class Producer(ClosingOnExit):
 
     # ------------------------------------------------------------------ transactions
 
-    def _txn_timeout_s(self, timeout_ms: int | None) -> float:
+    def _run_transactional(
+        self, call: Callable[[], Coroutine[Any, Any, None]], timeout_ms: int | None
+    ) -> None:
+        """Run a transactional call of the core on the loop thread (starting it)."""
+        self._async._transactions()  # IllegalStateError before any thread is started
+        self._start()
         # A safety net over the core's own deadline (which raises KafkaTimeoutError).
-        return (self.config.max_block_ms if timeout_ms is None else timeout_ms) / 1000 + 10
+        safety_s = (self.config.max_block_ms if timeout_ms is None else timeout_ms) / 1000 + 10
+        self._thread.run(call(), safety_s)
 
     def init_transactions(self, *, timeout_ms: int | None = None) -> None:
         """See :meth:`AsyncProducer.init_transactions`. Any thread."""
-        self._async._transactions()
-        self._start()
-        self._thread.run(
-            self._async.init_transactions(timeout_ms=timeout_ms), self._txn_timeout_s(timeout_ms)
+        self._run_transactional(
+            lambda: self._async.init_transactions(timeout_ms=timeout_ms), timeout_ms
         )
 
     def begin_transaction(self) -> None:
@@ -838,27 +842,23 @@ class Producer(ClosingOnExit):
         timeout_ms: int | None = None,
     ) -> None:
         """See :meth:`AsyncProducer.send_offsets_to_transaction`."""
-        self._async._transactions()
-        self._start()
-        self._thread.run(
-            self._async.send_offsets_to_transaction(offsets, group_metadata, timeout_ms=timeout_ms),
-            self._txn_timeout_s(timeout_ms),
+        self._run_transactional(
+            lambda: self._async.send_offsets_to_transaction(
+                offsets, group_metadata, timeout_ms=timeout_ms
+            ),
+            timeout_ms,
         )
 
     def commit_transaction(self, *, timeout_ms: int | None = None) -> None:
         """See :meth:`AsyncProducer.commit_transaction`. Not from a delivery callback."""
-        self._async._transactions()
-        self._start()
-        self._thread.run(
-            self._async.commit_transaction(timeout_ms=timeout_ms), self._txn_timeout_s(timeout_ms)
+        self._run_transactional(
+            lambda: self._async.commit_transaction(timeout_ms=timeout_ms), timeout_ms
         )
 
     def abort_transaction(self, *, timeout_ms: int | None = None) -> None:
         """See :meth:`AsyncProducer.abort_transaction`. Not from a delivery callback."""
-        self._async._transactions()
-        self._start()
-        self._thread.run(
-            self._async.abort_transaction(timeout_ms=timeout_ms), self._txn_timeout_s(timeout_ms)
+        self._run_transactional(
+            lambda: self._async.abort_transaction(timeout_ms=timeout_ms), timeout_ms
         )
 
     def close(self, *, timeout_ms: int | None = None) -> None:

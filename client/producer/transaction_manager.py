@@ -482,12 +482,7 @@ def _add_partitions_error(answer: txn_api.AddPartitionsToTxnResponse) -> KafkaEr
     error = _error_of(answer.error)
     if error is not None:
         return error
-    errors: dict[TopicPartition, KafkaError] = {}
-    for topic in answer.results:
-        for p in topic.partitions:
-            e = _error_of(p.error)
-            if e is not None:
-                errors[TopicPartition(topic.name, p.partition_index)] = e
+    errors = _partition_errors(answer.results)
     if not errors:
         return None
     for e in errors.values():
@@ -497,13 +492,21 @@ def _add_partitions_error(answer: txn_api.AddPartitionsToTxnResponse) -> KafkaEr
     return _first_error(meaningful or errors)
 
 
-def _txn_offset_commit_error(answer: txn_api.TxnOffsetCommitResponse) -> KafkaError | None:
+def _partition_errors(
+    topics: tuple[txn_api.TxnTopicResult, ...],
+) -> dict[TopicPartition, KafkaError]:
+    """The partitions an answer names an error for, with it."""
     errors: dict[TopicPartition, KafkaError] = {}
-    for topic in answer.topics:
+    for topic in topics:
         for p in topic.partitions:
             e = _error_of(p.error)
             if e is not None:
                 errors[TopicPartition(topic.name, p.partition_index)] = e
+    return errors
+
+
+def _txn_offset_commit_error(answer: txn_api.TxnOffsetCommitResponse) -> KafkaError | None:
+    errors = _partition_errors(answer.topics)
     if not errors:
         return None
     for e in errors.values():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from http_fake import serve_on_thread
 
 from raftka.client import AsyncProducer, ClientConfigError, ConsumerGroupMetadata, Producer
 from raftka.client.compat.aiokafka import AIOKafkaProducer
@@ -208,27 +208,8 @@ class FakeCluster:
 def cluster() -> Iterator[FakeCluster]:
     """The fake on its own loop thread (the blocking producer shares it)."""
     fake = FakeCluster()
-    loop = asyncio.new_event_loop()
-    fake.loop = loop
-    runner = web.AppRunner(fake.app())
-
-    async def start() -> None:
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        fake.address = f"127.0.0.1:{port}"
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    yield fake
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with serve_on_thread(fake.app()) as (fake.address, fake.loop):
+        yield fake
 
 
 def _producer(cluster: FakeCluster, **extra: Any) -> AsyncProducer:

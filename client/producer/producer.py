@@ -649,7 +649,13 @@ class AsyncProducer(AsyncStartedOnEnter):
         await manager.end_transaction(committed=False, deadline_ms=deadline)
 
     async def _flush_until(self, deadline_ms: int) -> None:
-        await self.flush(timeout_ms=max(deadline_ms - monotonic_ms(), 0))
+        """Flush until no batch is left: a blocking ``send`` that passed its state
+        check just before the commit or abort began may append after a flush took its
+        list of batches, and EndTxn must follow every batch of the transaction."""
+        while True:
+            await self.flush(timeout_ms=max(deadline_ms - monotonic_ms(), 0))
+            if not self._accumulator.unreleased_batches():
+                return
 
     async def _abort_on_close(self, timeout_ms: int | None) -> None:
         """Kafka's producer aborts an open transaction when it closes (its records

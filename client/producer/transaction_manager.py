@@ -76,6 +76,8 @@ KEY_TYPE_TRANSACTION: Final = 1
 #: Backoff after CONCURRENT_TRANSACTIONS: the transaction in the way is finishing its
 #: markers, usually within milliseconds (Kafka's client uses 20 ms for AddPartitions).
 CONCURRENT_BACKOFF_MS: Final = 20
+#: The least time worth giving one more attempt before a call's deadline.
+ATTEMPT_MIN_MS: Final = 10
 #: Errors retried against a (possibly new) coordinator until the call's deadline.
 _RETRIED: Final = (
     CoordinatorLoadInProgressError,
@@ -198,18 +200,21 @@ class TransactionManager:
         return max(1, min(self._config.request_timeout_ms, deadline_ms - monotonic_ms()))
 
     async def _backoff(self, deadline_ms: int, last: KafkaError) -> None:
-        remaining = deadline_ms - monotonic_ms()
-        if remaining <= 0:
-            raise KafkaTimeoutError(
-                f"transactional_id {self.transactional_id!r}: no answer in time; last: "
-                f"{last.name}: {last}"
-            )
+        """Wait before the next attempt; KafkaTimeoutError naming ``last`` when the
+        deadline leaves no time for one after the wait (an attempt with a timeout of
+        a few milliseconds would only hide ``last`` behind its own timeout)."""
         backoff = (
             CONCURRENT_BACKOFF_MS
             if isinstance(last, ConcurrentTransactionsError)
             else self._config.retry_backoff_ms
         )
-        await asyncio.sleep(min(backoff, remaining) / 1000)
+        remaining = deadline_ms - monotonic_ms()
+        if remaining - backoff < ATTEMPT_MIN_MS:
+            raise KafkaTimeoutError(
+                f"transactional_id {self.transactional_id!r}: no answer in time; last: "
+                f"{last.name}: {last}"
+            )
+        await asyncio.sleep(backoff / 1000)
 
     async def _call(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import random
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,12 @@ class FakeCluster:
     batches: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
     hold_add: asyncio.Event | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    #: Per log entry, the error injected into its answer (the first one for produce).
+    injected: list[str | None] = field(default_factory=list)
+    #: Records per batch, in the order of ``batches``.
+    batch_counts: list[int] = field(default_factory=list)
+    #: Batches whose epoch was not the one the coordinator last gave out.
+    stale_epoch_batches: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -93,7 +100,9 @@ class FakeCluster:
         body = orjson.loads(await request.read())
         self.log.append((request.path, body))
         pending = self.errors.get(request.path)
-        return body, pending.pop(0) if pending else None
+        error = pending.pop(0) if pending else None
+        self.injected.append(error)
+        return body, error
 
     async def _metadata(self, request: web.Request) -> web.Response:
         host, port = self.address.split(":")
@@ -178,6 +187,7 @@ class FakeCluster:
         header, payloads = decode_frame(raw, "partitions")
         self.log.append((request.path, header))
         pending = self.errors.get(request.path)
+        self.injected.append(pending[0] if pending else None)
         responses = []
         for entry, payload in zip(header["partitions"], payloads, strict=True):
             for _, h in iter_batches(bytes(payload)):
@@ -190,6 +200,9 @@ class FakeCluster:
                         h.is_transactional,
                     )
                 )
+                self.batch_counts.append(h.last_offset_delta + 1)
+                if h.producer_epoch != self.epoch:
+                    self.stale_epoch_batches += 1
             out: dict[str, Any] = {
                 "topic": entry["topic"],
                 "partition": entry["partition"],
@@ -643,3 +656,75 @@ def test_init_refused_by_the_coordinator_is_fatal(cluster: FakeCluster) -> None:
 
     run(cluster, body)
     assert cluster.paths().count("/v1/init-producer-id") == 1
+
+
+ADD = "/v1/add-partitions-to-txn"
+PRODUCE = "/v1/produce"
+END = "/v1/end-txn"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_errors_never_break_the_request_order(cluster: FakeCluster, seed: int) -> None:
+    """Seeded: transactions of random sends over the partitions, with random errors
+    injected into produce (retriable and not), AddPartitionsToTxn and EndTxn (retried
+    coordinator errors); the application commits, or aborts on an abortable error. The
+    request log must show: every produce to a partition after an AddPartitionsToTxn
+    that added it since the last EndTxn (so no batch lands outside its transaction),
+    every batch under the epoch the coordinator last gave, sequences per (epoch,
+    partition) from 0 and contiguous (a retry repeats its own), and every commit's
+    records acknowledged."""
+    rng = random.Random(seed)
+    produce_errors = ["NOT_LEADER_OR_FOLLOWER", "INVALID_RECORD", "REQUEST_TIMED_OUT"]
+    coordinator_errors = [
+        "CONCURRENT_TRANSACTIONS",
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+    ]
+    outcomes: list[str] = []
+
+    async def body(p: AsyncProducer) -> None:
+        await p.init_transactions()
+        for _ in range(4):
+            cluster.errors[PRODUCE] = [
+                rng.choice(produce_errors) for _ in range(rng.choice([0, 0, 1, 2]))
+            ]
+            cluster.errors[ADD] = [rng.choice(coordinator_errors) for _ in range(rng.randint(0, 2))]
+            cluster.errors[END] = [rng.choice(coordinator_errors) for _ in range(rng.randint(0, 1))]
+            p.begin_transaction()
+            futures = [
+                await p.send("t", b"r", partition=rng.randrange(PARTITIONS))
+                for _ in range(rng.randint(1, 8))
+            ]
+            try:
+                await p.commit_transaction()
+            except InvalidRecordError:
+                await p.abort_transaction()
+                outcomes.append("aborted")
+            else:
+                assert all(f.done() and f.exception() is None for f in futures)
+                outcomes.append("committed")
+
+    run(cluster, body)
+    assert len(outcomes) == 4, outcomes
+    added: set[int] = set()
+    for (path, entry), error in zip(cluster.log, cluster.injected, strict=True):
+        if path == ADD and error is None:
+            added |= {p for t in entry["topics"] for p in t["partitions"]}
+        elif path == PRODUCE:
+            sent = {e["partition"] for e in entry["partitions"]}
+            assert sent <= added, (seed, sent, added)
+        elif path == END and error is None:
+            added.clear()
+    assert cluster.stale_epoch_batches == 0, seed
+    next_sequence: dict[tuple[int, int], int] = {}
+    last_batch: dict[tuple[int, int], tuple[int, int]] = {}
+    for (partition, _, epoch, sequence, transactional), count in zip(
+        cluster.batches, cluster.batch_counts, strict=True
+    ):
+        assert transactional
+        key = (epoch, partition)
+        if last_batch.get(key) == (sequence, count):
+            continue  # a retry of the same batch
+        assert sequence == next_sequence.get(key, 0), (seed, key, sequence)
+        next_sequence[key] = sequence + count
+        last_batch[key] = (sequence, count)

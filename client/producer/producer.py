@@ -235,11 +235,17 @@ class AsyncProducer(AsyncStartedOnEnter):
     async def close(self, *, timeout_ms: int | None = None) -> None:
         """Send what is buffered (waiting at most ``timeout_ms``; None: until
         delivered or expired), then stop. Records not sent by then fail. Idempotent.
+        A transaction still open is aborted first, within the same bound.
         ``timeout_ms`` is keyword-only: other Python clients take seconds there, and a
         positional number must fail loudly rather than change its unit silently."""
         if self._closed:
             return
-        await self._abort_on_close(timeout_ms)
+        if timeout_ms is not None:
+            deadline_ms = monotonic_ms() + max(timeout_ms, 0)
+            await self._abort_on_close(timeout_ms)
+            timeout_ms = deadline_ms - monotonic_ms()  # one bound for the whole close
+        else:
+            await self._abort_on_close(None)
         self._closed = True
         sender, task = self._sender, self._sender_task
         if sender is None or task is None:

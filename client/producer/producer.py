@@ -602,7 +602,7 @@ class AsyncProducer(AsyncStartedOnEnter):
         ``group_metadata`` is ``consumer.group_metadata()`` (KIP-447: a zombie member
         is refused); a group id string is accepted as Kafka's older overload."""
         txn = self._transactions()
-        txn.begin_send_offsets("")
+        txn.begin_send_offsets()  # the state first, as Kafka checks it
         group = (
             ConsumerGroupMetadata(group_metadata, -1, "", None)
             if isinstance(group_metadata, str)

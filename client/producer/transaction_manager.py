@@ -375,7 +375,7 @@ class TransactionManager:
         """``send_offsets_to_transaction``: AddOffsetsToTxn to the transaction
         coordinator, then TxnOffsetCommit to the group's coordinator; the offsets
         become the group's committed offsets only if the transaction commits."""
-        self.state.begin_send_offsets(group.group_id)
+        self.state.begin_send_offsets()
         idem = self._idem
         try:
             if not self.state.group_added(group.group_id):
@@ -468,12 +468,12 @@ class TransactionManager:
             idem.forget()
             idem.set_identity(answer.producer_id, answer.producer_epoch)
             self.state.end_done()
-        elif idem.reset_reason is not None:
+        elif not committed and idem.reset_reason is not None:
+            # (A commit never gets here with a hole: a failed batch made it abortable.)
+            # If this InitProducerId times out the state stays INITIALIZING:
+            # init_transactions() then finishes it (the coordinator bumps the epoch).
             self.state.begin_epoch_bump()
-            try:
-                await self._init_producer_id(deadline_ms, bump=True)
-            except KafkaTimeoutError:
-                raise
+            await self._init_producer_id(deadline_ms, bump=True)
             self.state.init_done()
         else:
             self.state.end_done()

@@ -245,7 +245,7 @@ class TransactionState:
                 self._pending.discard(tp)
                 self._added.add(tp)
 
-    def begin_send_offsets(self, group_id: str) -> None:
+    def begin_send_offsets(self) -> None:
         """``send_offsets_to_transaction``: only inside an ongoing transaction."""
         with self._lock:
             self._check_in_transaction("send offsets to the transaction")

@@ -99,7 +99,7 @@ def _call(state: TransactionState, op: str) -> None:
         "begin_transaction": state.begin_transaction,
         "check_send": state.check_send,
         "add_partition": lambda: state.add_partition(TP),
-        "begin_send_offsets": lambda: state.begin_send_offsets("g"),
+        "begin_send_offsets": state.begin_send_offsets,
         "begin_commit": state.begin_commit,
         "begin_abort": state.begin_abort,
         "end_done": state.end_done,

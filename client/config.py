@@ -133,9 +133,29 @@ class ProducerConfig(_CommonConfig):
     partitioner_ignore_keys: bool = False
     key_serializer: Serializer | None = None
     value_serializer: Serializer | None = None
+    #: Kafka's ``transactional.id``: set, the producer is transactional (and
+    #: idempotent): ``init_transactions()`` first, then records only inside
+    #: ``begin_transaction()`` ... ``commit_transaction()``/``abort_transaction()``.
+    transactional_id: str | None = None
+    #: Kafka's ``transaction.timeout.ms``: the coordinator aborts a transaction open
+    #: longer (it refuses a value above the broker's ``transaction.max.timeout.ms``).
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         self._check_common()
+        if self.transactional_id is not None and (
+            not isinstance(self.transactional_id, str) or not self.transactional_id
+        ):
+            raise _fail("transactional_id", self.transactional_id, "expected a non-empty string")
+        _check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, INT32_MAX)
+        if self.transactional_id is not None and self.enable_idempotence is False:
+            # Kafka's ProducerConfig: "Cannot set a transactional.id without also
+            # enabling idempotence."
+            raise _fail(
+                "enable_idempotence",
+                self.enable_idempotence,
+                "a transactional_id requires enable_idempotence=True",
+            )
         acks = self.acks
         if isinstance(acks, str):
             acks = acks.strip().lower()

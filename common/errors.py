@@ -366,6 +366,13 @@ class SerializationError(KafkaError):
     name, code = "SERIALIZATION_ERROR", -1
 
 
+class TransactionAbortedError(KafkaError):
+    """A record of a transaction that was aborted before it was sent (Kafka's
+    TransactionAbortedException)."""
+
+    name, code = "TRANSACTION_ABORTED", -1
+
+
 def _registry() -> tuple[dict[int, type[KafkaError]], dict[str, type[KafkaError]]]:
     by_code: dict[int, type[KafkaError]] = {}
     by_name: dict[str, type[KafkaError]] = {}

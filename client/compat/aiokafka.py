@@ -142,6 +142,29 @@ class _AsyncClosable:
 
 # ---------------------------------------------------------------------------- producer
 
+
+class _Transaction:
+    """aiokafka's TransactionContext."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> Self:
+        await self._producer.begin_transaction()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            await self._producer.commit_transaction()
+        else:
+            await self._producer.abort_transaction()
+
+
 _PRODUCER_MAPPED: Final = {
     "acks": "acks",
     "bootstrap_servers": "bootstrap_servers",
@@ -157,6 +180,8 @@ _PRODUCER_MAPPED: Final = {
     "partitioner": "partitioner",
     "request_timeout_ms": "request_timeout_ms",
     "retry_backoff_ms": "retry_backoff_ms",
+    "transaction_timeout_ms": "transaction_timeout_ms",
+    "transactional_id": "transactional_id",
     "value_serializer": "value_serializer",
 }
 
@@ -170,23 +195,25 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
         face,
         configs,
         mapped=_PRODUCER_MAPPED,
-        handled=HANDLED_COMMON | {"send_backoff_ms", "transaction_timeout_ms"},
-        refused={
-            **REFUSED_COMMON,
-            "transactional_id": Refusal(is_none, "raftka has no transactions yet"),
-        },
+        handled=HANDLED_COMMON | {"send_backoff_ms"},
+        refused=REFUSED_COMMON,
     )
     version = parse_api_version(face, given.pop("api_version", None))
     # aiokafka's wait before a batch is sent again: raftka's is retry_backoff_ms, so
     # the longer of the two honours both.
     send_backoff_ms = check_ms(face, "send_backoff_ms", given.pop("send_backoff_ms", 100))
-    # Only transactions use it (in aiokafka too), and transactional_id is refused.
-    check_ms(face, "transaction_timeout_ms", given.pop("transaction_timeout_ms", 60_000), 1)
     opts = {_PRODUCER_MAPPED[k]: v for k, v in given.items()}
+    if opts.get("transactional_id") is None:
+        opts.pop("transactional_id", None)
+    else:
+        # aiokafka: a transactional producer is idempotent (acks then default to "all").
+        opts.setdefault("enable_idempotence", True)
     opts["retry_backoff_ms"] = max(opts.get("retry_backoff_ms", 100), send_backoff_ms)
     client = ClientOptions(face, version)
     if opts.get("enable_idempotence"):
         client.refuse_unless(IDEMPOTENCE_SINCE, "enable_idempotence", True)
+    if "transactional_id" in opts:
+        client.refuse_unless(IDEMPOTENCE_SINCE, "transactional_id", opts["transactional_id"])
     if opts.get("compression_type") == "zstd":
         client.refuse_unless(ZSTD_SINCE, "compression_type", "zstd")
     opts["_client"] = client
@@ -216,11 +243,40 @@ class AIOKafkaProducer(_AsyncClosable):
         self.config = self._producer.config
 
     async def start(self) -> None:
+        """Start; with a ``transactional_id`` also InitProducerId, as aiokafka does
+        (raftka's ``init_transactions``)."""
         await self._producer.start()
+        if self.config.transactional_id is not None:
+            await self._producer.init_transactions()
 
     async def stop(self) -> None:
-        """Deliver what is buffered, then stop."""
+        """Deliver what is buffered, then stop (aborting an open transaction)."""
         await self._producer.close()
+
+    # aiokafka's transactional API (needs transactional_id).
+
+    async def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        await self._producer.commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        await self._producer.abort_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, Any], group_id: Any
+    ) -> None:
+        """``offsets`` as ``commit`` takes them; ``group_id`` a group id or, better
+        (KIP-447), ``consumer.group_metadata()`` of a raftka consumer."""
+        converted = offsets_to_commit(offsets)
+        assert converted is not None
+        await self._producer.send_offsets_to_transaction(converted, group_id)
+
+    def transaction(self) -> _Transaction:
+        """aiokafka's ``async with producer.transaction():``: begin, then commit on a
+        clean exit or abort on an exception (which is raised on)."""
+        return _Transaction(self)
 
     async def flush(self) -> None:
         await self._producer.flush()

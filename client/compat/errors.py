@@ -12,9 +12,9 @@ is ``NotLeaderOrFollowerError``, ``MessageSizeTooLargeError`` is
 aiokafka's ``ConsumerStoppedError``, ``IllegalOperation`` and ``ProducerClosed`` are
 ``IllegalStateError``, raftka's error for a call on a stopped or wrongly set-up client.
 
-Broker errors raftka never reports (authorization, transactions, delegation tokens,
-...) are declared with Kafka's name and code so that code naming them imports and
-runs; raftka raises none of them.
+Broker errors raftka never reports (authorization, delegation tokens, ...) are
+declared with Kafka's name and code so that code naming them imports and runs; raftka
+raises none of them.
 
 Mapped with a difference, said here once:
 

@@ -82,7 +82,6 @@ BOOTSTRAP_CHECK_TIMEOUT_MS: Final = 2_000
 #: Iteration polls at most this long at a time (then checks consumer_timeout_ms).
 ITER_POLL_TIMEOUT_MS: Final = 500
 
-NO_TRANSACTIONS: Final = "raftka has no transactions yet"
 NO_AUTO_CREATE: Final = (
     "raftka never creates a topic on first use (as a broker with "
     "auto.create.topics.enable=false does); create it with KafkaAdminClient.create_topics"
@@ -219,12 +218,13 @@ _PRODUCER_MAPPED: Final = frozenset(
         "request_timeout_ms",
         "retries",
         "retry_backoff_ms",
+        "transaction_timeout_ms",
+        "transactional_id",
         "value_serializer",
     }
 )
 _PRODUCER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
-    "transactional_id": Refusal(is_none, NO_TRANSACTIONS),
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
 }
 
@@ -242,13 +242,13 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
         "KafkaProducer",
         configs,
         mapped=_PRODUCER_MAPPED,
-        handled={"transaction_timeout_ms"},
         refused=_PRODUCER_REFUSED,
     )
-    # Only transactions use it, and kafka-python's too: transactional_id is refused.
-    check_ms(
-        "KafkaProducer", "transaction_timeout_ms", opts.pop("transaction_timeout_ms", 60_000), 1
-    )
+    if opts.get("transactional_id") is None:
+        opts.pop("transactional_id", None)
+    else:
+        # kafka-python: transactions need 0.11 brokers and imply idempotence.
+        client.refuse_unless(IDEMPOTENCE_SINCE, "transactional_id", opts["transactional_id"])
     _bootstrap(opts)
     _client_id(opts)
     if opts.get("compression_type") == "zstd":
@@ -269,7 +269,7 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(in_flight, int) and in_flight > 5:
             conflicts.append(f"max_in_flight_requests_per_connection={in_flight}")
         if conflicts:
-            if "enable_idempotence" in configs:
+            if "enable_idempotence" in configs or "transactional_id" in opts:
                 raise ClientConfigError(
                     "enable_idempotence=True: incompatible with " + ", ".join(conflicts)
                 )
@@ -378,6 +378,30 @@ class KafkaProducer(ClosingOnExit):
     def partitions_for(self, topic: str) -> set[int]:
         """The topic's partition numbers (waits at most ``max_block_ms`` for metadata)."""
         return self._producer.partitions_for(topic)
+
+    # kafka-python 2.1's transactional API (needs transactional_id): raftka's own calls,
+    # each bounded by max_block_ms.
+
+    def init_transactions(self) -> None:
+        self._producer.init_transactions()
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, Any], consumer_group_id: Any
+    ) -> None:
+        """``offsets`` as ``commit`` takes them; ``consumer_group_id`` a group id
+        or, better (KIP-447), ``consumer.group_metadata()``."""
+        converted = offsets_to_commit(offsets)
+        assert converted is not None
+        self._producer.send_offsets_to_transaction(converted, consumer_group_id)
+
+    def commit_transaction(self) -> None:
+        self._producer.commit_transaction()
+
+    def abort_transaction(self) -> None:
+        self._producer.abort_transaction()
 
     def bootstrap_connected(self) -> bool:
         """Whether a broker answers now (asked with a bound of 2 s)."""

@@ -32,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from raftka.client._closing import AsyncStartedOnEnter
@@ -48,6 +49,7 @@ from raftka.client._transport import (
     open_connection,
 )
 from raftka.client.config import INT32_MAX, ClientConfigError, ProducerConfig, Serializer
+from raftka.client.consumer.listener import ConsumerGroupMetadata
 from raftka.client.interceptors import (
     ProducerInterceptor,
     ProducerRecord,
@@ -64,7 +66,9 @@ from raftka.client.producer.accumulator import (
 )
 from raftka.client.producer.partitioner import BuiltInPartitioner, PartitionChoice
 from raftka.client.producer.sender import DeliveryCallback, Handle, PendingRecord, Sender
-from raftka.client.structs import RecordMetadata, TopicPartition
+from raftka.client.producer.transaction_manager import TransactionManager
+from raftka.client.producer.transactions import TransactionState, TxnState
+from raftka.client.structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 from raftka.common.errors import (
     IllegalStateError,
     KafkaError,
@@ -76,6 +80,8 @@ from raftka.common.record import Record
 from raftka.common.record.header import HEADER_SIZE
 
 __all__ = ["AsyncProducer", "DeliveryCallback", "Producer"]
+
+log = logging.getLogger(__name__)
 
 HeadersArg = Iterable[tuple[str, bytes | None]] | None
 #: Topics whose TopicPartition objects a producer keeps for reuse (then it starts over).
@@ -136,6 +142,8 @@ class AsyncProducer(AsyncStartedOnEnter):
         value_serializer: Serializer | None = None,
         interceptors: Sequence[ProducerInterceptor] = (),
         partitioner: Partitioner | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         rng: random.Random | None = None,
     ) -> None:
         self.config = ProducerConfig(
@@ -161,6 +169,13 @@ class AsyncProducer(AsyncStartedOnEnter):
             receive_buffer_bytes=receive_buffer_bytes,
             key_serializer=key_serializer,
             value_serializer=value_serializer,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
+        #: The transaction state machine (None without a transactional_id); created
+        #: here so that a call in the wrong state fails the same before start().
+        self._txn: TransactionState | None = (
+            None if transactional_id is None else TransactionState(transactional_id)
         )
         self._interceptors: tuple[ProducerInterceptor, ...] = check_interceptors(
             "interceptors", interceptors, ProducerInterceptor
@@ -209,6 +224,7 @@ class AsyncProducer(AsyncStartedOnEnter):
             transport=self._transport,
             on_release=self._on_release,
             future_group=self._future_group,
+            transaction_state=self._txn,
         )
         self._sender_task = asyncio.create_task(self._sender.run(), name="raftka-producer-sender")
 
@@ -219,10 +235,17 @@ class AsyncProducer(AsyncStartedOnEnter):
     async def close(self, *, timeout_ms: int | None = None) -> None:
         """Send what is buffered (waiting at most ``timeout_ms``; None: until
         delivered or expired), then stop. Records not sent by then fail. Idempotent.
+        A transaction still open is aborted first, within the same bound.
         ``timeout_ms`` is keyword-only: other Python clients take seconds there, and a
         positional number must fail loudly rather than change its unit silently."""
         if self._closed:
             return
+        if timeout_ms is not None:
+            deadline_ms = monotonic_ms() + max(timeout_ms, 0)
+            await self._abort_on_close(timeout_ms)
+            timeout_ms = deadline_ms - monotonic_ms()  # one bound for the whole close
+        else:
+            await self._abort_on_close(None)
         self._closed = True
         sender, task = self._sender, self._sender_task
         if sender is None or task is None:
@@ -262,6 +285,8 @@ class AsyncProducer(AsyncStartedOnEnter):
         ``callback(metadata, exception)`` runs on the event loop once delivered."""
         if self._closed:
             raise IllegalStateError("cannot send after the producer has been closed")
+        if self._txn is not None:
+            self._txn.check_send()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = self._intercept(
                 topic, value, key, partition, timestamp_ms, headers, callback
@@ -327,6 +352,8 @@ class AsyncProducer(AsyncStartedOnEnter):
             callback,
         )
         tp = self._topic_partition(topic, choice.partition)
+        if self._txn is not None:
+            self._txn.add_partition(tp)  # before the append: the sender waits for it
         # start_ms is recent enough for the batch's linger clock unless send waited.
         now_ms = start_ms if topic_view is cached and room_was_free else monotonic_ms()
         result, _, _ = self._accumulator.append(
@@ -528,6 +555,128 @@ class AsyncProducer(AsyncStartedOnEnter):
         view = await self._metadata.wait_for_topic(topic, monotonic_ms() + self.config.max_block_ms)
         return {p.partition for p in view.partitions}
 
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions(self) -> TransactionState:
+        if self._txn is None:
+            raise IllegalStateError(
+                "transactional methods need a transactional_id (the producer has none)"
+            )
+        if self._closed:
+            raise IllegalStateError("the producer has been closed")
+        return self._txn
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return monotonic_ms() + (self.config.max_block_ms if timeout_ms is None else timeout_ms)
+
+    async def _manager(self) -> TransactionManager:
+        await self.start()
+        assert self._sender is not None and self._sender.transactions is not None
+        return self._sender.transactions
+
+    async def init_transactions(self, *, timeout_ms: int | None = None) -> None:
+        """Kafka's ``initTransactions``: a producer id and epoch for the
+        transactional_id from its coordinator, which fences every older producer with
+        the same id (their next call raises ProducerFencedError) and aborts a
+        transaction such a producer left open. Once per producer, before
+        ``begin_transaction``; waits at most ``timeout_ms`` (default max_block_ms),
+        then KafkaTimeoutError, after which it may be called again."""
+        self._transactions()
+        manager = await self._manager()
+        await manager.init_transactions(self._deadline(timeout_ms))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local: the coordinator learns of it with the first
+        partition or offsets added). IllegalStateError unless the producer is ready."""
+        self._transactions().begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit the consumer's ``offsets`` (the next offsets to read) as part of the
+        transaction: they become the group's committed offsets only if it commits.
+        ``group_metadata`` is ``consumer.group_metadata()`` (KIP-447: a zombie member
+        is refused); a group id string is accepted as Kafka's older overload."""
+        txn = self._transactions()
+        txn.begin_send_offsets()  # the state first, as Kafka checks it
+        group = (
+            ConsumerGroupMetadata(group_metadata, -1, "", None)
+            if isinstance(group_metadata, str)
+            else group_metadata
+        )
+        if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
+            raise ValueError(
+                f"group_metadata={group_metadata!r}: expected consumer.group_metadata() "
+                "or a group id"
+            )
+        checked: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            value = OffsetAndMetadata(om) if type(om) is int else om
+            if not isinstance(value, OffsetAndMetadata) or value.offset < 0:
+                raise ValueError(f"offsets[{tp}]={om!r}: expected an OffsetAndMetadata >= 0")
+            checked[TopicPartition(tp.topic, tp.partition)] = value
+        manager = await self._manager()
+        await manager.send_offsets(checked, group, self._deadline(timeout_ms))
+
+    async def commit_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """Kafka's ``commitTransaction``: flush every record of the transaction, then
+        EndTxn(commit). A record that failed (or an earlier abortable error) raises
+        that error instead, and the transaction must be aborted
+        (``abort_transaction``); ProducerFencedError is fatal (close the producer).
+        KafkaTimeoutError after ``timeout_ms`` (default max_block_ms): calling it
+        again resumes the commit."""
+        txn = self._transactions()
+        deadline = self._deadline(timeout_ms)
+        txn.begin_commit()
+        manager = await self._manager()
+        await self._flush_until(deadline)
+        await manager.wait_for_add()
+        txn.raise_if_error("commit the transaction")
+        await manager.end_transaction(committed=True, deadline_ms=deadline)
+
+    async def abort_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """Kafka's ``abortTransaction``: records not yet sent fail with
+        TransactionAbortedError, records in flight get their answers, then
+        EndTxn(abort); the producer is then ready for ``begin_transaction``.
+        KafkaTimeoutError after ``timeout_ms`` (default max_block_ms): calling it
+        again resumes the abort."""
+        txn = self._transactions()
+        deadline = self._deadline(timeout_ms)
+        txn.begin_abort()
+        manager = await self._manager()
+        assert self._sender is not None
+        self._sender.wake()  # fails the batches not yet sent
+        await manager.wait_for_add()
+        await self._flush_until(deadline)
+        await manager.end_transaction(committed=False, deadline_ms=deadline)
+
+    async def _flush_until(self, deadline_ms: int) -> None:
+        """Flush until no batch is left: a blocking ``send`` that passed its state
+        check just before the commit or abort began may append after a flush took its
+        list of batches, and EndTxn must follow every batch of the transaction."""
+        while True:
+            await self.flush(timeout_ms=max(deadline_ms - monotonic_ms(), 0))
+            if not self._accumulator.unreleased_batches():
+                return
+
+    async def _abort_on_close(self, timeout_ms: int | None) -> None:
+        """Kafka's producer aborts an open transaction when it closes (its records
+        must not wait for the transaction timeout to become abortable); a failure
+        is logged, not raised: close still closes."""
+        txn = self._txn
+        if txn is None or self._sender is None:
+            return
+        if txn.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            return
+        try:
+            await self.abort_transaction(timeout_ms=timeout_ms)
+        except KafkaError as e:
+            log.warning("close: aborting the open transaction failed: %s", e)
+
 
 class Producer(ClosingOnExit):
     """The blocking producer over an :class:`AsyncProducer` core whose sender runs on
@@ -596,6 +745,8 @@ class Producer(ClosingOnExit):
         core = self._async
         if core._closed:
             raise IllegalStateError("cannot send after the producer has been closed")
+        if core._txn is not None:
+            core._txn.check_send()
         if core._interceptors:
             topic, value, key, partition, timestamp_ms, headers, callback = core._intercept(
                 topic, value, key, partition, timestamp_ms, headers, callback
@@ -640,10 +791,11 @@ class Producer(ClosingOnExit):
                         f"{self.config.buffer_memory} is full)"
                     )
                 now_ms = monotonic_ms()
+            tp = core._topic_partition(topic, choice.partition)
+            if core._txn is not None:
+                core._txn.add_partition(tp)  # before the append: the sender waits for it
             # Raises IllegalStateError if close began meanwhile.
-            result, batch, index = accumulator.append(
-                core._topic_partition(topic, choice.partition), record, size, pending, now_ms
-            )
+            result, batch, index = accumulator.append(tp, record, size, pending, now_ms)
             if choice.sticky:
                 core._partitioner.on_append(
                     topic=topic, appended_bytes=size, enable_switch=result.batch_full
@@ -671,6 +823,55 @@ class Producer(ClosingOnExit):
 
     def partitions_for(self, topic: str) -> set[int]:
         return self._thread.run(self._async.partitions_for(topic), self._timeout_s())
+
+    # ------------------------------------------------------------------ transactions
+
+    def _run_transactional(
+        self, call: Callable[[], Coroutine[Any, Any, None]], timeout_ms: int | None
+    ) -> None:
+        """Run a transactional call of the core on the loop thread (starting it)."""
+        self._async._transactions()  # IllegalStateError before any thread is started
+        self._start()
+        # A safety net over the core's own deadline (which raises KafkaTimeoutError).
+        safety_s = (self.config.max_block_ms if timeout_ms is None else timeout_ms) / 1000 + 10
+        self._thread.run(call(), safety_s)
+
+    def init_transactions(self, *, timeout_ms: int | None = None) -> None:
+        """See :meth:`AsyncProducer.init_transactions`. Any thread."""
+        self._run_transactional(
+            lambda: self._async.init_transactions(timeout_ms=timeout_ms), timeout_ms
+        )
+
+    def begin_transaction(self) -> None:
+        """See :meth:`AsyncProducer.begin_transaction`."""
+        self._async.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """See :meth:`AsyncProducer.send_offsets_to_transaction`."""
+        self._run_transactional(
+            lambda: self._async.send_offsets_to_transaction(
+                offsets, group_metadata, timeout_ms=timeout_ms
+            ),
+            timeout_ms,
+        )
+
+    def commit_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """See :meth:`AsyncProducer.commit_transaction`. Not from a delivery callback."""
+        self._run_transactional(
+            lambda: self._async.commit_transaction(timeout_ms=timeout_ms), timeout_ms
+        )
+
+    def abort_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """See :meth:`AsyncProducer.abort_transaction`. Not from a delivery callback."""
+        self._run_transactional(
+            lambda: self._async.abort_transaction(timeout_ms=timeout_ms), timeout_ms
+        )
 
     def close(self, *, timeout_ms: int | None = None) -> None:
         """Flush (at most ``timeout_ms``, keyword-only), stop, and end the loop

@@ -55,6 +55,8 @@ from raftka.client.config import ProducerConfig
 from raftka.client.producer._future import FutureGroup
 from raftka.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from raftka.client.producer.idempotence import IdempotenceState
+from raftka.client.producer.transaction_manager import TransactionManager
+from raftka.client.producer.transactions import TransactionState, TxnState
 from raftka.client.structs import RecordMetadata, TopicPartition
 from raftka.common.errors import (
     InvalidProducerEpochError,
@@ -62,9 +64,13 @@ from raftka.common.errors import (
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from raftka.common.messages import broker as api
 from raftka.common.record import build_batch
@@ -88,6 +94,14 @@ _SEQUENCE_ERRORS: Final = (
     OutOfOrderSequenceNumberError,
     InvalidProducerEpochError,
     UnknownProducerIdError,
+)
+#: A transactional batch's errors that end the producer (Kafka's Sender and
+#: TransactionManager.handleFailedBatch); any other failed batch is abortable.
+_FATAL_BATCH_ERRORS: Final = (
+    InvalidProducerEpochError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+    UnsupportedVersionError,
 )
 
 
@@ -140,10 +154,12 @@ class Sender:
         transport: Transport,
         on_release: Callable[[], None],
         future_group: FutureGroup | None = None,
+        transaction_state: TransactionState | None = None,
     ) -> None:
         """``future_group``: the blocking face's, whose futures read their batch's
         result (:mod:`._future`): a batch is then completed with one call, where
-        the async face's futures are completed one by one (``PendingRecord.future``)."""
+        the async face's futures are completed one by one (``PendingRecord.future``).
+        ``transaction_state``: the producer's, when it has a ``transactional_id``."""
         self._config = config
         self._future_group = future_group
         self._acc = accumulator
@@ -163,6 +179,19 @@ class Sender:
         self._flush_waiters: dict[Batch, list[_FlushWaiter]] = {}
         self._idempotence = IdempotenceState() if config.enable_idempotence else None
         self._init_task: asyncio.Task[None] | None = None
+        #: The transactional producer's requests (None without a transactional_id):
+        #: it owns the producer id and epoch then, not the sender's InitProducerId.
+        self.transactions: TransactionManager | None = None
+        if transaction_state is not None:
+            assert self._idempotence is not None, "transactions imply idempotence"
+            self.transactions = TransactionManager(
+                config=config,
+                transport=transport,
+                metadata=metadata,
+                idempotence=self._idempotence,
+                state=transaction_state,
+                wake=self.wake,
+            )
 
     def wake(self) -> None:
         self._wake.set()
@@ -205,6 +234,8 @@ class Sender:
                 self._refresh_task.cancel()
             if self._init_task is not None:
                 self._init_task.cancel()
+            if self.transactions is not None:
+                self.transactions.cancel()
 
     # ------------------------------------------------------------------ one turn
 
@@ -218,12 +249,17 @@ class Sender:
                 ),
             )
         idem = self._idempotence
-        if idem is not None:
+        txn = self.transactions
+        if txn is not None:
+            self._advance_transaction(txn)
+        elif idem is not None:
             self._advance_identity(idem)
         check = self._acc.ready(now_ms, self._muted)
         by_broker: dict[tuple[int, str], list[TopicPartition]] = {}
         unknown_leader = False
         for tp in check.ready:
+            if txn is not None and not txn.state.is_added(tp):
+                continue  # waits for AddPartitionsToTxn (which wakes the sender)
             leader = self._leader_hints.get(tp) or self._metadata.view.leader_address(tp)
             if leader is None:
                 unknown_leader = True
@@ -284,6 +320,25 @@ class Sender:
             backoff_ms = self._config.retry_backoff_ms
             return backoff_ms if next_ms is None else min(backoff_ms, next_ms)
         return next_ms
+
+    def _advance_transaction(self, txn: TransactionManager) -> None:
+        """Add the partitions sent to since the last turn to the transaction; once it
+        must be aborted, fail every batch not yet sent (Kafka's
+        abortUndrainedBatches): they must not reach a partition."""
+        state = txn.state.state
+        if state is TxnState.ABORTING_TRANSACTION:
+            error: KafkaError | None = TransactionAbortedError(
+                f"transactional_id {txn.transactional_id!r}: the transaction was aborted "
+                "before the record was sent"
+            )
+        elif state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
+            error = txn.state.last_error
+        else:
+            txn.maybe_add_partitions()
+            return
+        assert error is not None
+        for batch in self._acc.abort_all():
+            self._fail(batch, error)
 
     def _advance_identity(self, idem: IdempotenceState) -> None:
         """Reset when it is safe, and fetch a producer id when there is none."""
@@ -370,6 +425,7 @@ class Sender:
         self, broker_id: int, address: str, groups: list[list[Batch]]
     ) -> None:
         config = self._config
+        transactional = self.transactions is not None
         payloads = [
             b"".join(
                 build_batch(
@@ -378,6 +434,7 @@ class Sender:
                     producer_id=batch.producer_id,
                     producer_epoch=batch.producer_epoch,
                     base_sequence=batch.base_sequence,
+                    is_transactional=transactional,
                 )
                 for batch in group
             )
@@ -386,6 +443,7 @@ class Sender:
         header = api.ProduceRequest(
             acks=int(config.acks),  # normalised to -1, 0 or 1 by the config
             timeout_ms=config.request_timeout_ms,
+            transactional_id=config.transactional_id,
             partitions=tuple(
                 api.ProducePartition(
                     topic=g[0].tp.topic, partition=g[0].tp.partition, records_bytes=len(payload)
@@ -502,6 +560,18 @@ class Sender:
         if batch.base_sequence >= 0 and self._idempotence is not None:
             self._idempotence.resolved()
             self._idempotence.request_reset(f"{error.name} for {batch.tp}")
+        txn = self.transactions
+        if txn is not None and not txn.state.in_error:
+            # A transaction with a lost record must not commit: abortable, or fatal
+            # when a newer instance of the transactional id fenced this one.
+            if isinstance(error, _FATAL_BATCH_ERRORS):
+                txn.state.fatal_error(
+                    ProducerFencedError(f"{error.name} for {batch.tp}: {error}")
+                    if isinstance(error, InvalidProducerEpochError)
+                    else error
+                )
+            elif not isinstance(error, TransactionAbortedError):
+                txn.state.abortable_error(error)
         self._settle(batch, -1, -1, error)
 
     def _settle(

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from http_fake import serve_on_thread
 
 from raftka.client import AsyncProducer, Producer, RecordMetadata
 from raftka.client.interceptors import ProducerInterceptor, ProducerRecord
@@ -135,30 +136,9 @@ class FakeBroker:
 def broker() -> Iterator[FakeBroker]:
     """A fake broker on its own loop thread (so sync and async clients can share it)."""
     fake = FakeBroker()
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    runner = web.AppRunner(fake.app())
-
-    async def start() -> None:
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        fake.address = f"127.0.0.1:{port}"
-        ready.set()
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    assert ready.is_set()
-    fake.hold_loop = loop  # type: ignore[attr-defined]
-    yield fake
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with serve_on_thread(fake.app()) as (fake.address, loop):
+        fake.hold_loop = loop  # type: ignore[attr-defined]
+        yield fake
 
 
 def _release(broker: FakeBroker) -> None:

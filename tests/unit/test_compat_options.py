@@ -54,14 +54,12 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (KafkaProducer, "security_protocol", "SSL", "TLS"),
         (KafkaProducer, "ssl_cafile", "/ca.pem", "TLS"),
         (KafkaProducer, "sasl_mechanism", "PLAIN", "SASL"),
-        (KafkaProducer, "transactional_id", "tx-1", "transactions"),
         (KafkaProducer, "allow_auto_create_topics", True, "create_topics"),
         (KafkaProducer, "metric_reporters", [object], "metrics"),
         (KafkaConsumer, "exclude_internal_topics", False, "internal"),
         (KafkaConsumer, "default_offset_commit_callback", print, "commit_async"),
         (KafkaConsumer, "client_rack", "rack-1", "leader"),
         (KafkaAdminClient, "sasl_plain_username", "u", "SASL"),
-        (AIOKafkaProducer, "transactional_id", "tx", "transactions"),
         (AIOKafkaProducer, "sasl_mechanism", "SCRAM-SHA-256", "SASL"),
         (AIOKafkaConsumer, "rebalance_timeout_ms", 10_000, "max_poll_interval_ms"),
         (AIOKafkaConsumer, "ssl_context", object(), "TLS"),
@@ -91,6 +89,25 @@ def test_keywords_raftka_cannot_honour_are_refused_by_name(
 ) -> None:
     with pytest.raises(KafkaConfigurationError, match=rf"INVALID_CONFIG: {keyword}=.*{why}"):
         cls(bootstrap_servers=BOOT, **{keyword: value})
+
+
+def test_transactional_id_reaches_the_producer_and_implies_idempotence() -> None:
+    """Both shims pass transactional_id and transaction_timeout_ms on (aiokafka then
+    switches idempotence on and acks to "all", as aiokafka does); before 0.11 it is
+    refused by name, and with idempotence off raftka's own config refuses it."""
+    kp_producer = KafkaProducer(
+        bootstrap_servers=BOOT, transactional_id="tx-1", transaction_timeout_ms=30_000
+    )
+    assert kp_producer._producer.config.transactional_id == "tx-1"
+    assert kp_producer._producer.config.transaction_timeout_ms == 30_000
+    kp_producer.close()
+    aio_producer = AIOKafkaProducer(bootstrap_servers=BOOT, transactional_id="tx")
+    config = aio_producer._producer.config
+    assert config.enable_idempotence and config.acks == -1 and config.transactional_id == "tx"
+    with pytest.raises(KafkaConfigurationError, match=r"transactional_id=.*0, 11"):
+        KafkaProducer(bootstrap_servers=BOOT, transactional_id="tx", api_version=(0, 10))
+    with pytest.raises(KafkaConfigurationError, match="enable_idempotence"):
+        AIOKafkaProducer(bootstrap_servers=BOOT, transactional_id="tx", enable_idempotence=False)
 
 
 def test_refused_keywords_with_a_value_raftka_honours_are_accepted() -> None:

@@ -7,8 +7,8 @@ __consumer_offsets partitions, offset commits and fetches, expiry, admin request
 ``group_records`` the formats of the records it appends. ``transaction_state`` is one
 ``transactional.id``'s metadata and state machine, ``transaction_coordinator`` the
 coordinator of many ids (InitProducerId, AddPartitionsToTxn, EndTxn, markers, timeouts,
-loading) and ``transaction_records`` the format of ``__transaction_state``; the
-transaction coordinator is not wired into the broker yet. All are pure: time comes in
+loading) and ``transaction_records`` the format of ``__transaction_state``; the broker shells
+around them are ``service`` and ``transaction_service``. The cores are pure: time comes in
 as ``now_ms``, randomness from an injected ``random.Random``, and appends and delayed
 responses leave as outputs for the broker to carry out.
 """

@@ -70,6 +70,7 @@ from raftka.common.errors import (
     NetworkError,
     RebalanceInProgressError,
     RequestTimedOutError,
+    UnstableOffsetCommitError,
 )
 from raftka.common.messages import Message
 from raftka.common.messages import coordinator as api
@@ -753,7 +754,10 @@ class ConsumerCoordinator:
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition], deadline_ms: int
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The committed offset of each partition (None where there is none)."""
+        """The committed offset of each partition (None where there is none). A
+        read_committed consumer asks with ``require_stable`` (KIP-447, as Kafka's
+        consumer): an offset a transaction has written but not yet ended is waited for
+        (UNSTABLE_OFFSET_COMMIT, retried until ``deadline_ms``), not passed over."""
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
@@ -767,6 +771,7 @@ class ConsumerCoordinator:
             topics=tuple(
                 api.OffsetFetchTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
             ),
+            require_stable=self._config.isolation_level == "read_committed",
         )
         while True:
             answer = await self._call_retrying(
@@ -774,7 +779,19 @@ class ConsumerCoordinator:
             )
             error = _error_of(answer.error)
             if error is None:
-                break
+                unstable = next(
+                    (
+                        e
+                        for t in answer.topics
+                        for p in t.partitions
+                        if isinstance(e := _error_of(p.error), UnstableOffsetCommitError)
+                    ),
+                    None,
+                )
+                if unstable is None:
+                    break
+                await self._backoff(deadline_ms, unstable)
+                continue
             if classify(error) is not Reaction.FIND_COORDINATOR:
                 raise error
             if not isinstance(error, CoordinatorNotAvailableError):

@@ -425,7 +425,8 @@ def test_transactional_sink_writes_once_across_task_retry_and_restart(
             raise RuntimeError("injected failure (first attempt of this task)")
         return text.upper()
 
-    transform = udf(upper_failing_once, StringType())
+    # useArrow=False: a plain Python UDF (the Arrow one needs pandas, not installed).
+    transform = udf(upper_failing_once, StringType(), useArrow=False)
 
     def run() -> list[dict[str, Any]]:
         query = (

@@ -302,7 +302,9 @@ def produce_transaction(
 
 
 class RaftkaBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("raftka")``: at least once (a retried task writes again)."""
+    """``df.write.format("raftka")``: at least once (a retried task writes again); with
+    ``kafka.transactional.id`` each task's rows are one transaction, so a failed
+    attempt's rows are aborted."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
@@ -328,7 +330,9 @@ class RaftkaBatchWriter(DataSourceArrowWriter):
 
 class RaftkaStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("raftka")``: at least once, and a micro-batch replayed
-    after its sink commit is not written again (``replayProtection``, default true)."""
+    after its sink commit is not written again (``replayProtection``, default true);
+    exactly once for read_committed readers with ``kafka.transactional.id`` (see the
+    module docstring)."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts

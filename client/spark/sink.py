@@ -56,6 +56,7 @@ __all__ = [
     "RaftkaBatchWriter",
     "RaftkaStreamWriter",
     "SinkCommitMessage",
+    "TxnTarget",
     "committed_batch",
     "produce",
     "produce_transaction",
@@ -243,16 +244,22 @@ async def _committed_batch_async(opts: SinkOptions, group: str, key: TopicPartit
     return -1 if found is None else found.offset
 
 
+@dataclass(frozen=True, slots=True)
+class TxnTarget:
+    """What one transactional write task writes under: its transactional id and, in
+    streaming, the group, key and batch id of its marker (None in batch writes)."""
+
+    transactional_id: str
+    group: str | None = None
+    key: TopicPartition | None = None
+    batch_id: int = 0
+
+
 async def _produce_transaction_async(
-    opts: SinkOptions,
-    batches: Iterator[Any],
-    *,
-    transactional_id: str,
-    group: str | None,
-    key: TopicPartition | None,
-    batch_id: int,
+    opts: SinkOptions, batches: Iterator[Any], target: TxnTarget
 ) -> int | None:
-    settings = {**_producer_settings(opts), "transactional_id": transactional_id}
+    settings = {**_producer_settings(opts), "transactional_id": target.transactional_id}
+    group, key = target.group, target.key
     async with AsyncProducer(bootstrap_servers=opts.bootstrap_servers, **settings) as producer:
         # First fence every earlier attempt: after this no other producer of this id can
         # commit, so the offset read next is final.
@@ -260,7 +267,7 @@ async def _produce_transaction_async(
         if (
             group is not None
             and key is not None
-            and await _committed_batch_async(opts, group, key) >= batch_id
+            and await _committed_batch_async(opts, group, key) >= target.batch_id
         ):
             _drain(batches)
             return None
@@ -268,37 +275,20 @@ async def _produce_transaction_async(
         # On an error the producer's close aborts the open transaction.
         sent = await _send_all(opts, producer, batches)
         if group is not None and key is not None:
-            meta = f"batch {batch_id}: {sent} records"
+            meta = f"batch {target.batch_id}: {sent} records"
             await producer.send_offsets_to_transaction(
-                {key: OffsetAndMetadata(batch_id, meta)}, group
+                {key: OffsetAndMetadata(target.batch_id, meta)}, group
             )
         await producer.commit_transaction()
     return sent
 
 
-def produce_transaction(
-    opts: SinkOptions,
-    batches: Iterator[Any],
-    *,
-    transactional_id: str,
-    group: str | None,
-    key: TopicPartition | None,
-    batch_id: int,
-) -> int | None:
+def produce_transaction(opts: SinkOptions, batches: Iterator[Any], target: TxnTarget) -> int | None:
     """Write the rows and commit offset ``batch_id`` for ``key`` in ``group`` in one
     transaction of ``transactional_id``; None (and nothing written) when ``key``
     already holds ``batch_id`` or later. Without a group (batch writes): the rows
     alone, in one transaction."""
-    return asyncio.run(
-        _produce_transaction_async(
-            opts,
-            batches,
-            transactional_id=transactional_id,
-            group=group,
-            key=key,
-            batch_id=batch_id,
-        )
-    )
+    return asyncio.run(_produce_transaction_async(opts, batches, target))
 
 
 class RaftkaBatchWriter(DataSourceArrowWriter):
@@ -317,14 +307,7 @@ class RaftkaBatchWriter(DataSourceArrowWriter):
         partition_id = 0 if ctx is None else ctx.partitionId()
         # One transaction per task: a failed attempt's rows are aborted (its retry
         # fences it); there is no batch id to skip a committed task's rerun by.
-        written = produce_transaction(
-            self.opts,
-            iterator,
-            transactional_id=f"{prefix}-{partition_id}",
-            group=None,
-            key=None,
-            batch_id=0,
-        )
+        written = produce_transaction(self.opts, iterator, TxnTarget(f"{prefix}-{partition_id}"))
         return SinkCommitMessage(records=written or 0)
 
 
@@ -354,13 +337,9 @@ class RaftkaStreamWriter(DataSourceStreamArrowWriter):
                     "or partition id, so its transaction cannot be named"
                 )
             txn_id, group = transactional_ids(prefix, query_id, partition_id)
+            key = TopicPartition(SINK_COMMITS_TOPIC, partition_id)
             written = produce_transaction(
-                self.opts,
-                iterator,
-                transactional_id=txn_id,
-                group=group,
-                key=TopicPartition(SINK_COMMITS_TOPIC, partition_id),
-                batch_id=batch_id,
+                self.opts, iterator, TxnTarget(txn_id, group, key, batch_id)
             )
             return SinkCommitMessage(
                 written or 0, query_id, batch_id, partition_id, skipped=written is None

@@ -36,7 +36,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -218,26 +218,38 @@ def test_batch_read_returns_exact_records_and_ranges(spark: Any, env: Env) -> No
 
 
 def _run_available_now(
-    spark: Any, env: Env, source: str, sink: str, checkpoint: Path, *, protect: bool
+    spark: Any,
+    env: Env,
+    source: str,
+    sink: str,
+    checkpoint: Path,
+    *,
+    sink_options: dict[str, str],
+    transform: Callable[[Any], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """read -> upper-case the value -> write, availableNow, 40 records per trigger at
-    most; the query's progress reports."""
-    query = (
+    """read -> ``transform`` (default: upper-case the value) -> write, availableNow, 40
+    records per trigger at most; the query's progress reports."""
+    df = (
         spark.readStream.format("raftka")
         .option("bootstrap.servers", env.bootstrap_servers)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "40")
         .load()
-        .selectExpr("key", "upper(cast(value as string)) AS value")
-        .writeStream.format("raftka")
+    )
+    if transform is None:
+        df = df.selectExpr("key", "upper(cast(value as string)) AS value")
+    else:
+        df = transform(df)
+    writer = (
+        df.writeStream.format("raftka")
         .option("bootstrap.servers", env.bootstrap_servers)
         .option("topic", sink)
-        .option("replayProtection", str(protect).lower())
         .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
+    for k, v in sink_options.items():
+        writer = writer.option(k, v)
+    query = writer.trigger(availableNow=True).start()
     finished = query.awaitTermination(QUERY_TIMEOUT_S)
     assert finished, f"the availableNow query did not finish in {QUERY_TIMEOUT_S} s"
     assert query.exception() is None, query.exception()
@@ -271,14 +283,15 @@ def test_streaming_restart_and_replayed_batch(
     checkpoint = tmp_path / f"checkpoint-{name}"
     first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
     _produce(env, source, first)
-    progress1 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+    options = {"replayProtection": str(protect).lower()}
+    progress1 = _run_available_now(spark, env, source, sink, checkpoint, sink_options=options)
 
     env.admin.create_partitions({source: NewPartitions(4)}, timeout_ms=API_TIMEOUT_MS)
     env.wait_topic(source, 4)
     second = [(i % 4, b"e%04d" % i, 1_000 + i) for i in range(100, 160)]
     _produce(env, source, second)
     lost = _lose_last_commit(checkpoint)
-    progress2 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+    progress2 = _run_available_now(spark, env, source, sink, checkpoint, sink_options=options)
 
     batches = [(p["batchId"], p["numInputRows"]) for p in progress1 + progress2]
     assert all(rows <= 40 for _, rows in batches), batches
@@ -426,29 +439,18 @@ def test_transactional_sink_writes_once_across_task_retry_and_restart(
         return text.upper()
 
     # useArrow=False: a plain Python UDF (the Arrow one needs pandas, not installed).
-    transform = udf(upper_failing_once, StringType(), useArrow=False)
+    failing = udf(upper_failing_once, StringType(), useArrow=False)
 
     def run() -> list[dict[str, Any]]:
-        query = (
-            spark.readStream.format("raftka")
-            .option("bootstrap.servers", env.bootstrap_servers)
-            .option("subscribe", source)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "40")
-            .load()
-            .select(col("key"), transform(col("value")).alias("value"))
-            .writeStream.format("raftka")
-            .option("bootstrap.servers", env.bootstrap_servers)
-            .option("topic", sink)
-            .option("kafka.transactional.id", "spark-etl")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        return _run_available_now(
+            spark,
+            env,
+            source,
+            sink,
+            checkpoint,
+            sink_options={"kafka.transactional.id": "spark-etl"},
+            transform=lambda df: df.select(col("key"), failing(col("value")).alias("value")),
         )
-        finished = query.awaitTermination(QUERY_TIMEOUT_S)
-        assert finished, f"the availableNow query did not finish in {QUERY_TIMEOUT_S} s"
-        assert query.exception() is None, query.exception()
-        return [dict(p) for p in query.recentProgress]
 
     first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
     _produce(env, source, first)

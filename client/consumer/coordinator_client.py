@@ -773,18 +773,28 @@ class ConsumerCoordinator:
             ),
             require_stable=self._config.isolation_level == "read_committed",
         )
+        unstable: KafkaError | None = None
         while True:
-            answer = await self._call_retrying(
-                "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
-            )
+            try:
+                answer = await self._call_retrying(
+                    "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
+                )
+            except KafkaTimeoutError as timeout:
+                if unstable is None:
+                    raise
+                # The deadline passed while a transaction held the offsets: say so.
+                raise KafkaTimeoutError(
+                    f"group {self.group_id!r}: committed offsets still pending at the "
+                    f"deadline; last: {unstable}"
+                ) from timeout
             error = _error_of(answer.error)
             if error is None:
                 unstable = next(
                     (
-                        e
+                        pending
                         for t in answer.topics
                         for p in t.partitions
-                        if isinstance(e := _error_of(p.error), UnstableOffsetCommitError)
+                        if isinstance(pending := _error_of(p.error), UnstableOffsetCommitError)
                     ),
                     None,
                 )

@@ -104,6 +104,7 @@ PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
     "delivery.timeout.ms": ("delivery_timeout_ms", _int),
     "max.request.size": ("max_request_size", _int),
     "enable.idempotence": ("enable_idempotence", _bool),
+    "transaction.timeout.ms": ("transaction_timeout_ms", _int),
 }
 # Handled by the connector itself, not passed to a client.
 _KAFKA_HANDLED: Final = frozenset({"bootstrap.servers", "isolation.level", "transactional.id"})
@@ -439,6 +440,11 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SparkOptionError(
             "option kafka.enable.idempotence=false: kafka.transactional.id needs the "
             "idempotent producer"
+        )
+    if prefix is None and "transaction_timeout_ms" in producer:
+        raise SparkOptionError(
+            "option kafka.transaction.timeout.ms needs kafka.transactional.id (it bounds "
+            "a transaction; without one the sink writes none)"
         )
     if prefix is not None and producer.get("acks", "all") not in ("all", -1):
         raise SparkOptionError(

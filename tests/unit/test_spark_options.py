@@ -151,11 +151,16 @@ def test_sink_transactional_id_prefix_and_its_contradictions() -> None:
     assert opts.transactional_id_prefix == "etl"
     assert "transactional_id" not in opts.producer
     assert parse_sink_options(BASE).transactional_id_prefix is None
+    timed = parse_sink_options(
+        {**BASE, "kafka.transactional.id": "t", "kafka.transaction.timeout.ms": "300000"}
+    )
+    assert timed.producer == {"transaction_timeout_ms": 300_000}
     for extra, named in (
         ({"kafka.transactional.id": " "}, "kafka.transactional.id"),
         ({"kafka.transactional.id": "t", "replayProtection": "false"}, "replayProtection"),
         ({"kafka.transactional.id": "t", "kafka.enable.idempotence": "false"}, "idempotence"),
         ({"kafka.transactional.id": "t", "kafka.acks": "1"}, "acks"),
+        ({"kafka.transaction.timeout.ms": "1000"}, "kafka.transaction.timeout.ms"),
     ):
         with pytest.raises(SparkOptionError, match=named):
             parse_sink_options({**BASE, **extra})

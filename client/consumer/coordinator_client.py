@@ -70,6 +70,7 @@ from raftka.common.errors import (
     NetworkError,
     RebalanceInProgressError,
     RequestTimedOutError,
+    UnstableOffsetCommitError,
 )
 from raftka.common.messages import Message
 from raftka.common.messages import coordinator as api
@@ -753,7 +754,10 @@ class ConsumerCoordinator:
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition], deadline_ms: int
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The committed offset of each partition (None where there is none)."""
+        """The committed offset of each partition (None where there is none). A
+        read_committed consumer asks with ``require_stable`` (KIP-447, as Kafka's
+        consumer): an offset a transaction has written but not yet ended is waited for
+        (UNSTABLE_OFFSET_COMMIT, retried until ``deadline_ms``), not passed over."""
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
@@ -767,14 +771,37 @@ class ConsumerCoordinator:
             topics=tuple(
                 api.OffsetFetchTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
             ),
+            require_stable=self._config.isolation_level == "read_committed",
         )
+        unstable: KafkaError | None = None
         while True:
-            answer = await self._call_retrying(
-                "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
-            )
+            try:
+                answer = await self._call_retrying(
+                    "/v1/offset-fetch", request, api.OffsetFetchResponse, deadline_ms
+                )
+            except KafkaTimeoutError as timeout:
+                if unstable is None:
+                    raise
+                # The deadline passed while a transaction held the offsets: say so.
+                raise KafkaTimeoutError(
+                    f"group {self.group_id!r}: committed offsets still pending at the "
+                    f"deadline; last: {unstable}"
+                ) from timeout
             error = _error_of(answer.error)
             if error is None:
-                break
+                unstable = next(
+                    (
+                        pending
+                        for t in answer.topics
+                        for p in t.partitions
+                        if isinstance(pending := _error_of(p.error), UnstableOffsetCommitError)
+                    ),
+                    None,
+                )
+                if unstable is None:
+                    break
+                await self._backoff(deadline_ms, unstable)
+                continue
             if classify(error) is not Reaction.FIND_COORDINATOR:
                 raise error
             if not isinstance(error, CoordinatorNotAvailableError):

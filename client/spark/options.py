@@ -104,9 +104,11 @@ PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
     "delivery.timeout.ms": ("delivery_timeout_ms", _int),
     "max.request.size": ("max_request_size", _int),
     "enable.idempotence": ("enable_idempotence", _bool),
+    "transaction.timeout.ms": ("transaction_timeout_ms", _int),
 }
 # Handled by the connector itself, not passed to a client.
-_KAFKA_HANDLED: Final = frozenset({"bootstrap.servers", "isolation.level"})
+_KAFKA_HANDLED: Final = frozenset({"bootstrap.servers", "isolation.level", "transactional.id"})
+_ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
 # Kafka settings that Spark's connector refuses because it manages them itself.
 _KAFKA_REFUSED: Final = frozenset(
     {
@@ -176,6 +178,9 @@ class SourceOptions:
     # startingOffsetsByTimestampStrategy: what a partition with no record at or after
     # startingTimestamp does ("error" as Spark's default, or "latest").
     timestamp_strategy: Literal["error", "latest"] = "error"
+    # read_committed: ranges end at the last stable offset and the reader drops aborted
+    # records and transaction markers (the offsets they take are gaps).
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     consumer: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -185,6 +190,9 @@ class SinkOptions:
     topic: str | None = None
     # Streaming only: skip a micro-batch whose sink commit raftka already recorded.
     replay_protection: bool = True
+    # kafka.transactional.id: the prefix of the transactional ids the sink derives per
+    # query and Spark partition (transactional mode); None: plain at-least-once writes.
+    transactional_id_prefix: str | None = None
     producer: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -260,14 +268,25 @@ def _client_settings(
     return out
 
 
-def _isolation(opts: Mapping[str, str]) -> None:
+def _isolation(opts: Mapping[str, str]) -> Literal["read_uncommitted", "read_committed"]:
+    """``isolation.level`` (Spark's name) or ``kafka.isolation.level``; both given must
+    agree."""
+    levels: dict[str, str] = {}
     for key in ("isolation.level", "kafka.isolation.level"):
         value = opts.get(key)
-        if value is not None and value.strip() != "read_uncommitted":
+        if value is None:
+            continue
+        level = value.strip().lower()
+        if level not in _ISOLATION_LEVELS:
             raise SparkOptionError(
-                f"option {key}: only read_uncommitted is supported (raftka has no "
-                f"transactions yet), not {value!r}"
+                f"option {key}: read_uncommitted or read_committed, not {value!r}"
             )
+        levels[key] = level
+    if len(set(levels.values())) > 1:
+        raise SparkOptionError(
+            "options isolation.level and kafka.isolation.level disagree; give one"
+        )
+    return "read_committed" if "read_committed" in levels.values() else "read_uncommitted"
 
 
 def _subscription(opts: Mapping[str, str]) -> Subscription:
@@ -332,7 +351,11 @@ def _offsets_spec(
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """The source's settings for a batch (``streaming=False``) or streaming read."""
     opts = _lower(options)
-    _isolation(opts)
+    isolation_level = _isolation(opts)
+    if "kafka.transactional.id" in opts:
+        raise SparkOptionError(
+            "option kafka.transactional.id is a sink option (the source only reads)"
+        )
     subscription = _subscription(opts)
     starting = _offsets_spec(
         opts,
@@ -386,6 +409,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_trigger_delay_ms=max_trigger_delay_ms,
         poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll_timeout_ms is None else poll_timeout_ms,
         timestamp_strategy="latest" if strategy == "latest" else "error",
+        isolation_level=isolation_level,
         consumer=_client_settings(opts, CONSUMER_SETTINGS),
     )
 
@@ -399,9 +423,37 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     replay_protection = True
     if "replayprotection" in opts:
         replay_protection = _parse(opts, "replayprotection", _bool, "replayProtection")
+    prefix = opts.get("kafka.transactional.id")
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise SparkOptionError("option kafka.transactional.id: must not be empty")
+        if not replay_protection:
+            # Transactional mode skips a batch a partition already committed: turning
+            # that off would write it twice, contradicting the transactions.
+            raise SparkOptionError(
+                "options kafka.transactional.id and replayProtection=false contradict: "
+                "transactional writes always skip a batch already committed"
+            )
+    producer = _client_settings(opts, PRODUCER_SETTINGS)
+    if prefix is not None and producer.get("enable_idempotence") is False:
+        raise SparkOptionError(
+            "option kafka.enable.idempotence=false: kafka.transactional.id needs the "
+            "idempotent producer"
+        )
+    if prefix is None and "transaction_timeout_ms" in producer:
+        raise SparkOptionError(
+            "option kafka.transaction.timeout.ms needs kafka.transactional.id (it bounds "
+            "a transaction; without one the sink writes none)"
+        )
+    if prefix is not None and producer.get("acks", "all") not in ("all", -1):
+        raise SparkOptionError(
+            f"option kafka.acks={producer['acks']}: kafka.transactional.id needs acks=all"
+        )
     return SinkOptions(
         bootstrap_servers=_bootstrap(opts),
         topic=None if topic is None else topic.strip(),
         replay_protection=replay_protection,
-        producer=_client_settings(opts, PRODUCER_SETTINGS),
+        transactional_id_prefix=prefix,
+        producer=producer,
     )

@@ -78,6 +78,9 @@ class _Cluster:
     def __init__(self, opts: SourceOptions) -> None:
         self._opts = opts
         self._admin: Admin | None = None
+        # read_committed's end offsets (last stable offsets) come from a read_committed
+        # consumer: its ListOffsets carries the isolation level, the Admin's does not.
+        self._lso_reader: Consumer | None = None
 
     def admin(self) -> Admin:
         if self._admin is None:
@@ -97,6 +100,19 @@ class _Cluster:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        if self._lso_reader is not None:
+            self._lso_reader.close()
+            self._lso_reader = None
+
+    def _last_stable(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        if self._lso_reader is None:
+            self._lso_reader = Consumer(
+                bootstrap_servers=self._opts.bootstrap_servers,
+                isolation_level="read_committed",
+                default_api_timeout_ms=ADMIN_TIMEOUT_MS,
+                **self._opts.consumer,
+            )
+        return self._lso_reader.end_offsets(list(tps), ADMIN_TIMEOUT_MS)
 
     def partitions(self) -> list[TopicPartition]:
         """The partitions the subscription covers now. A subscribed or assigned topic
@@ -140,10 +156,13 @@ class _Cluster:
         return sorted(tps)
 
     def offsets(self, tps: Sequence[TopicPartition], spec: str | int) -> dict[TopicPartition, int]:
-        """Log start ("earliest"), high watermark ("latest"), or the first offset at or
-        after a timestamp (-1 where there is none)."""
+        """Log start ("earliest"), the end ("latest": the high watermark, or the last
+        stable offset under read_committed, as Spark's source with read_committed), or
+        the first offset at or after a timestamp (-1 where there is none)."""
         if not tps:
             return {}
+        if spec == "latest" and self._opts.isolation_level == "read_committed":
+            return self._last_stable(tps)
         found = self.admin().list_offsets(
             {tp: spec for tp in tps},  # type: ignore[misc]
             timeout_ms=ADMIN_TIMEOUT_MS,
@@ -188,7 +207,9 @@ def _planned_partitions(
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[Any]:
     """Arrow RecordBatches holding exactly the records [start, end) of one partition
-    (fewer where compaction removed some). Fails when no progress is made for
+    (fewer where compaction removed some; under read_committed, without the records of
+    aborted transactions and the transaction markers: the consumer's position moves
+    past those offsets, so they are gaps, not a stall). Fails when no progress is made for
     ``kafkaConsumer.pollTimeoutMs``: the records are below the high watermark, so a
     stall means the cluster cannot serve them."""
     if rng.count == 0:
@@ -198,7 +219,10 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[Any]:
     # failOnDataLoss=false: records deleted meanwhile are skipped (reset to the log start).
     reset = "none" if opts.fail_on_data_loss else "earliest"
     with Consumer(
-        bootstrap_servers=opts.bootstrap_servers, auto_offset_reset=reset, **settings
+        bootstrap_servers=opts.bootstrap_servers,
+        auto_offset_reset=reset,
+        isolation_level=opts.isolation_level,
+        **settings,
     ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, rng.start)

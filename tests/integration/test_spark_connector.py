@@ -1,9 +1,10 @@
 """The PySpark connector (format "raftka") against a real cluster and a local Spark.
 
 One module-scoped raftka cluster (3 controllers + 3 brokers on loopback) and one
-session-scoped SparkSession (``local[2]``) serve every test; each test uses its own
-topics. Nothing calls ``spark.dataSource.register``: the format is found through the
-installed ``pyspark_raftka`` module, so every test also checks the auto-registration.
+session-scoped SparkSession (``local[2,2]``: a failed task is tried twice) serve every
+test; each test uses its own topics. Nothing calls ``spark.dataSource.register``: the
+format is found through the installed ``pyspark_raftka`` module, so every test also
+checks the auto-registration.
 
 - a batch read of a 3-partition topic returns exactly the records produced (keys,
   values, headers, offsets, timestamps), and startingOffsets/endingOffsets JSON select
@@ -14,7 +15,15 @@ installed ``pyspark_raftka`` module, so every test also checks the auto-registra
   did replay batch N, and every micro-batch stayed within the limit; the same
   scenario with replayProtection=false writes the replayed batch twice (the control
   that shows the check can fail);
-- bad options fail with a message naming the option.
+- bad options fail with a message naming the option;
+- isolation.level=read_committed: a batch read returns the committed transaction's
+  records and the plain ones, never an aborted or still open transaction's (which a
+  read_uncommitted read of the same topic does return: the control), and its range ends
+  at the last stable offset;
+- the transactional sink (kafka.transactional.id): a streaming query whose UDF fails
+  once in one task (Spark retries it: ``local[2,2]``) and which is then restarted from
+  its checkpoint with its last commits/N lost writes every input record exactly once
+  as a read_committed reader sees the output.
 
 Skipped (with the reason) only when pyspark, pyarrow or Java is missing.
 """
@@ -27,13 +36,14 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raftka.client import Consumer, NewPartitions, Producer, TopicPartition
+from raftka.local import wait_for
 from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
@@ -49,6 +59,10 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 DEADLINE_S = 30.0
 API_TIMEOUT_MS = 20_000
 QUERY_TIMEOUT_S = 120
+BROKER_PROPERTIES = {
+    # Fewer __transaction_state partitions: the cluster is ready sooner.
+    "transaction.state.log.num.partitions": "3",
+}
 
 
 class Env(RaftkaCluster):
@@ -59,7 +73,7 @@ class Env(RaftkaCluster):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with Env.start(tmp_path_factory.mktemp("spark")) as env:
+    with Env.start(tmp_path_factory.mktemp("spark"), broker_properties=BROKER_PROPERTIES) as env:
         yield env
 
 
@@ -93,7 +107,8 @@ def spark() -> Iterator[Any]:
             p for p in (extra, os.environ.get("PYTHONPATH", "")) if p
         )
     session = (
-        SparkSession.builder.master("local[2]")
+        # local[N, F]: a failed task is tried up to F times (local[N] never retries).
+        SparkSession.builder.master("local[2,2]")
         .appName("raftka-tests")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -203,26 +218,38 @@ def test_batch_read_returns_exact_records_and_ranges(spark: Any, env: Env) -> No
 
 
 def _run_available_now(
-    spark: Any, env: Env, source: str, sink: str, checkpoint: Path, *, protect: bool
+    spark: Any,
+    env: Env,
+    source: str,
+    sink: str,
+    checkpoint: Path,
+    *,
+    sink_options: dict[str, str],
+    transform: Callable[[Any], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """read -> upper-case the value -> write, availableNow, 40 records per trigger at
-    most; the query's progress reports."""
-    query = (
+    """read -> ``transform`` (default: upper-case the value) -> write, availableNow, 40
+    records per trigger at most; the query's progress reports."""
+    df = (
         spark.readStream.format("raftka")
         .option("bootstrap.servers", env.bootstrap_servers)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "40")
         .load()
-        .selectExpr("key", "upper(cast(value as string)) AS value")
-        .writeStream.format("raftka")
+    )
+    if transform is None:
+        df = df.selectExpr("key", "upper(cast(value as string)) AS value")
+    else:
+        df = transform(df)
+    writer = (
+        df.writeStream.format("raftka")
         .option("bootstrap.servers", env.bootstrap_servers)
         .option("topic", sink)
-        .option("replayProtection", str(protect).lower())
         .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
+    for k, v in sink_options.items():
+        writer = writer.option(k, v)
+    query = writer.trigger(availableNow=True).start()
     finished = query.awaitTermination(QUERY_TIMEOUT_S)
     assert finished, f"the availableNow query did not finish in {QUERY_TIMEOUT_S} s"
     assert query.exception() is None, query.exception()
@@ -256,14 +283,15 @@ def test_streaming_restart_and_replayed_batch(
     checkpoint = tmp_path / f"checkpoint-{name}"
     first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
     _produce(env, source, first)
-    progress1 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+    options = {"replayProtection": str(protect).lower()}
+    progress1 = _run_available_now(spark, env, source, sink, checkpoint, sink_options=options)
 
     env.admin.create_partitions({source: NewPartitions(4)}, timeout_ms=API_TIMEOUT_MS)
     env.wait_topic(source, 4)
     second = [(i % 4, b"e%04d" % i, 1_000 + i) for i in range(100, 160)]
     _produce(env, source, second)
     lost = _lose_last_commit(checkpoint)
-    progress2 = _run_available_now(spark, env, source, sink, checkpoint, protect=protect)
+    progress2 = _run_available_now(spark, env, source, sink, checkpoint, sink_options=options)
 
     batches = [(p["batchId"], p["numInputRows"]) for p in progress1 + progress2]
     assert all(rows <= 40 for _, rows in batches), batches
@@ -296,3 +324,145 @@ def test_bad_options_name_the_option(spark: Any, env: Env) -> None:
         with pytest.raises(Exception) as failure:
             _read(spark, env, **options).collect()
         assert named in str(failure.value), (options, str(failure.value)[:2000])
+
+
+def _read_committed(env: Env, topic: str, partitions: int) -> list[bytes]:
+    """Every value a read_committed consumer reads from the topic, up to its last stable
+    offsets (positions move past markers and aborted records, so they are compared with
+    the end offsets rather than counted)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer(
+        bootstrap_servers=env.bootstrap_servers,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        fetch_max_wait_ms=100,
+    ) as consumer:
+        consumer.assign(tps)
+        end = consumer.end_offsets(tps, API_TIMEOUT_MS)
+        got: list[bytes] = []
+
+        def done() -> bool:
+            for records in consumer.poll(200).values():
+                got.extend(r.value or b"" for r in records)
+            return all(consumer.position(tp) >= end[tp] for tp in tps)
+
+        wait_for(done, timeout_s=DEADLINE_S, message=f"read_committed of {topic} up to {end}")
+    return got
+
+
+def test_read_committed_source_skips_aborted_and_open_transactions(spark: Any, env: Env) -> None:
+    """Plain records, a committed transaction, an aborted one and one left open, over 3
+    partitions: isolation.level=read_committed (either name) reads the plain and the
+    committed records only, and each partition's range ends at the open transaction's
+    first offset (the LSO); read_uncommitted reads all of them (the control)."""
+    topic = env.topic("rc-source")
+    _produce(env, topic, [(p, b"plain-%d" % p, 1_000) for p in range(3)])
+    txn = {"bootstrap_servers": env.bootstrap_servers, "max_block_ms": API_TIMEOUT_MS}
+    with Producer(transactional_id="spark-rc-source", **txn) as producer:
+        producer.init_transactions()
+        for word in (b"committed", b"aborted"):
+            producer.begin_transaction()
+            for p in range(3):
+                producer.send(topic, word + b"-%d" % p, partition=p)
+            if word == b"committed":
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+        producer.begin_transaction()
+        opened = [producer.send(topic, b"open-%d" % p, partition=p) for p in range(3)]
+        producer.flush()
+        open_at = {md.partition: md.offset for md in (f.result(0) for f in opened)}
+
+        expected = sorted(b"%s-%d" % (w, p) for w in (b"plain", b"committed") for p in range(3))
+        for key in ("isolation.level", "kafka.isolation.level"):
+            rows = _read(spark, env, subscribe=topic, **{key: "read_committed"}).collect()
+            assert sorted(r.value for r in rows) == expected, key
+        everything = _read(spark, env, subscribe=topic).collect()
+        assert sorted(r.value for r in everything) == sorted(
+            expected + [b"%s-%d" % (w, p) for w in (b"aborted", b"open") for p in range(3)]
+        )
+        # The streaming source's first micro-batch ends at the LSO (the open
+        # transaction's first offset), asked of the driver-side reader directly.
+        from raftka.client.spark.options import parse_source_options
+        from raftka.client.spark.source import RaftkaStreamReader
+
+        stream = RaftkaStreamReader(
+            parse_source_options(
+                {
+                    "bootstrap.servers": env.bootstrap_servers,
+                    "subscribe": topic,
+                    "startingOffsets": "earliest",
+                    "isolation.level": "read_committed",
+                },
+                streaming=True,
+            )
+        )
+        try:
+            start = stream.initialOffset()
+            end = stream.latestOffset(start, stream.getDefaultReadLimit())
+        finally:
+            stream.stop()
+        assert end == {topic: {str(p): open_at[p] for p in range(3)}}
+        producer.abort_transaction()
+
+
+def test_transactional_sink_writes_once_across_task_retry_and_restart(
+    spark: Any, env: Env, tmp_path: Path
+) -> None:
+    """read -> a UDF that fails once, in one task, on one value -> write with
+    kafka.transactional.id, availableNow, <= 40 records per trigger. Spark retries the
+    failed task (its first attempt's open transaction is fenced and aborted by the
+    retry's InitProducerId); then more records arrive, the query's last commits/N is
+    lost (a crash after the sink's transactions committed, before Spark's commit file)
+    and it runs again from its checkpoint: Spark replays batch N and every task of it
+    finds its batch committed. A read_committed reader of the output sees every input
+    record exactly once."""
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import StringType
+
+    source = env.topic("txn-sink-in")
+    sink = env.topic("txn-sink-out")
+    checkpoint = tmp_path / "checkpoint-txn"
+    failed_once = tmp_path / "failed-once"
+    flag = str(failed_once)
+
+    def upper_failing_once(value: bytes) -> str:
+        # Runs in Spark's Python workers: the flag file is the state shared by attempts.
+        import os as _os
+
+        text = value.decode()
+        if text == "e0050" and not _os.path.exists(flag):
+            with open(flag, "w") as f:
+                f.write("failed")
+            raise RuntimeError("injected failure (first attempt of this task)")
+        return text.upper()
+
+    # useArrow=False: a plain Python UDF (the Arrow one needs pandas, not installed).
+    failing = udf(upper_failing_once, StringType(), useArrow=False)
+
+    def run() -> list[dict[str, Any]]:
+        return _run_available_now(
+            spark,
+            env,
+            source,
+            sink,
+            checkpoint,
+            sink_options={"kafka.transactional.id": "spark-etl"},
+            transform=lambda df: df.select(col("key"), failing(col("value")).alias("value")),
+        )
+
+    first = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100)]
+    _produce(env, source, first)
+    progress1 = run()
+    assert failed_once.exists(), "the UDF never failed: the retry was not exercised"
+
+    second = [(i % 3, b"e%04d" % i, 1_000 + i) for i in range(100, 160)]
+    _produce(env, source, second)
+    lost = _lose_last_commit(checkpoint)
+    progress2 = run()
+    batches = [(p["batchId"], p["numInputRows"]) for p in progress1 + progress2]
+    assert progress2[0]["batchId"] == lost and progress2[0]["numInputRows"] > 0, batches
+
+    expected = Counter(v.decode().upper().encode() for _, v, _ in first + second)
+    assert Counter(_read_committed(env, sink, 3)) == expected

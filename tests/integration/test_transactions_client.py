@@ -29,7 +29,7 @@ from typing import Literal
 import pytest
 
 from raftka.client import Consumer, OffsetAndMetadata, Producer, TopicPartition
-from raftka.common.errors import KafkaError, ProducerFencedError
+from raftka.common.errors import KafkaError, KafkaTimeoutError, ProducerFencedError
 from raftka.local import wait_for
 from raftka.testing import RaftkaCluster
 
@@ -222,3 +222,35 @@ def test_offsets_sent_to_a_transaction_commit_with_it(cluster: RaftkaCluster) ->
         consumer.close()
     out = read_all(cluster, sink, 10, isolation_level="read_committed")
     assert sorted(v or b"" for _, v in out) == sorted(b"out-%d" % i for i in range(10))
+
+
+def test_read_committed_committed_waits_for_a_pending_transactional_offset(
+    cluster: RaftkaCluster,
+) -> None:
+    """KIP-447: a read_committed consumer's committed() asks with require_stable, so an
+    offset an open transaction wrote is waited for (UNSTABLE_OFFSET_COMMIT, retried until
+    the timeout) instead of answered with the older value; once the transaction commits
+    it returns the new offset. A read_uncommitted consumer answers at once (the control)."""
+    topic = cluster.create_topic(partitions=1)
+    group = cluster.unique_name("stable")
+    tp = TopicPartition(topic, 0)
+    common = {"bootstrap_servers": cluster.bootstrap_servers, "group_id": group}
+    stable = Consumer(isolation_level="read_committed", enable_auto_commit=False, **common)
+    plain = Consumer(enable_auto_commit=False, **common)
+    producer = Producer(
+        bootstrap_servers=cluster.bootstrap_servers, transactional_id="stable-id", **CLIENT
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(7)}, group)
+        assert plain.committed([tp], timeout_ms=10_000)[tp] is None
+        with pytest.raises(KafkaTimeoutError, match="UNSTABLE_OFFSET_COMMIT"):
+            stable.committed([tp], timeout_ms=1_500)
+        producer.commit_transaction()
+        found = stable.committed([tp], timeout_ms=30_000)[tp]
+        assert found is not None and found.offset == 7
+    finally:
+        producer.close()
+        stable.close()
+        plain.close()

@@ -99,7 +99,16 @@ def test_kafka_prefixed_settings_pass_to_the_client() -> None:
         ({"subscribe": "a", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"subscribe": "a", "startingTimestamp": "-5"}, "startingTimestamp"),
-        ({"subscribe": "a", "isolation.level": "read_committed"}, "isolation.level"),
+        ({"subscribe": "a", "isolation.level": "serializable"}, "isolation.level"),
+        (
+            {
+                "subscribe": "a",
+                "isolation.level": "read_committed",
+                "kafka.isolation.level": "read_uncommitted",
+            },
+            "disagree",
+        ),
+        ({"subscribe": "a", "kafka.transactional.id": "t"}, "kafka.transactional.id"),
         ({"assign": '{"a": [0]}', "startingOffsets": '{"a": {"1": 0}}'}, "startingOffsets"),
     ],
 )
@@ -119,6 +128,42 @@ def test_streaming_only_rules() -> None:
     assert opts.starting.for_partition(TopicPartition("a", 0)) == LATEST
     assert opts.starting.for_partition(TopicPartition("a", 1)) == 7
     assert opts.starting.for_partition(TopicPartition("a", 2)) == EARLIEST  # not named
+
+
+def test_isolation_level_either_name() -> None:
+    """read_committed through Spark's isolation.level or kafka.isolation.level; the
+    default stays read_uncommitted."""
+    for key in ("isolation.level", "kafka.isolation.level", "Kafka.Isolation.Level"):
+        opts = parse_source_options(
+            {**BASE, "subscribe": "a", key: " READ_COMMITTED "}, streaming=True
+        )
+        assert opts.isolation_level == "read_committed"
+        assert opts.consumer == {}  # handled by the connector, not passed through
+    assert parse_source_options({**BASE, "subscribe": "a"}, streaming=True).isolation_level == (
+        "read_uncommitted"
+    )
+
+
+def test_sink_transactional_id_prefix_and_its_contradictions() -> None:
+    """kafka.transactional.id turns on transactional mode (kept as a prefix, not passed
+    to the producer); settings it cannot work with are refused by name."""
+    opts = parse_sink_options({**BASE, "kafka.transactional.id": " etl "})
+    assert opts.transactional_id_prefix == "etl"
+    assert "transactional_id" not in opts.producer
+    assert parse_sink_options(BASE).transactional_id_prefix is None
+    timed = parse_sink_options(
+        {**BASE, "kafka.transactional.id": "t", "kafka.transaction.timeout.ms": "300000"}
+    )
+    assert timed.producer == {"transaction_timeout_ms": 300_000}
+    for extra, named in (
+        ({"kafka.transactional.id": " "}, "kafka.transactional.id"),
+        ({"kafka.transactional.id": "t", "replayProtection": "false"}, "replayProtection"),
+        ({"kafka.transactional.id": "t", "kafka.enable.idempotence": "false"}, "idempotence"),
+        ({"kafka.transactional.id": "t", "kafka.acks": "1"}, "acks"),
+        ({"kafka.transaction.timeout.ms": "1000"}, "kafka.transaction.timeout.ms"),
+    ):
+        with pytest.raises(SparkOptionError, match=named):
+            parse_sink_options({**BASE, **extra})
 
 
 def test_missing_bootstrap_and_sink_topic_option() -> None:

@@ -91,13 +91,12 @@ def transactional_ids(topic: str, producers: int) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TxnConfig:
+class TxnConfig(QueueConfig):
+    """The queue workload's topic settings; ``producers`` are transactional and
+    ``consumers`` are the read_committed readers."""
+
     topic: str = "txn"
-    partitions: int = 3
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
     producers: int = 2
-    readers: int = 2
     abort_ratio: float = 0.3
     max_values: int = 5
     pipeline: bool = True
@@ -132,7 +131,7 @@ class TxnWorkload:
             history=history,
             bootstrap_servers=bootstrap_servers,
             bootstrap_controllers=bootstrap_controllers,
-            config=QueueConfig(topic=c.topic, partitions=c.partitions, consumers=c.readers),
+            config=QueueConfig(topic=c.topic, partitions=c.partitions, consumers=c.consumers),
         )
         # The pipeline's input feed: the queue workload's idempotent producer.
         self.feed = QueueWorkload(
@@ -197,24 +196,16 @@ class TxnWorkload:
         c = self.config
         rngs = [random.Random(self.rng.getrandbits(64)) for _ in range(c.producers)]
         tasks = [self._producer(i, rngs[i], stop) for i in range(c.producers)]
-        tasks += [self.reader._consumer(f"txn-reader-{i}", stop) for i in range(c.readers)]
+        tasks += [self.reader._consumer(f"txn-reader-{i}", stop) for i in range(c.consumers)]
         if c.pipeline:
             tasks.append(self.feed._producer(1000, stop))  # the feed is process 1000
         await asyncio.gather(*tasks)
 
     def _new_producer(self, index: int) -> AsyncProducer:
-        return AsyncProducer(
-            bootstrap_servers=self.bootstrap_servers,
-            client_id=f"chaos-txn-producer-{index}",
-            transactional_id=transactional_ids(self.config.topic, self.config.producers)[index],
-            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-            acks="all",
-            linger_ms=0,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
-            delivery_timeout_ms=TXN_CALL_TIMEOUT_MS,
-            max_block_ms=TXN_CALL_TIMEOUT_MS,
-            retry_backoff_ms=100,
-            metadata_max_age_ms=2_000,
+        return _txn_producer(
+            self.bootstrap_servers,
+            f"chaos-txn-producer-{index}",
+            transactional_ids(self.config.topic, self.config.producers)[index],
         )
 
     async def _init(self, index: int, stop: threading.Event) -> AsyncProducer | None:
@@ -375,6 +366,24 @@ class _CommittedReader(QueueWorkload):
             ]
 
 
+def _txn_producer(
+    bootstrap_servers: Sequence[str], client_id: str, transactional_id: str
+) -> AsyncProducer:
+    return AsyncProducer(
+        bootstrap_servers=list(bootstrap_servers),
+        client_id=client_id,
+        transactional_id=transactional_id,
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        acks="all",
+        linger_ms=0,
+        request_timeout_ms=REQUEST_TIMEOUT_MS,
+        delivery_timeout_ms=TXN_CALL_TIMEOUT_MS,
+        max_block_ms=TXN_CALL_TIMEOUT_MS,
+        retry_backoff_ms=100,
+        metadata_max_age_ms=2_000,
+    )
+
+
 async def _close_producer(producer: AsyncProducer) -> None:
     with contextlib.suppress(KafkaError, OSError, TimeoutError):
         async with asyncio.timeout(REQUEST_TIMEOUT_MS / 1000 + 1):
@@ -397,17 +406,8 @@ async def pipeline(config: PipelineConfig) -> None:
     """Consume-transform-produce until killed: each polled batch goes to the output in
     one transaction with its offsets; any error restarts both clients (module doc)."""
     while True:
-        producer = AsyncProducer(
-            bootstrap_servers=list(config.bootstrap_servers),
-            client_id="chaos-pipeline",
-            transactional_id=config.transactional_id,
-            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-            acks="all",
-            linger_ms=0,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
-            delivery_timeout_ms=TXN_CALL_TIMEOUT_MS,
-            max_block_ms=TXN_CALL_TIMEOUT_MS,
-            metadata_max_age_ms=2_000,
+        producer = _txn_producer(
+            config.bootstrap_servers, "chaos-pipeline", config.transactional_id
         )
         consumer = AsyncConsumer(
             bootstrap_servers=list(config.bootstrap_servers),

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from raftka.chaos.group_workload import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from raftka.chaos.history import HistoryWriter, Json
 from raftka.chaos.nemesis import Node
 from raftka.chaos.workloads import (
@@ -308,17 +309,7 @@ class _CommittedReader(QueueWorkload):
     ends at each partition's consumer position (not the last record returned: aborted
     records and transaction markers at the end return nothing)."""
 
-    def _new_consumer(self, name: str) -> AsyncConsumer:
-        return AsyncConsumer(
-            bootstrap_servers=self.bootstrap_servers,
-            client_id=f"chaos-{name}",
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            fetch_max_wait_ms=200,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
-            default_api_timeout_ms=REQUEST_TIMEOUT_MS,
-            metadata_max_age_ms=2_000,
-        )
+    isolation_level = "read_committed"
 
     async def _read_all(self, consumer: AsyncConsumer) -> list[dict[str, Json]]:
         return await self._read(consumer, self.partitions)
@@ -420,8 +411,8 @@ async def pipeline(config: PipelineConfig) -> None:
             request_timeout_ms=REQUEST_TIMEOUT_MS,
             default_api_timeout_ms=REQUEST_TIMEOUT_MS,
             metadata_max_age_ms=2_000,
-            session_timeout_ms=6_000,
-            heartbeat_interval_ms=1_000,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             max_poll_interval_ms=20_000,
         )
         try:

@@ -26,6 +26,7 @@ on random nodes, plus targeted ones (:data:`TARGETED`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
@@ -513,9 +514,11 @@ def run_on(
     schedule: Sequence[ScheduledFault] | None = None,
     topic: str = LEADER_TOPIC,
     recovery_timeout_s: float = RECOVERY_TIMEOUT_S,
+    txn_config: TxnConfig | None = None,
 ) -> RunResult:
     """Run one test against a started cluster (see the module doc); ``schedule``
-    overrides the seeded plan (scenario tests use fixed ones)."""
+    overrides the seeded plan (scenario tests use fixed ones); ``txn_config`` the txn
+    workload's settings (its topic is ``topic``)."""
     if workload not in WORKLOADS:
         raise ValueError(f"workload {workload!r}: want one of {WORKLOADS}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -541,7 +544,7 @@ def run_on(
                 bootstrap_controllers=cluster.bootstrap_controllers,
                 rng=rng,
                 log_dir=out_dir,
-                config=TxnConfig(topic=topic),
+                config=dataclasses.replace(txn_config or TxnConfig(), topic=topic),
             )
         elif workload == "queue":
             queue = QueueWorkload(

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from raftka.chaos.group_workload import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from raftka.chaos.history import HistoryWriter, Json
@@ -101,6 +101,9 @@ class TxnConfig(QueueConfig):
     abort_ratio: float = 0.3
     max_values: int = 5
     pipeline: bool = True
+    # read_uncommitted only as a negative control: the checker must then report
+    # aborted reads (tests/fault/test_scenarios_txn.py shows that it bites).
+    reader_isolation: Literal["read_committed", "read_uncommitted"] = "read_committed"
 
 
 class TxnWorkload:
@@ -134,6 +137,7 @@ class TxnWorkload:
             bootstrap_controllers=bootstrap_controllers,
             config=QueueConfig(topic=c.topic, partitions=c.partitions, consumers=c.consumers),
         )
+        self.reader.isolation_level = c.reader_isolation
         # The pipeline's input feed: the queue workload's idempotent producer.
         self.feed = QueueWorkload(
             history=history,
@@ -263,8 +267,11 @@ class TxnWorkload:
             await producer.send(self.config.topic, str(v).encode(), partition=p) for p, v in writes
         ]
         if intent == "abort":
+            # Flushed first so that the aborted records are in the log (an abort before
+            # the send drops them in the client and tests nothing on the broker).
+            await producer.flush()
             await producer.abort_transaction()
-            # The unsent records fail with TransactionAbortedError: collected here so
+            # Records that still failed (TransactionAbortedError) are collected here so
             # asyncio does not log them as never retrieved.
             await asyncio.gather(*futures, return_exceptions=True)
             return
@@ -309,7 +316,7 @@ class _CommittedReader(QueueWorkload):
     ends at each partition's consumer position (not the last record returned: aborted
     records and transaction markers at the end return nothing)."""
 
-    isolation_level = "read_committed"
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_committed"
 
     async def _read_all(self, consumer: AsyncConsumer) -> list[dict[str, Json]]:
         return await self._read(consumer, self.partitions)

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from raftka.chaos.nodes import ChaosCluster
-from raftka.chaos.runner import RunResult, ScheduledFault
+from raftka.chaos.runner import RunResult, ScheduledFault, run_on
+from raftka.chaos.txn_workload import TxnConfig
+
+SEED = 20261121  # any fixed seed: the schedule is given, the seed only draws values
 
 pytestmark = pytest.mark.slow
 
@@ -53,3 +57,24 @@ def test_txn_partition_leader_killed(
     reach the new leader, so read_committed readers see them whole or not at all."""
     faults = [ScheduledFault(1.5, "kill-leader", (), 6.0, (("partition", 1.0),))]
     scenario(cluster, "txnleader", faults, workload="txn")
+
+
+def test_checker_bites_read_uncommitted_readers(cluster: ChaosCluster, tmp_path: Path) -> None:
+    """Negative control: the same workload with read_uncommitted readers (and final
+    read) must be reported as aborted reads, or the zero above would prove nothing."""
+    out = tmp_path / "uncommitted"
+    result = run_on(
+        cluster,
+        nemeses=["kill-pipeline"],
+        duration_s=8.0,
+        seed=SEED,
+        out_dir=out,
+        schedule=[ScheduledFault(1.5, "kill-pipeline", (), 3.0)],
+        topic="txnuncommitted",
+        workload="txn",
+        txn_config=TxnConfig(reader_isolation="read_uncommitted"),
+    )
+    print(f"\nuncommitted ({cluster.placement}): {result.summary()}")
+    assert result.txn is not None and result.txn.stats.aborted > 0, result.summary()
+    assert result.txn.counts["aborted_read"] > 0, result.summary()
+    assert not result.valid

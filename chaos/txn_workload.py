@@ -47,6 +47,7 @@ from typing import Final, Literal
 from raftka.chaos.group_workload import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from raftka.chaos.history import HistoryWriter, Json
 from raftka.chaos.nemesis import Node
+from raftka.chaos.nodes import spawn_logged
 from raftka.chaos.workloads import (
     POLL_WAIT_MS,
     REQUEST_TIMEOUT_MS,
@@ -182,14 +183,7 @@ class TxnWorkload:
             transactional_ids(self.config.topic, self.config.producers)[-1],
         ]
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / "pipeline.log", "ab") as log:
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        return spawn_logged(argv, self.log_dir / "pipeline.log")
 
     def close(self) -> None:
         """Stop the pipeline process (idempotent)."""

@@ -79,6 +79,8 @@ KNOWN_FUNCTIONS: Final = (
     "create_topic",
     "delete_topic",
     "list_topics",
+    "txn",
+    "pipeline_read",
 )
 
 Process = int | str

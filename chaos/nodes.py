@@ -45,6 +45,7 @@ __all__ = [
     "ChaosCluster",
     "NodeSpec",
     "Placement",
+    "spawn_logged",
 ]
 
 Placement = Literal["netns", "loopback"]
@@ -240,14 +241,7 @@ class ChaosCluster:
         def start() -> subprocess.Popen[bytes]:
             if self.netns is not None:
                 return self.netns.spawn(spec.host, argv, log_path=log_path)
-            with open(log_path, "ab") as log:
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            return spawn_logged(argv, log_path)
 
         return start
 
@@ -393,6 +387,19 @@ class ChaosCluster:
                 state = f"exited {rc}" if rc is not None else f"pid {node.proc.pid}"
             parts.append(f"{name}@{self.specs[name].address} {state}")
         return ", ".join(parts)
+
+
+def spawn_logged(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """A process of the runner's own host in its own session (so a kill reaches only
+    it), stdout and stderr appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def stop_quietly(cluster: ChaosCluster | None) -> None:

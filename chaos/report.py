@@ -33,6 +33,7 @@ from matplotlib.patches import Patch
 from raftka.chaos.availability import Availability, availability
 from raftka.chaos.checker import CheckResult, check
 from raftka.chaos.history import KNOWN_FUNCTIONS, FaultWindow, History, Op, read_history
+from raftka.chaos.txn_checker import TxnResult, check_txn
 
 OUTCOME_COLORS: Final = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e"}
 OUTCOME_LABELS: Final = {"ok": "ok", "fail": "fail", "info": "unknown (info)"}
@@ -54,13 +55,7 @@ def write_report(
 ) -> CheckResult:
     """Checks the history at ``history_path`` and writes the report folder ``out_dir``.
     ``extra_windows`` adds fault windows recorded outside the history file."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    copy = out / "history.jsonl"
-    source = Path(history_path)
-    if not (copy.exists() and copy.samefile(source)):
-        shutil.copyfile(source, copy)
-    history = read_history(copy)
+    out, history = _copy_history(history_path, out_dir)
     result = check(history, duplicates_allowed=duplicates_allowed)
     (out / "verdict.json").write_bytes(result.to_json_bytes())
     windows = sorted(
@@ -77,13 +72,36 @@ def write_report(
     return result
 
 
+def _copy_history(history_path: Path | str, out_dir: Path | str) -> tuple[Path, History]:
+    """The report folder (made) and the history, copied into it and read."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    copy = out / "history.jsonl"
+    source = Path(history_path)
+    if not (copy.exists() and copy.samefile(source)):
+        shutil.copyfile(source, copy)
+    return out, read_history(copy)
+
+
+def write_txn_report(
+    history_path: Path | str, out_dir: Path | str, *, title: str = "", topic: str = "txn"
+) -> TxnResult:
+    """:func:`write_report` for the txn workload: its checker's verdict in
+    ``verdict.json`` and the timeline."""
+    out, history = _copy_history(history_path, out_dir)
+    result = check_txn(history, topic=topic)
+    (out / "verdict.json").write_bytes(result.to_json_bytes())
+    plot_timeline(history, out / "timeline.png", title=title, result=result)
+    return result
+
+
 def plot_timeline(
     history: History,
     path: Path | str,
     *,
     windows: Iterable[FaultWindow] | None = None,
     title: str = "",
-    result: CheckResult | None = None,
+    result: CheckResult | TxnResult | None = None,
     figures: Availability | None = None,
 ) -> None:
     """Draws the latency and throughput timeline of ``history`` into a PNG at ``path``.

@@ -26,6 +26,7 @@ on random nodes, plus targeted ones (:data:`TARGETED`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
@@ -42,8 +43,10 @@ from raftka.chaos.checker import CheckResult
 from raftka.chaos.group_workload import GroupConfig, GroupWorkload, group_of
 from raftka.chaos.history import HistoryWriter, read_history
 from raftka.chaos.nodes import ChaosCluster, Placement
-from raftka.chaos.report import write_report
+from raftka.chaos.report import write_report, write_txn_report
 from raftka.chaos.topics_checker import TopicsResult, check_topics
+from raftka.chaos.txn_checker import TxnResult
+from raftka.chaos.txn_workload import TxnConfig, TxnWorkload, transactional_ids
 from raftka.chaos.workloads import MetadataWorkload, QueueConfig, QueueWorkload
 from raftka.local.processes import http_json, wait_for
 
@@ -75,6 +78,10 @@ TARGETED: Final[Mapping[str, str]] = {
     "kill-coordinator": "kill -9 the broker coordinating the workload's consumer group, "
     "restart it on heal",
     "isolate-coordinator": "cut the host of the consumer group's coordinator off",
+    "kill-txn-coordinator": "kill -9 the transaction coordinator of the txn workload's "
+    "first producer, restart it on heal",
+    "kill-pipeline": "kill -9 the txn workload's consume-transform-produce process, "
+    "restart it on heal",
 }
 NEMESES: Final = (*nm.KINDS, *TARGETED)
 PROCESS_NEMESES: Final = frozenset(
@@ -86,9 +93,11 @@ PROCESS_NEMESES: Final = frozenset(
         "kill-controller",
         "kill-controllers",
         "kill-coordinator",
+        "kill-txn-coordinator",
+        "kill-pipeline",
     }
 )
-WORKLOADS: Final = ("queue", "metadata", "groups", "none")
+WORKLOADS: Final = ("queue", "metadata", "groups", "txn", "none")
 LEADER_TOPIC: Final = "queue"
 RESOLVE_TIMEOUT_S: Final = 5.0
 ISR_SHRINK_TIMEOUT_S: Final = 10.0
@@ -273,15 +282,16 @@ def _resolve_controller(cluster: ChaosCluster) -> str:
         return cluster.controller_names[0]
 
 
-def _coordinator_of(cluster: ChaosCluster, group: str) -> str | None:
-    """The broker coordinating ``group``, as a broker says (FindCoordinator)."""
+def _coordinator_of(cluster: ChaosCluster, key: str, key_type: int = 0) -> str | None:
+    """The broker coordinating ``key`` (a group, or with ``key_type`` 1 a
+    transactional id), as a broker says (FindCoordinator)."""
     for name in cluster.broker_names:
         try:
             status, body = http_json(
                 cluster.specs[name].address,
                 "/v1/find-coordinator",
                 method="POST",
-                body={"key": group, "key_type": 0},
+                body={"key": key, "key_type": key_type},
                 timeout_s=1.0,
             )
         except (OSError, TimeoutError, ValueError):
@@ -291,21 +301,27 @@ def _coordinator_of(cluster: ChaosCluster, group: str) -> str | None:
     return None
 
 
-def _resolve_coordinator(cluster: ChaosCluster, group: str) -> str:
+def _resolve_coordinator(cluster: ChaosCluster, key: str, key_type: int = 0) -> str:
     try:
         return wait_for(
-            lambda: _coordinator_of(cluster, group),
+            lambda: _coordinator_of(cluster, key, key_type),
             timeout_s=RESOLVE_TIMEOUT_S,
-            message=f"no coordinator for group {group}",
+            message=f"no coordinator for {key}",
         )
     except TimeoutError:
         return cluster.broker_names[0]
 
 
 def build(
-    fault: ScheduledFault, cluster: ChaosCluster, *, log: nm.FaultLog, topic: str = LEADER_TOPIC
+    fault: ScheduledFault,
+    cluster: ChaosCluster,
+    *,
+    log: nm.FaultLog,
+    topic: str = LEADER_TOPIC,
+    pipeline: nm.Node | None = None,
 ) -> nm.Nemesis:
-    """The nemesis for one scheduled fault on ``cluster``."""
+    """The nemesis for one scheduled fault on ``cluster``; ``pipeline`` is the txn
+    workload's pipeline process (for kill-pipeline)."""
     c = cluster
     kind = fault.kind
     if kind in ("pause", "kill"):
@@ -332,6 +348,13 @@ def build(
         return Several(kind, [nm.Kill.node(c.nodes[v], log=log) for v in victims], log=log)
     if kind == "kill-coordinator":
         return nm.Kill.node(c.nodes[_resolve_coordinator(c, group_of(topic))], log=log)
+    if kind == "kill-txn-coordinator":
+        txn_id = transactional_ids(topic, 1)[0]
+        return nm.Kill.node(c.nodes[_resolve_coordinator(c, txn_id, key_type=1)], log=log)
+    if kind == "kill-pipeline":
+        if pipeline is None:
+            raise ValueError("nemesis kill-pipeline needs the txn workload")
+        return nm.Kill.node(pipeline, log=log)
     netns = c.netns
     if netns is None:
         raise ValueError(f"nemesis {kind} needs network-namespace hosts (root)")
@@ -366,11 +389,13 @@ class RunResult:
     recovery_s: dict[str, float | None] = field(default_factory=dict)
     final_read_ok: bool = True
     availability: Availability | None = None
+    txn: TxnResult | None = None
 
     @property
     def valid(self) -> bool:
         ok = self.verdict is None or self.verdict.valid
         ok = ok and (self.topics is None or self.topics.valid)
+        ok = ok and (self.txn is None or self.txn.valid)
         # A full ISR is informational: a slow catch-up is not an anomaly.
         return ok and all(self.recovery_s.get(k) is not None for k in ("quorum", "leaders"))
 
@@ -399,6 +424,13 @@ class RunResult:
                 out.append("no send was acknowledged: the workload did nothing")
         if self.topics is not None and not self.topics.valid:
             out.append(self.topics.summary())
+        if self.txn is not None:
+            if not self.txn.complete:
+                out.append("no complete final read")
+            if self.txn.found():
+                out.append(f"checker found {self.txn.found()}: " + self.txn.summary())
+            if self.txn.stats.committed == 0:
+                out.append("no transaction committed: the workload did nothing")
         for name in ("quorum", "leaders"):
             took = self.recovery_s.get(name)
             if took is None or took > recovery_bound_s:
@@ -411,6 +443,8 @@ class RunResult:
             lines.append(self.verdict.summary())
         if self.topics is not None:
             lines.append(self.topics.summary())
+        if self.txn is not None:
+            lines.append(self.txn.summary())
         rec = ", ".join(
             f"{k} {'never' if v is None else f'{v:.2f} s'}" for k, v in self.recovery_s.items()
         )
@@ -480,9 +514,11 @@ def run_on(
     schedule: Sequence[ScheduledFault] | None = None,
     topic: str = LEADER_TOPIC,
     recovery_timeout_s: float = RECOVERY_TIMEOUT_S,
+    txn_config: TxnConfig | None = None,
 ) -> RunResult:
     """Run one test against a started cluster (see the module doc); ``schedule``
-    overrides the seeded plan (scenario tests use fixed ones)."""
+    overrides the seeded plan (scenario tests use fixed ones); ``txn_config`` the txn
+    workload's settings (its topic is ``topic``)."""
     if workload not in WORKLOADS:
         raise ValueError(f"workload {workload!r}: want one of {WORKLOADS}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -498,9 +534,19 @@ def run_on(
     history_path = out_dir / "history.jsonl"
     rng = random.Random(seed)
     with HistoryWriter.open(history_path) as history:
-        queue: QueueWorkload | None = None
+        queue: QueueWorkload | TxnWorkload | None = None
         meta: MetadataWorkload | None = None
-        if workload == "queue":
+        txn: TxnWorkload | None = None
+        if workload == "txn":
+            queue = txn = TxnWorkload(
+                history=history,
+                bootstrap_servers=cluster.bootstrap_servers,
+                bootstrap_controllers=cluster.bootstrap_controllers,
+                rng=rng,
+                log_dir=out_dir,
+                config=dataclasses.replace(txn_config or TxnConfig(), topic=topic),
+            )
+        elif workload == "queue":
             queue = QueueWorkload(
                 history=history,
                 bootstrap_servers=cluster.bootstrap_servers,
@@ -541,42 +587,60 @@ def run_on(
                 errors.append(exc)
 
         thread = threading.Thread(target=clients, name="chaos-clients", daemon=True)
-        thread.start()
+        pipeline = txn.pipeline if txn is not None else None
         try:
-            nm.run_schedule(
-                plan,
-                lambda f: Recorded(build(f, cluster, log=fault_log, topic=topic), history, f.kind),
-            )
+            thread.start()
+            try:
+                nm.run_schedule(
+                    plan,
+                    lambda f: Recorded(
+                        build(f, cluster, log=fault_log, topic=topic, pipeline=pipeline),
+                        history,
+                        f.kind,
+                    ),
+                )
+            finally:
+                stop.set()
+                thread.join(CLIENT_STOP_TIMEOUT_S)
+            if thread.is_alive():
+                raise RuntimeError("workload clients did not stop in time")
+            if errors:
+                raise RuntimeError(f"workload failed: {errors[0]!r}") from errors[0]
+            topics = [topic] if queue is not None else []
+            if txn is not None:
+                topics += [txn.input_topic, txn.output_topic]
+            recovery = measure_recovery(cluster, topics, recovery_timeout_s)
+            final_ok = True
+            if queue is not None:
+                final_ok = asyncio.run(queue.final_read(FINAL_READ_TIMEOUT_S))
         finally:
-            stop.set()
-            thread.join(CLIENT_STOP_TIMEOUT_S)
-        if thread.is_alive():
-            raise RuntimeError("workload clients did not stop in time")
-        if errors:
-            raise RuntimeError(f"workload failed: {errors[0]!r}") from errors[0]
-        topics = [topic] if queue is not None else []
-        recovery = measure_recovery(cluster, topics, recovery_timeout_s)
-        final_ok = True
-        if queue is not None:
-            final_ok = asyncio.run(queue.final_read(FINAL_READ_TIMEOUT_S))
+            if txn is not None:
+                txn.close()
         if meta is not None:
             final_ok = asyncio.run(
                 meta.final_list(lambda: _broker_topics(cluster), FINAL_READ_TIMEOUT_S)
             )
     title = f"{workload} / {','.join(nemeses) or 'fixed schedule'} / seed {seed}"
-    verdict = write_report(history_path, out_dir, title=title)
+    txn_result: TxnResult | None = None
+    verdict: CheckResult | None = None
+    if txn is not None:
+        txn_result = write_txn_report(history_path, out_dir, title=title, topic=topic)
+    else:
+        verdict = write_report(history_path, out_dir, title=title)
     history_read = read_history(history_path)
     topics_result = check_topics(history_read) if meta is not None else None
-    avail = availability(history_read) if queue is not None else None
+    plain_queue = queue is not None and txn is None
+    avail = availability(history_read) if plain_queue else None
     result = RunResult(
         seed=seed,
         out_dir=out_dir,
         schedule=plan,
-        verdict=verdict if queue is not None else None,
+        verdict=verdict if plain_queue else None,
         topics=topics_result,
         recovery_s=recovery,
         final_read_ok=final_ok,
         availability=avail,
+        txn=txn_result,
     )
     run_json: dict[str, Any] = {
         "seed": seed,
@@ -593,6 +657,8 @@ def run_on(
         run_json["topics"] = topics_result.to_json()
     if avail is not None:
         run_json["availability"] = avail.to_json()
+    if txn_result is not None:
+        run_json["txn"] = txn_result.to_json()
     (out_dir / "run.json").write_bytes(orjson.dumps(run_json, option=orjson.OPT_INDENT_2))
     return result
 

@@ -27,7 +27,7 @@ import random
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from raftka.chaos.history import HistoryWriter, Invocation, Json
 from raftka.client import (
@@ -87,6 +87,9 @@ class QueueConfig:
 
 class QueueWorkload:
     """Producers and consumers on one topic; see the module doc."""
+
+    #: The readers' and the final read's (the txn workload's readers read committed).
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
 
     def __init__(
         self,
@@ -200,6 +203,7 @@ class QueueWorkload:
             bootstrap_servers=self.bootstrap_servers,
             client_id=f"chaos-{name}",
             auto_offset_reset="earliest",
+            isolation_level=self.isolation_level,
             fetch_max_wait_ms=200,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
             default_api_timeout_ms=REQUEST_TIMEOUT_MS,

@@ -894,16 +894,8 @@ class KafkaApis:
         )
         failed = _fenced(failed, 28, version)
         answers = {} if r is None else _txn_errors(r.topics, 28, version)
-
-        def partition(topic: str, p: Any) -> Any:
-            return _build(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=answers.get((topic, int(p.partition_index)), failed),
-            )
-
-        return _build(
-            cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, request.topics, partition)
+        return _commit_answer(
+            cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
         )
 
     async def describe_transactions(self, request: Any, version: int, call: Call) -> Any:
@@ -1723,16 +1715,8 @@ class KafkaApis:
             if r is None
             else {(t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions}
         )
-
-        def partition(topic: str, p: Any) -> Any:
-            return _build(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=answers.get((topic, int(p.partition_index)), failed),
-            )
-
-        return _build(
-            cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, request.topics, partition)
+        return _commit_answer(
+            cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
         )
 
     async def offset_fetch(self, request: Any, version: int, call: Call) -> Any:
@@ -1939,3 +1923,25 @@ def _describe_state(
         producer_epoch=s.producer_epoch,
         topics=tuple(_build(topic_cls, topic=t.name, partitions=t.partitions) for t in s.topics),
     )
+
+
+def _commit_answer(
+    cls: type[Any],
+    partition_cls: type[Any],
+    topic_cls: type[Any],
+    topics: Iterable[Any],
+    *,
+    answers: Mapping[tuple[str, int], ErrorCode],
+    failed: ErrorCode,
+) -> Any:
+    """An (Txn)OffsetCommit answer: each requested partition with its error from
+    ``answers``, or ``failed`` for one the service did not answer for."""
+
+    def partition(topic: str, p: Any) -> Any:
+        return _build(
+            partition_cls,
+            partition_index=p.partition_index,
+            error_code=answers.get((topic, int(p.partition_index)), failed),
+        )
+
+    return _build(cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, topics, partition))

@@ -427,6 +427,44 @@ class BrokerServer:
         )
         return app
 
+    async def produce(
+        self,
+        entries: list[tuple[str, int, bytes]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        transactional_id: str | None,
+    ) -> list[ProduceResult]:
+        """The produce, with the transactional checks first (broker/txn_verification.py):
+        the HTTP API's and the Kafka listener's."""
+        if transactional_id is None:
+            if any(has_transactional_batch(data) for _, _, data in entries):
+                refused = InvalidRequestError(
+                    "transactional record batches need the request's transactional_id"
+                )
+                return [ProduceResult(topic, index, refused) for topic, index, _ in entries]
+            return await self.manager.produce(acks=acks, timeout_ms=timeout_ms, entries=entries)
+        if not self.config.transaction_partition_verification_enable:
+            return await self.manager.produce(acks=acks, timeout_ms=timeout_ms, entries=entries)
+        verified = await self.txn_verifier.verify(
+            transactional_id, entries, self.manager.partitions, timeout_ms=timeout_ms
+        )
+        allowed = [e for e in entries if (e[0], e[1]) not in verified.errors]
+        appended = iter(
+            await self.manager.produce(
+                acks=acks,
+                timeout_ms=timeout_ms,
+                entries=allowed,
+                txn_guards=verified.guards,
+            )
+        )
+        return [
+            ProduceResult(topic, index, error)
+            if (error := verified.errors.get((topic, index))) is not None
+            else next(appended)
+            for topic, index, _ in entries
+        ]
+
     def broker_configs(
         self,
     ) -> tuple[int, Mapping[str, str], Mapping[str, str], Mapping[str, str]]:
@@ -521,7 +559,12 @@ async def _produce(request: web.Request) -> web.StreamResponse:
         for entry, payload in zip(header.partitions, payloads, strict=True)
     ]
     server = _server(request)
-    results = await _produce_entries(server, header, entries)
+    results = await server.produce(
+        entries,
+        acks=header.acks,
+        timeout_ms=header.timeout_ms,
+        transactional_id=header.transactional_id,
+    )
     server.metrics.topics.record_produce(entries, results)
     if header.acks == 0:
         return web.Response(status=204)
@@ -541,44 +584,6 @@ async def _produce(request: web.Request) -> web.StreamResponse:
             )
         )
     )
-
-
-async def _produce_entries(
-    server: BrokerServer, header: api.ProduceRequest, entries: list[tuple[str, int, bytes]]
-) -> list[ProduceResult]:
-    """The produce, with the transactional checks first (broker/txn_verification.py)."""
-    transactional_id = header.transactional_id
-    if transactional_id is None:
-        if any(has_transactional_batch(data) for _, _, data in entries):
-            refused = InvalidRequestError(
-                "transactional record batches need the request's transactional_id"
-            )
-            return [ProduceResult(topic, index, refused) for topic, index, _ in entries]
-        return await server.manager.produce(
-            acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
-        )
-    if not server.config.transaction_partition_verification_enable:
-        return await server.manager.produce(
-            acks=header.acks, timeout_ms=header.timeout_ms, entries=entries
-        )
-    verified = await server.txn_verifier.verify(
-        transactional_id, entries, server.manager.partitions, timeout_ms=header.timeout_ms
-    )
-    allowed = [e for e in entries if (e[0], e[1]) not in verified.errors]
-    appended = iter(
-        await server.manager.produce(
-            acks=header.acks,
-            timeout_ms=header.timeout_ms,
-            entries=allowed,
-            txn_guards=verified.guards,
-        )
-    )
-    return [
-        ProduceResult(topic, index, error)
-        if (error := verified.errors.get((topic, index))) is not None
-        else next(appended)
-        for topic, index, _ in entries
-    ]
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:

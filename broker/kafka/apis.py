@@ -40,7 +40,9 @@ from raftka.broker.replication.manager import FetchPartition
 from raftka.broker.txn_verification import has_transactional_batch
 from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages import Message, decode_value
+from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as group_api
+from raftka.common.messages import transactions as txn_api
 from raftka.common.messages.broker import ErrorObject
 from raftka.common.messages.controller import ConfigEntryData
 from raftka.metadata.controller_api import ConfigEntry
@@ -84,6 +86,10 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch (kio has no v0-1)
+    24: (0, 3),  # AddPartitionsToTxn (the client's form; v4 is the brokers')
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn (transaction version 1; v4+ are KIP-890's)
+    28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs (kio has no v0)
     33: (0, 2),  # AlterConfigs
     35: (1, 4),  # DescribeLogDirs (kio has no v0)
@@ -94,8 +100,10 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
-    61: (0, 0),  # DescribeProducers
     60: (0, 1),  # DescribeCluster
+    61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions (v2's id pattern, KIP-1152, is not served)
 }
 
 #: Kafka's ConfigResource.Type codes this broker knows (others: INVALID_REQUEST).
@@ -316,6 +324,10 @@ class KafkaApis:
             21: self.delete_records,
             22: self.init_producer_id,
             23: self.offset_for_leader_epoch,
+            24: self.add_partitions_to_txn,
+            25: self.add_offsets_to_txn,
+            26: self.end_txn,
+            28: self.txn_offset_commit,
             32: self.describe_configs,
             33: self.alter_configs,
             35: self.describe_log_dirs,
@@ -326,8 +338,10 @@ class KafkaApis:
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
             47: self.offset_delete,
-            61: self.describe_producers,
             60: self.describe_cluster,
+            61: self.describe_producers,
+            65: self.describe_transactions,
+            66: self.list_transactions,
         }
         assert set(self._handlers) == set(SUPPORTED)
         # RequestMetrics' request label: the handler's name in CamelCase is the API's.
@@ -531,30 +545,30 @@ class KafkaApis:
 
     async def produce(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(0, version)
-        if request.transactional_id is not None:
-            error = ErrorCode.transactional_id_authorization_failed
-            results = [
-                (t.name, p.index, error, None) for t in request.topic_data for p in t.partition_data
-            ]
-            return self._produce_response(cls, [(t, i, e, None) for t, i, e, _ in results])
         entries = [
             (t.name, int(p.index), bytes(p.records or b""))
             for t in request.topic_data
             for p in t.partition_data
         ]
-        if any(has_transactional_batch(data) for _, _, data in entries):
-            # Kafka: transactional batches need an authorized transactional_id (none
-            # here), answered for every partition.
+        transactional_id = request.transactional_id
+        if transactional_id is None and any(has_transactional_batch(d) for _, _, d in entries):
+            # Kafka: transactional batches need an authorized transactional_id (its
+            # authorizer finds none to authorize), answered for every partition.
             error = ErrorCode.transactional_id_authorization_failed
             return self._produce_response(cls, [(t, i, error, None) for t, i, _ in entries])
-        produced = await self._server.manager.produce(
-            acks=int(request.acks), timeout_ms=_ms(request.timeout), entries=entries
+        # The HTTP API's produce: a transactional id's batches are verified with its
+        # transaction coordinator first (KIP-890 part 1, broker/txn_verification.py).
+        produced = await self._server.produce(
+            entries,
+            acks=int(request.acks),
+            timeout_ms=_ms(request.timeout),
+            transactional_id=transactional_id,
         )
         self._server.metrics.topics.record_produce(entries, produced)
         if request.acks == 0:
             return None
         return self._produce_response(
-            cls, [(r.topic, r.partition, _code(r.error), r) for r in produced]
+            cls, [(r.topic, r.partition, _fenced(_code(r.error), 0, version), r) for r in produced]
         )
 
     @staticmethod
@@ -722,8 +736,23 @@ class KafkaApis:
             )
 
         if request.transactional_id is not None:
-            # Transactions do not exist yet: a transactional producer gets a fatal error.
-            return answer(ErrorCode.transactional_id_authorization_failed)
+            # The transactional id's coordinator answers (as POST /v1/init-producer-id).
+            fields = {
+                "transactional_id": request.transactional_id,
+                "timeout_ms": self._server.config.request_timeout_ms,
+                "transaction_timeout_ms": _ms(request.transaction_timeout),
+                "producer_id": int(getattr(request, "producer_id", -1)),
+                "producer_epoch": int(getattr(request, "producer_epoch", -1)),
+            }
+            try:
+                message = decode_value(fields, broker_api.InitProducerIdRequest)
+                r = await self._server.transactions.init_producer_id(message)
+            except KafkaError as e:
+                return answer(_fenced(_code(e), 22, version))
+            code = _fenced(_code(r.error), 22, version)
+            if code is not ErrorCode.none:
+                return answer(code)
+            return answer(code, r.producer_id, r.producer_epoch)
         ids = self._server.producer_ids
         if ids is None:
             return answer(ErrorCode.broker_not_available)
@@ -733,6 +762,208 @@ class KafkaApis:
         except TimeoutError:
             return answer(_code(RequestTimedOutError("no producer id block from the controller")))
         return answer(ErrorCode.none, producer_id, 0)
+
+    # ------------------------------------------------------------------ transactions
+    # The transaction coordinator service's methods (as transaction_routes.py routes
+    # them) and the group coordinator's TxnOffsetCommit. Clients older than KIP-588's
+    # versions get PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (:func:`_fenced`).
+
+    async def _txn_call(
+        self,
+        call: Call,
+        method: str,
+        fields: dict[str, Any],
+        message_type: Any,
+        *,
+        key: int,
+        version: int,
+    ) -> tuple[Any, ErrorCode]:
+        """The transaction coordinator's answer to ``fields`` and its request-level
+        error (NONE if it has none), or None and the error it raised."""
+        try:
+            r = await self._group_call(
+                method, fields, message_type, call, service=self._server.transactions
+            )
+        except KafkaError as e:
+            return None, _fenced(_code(e), key, version)
+        return r, _fenced(_code(getattr(r, "error", None)), key, version)
+
+    async def add_partitions_to_txn(self, request: Any, version: int, call: Call) -> Any:
+        # v0-3: the client's form (v4's batched form is the brokers' own, KIP-890).
+        cls = load_response_schema(24, version)
+        partition_cls = _nested(cls, "AddPartitionsToTxnPartitionResult")
+        topic_cls = _nested(cls, "AddPartitionsToTxnTopicResult")
+        topics = request.v3_and_below_topics
+        fields = {
+            "transactional_id": request.v3_and_below_transactional_id,
+            "producer_id": int(request.v3_and_below_producer_id),
+            "producer_epoch": int(request.v3_and_below_producer_epoch),
+            "topics": [
+                {"name": t.name, "partitions": [int(p) for p in t.partitions]} for t in topics
+            ],
+        }
+        r, failed = await self._txn_call(
+            call,
+            "add_partitions_to_txn",
+            fields,
+            txn_api.AddPartitionsToTxnRequest,
+            key=24,
+            version=version,
+        )
+        if failed is ErrorCode.none:
+            failed = ErrorCode.unknown_server_error  # a partition it did not answer for
+        answers = {} if r is None else _txn_errors(r.results, 24, version)
+        results = tuple(
+            _build(
+                topic_cls,
+                name=t.name,
+                results_by_partition=tuple(
+                    _build(
+                        partition_cls,
+                        partition_index=p,
+                        partition_error_code=answers.get((t.name, int(p)), failed),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in topics
+        )
+        return _build(cls, throttle_time=_NO_TIME, results_by_topic_v3_and_below=results)
+
+    async def add_offsets_to_txn(self, request: Any, version: int, call: Call) -> Any:
+        fields = {
+            "transactional_id": request.transactional_id,
+            "producer_id": int(request.producer_id),
+            "producer_epoch": int(request.producer_epoch),
+            "group_id": request.group_id,
+        }
+        _, code = await self._txn_call(
+            call,
+            "add_offsets_to_txn",
+            fields,
+            txn_api.AddOffsetsToTxnRequest,
+            key=25,
+            version=version,
+        )
+        return _build(load_response_schema(25, version), throttle_time=_NO_TIME, error_code=code)
+
+    async def end_txn(self, request: Any, version: int, call: Call) -> Any:
+        # v0-3: transaction version 1 (v5's new producer id and epoch are KIP-890 part 2).
+        fields = {
+            "transactional_id": request.transactional_id,
+            "producer_id": int(request.producer_id),
+            "producer_epoch": int(request.producer_epoch),
+            "committed": bool(request.committed),
+        }
+        _, code = await self._txn_call(
+            call, "end_txn", fields, txn_api.EndTxnRequest, key=26, version=version
+        )
+        return _build(load_response_schema(26, version), throttle_time=_NO_TIME, error_code=code)
+
+    async def txn_offset_commit(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(28, version)
+        partition_cls = _nested(cls, "TxnOffsetCommitResponsePartition")
+        topic_cls = _nested(cls, "TxnOffsetCommitResponseTopic")
+        fields = {
+            "transactional_id": request.transactional_id,
+            "group_id": request.group_id,
+            "producer_id": int(request.producer_id),
+            "producer_epoch": int(request.producer_epoch),
+            # v3+ (KIP-447): the consumer's group metadata, so a zombie is fenced.
+            "generation_id": int(getattr(request, "generation_id", -1)),
+            "member_id": getattr(request, "member_id", ""),
+            "group_instance_id": getattr(request, "group_instance_id", None),
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": int(p.partition_index),
+                            "committed_offset": int(p.committed_offset),
+                            "committed_leader_epoch": int(getattr(p, "committed_leader_epoch", -1)),
+                            "committed_metadata": p.committed_metadata,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+        r, failed = await self._group_results(
+            call, "txn_offset_commit", fields, txn_api.TxnOffsetCommitRequest
+        )
+        failed = _fenced(failed, 28, version)
+        answers = {} if r is None else _txn_errors(r.topics, 28, version)
+        return _commit_answer(
+            cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
+        )
+
+    async def describe_transactions(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(65, version)
+        state_cls = _nested(cls, "TransactionState")
+        topic_cls = _nested(cls, "TopicData")
+        fields = {"transactional_ids": list(request.transactional_ids)}
+        r, code = await self._txn_call(
+            call,
+            "describe_transactions",
+            fields,
+            txn_api.DescribeTransactionsRequest,
+            key=65,
+            version=version,
+        )
+        if r is None:
+            # The request did not check out: every id gets its error.
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                transaction_states=tuple(
+                    _describe_state(state_cls, topic_cls, tid, code)
+                    for tid in request.transactional_ids
+                ),
+            )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            transaction_states=tuple(
+                _describe_state(state_cls, topic_cls, s.transactional_id, _code(s.error), s)
+                for s in r.transaction_states
+            ),
+        )
+
+    async def list_transactions(self, request: Any, version: int, call: Call) -> Any:
+        cls = load_response_schema(66, version)
+        state_cls = _nested(cls, "TransactionState")
+        fields = {
+            "state_filters": list(request.state_filters),
+            "producer_id_filters": [int(p) for p in request.producer_id_filters],
+            # v1 (KIP-994); v0 lists every duration.
+            "duration_filter_ms": int(getattr(request, "duration_filter", -1)),
+        }
+        r, code = await self._txn_call(
+            call,
+            "list_transactions",
+            fields,
+            txn_api.ListTransactionsRequest,
+            key=66,
+            version=version,
+        )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=code,
+            unknown_state_filters=() if r is None else r.unknown_state_filters,
+            transaction_states=()
+            if r is None
+            else tuple(
+                _build(
+                    state_cls,
+                    transactional_id=s.transactional_id,
+                    producer_id=s.producer_id,
+                    transaction_state=s.transaction_state,
+                )
+                for s in r.transaction_states
+            ),
+        )
 
     # ------------------------------------------------------------------ CreateTopics
 
@@ -1254,13 +1485,21 @@ class KafkaApis:
         return RequestContext(client_host=f"/{call.client_host}")
 
     async def _group_call(
-        self, method: str, fields: dict[str, Any], message_type: type[Message], call: Call
+        self,
+        method: str,
+        fields: dict[str, Any],
+        message_type: type[Message],
+        call: Call,
+        *,
+        service: object = None,
     ) -> Any:
-        """The group coordinator service's answer to ``fields`` as a ``message_type``,
-        checked as the HTTP API checks it (decode_value: group id, sizes); KafkaError
-        when the request does not check out or the service refuses it."""
+        """The group coordinator service's (or ``service``'s) answer to ``fields`` as a
+        ``message_type``, checked as the HTTP API checks it (decode_value: group id,
+        sizes); KafkaError when the request does not check out or the service refuses
+        it."""
         message = decode_value(fields, message_type)
-        return await getattr(self._server.coordinator, method)(message, self._context(call))
+        target = self._server.coordinator if service is None else service
+        return await getattr(target, method)(message, self._context(call))
 
     async def _group_answer(
         self,
@@ -1476,16 +1715,8 @@ class KafkaApis:
             if r is None
             else {(t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions}
         )
-
-        def partition(topic: str, p: Any) -> Any:
-            return _build(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=answers.get((topic, int(p.partition_index)), failed),
-            )
-
-        return _build(
-            cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, request.topics, partition)
+        return _commit_answer(
+            cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
         )
 
     async def offset_fetch(self, request: Any, version: int, call: Call) -> Any:
@@ -1646,3 +1877,71 @@ def _controller_result(
 
 def _epoch(value: int) -> int | None:
     return None if value < 0 else int(value)
+
+
+#: api key -> the first version whose clients know PRODUCER_FENCED (KIP-588); older
+#: ones get INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis answers them. Produce never
+#: answers it: Kafka's AddPartitionsToTxnManager turns the coordinator's
+#: PRODUCER_FENCED from KIP-890 verification into INVALID_PRODUCER_EPOCH ("the same
+#: meaning to the client"), so every Produce version is "older".
+_FENCED_SINCE: Final[dict[int, int]] = {0: sys.maxsize, 22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def _fenced(code: ErrorCode, key: int, version: int) -> ErrorCode:
+    if code is ErrorCode.producer_fenced and version < _FENCED_SINCE[key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def _txn_errors(topics: Iterable[Any], key: int, version: int) -> dict[tuple[str, int], ErrorCode]:
+    """A transaction answer's per-partition errors (TxnTopicResult) by partition."""
+    return {
+        (t.name, p.partition_index): _fenced(_code(p.error), key, version)
+        for t in topics
+        for p in t.partitions
+    }
+
+
+def _describe_state(
+    state_cls: type[Any], topic_cls: type[Any], tid: str, code: ErrorCode, s: Any = None
+) -> Any:
+    """DescribeTransactions' TransactionState of ``tid``: ``s`` (the service's
+    DescribedTransactionState), or only ``code`` for an id it could not describe."""
+    if s is None:
+        s = txn_api.DescribedTransactionState(transactional_id=tid)
+    return _build(
+        state_cls,
+        error_code=code,
+        transactional_id=tid,
+        transaction_state=s.transaction_state,
+        transaction_timeout=datetime.timedelta(milliseconds=s.transaction_timeout_ms),
+        # -1 (no transaction running) is the epoch's millisecond before.
+        transaction_start_time=datetime.datetime.fromtimestamp(
+            s.transaction_start_time_ms / 1000, datetime.UTC
+        ),
+        producer_id=s.producer_id,
+        producer_epoch=s.producer_epoch,
+        topics=tuple(_build(topic_cls, topic=t.name, partitions=t.partitions) for t in s.topics),
+    )
+
+
+def _commit_answer(
+    cls: type[Any],
+    partition_cls: type[Any],
+    topic_cls: type[Any],
+    topics: Iterable[Any],
+    *,
+    answers: Mapping[tuple[str, int], ErrorCode],
+    failed: ErrorCode,
+) -> Any:
+    """An (Txn)OffsetCommit answer: each requested partition with its error from
+    ``answers``, or ``failed`` for one the service did not answer for."""
+
+    def partition(topic: str, p: Any) -> Any:
+        return _build(
+            partition_cls,
+            partition_index=p.partition_index,
+            error_code=answers.get((topic, int(p.partition_index)), failed),
+        )
+
+    return _build(cls, throttle_time=_NO_TIME, topics=_topic_tree(topic_cls, topics, partition))

@@ -55,6 +55,7 @@ from raftka.broker.replication.manager import (
     ProduceResult,
     ReplicaManager,
 )
+from raftka.broker.describe_producers import describe_producers_route
 from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
 from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
 from raftka.common.errors import (
@@ -417,6 +418,7 @@ class BrokerServer:
                     lambda request: _server(request).manager,
                     lambda request: _server(request).on_txn_marker,
                 ),
+                describe_producers_route(lambda request: _server(request).manager),
                 web.get("/v1/metadata", _metadata),
                 *coordinator_routes(self.coordinator),
                 *transaction_routes(self.transactions),

@@ -38,6 +38,7 @@ from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.coordinator.transaction_routes import transaction_routes
 from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.describe_producers import describe_producers_route
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
@@ -55,7 +56,6 @@ from raftka.broker.replication.manager import (
     ProduceResult,
     ReplicaManager,
 )
-from raftka.broker.describe_producers import describe_producers_route
 from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
 from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
 from raftka.common.errors import (

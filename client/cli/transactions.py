@@ -71,11 +71,8 @@ def list_command(states: tuple[str, ...], bootstrap_server: str, api_timeout_ms:
     with one_line_errors(), _admin(bootstrap_server, api_timeout_ms) as admin:
         listed, errors = admin.list_transactions_from(states=states)
     for broker_id, error in sorted(errors.items()):
-        click.echo(
-            f"warning: broker {broker_id} did not answer, its transactions are not listed: "
-            f"{error}",
-            err=True,
-        )
+        why = f"its transactions are not listed: {error}"
+        click.echo(f"warning: broker {broker_id} did not answer, {why}", err=True)
     click.echo("TRANSACTIONAL-ID\tPRODUCER-ID\tSTATE\tCOORDINATOR")
     for t in listed:
         click.echo(f"{t.transactional_id}\t{t.producer_id}\t{t.state}\t{t.coordinator_id}")

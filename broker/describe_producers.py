@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from raftka.broker.producer_state import ProducerStateEntry
 from raftka.broker.replication.manager import ReplicaManager
 from raftka.common.messages import decode, encode
 from raftka.common.messages.broker import error_object
@@ -23,7 +24,20 @@ from raftka.common.messages.producers import (
     ProducerState,
 )
 
-__all__ = ["describe_producers", "describe_producers_route"]
+__all__ = ["describe_producers", "describe_producers_route", "producer_state_fields"]
+
+
+def producer_state_fields(e: ProducerStateEntry) -> dict[str, int]:
+    """DescribeProducers' ProducerState fields of one producer state entry (this route
+    and the Kafka listener's answer)."""
+    return {
+        "producer_id": e.producer_id,
+        "producer_epoch": e.producer_epoch,
+        "last_sequence": e.last_sequence,
+        "last_timestamp": e.last_timestamp,
+        "coordinator_epoch": e.coordinator_epoch,
+        "current_txn_start_offset": e.current_txn_first_offset,
+    }
 
 
 def describe_producers(
@@ -37,15 +51,7 @@ def describe_producers(
                 partition_index=r.partition,
                 error=error_object(r.error),
                 active_producers=tuple(
-                    ProducerState(
-                        producer_id=e.producer_id,
-                        producer_epoch=e.producer_epoch,
-                        last_sequence=e.last_sequence,
-                        last_timestamp=e.last_timestamp,
-                        coordinator_epoch=e.coordinator_epoch,
-                        current_txn_start_offset=e.current_txn_first_offset,
-                    )
-                    for e in r.producers
+                    ProducerState(**producer_state_fields(e)) for e in r.producers
                 ),
             )
         )

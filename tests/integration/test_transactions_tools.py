@@ -219,37 +219,12 @@ def test_find_hanging_reports_and_abort_clears_a_hanging_transaction(env: Env) -
     assert row[1:4] == ["0", str(pid), "0"] and row[5] == "0", row
     assert "no coordinator knows" in row[8], row
 
+    marker = ("transactions", "abort", "--topic", topic, "--partition", "0")
+    marker += ("--producer-id", str(pid), "--producer-epoch", row[3])
     # Without --coordinator-epoch: a usage error naming it, nothing written.
-    partial = env.run(
-        "transactions",
-        "abort",
-        "--topic",
-        topic,
-        "--partition",
-        "0",
-        "--producer-id",
-        str(pid),
-        "--producer-epoch",
-        "0",
-    )
+    partial = env.run(*marker)
     assert partial.exit_code == 2 and "--coordinator-epoch" in partial.output, partial.output
-
-    _ok(
-        env.run(
-            "transactions",
-            "abort",
-            "--topic",
-            topic,
-            "--partition",
-            "0",
-            "--producer-id",
-            str(pid),
-            "--producer-epoch",
-            row[3],
-            "--coordinator-epoch",
-            str(max(int(row[4]), 0)),
-        )
-    )
+    _ok(env.run(*marker, "--coordinator-epoch", str(max(int(row[4]), 0))))
     wait_for(
         lambda: env.latest(topic, 1) == env.latest(topic, 0) == 2,
         timeout_s=DEADLINE_S,

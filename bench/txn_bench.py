@@ -78,7 +78,7 @@ def latency(
     )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
-    consumer.seek_to_end([tp])
+    consumer.seek_to_end(tp)
     consumer.position(tp)
     transactional = isolation == "read_committed"
     config: dict[str, Any] = (

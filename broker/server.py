@@ -38,6 +38,7 @@ from raftka.broker.coordinator.service import GroupCoordinatorService
 from raftka.broker.coordinator.transaction_routes import transaction_routes
 from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
+from raftka.broker.describe_producers import describe_producers_route
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
@@ -417,6 +418,7 @@ class BrokerServer:
                     lambda request: _server(request).manager,
                     lambda request: _server(request).on_txn_marker,
                 ),
+                describe_producers_route(lambda request: _server(request).manager),
                 web.get("/v1/metadata", _metadata),
                 *coordinator_routes(self.coordinator),
                 *transaction_routes(self.transactions),

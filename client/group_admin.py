@@ -156,7 +156,14 @@ class AsyncGroupAdmin(AdminClientBase):
             await self._backoff(deadline_ms, last)
 
     async def _coordinator_call(
-        self, group_id: str, path: str, message: Message, answer_type: type[A], deadline_ms: int
+        self,
+        group_id: str,
+        path: str,
+        message: Message,
+        answer_type: type[A],
+        deadline_ms: int,
+        *,
+        key_type: int = 0,
     ) -> tuple[int, A]:
         """(coordinator id, answer) of ``path`` at the group's coordinator; retries
         coordinator errors (in the answer's top-level ``error``, where it has one)
@@ -165,7 +172,9 @@ class AsyncGroupAdmin(AdminClientBase):
         last: KafkaError | None = None
         while True:
             try:
-                node_id, address = await self._find_coordinator(group_id, deadline_ms)
+                node_id, address = await self._find_coordinator(
+                    group_id, deadline_ms, key_type=key_type
+                )
                 answer = await transport.request_message(
                     address,
                     "POST",
@@ -213,7 +222,11 @@ class AsyncGroupAdmin(AdminClientBase):
                 raise error
             await self._backoff(deadline_ms, error)
 
-    async def _find_coordinator(self, group_id: str, deadline_ms: int) -> tuple[int, str]:
+    async def _find_coordinator(
+        self, group_id: str, deadline_ms: int, *, key_type: int = 0
+    ) -> tuple[int, str]:
+        """The coordinator of ``group_id``: a group's (``key_type`` 0) or a
+        transactional id's (1)."""
         transport, _ = self._started()
         last: KafkaError = CoordinatorNotAvailableError("no broker answered")
         for _, address in await self._brokers(deadline_ms):
@@ -223,7 +236,7 @@ class AsyncGroupAdmin(AdminClientBase):
                     "POST",
                     "/v1/find-coordinator",
                     api.FindCoordinatorResponse,
-                    message=api.FindCoordinatorRequest(key=group_id),
+                    message=api.FindCoordinatorRequest(key=group_id, key_type=key_type),
                     timeout_ms=self._remaining(deadline_ms),
                 )
             except KafkaError as e:
@@ -420,10 +433,17 @@ class AsyncGroupAdmin(AdminClientBase):
         }
 
     async def partition_offsets(
-        self, partitions: Iterable[TopicPartition], timestamp: int, *, timeout_ms: int | None = None
+        self,
+        partitions: Iterable[TopicPartition],
+        timestamp: int,
+        *,
+        isolation_level: int = 0,
+        timeout_ms: int | None = None,
     ) -> dict[TopicPartition, int]:
         """ListOffsets: ``timestamp`` is EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time
-        in ms (the first offset at or after it; the log end when there is none)."""
+        in ms (the first offset at or after it; the log end when there is none). With
+        ``isolation_level`` 1 (read_committed) LATEST_TIMESTAMP is the last stable
+        offset."""
         transport, metadata = self._started()
         found = await list_offsets(
             transport,
@@ -431,6 +451,7 @@ class AsyncGroupAdmin(AdminClientBase):
             dict.fromkeys(partitions, timestamp),
             deadline_ms=self._deadline(timeout_ms),
             retry_backoff_ms=self.config.retry_backoff_ms,
+            isolation_level=isolation_level,
         )
         return {tp: r.offset for tp, r in found.items()}
 

@@ -34,6 +34,7 @@ from kio.serial import entity_reader, entity_writer
 from raftka.broker.broker_configs import broker_config_entries
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.delete_records import delete_records
+from raftka.broker.describe_producers import producer_state_fields
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
@@ -1387,16 +1388,7 @@ class KafkaApis:
             return {
                 "error_message": _message(r.error),
                 "active_producers": tuple(
-                    _build(
-                        state_cls,
-                        producer_id=e.producer_id,
-                        producer_epoch=e.producer_epoch,
-                        last_sequence=e.last_sequence,
-                        last_timestamp=e.last_timestamp,
-                        coordinator_epoch=e.coordinator_epoch,
-                        current_txn_start_offset=e.current_txn_first_offset,
-                    )
-                    for e in r.producers
+                    _build(state_cls, **producer_state_fields(e)) for e in r.producers
                 ),
             }
 

@@ -155,7 +155,8 @@ def error_line(error: BaseException) -> str:
 
 NameKind = Literal["topic", "group"]
 _F = TypeVar("_F", bound=Callable[..., object])
-AdminT = TypeVar("AdminT", Admin, GroupAdmin)
+# Bound, not constrained: subclasses (TransactionAdmin) keep their own type.
+AdminT = TypeVar("AdminT", bound=Admin | GroupAdmin)
 
 
 def _empty_name_error(kind: NameKind) -> KafkaError:

@@ -3,15 +3,19 @@ groups (like kafka-consumer-groups).
 
 A group is named as kafka-consumer-groups names it (``--group G``, repeatable for
 delete) or positionally (``raftka groups describe G``); an empty name is Kafka's
-INVALID_GROUP_ID. ``describe`` prints the group's state, protocol and members, then one line per
-partition with a committed offset or an owner: committed offset, log end offset (the
-high watermark), lag and owner. ``reset-offsets`` prints the plan and applies it only
-with ``--execute`` (Kafka's dry run by default), and only while the group has no
-active members (the coordinator refuses otherwise; the command checks first to say so
-in words). ``delete-offsets`` deletes the committed offsets of ``--topic T`` (every
-partition) or ``--topic T:0,2`` (those partitions), kafka-consumer-groups'
-``--delete-offsets``: one line per partition with its outcome, exit status 1 if any
-partition was refused.
+INVALID_GROUP_ID. ``describe`` prints the group's state, protocol and members, then one
+line per partition with a committed offset or an owner: committed offset, log end
+offset, lag and owner. The log end offset is the high watermark by default
+(``--isolation read_uncommitted``); with ``--isolation read_committed`` it is the last
+stable offset (ListOffsets with read_committed, as Kafka's tool uses when asked so), the
+end a read_committed consumer can reach: use it for groups whose consumers read
+committed data, else an open transaction's records count as lag they cannot consume.
+``reset-offsets`` prints the plan and applies it only with ``--execute`` (Kafka's dry
+run by default), and only while the group has no active members (the coordinator
+refuses otherwise; the command checks first to say so in words). ``delete-offsets``
+deletes the committed offsets of ``--topic T`` (every partition) or ``--topic T:0,2``
+(those partitions), kafka-consumer-groups' ``--delete-offsets``: one line per partition
+with its outcome, exit status 1 if any partition was refused.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ __all__ = ["groups_command"]
 
 #: Group states in which offsets may be reset from outside (no active member).
 _INACTIVE_STATES = frozenset({"Empty", "Dead"})
+
+#: ``--isolation`` values and Kafka's isolation level numbers.
+_ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 @contextlib.contextmanager
@@ -78,12 +85,20 @@ def list_command(bootstrap_server: str, api_timeout_ms: int) -> None:
 
 @groups_command.command("describe")
 @name_options("group")
+@click.option(
+    "--isolation",
+    type=click.Choice(sorted(_ISOLATION_LEVELS)),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: the log end is the last stable offset (for read_committed groups).",
+)
 @bootstrap_option
 @api_timeout_option
 def describe_command(
     *,
     group_args: tuple[str, ...],
     group_opt: str | None,
+    isolation: str,
     bootstrap_server: str,
     api_timeout_ms: int,
 ) -> None:
@@ -97,7 +112,13 @@ def describe_command(
             for tp in m.assignment:
                 owners[tp] = m.member_id
         partitions = sorted(set(committed) | set(owners))
-        ends = admin.partition_offsets(partitions, LATEST_TIMESTAMP) if partitions else {}
+        ends = (
+            admin.partition_offsets(
+                partitions, LATEST_TIMESTAMP, isolation_level=_ISOLATION_LEVELS[isolation]
+            )
+            if partitions
+            else {}
+        )
     click.echo(
         f"group {group}: state {described.state}, protocol "
         f"{described.protocol or '-'}, coordinator {described.coordinator_id}, "
@@ -106,7 +127,8 @@ def describe_command(
     for m in described.members:
         assigned = ",".join(str(tp) for tp in sorted(m.assignment)) or "-"
         click.echo(f"  member {m.member_id} ({m.client_id} {m.host}): {assigned}")
-    click.echo("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tOWNER")
+    end_name = "LAST-STABLE-OFFSET" if isolation == "read_committed" else "LOG-END-OFFSET"
+    click.echo(f"TOPIC\tPARTITION\tCURRENT-OFFSET\t{end_name}\tLAG\tOWNER")
     for tp in partitions:
         current = committed.get(tp)
         end = ends.get(tp)

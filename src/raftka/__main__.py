@@ -101,6 +101,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "topics_command",
         "Create, list, describe, alter and delete topics (like kafka-topics).",
     ),
+    "transactions": (
+        "raftka.client.cli.transactions",
+        "transactions_command",
+        "List, describe, abort and find hanging transactions (like kafka-transactions).",
+    ),
     "up": (
         "raftka.local.up",
         "up_command",

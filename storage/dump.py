@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,76 +270,43 @@ def _gap_line(first: int, last: int, where: str) -> str:
     return f"{where}Gap: offsets {first} to {last} absent (removed by the log cleaner)"
 
 
-def _dump_producer_snapshot(path: Path, *, as_json: bool) -> bool:
-    """Print a producer state snapshot (``*.snapshot``): each producer, its open
-    transaction's first offset, and the last stable offset as of the snapshot (the
-    first offset of the oldest open transaction, else the snapshot's offset: the LSO
-    can be no higher there). False if it could not be read."""
-    # The snapshot format belongs to the broker's producer state; imported here only,
-    # so that dumping segments needs nothing of the broker.
-    from raftka.broker.producer_state_snapshot import (  # noqa: PLC0415
-        decode_snapshot,
-        snapshot_offset,
+#: Prints one file of a kind a higher layer knows (``as_json``); False if it could not.
+FileDumper = Callable[[Path, bool], bool]
+
+
+def make_dump_log_command(dumpers: Mapping[str, FileDumper]) -> click.Command:
+    """``raftka dump-log``, which also hands each file whose name ends with a key of
+    ``dumpers`` to that dumper: the broker layer adds producer state snapshots this way,
+    since their format is the broker's and storage may not import it."""
+
+    @click.command("dump-log")
+    @click.argument(
+        "files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)
     )
-
-    offset = snapshot_offset(path.name)
-    if offset is None:
-        click.echo(f"error: {path}: not a producer snapshot name (OFFSET.snapshot)", err=True)
-        return False
-    try:
-        entries = decode_snapshot(path.read_bytes(), offset=offset)
-    except OSError as exc:
-        click.echo(f"error: cannot read {path}: {exc.strerror or exc}", err=True)
-        return False
-    except KafkaError as exc:
-        click.echo(f"error: {path}: {exc.name}: {exc.message}", err=True)
-        return False
-    open_starts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
-    lso = min(open_starts) if open_starts else offset
-    if as_json:
-        for e in entries:
-            item = {
-                "producer_id": e.producer_id,
-                "producer_epoch": e.producer_epoch,
-                "last_sequence": e.last_sequence,
-                "last_offset": e.last_offset,
-                "coordinator_epoch": e.coordinator_epoch,
-                "current_txn_first_offset": e.current_txn_first_offset,
-            }
-            click.echo(orjson.dumps({"file": str(path), "producer": item}).decode())
-        summary = {"offset": offset, "open_transactions": len(open_starts), "lso": lso}
-        click.echo(orjson.dumps({"file": str(path), "producer_snapshot": summary}).decode())
-        return True
-    click.echo(f"Dumping {path}")
-    for e in entries:
-        open_txn = e.current_txn_first_offset if e.current_txn_first_offset >= 0 else "none"
-        click.echo(
-            f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
-            f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
-            f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: {open_txn}"
-        )
-    click.echo(
-        f"Snapshot offset: {offset} open transactions: {len(open_starts)} "
-        f"last stable offset at the snapshot: {lso}"
+    @click.option(
+        "--print-data", is_flag=True, help="Also print every record's key, value, headers."
     )
-    return True
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object per batch (JSON lines).")
+    def command(files: tuple[Path, ...], print_data: bool, as_json: bool) -> None:
+        """Print the record batches of segment FILES (*.log), the entries of aborted-
+        transaction indexes (*.txnindex) and producer state snapshots (*.snapshot: open
+        transactions and the LSO), like kafka-dump-log."""
+        _dump_files(files, print_data=print_data, as_json=as_json, dumpers=dumpers)
+
+    return command
 
 
-@click.command("dump-log")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--print-data", is_flag=True, help="Also print every record's key, value, headers.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per batch (JSON lines).")
-def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -> None:
-    """Print the record batches of segment FILES (*.log), the entries of aborted-
-    transaction indexes (*.txnindex) and producer state snapshots (*.snapshot: open
-    transactions and the LSO), like kafka-dump-log."""
+def _dump_files(
+    files: tuple[Path, ...], *, print_data: bool, as_json: bool, dumpers: Mapping[str, FileDumper]
+) -> None:
     failed = False
     for path in files:
         if path.name.endswith(TXN_INDEX_SUFFIX):
             failed |= not _dump_txn_index(path, as_json=as_json, must_exist=True)
             continue
-        if path.name.endswith(".snapshot"):
-            failed |= not _dump_producer_snapshot(path, as_json=as_json)
+        dumper = next((d for suffix, d in dumpers.items() if path.name.endswith(suffix)), None)
+        if dumper is not None:
+            failed |= not dumper(path, as_json)
             continue
         try:
             data = _open_bytes(path)
@@ -398,3 +365,8 @@ def dump_log_command(files: tuple[Path, ...], print_data: bool, as_json: bool) -
             failed |= not _dump_txn_index(txn_index, as_json=as_json, must_exist=False)
     if failed:
         raise SystemExit(1)
+
+
+#: Segments and .txnindex files only (the broker layer's adds snapshots:
+#: raftka.broker.dump_log).
+dump_log_command = make_dump_log_command({})

@@ -47,7 +47,7 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Run a controller (a metadata quorum voter and the controller API).",
     ),
     "dump-log": (
-        "raftka.storage.dump",
+        "raftka.broker.dump_log",
         "dump_log_command",
         "Print the record batches of segment files (like kafka-dump-log).",
     ),

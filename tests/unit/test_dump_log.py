@@ -221,6 +221,8 @@ def test_a_txnindex_given_alone_and_a_corrupt_one(tmp_path: Path) -> None:
 
 
 def test_producer_snapshot_shows_open_transactions_and_the_lso(tmp_path: Path) -> None:
+    # The CLI's dump-log: the broker layer adds snapshots to storage's command.
+    from raftka.broker.dump_log import dump_log_command as broker_dump_log
     from raftka.broker.producer_state import ProducerStateEntry
     from raftka.broker.producer_state_snapshot import (
         encode_snapshot,
@@ -234,20 +236,20 @@ def test_producer_snapshot_shows_open_transactions_and_the_lso(tmp_path: Path) -
     ]
     path = tmp_path / snapshot_file_name(20)
     path.write_bytes(encode_snapshot(entries, offset=20))
-    text = CliRunner().invoke(dump_log_command, [str(path)])
+    text = CliRunner().invoke(broker_dump_log, [str(path)])
     assert text.exit_code == 0, text.output
     assert "currentTxnFirstOffset: 7" in text.output
     assert "producerId: 3 producerEpoch: 0" in text.output
     assert "open transactions: 2 last stable offset at the snapshot: 7" in text.output
-    as_json = CliRunner().invoke(dump_log_command, [str(path), "--json"])
+    as_json = CliRunner().invoke(broker_dump_log, [str(path), "--json"])
     summary = orjson.loads(as_json.output.splitlines()[-1])["producer_snapshot"]
     assert summary == {"offset": 20, "open_transactions": 2, "lso": 7}
 
     path.write_bytes(encode_snapshot(entries[2:], offset=20))
-    none_open = CliRunner().invoke(dump_log_command, [str(path)])
+    none_open = CliRunner().invoke(broker_dump_log, [str(path)])
     assert "open transactions: 0 last stable offset at the snapshot: 20" in none_open.output
 
     torn = tmp_path / snapshot_file_name(30)
     torn.write_bytes(b"\x00\x01")
-    bad = CliRunner().invoke(dump_log_command, [str(torn)])
+    bad = CliRunner().invoke(broker_dump_log, [str(torn)])
     assert bad.exit_code == 1 and "CORRUPT_MESSAGE" in bad.output, bad.output

@@ -150,7 +150,15 @@ class _Env:
             if result.get("error") is None:
                 return int(result["base_offset"])
             name = result["error"]["error"]
-            assert name in ("NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"), result
+            # All retriable: a new leader, or (right after creation) a broker that has
+            # not yet applied the record naming the topic: Kafka's propagation is
+            # eventual, and its clients retry UNKNOWN_TOPIC_OR_PARTITION too.
+            retriable = (
+                "NOT_LEADER_OR_FOLLOWER",
+                "LEADER_NOT_AVAILABLE",
+                "UNKNOWN_TOPIC_OR_PARTITION",
+            )
+            assert name in retriable, result
             self.refresh()
             return None
 

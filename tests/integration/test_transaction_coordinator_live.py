@@ -194,8 +194,19 @@ def test_find_coordinator_names_the_partition_leader(cluster: RaftkaCluster) -> 
     tid = cluster.unique_name("find")
     coordinator = _find(cluster, tid)
     partition = coordinator_partition(tid, TXN_PARTITIONS)
-    metadata = cluster.brokers.metadata(coordinator) or {}
-    (topic,) = [t for t in metadata["topics"] if t["name"] == "__transaction_state"]
+
+    def topic_in_metadata() -> dict[str, Any] | None:
+        # The answering broker's image named the coordinator; the coordinator's own
+        # metadata answer may lag it by a record (propagation is eventual).
+        metadata = cluster.brokers.metadata(coordinator) or {}
+        found = [t for t in metadata.get("topics", []) if t["name"] == "__transaction_state"]
+        return found[0] if found else None
+
+    topic = wait_for(
+        topic_in_metadata,
+        timeout_s=DEADLINE_S,
+        message=f"broker {coordinator}'s metadata never listed __transaction_state",
+    )
     assert len(topic["partitions"]) == TXN_PARTITIONS
     leader = {p["partition"]: p["leader"] for p in topic["partitions"]}[partition]
     assert coordinator == leader

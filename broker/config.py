@@ -36,6 +36,7 @@ transaction.max.timeout.ms                 900000      largest transaction.timeo
 transactional.id.expiration.ms             604800000   idle transactional ids expire
 transaction.abort.timed.out.transaction.cleanup.interval.ms 10000  timeout check period
 transaction.remove.expired.transaction.cleanup.interval.ms 3600000 expiry check period
+transaction.version                        2           highest KIP-890 version (1 or 2)
 offsets.retention.check.interval.ms        600000      how often they are expired
 offset.metadata.max.bytes                  4096        metadata string of a commit
 group.initial.rebalance.delay.ms           3000        first rebalance of an empty group
@@ -172,6 +173,8 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "transactional.id.expiration.ms": (604_800_000, 1),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (10_000, 1),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (3_600_000, 1),
+    # Kafka's transaction.version feature level (KIP-890 part 2 at 2); 1 or 2.
+    "transaction.version": (2, 1),
     # Kafka's log.retention.check.interval.ms (5 min) and producer id expiry (KIP-854).
     "log.retention.check.interval.ms": (300_000, 1),
     "producer.id.expiration.ms": (86_400_000, 1),
@@ -324,6 +327,7 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    transaction_version: int = 2
     log_retention_check_interval_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
@@ -446,8 +450,14 @@ def _transaction_settings(props: Mapping[str, str]) -> dict[str, int]:
         "transactional.id.expiration.ms",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "transaction.version",
     )
-    return {key.replace(".", "_"): _int(props, key) for key in keys}
+    settings = {key.replace(".", "_"): _int(props, key) for key in keys}
+    if settings["transaction_version"] not in (1, 2):
+        raise ConfigError(
+            f"transaction.version must be 1 or 2, got {settings['transaction_version']}"
+        )
+    return settings
 
 
 def broker_config(node: NodeConfig) -> BrokerConfig:

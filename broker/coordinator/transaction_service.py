@@ -206,6 +206,7 @@ class TransactionCoordinatorService:
                 ),
                 transaction_state_log_num_partitions=self._core_partitions,
                 offsets_topic_num_partitions=offsets_partitions,
+                transaction_version=c.transaction_version,
             ),
             allocate_producer_id=self._allocate_producer_id,
         )

@@ -47,6 +47,8 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
     # The I/O workers: Kafka's num.io.threads and queued.max.requests defaults.
     assert (config.num_io_threads, config.queued_max_requests) == (8, 500)
     assert config.min_insync_replicas == 2
+    # KIP-890 part 2 (the epoch bump at each EndTxn) is on unless turned down.
+    assert config.transaction_version == 2
     assert config.replication_config({}).min_insync_replicas == 2
     assert config.replication_config({"min.insync.replicas": "3"}).min_insync_replicas == 3
     assert config.log_config({}).segment_bytes == 1_048_576
@@ -67,6 +69,7 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
         ("log.dirs=/tmp/x\nqueued.max.requests=many\n", "queued.max.requests"),
         ("log.dirs=/tmp/x\nnum.recovery.threads.per.data.dir=0\n", "num.recovery.threads"),
         ("log.dirs=/tmp/x\nlog.flush.scheduler.interval.ms=0\n", "log.flush.scheduler.interval.ms"),
+        ("log.dirs=/tmp/x\ntransaction.version=3\n", "transaction.version"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, extra: str, needle: str) -> None:
@@ -114,3 +117,11 @@ def test_kafka_listener_keys(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match=r"max\.connections"):
         load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\nmax.connections=0\n"))
+
+
+def test_transaction_version_one_is_read(tmp_path: Path) -> None:
+    """transaction.version=1 (the classic protocol, no epoch bump at EndTxn) is read."""
+    config = load_broker_config(
+        _write(tmp_path, BASE + f"log.dirs={tmp_path}/a\ntransaction.version=1\n")
+    )
+    assert config.transaction_version == 1

@@ -341,6 +341,45 @@ class NewLeaderElectedError(KafkaError):
     name, code = "NEW_LEADER_ELECTED", 108
 
 
+# Security (authentication and authorization): Kafka's codes, none retriable.
+
+
+class AuthorizationError(KafkaError):
+    """Base of the authorization errors (Kafka's AuthorizationException)."""
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    name, code = "TOPIC_AUTHORIZATION_FAILED", 29
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    name, code = "GROUP_AUTHORIZATION_FAILED", 30
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    name, code = "CLUSTER_AUTHORIZATION_FAILED", 31
+
+
+class UnsupportedSaslMechanismError(KafkaError):
+    name, code = "UNSUPPORTED_SASL_MECHANISM", 33
+
+
+class IllegalSaslStateError(KafkaError):
+    name, code = "ILLEGAL_SASL_STATE", 34
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    name, code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 53
+
+
+class SecurityDisabledError(KafkaError):
+    name, code = "SECURITY_DISABLED", 54
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    name, code = "SASL_AUTHENTICATION_FAILED", 58
+
+
 # Client-side errors: Kafka's Java client raises these without a wire code.
 
 

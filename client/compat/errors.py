@@ -12,9 +12,9 @@ is ``NotLeaderOrFollowerError``, ``MessageSizeTooLargeError`` is
 aiokafka's ``ConsumerStoppedError``, ``IllegalOperation`` and ``ProducerClosed`` are
 ``IllegalStateError``, raftka's error for a call on a stopped or wrongly set-up client.
 
-Broker errors raftka never reports (authorization, delegation tokens, ...) are
-declared with Kafka's name and code so that code naming them imports and runs; raftka
-raises none of them.
+Broker errors raftka never reports (delegation tokens, ...) are declared with Kafka's
+name and code so that code naming them imports and runs; raftka raises none of them.
+The authorization and SASL errors are raftka's own classes (``raftka.common.errors``).
 
 Mapped with a difference, said here once:
 
@@ -38,6 +38,7 @@ from __future__ import annotations
 from raftka.client.config import ClientConfigError
 from raftka.common.errors import *  # noqa: F403
 from raftka.common.errors import (
+    AuthorizationError,
     CorruptMessageError,
     IllegalStateError,
     InvalidConfigError,
@@ -88,10 +89,6 @@ class TopicMetadataTimeoutError(KafkaTimeoutError, UnknownTopicOrPartitionError)
     kafka-python adapter raises this, which is both, so either ``except`` catches it."""
 
 
-class AuthorizationError(KafkaError):
-    """Base of the authorization errors (raftka has no authorization: never raised)."""
-
-
 # Kafka's errors that raftka never reports, with Kafka's names and codes.
 
 
@@ -103,26 +100,6 @@ class InvalidCommitOffsetSizeError(KafkaError):
     name, code = "INVALID_COMMIT_OFFSET_SIZE", 28
 
 
-class TopicAuthorizationFailedError(AuthorizationError):
-    name, code = "TOPIC_AUTHORIZATION_FAILED", 29
-
-
-class GroupAuthorizationFailedError(AuthorizationError):
-    name, code = "GROUP_AUTHORIZATION_FAILED", 30
-
-
-class ClusterAuthorizationFailedError(AuthorizationError):
-    name, code = "CLUSTER_AUTHORIZATION_FAILED", 31
-
-
-class UnsupportedSaslMechanismError(KafkaError):
-    name, code = "UNSUPPORTED_SASL_MECHANISM", 33
-
-
-class IllegalSaslStateError(KafkaError):
-    name, code = "ILLEGAL_SASL_STATE", 34
-
-
 class UnsupportedForMessageFormatError(KafkaError):
     name, code = "UNSUPPORTED_FOR_MESSAGE_FORMAT", 43
 
@@ -131,20 +108,8 @@ class PolicyViolationError(KafkaError):
     name, code = "POLICY_VIOLATION", 44
 
 
-class TransactionalIdAuthorizationFailedError(AuthorizationError):
-    name, code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 53
-
-
-class SecurityDisabledError(KafkaError):
-    name, code = "SECURITY_DISABLED", 54
-
-
 class LogDirNotFoundError(KafkaError):
     name, code = "LOG_DIR_NOT_FOUND", 57
-
-
-class SaslAuthenticationFailedError(KafkaError):
-    name, code = "SASL_AUTHENTICATION_FAILED", 58
 
 
 class ReassignmentInProgressError(KafkaError):

@@ -7,14 +7,17 @@ import re
 import pytest
 
 from raftka.client import errors
-from raftka.common.errors import KafkaError, error_for_code, error_for_name
+from raftka.common.errors import AuthorizationError, KafkaError, error_for_code, error_for_name
+
+# Bases that group errors for ``except`` and have no wire identity of their own.
+_BASES = (KafkaError, AuthorizationError)
 
 
 def _all_errors() -> list[type[KafkaError]]:
     return [
         obj
         for obj in vars(errors).values()
-        if isinstance(obj, type) and issubclass(obj, KafkaError) and obj is not KafkaError
+        if isinstance(obj, type) and issubclass(obj, KafkaError) and obj not in _BASES
     ]
 
 

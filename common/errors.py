@@ -380,6 +380,10 @@ class SaslAuthenticationFailedError(KafkaError):
     name, code = "SASL_AUTHENTICATION_FAILED", 58
 
 
+class UnacceptableCredentialError(KafkaError):
+    name, code = "UNACCEPTABLE_CREDENTIAL", 93
+
+
 # Client-side errors: Kafka's Java client raises these without a wire code.
 
 

@@ -172,10 +172,6 @@ class DuplicateResourceError(KafkaError):
     name, code = "DUPLICATE_RESOURCE", 92
 
 
-class UnacceptableCredentialError(KafkaError):
-    name, code = "UNACCEPTABLE_CREDENTIAL", 93
-
-
 class FeatureUpdateFailedError(KafkaError):
     name, code = "FEATURE_UPDATE_FAILED", 96
 

@@ -1,0 +1,229 @@
+"""SASL on the server side: SCRAM-SHA-256/512 and PLAIN, over stored SCRAM credentials.
+
+Theory of operation
+-------------------
+A SASL exchange is a few opaque tokens each way (Kafka carries them in
+SaslAuthenticate requests; raftka's HTTP API will carry the same tokens). A *session*
+here is one exchange on one connection: :meth:`SaslServerSession.step` takes the
+client's next token and returns the server's answer, until ``complete`` is true and
+``principal`` names who authenticated (``User:<name>``). Any failure raises Kafka's
+error, and the session is then finished: a connection that failed once must start
+over (Kafka closes it).
+
+The credential store holds only what SCRAM needs (RFC 5802): per user and mechanism a
+salt, an iteration count, ``StoredKey`` and ``ServerKey``, never the password. These are
+Kafka's ``UserScramCredentialRecord`` fields, so the store is the metadata log's.
+
+- **SCRAM-SHA-256 / SCRAM-SHA-512** (RFC 5802, 7677) run on the ``scramp`` package,
+  which implements the message syntax, nonces and proofs; this module adds Kafka's
+  rules around it: iteration counts in 4096..16384 as Kafka allows, no channel binding
+  (Kafka has none), bounded tokens, and strict order.
+- **An unknown user fails like a wrong password.** Kafka answers an unknown user at the
+  first message; here the server goes on with a made-up credential (salt derived from
+  the user name and a per-server secret, so repeated tries see the same salt) and
+  fails at the proof, so neither the answer nor the step it comes at tells a prober
+  which users exist.
+- **PLAIN** (RFC 4616, for tests and for clients that cannot do SCRAM, only over TLS
+  in a real deploy) is checked against the same SCRAM credential: the password is
+  salted and hashed with the stored salt and iteration count and its StoredKey
+  compared in constant time. An ``authzid`` other than empty or the user itself is
+  refused, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import scramp
+
+from raftka.common.errors import (
+    IllegalSaslStateError,
+    SaslAuthenticationFailedError,
+    UnacceptableCredentialError,
+    UnsupportedSaslMechanismError,
+)
+
+__all__ = [
+    "ITERATIONS_MAX",
+    "ITERATIONS_MIN",
+    "SASL_MECHANISMS",
+    "SCRAM_MECHANISMS",
+    "CredentialLookup",
+    "SaslServerSession",
+    "ScramCredential",
+    "new_scram_credential",
+]
+
+SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+SASL_MECHANISMS: Final = (*SCRAM_MECHANISMS, "PLAIN")
+#: Kafka's bounds on a SCRAM credential's iteration count.
+ITERATIONS_MIN: Final = 4096
+ITERATIONS_MAX: Final = 16384
+#: The largest client token a session reads (Kafka's sasl.server.max.receive.size).
+TOKEN_BYTES_MAX: Final = 524_288
+_FAILED: Final = "Authentication failed: invalid credentials"
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """What the server keeps of a password for one mechanism (RFC 5802)."""
+
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise UnsupportedSaslMechanismError(f"{self.mechanism} is not a SCRAM mechanism")
+        if not ITERATIONS_MIN <= self.iterations <= ITERATIONS_MAX:
+            raise UnacceptableCredentialError(
+                f"iterations must be in {ITERATIONS_MIN}..{ITERATIONS_MAX}, got {self.iterations}"
+            )
+
+
+CredentialLookup = Callable[[str, str], ScramCredential | None]
+"""(user name, mechanism) -> that user's credential for it, None when there is none."""
+
+
+def new_scram_credential(
+    mechanism: str, password: str, *, iterations: int = ITERATIONS_MIN, salt: bytes | None = None
+) -> ScramCredential:
+    """A credential for ``password`` (what ``raftka users add`` stores)."""
+    if mechanism not in SCRAM_MECHANISMS:
+        raise UnsupportedSaslMechanismError(f"{mechanism} is not a SCRAM mechanism")
+    if not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
+        raise UnacceptableCredentialError(
+            f"iterations must be in {ITERATIONS_MIN}..{ITERATIONS_MAX}, got {iterations}"
+        )
+    salt_, stored, server, count = scramp.ScramMechanism(mechanism).make_auth_info(
+        password, iteration_count=iterations, salt=salt
+    )
+    return ScramCredential(mechanism, salt_, stored, server, count)
+
+
+class SaslServerSession:
+    """One SASL exchange on one connection, for one mechanism."""
+
+    def __init__(self, mechanism: str, lookup: CredentialLookup, *, secret: bytes) -> None:
+        if mechanism not in SASL_MECHANISMS:
+            raise UnsupportedSaslMechanismError(
+                f"{mechanism!r} is not enabled; this server offers {', '.join(SASL_MECHANISMS)}"
+            )
+        self.mechanism = mechanism
+        self._lookup = lookup
+        self._secret = secret
+        self._steps = 0
+        self._failed = False
+        self._user: str | None = None
+        self._known = False
+        self.complete = False
+        self._scram: scramp.core.ScramServer | None = None
+        if mechanism in SCRAM_MECHANISMS:
+            self._scram = scramp.ScramMechanism(mechanism).make_server(self._credential_for)
+
+    @property
+    def principal(self) -> str:
+        if not self.complete or self._user is None:
+            raise IllegalSaslStateError("the SASL exchange has not completed")
+        return f"User:{self._user}"
+
+    def step(self, token: bytes) -> bytes:
+        """The server's answer to the client's next token; raises Kafka's error (and the
+        session is over) when the token is out of order, malformed or wrong."""
+        if self._failed or self.complete:
+            raise IllegalSaslStateError("the SASL exchange is already over on this connection")
+        if len(token) > TOKEN_BYTES_MAX:
+            self._failed = True
+            raise SaslAuthenticationFailedError(
+                f"SASL token of {len(token)} bytes is above {TOKEN_BYTES_MAX}"
+            )
+        self._steps += 1
+        try:
+            if self._scram is None:
+                return self._plain(token)
+            return self._scram_step(self._scram, token)
+        except SaslAuthenticationFailedError:
+            self._failed = True
+            raise
+
+    # -- SCRAM ------------------------------------------------------------------------
+
+    def _scram_step(self, server: scramp.core.ScramServer, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+            if self._steps == 1:
+                if text.startswith(("p=", "y,")):
+                    # Channel binding: Kafka has none (no -PLUS mechanisms).
+                    raise SaslAuthenticationFailedError("SCRAM channel binding is not supported")
+                server.set_client_first(text)
+                first: str = server.get_server_first()
+                return first.encode()
+            server.set_client_final(text)
+        except scramp.ScramException as exc:
+            raise SaslAuthenticationFailedError(
+                _FAILED if self._steps > 1 else f"malformed SCRAM message: {exc}"
+            ) from None
+        except UnicodeDecodeError:
+            raise SaslAuthenticationFailedError("SCRAM messages are UTF-8") from None
+        if not self._known:
+            # The made-up credential cannot verify a proof; scramp would have refused it
+            # already, this only keeps that from resting on chance.
+            raise SaslAuthenticationFailedError(_FAILED)
+        self.complete = True
+        final: str = server.get_server_final()
+        return final.encode()
+
+    def _credential_for(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        self._user = user
+        found = self._lookup(user, self.mechanism)
+        self._known = found is not None
+        if found is None:
+            found = self._decoy(user)
+        return found.salt, found.stored_key, found.server_key, found.iterations
+
+    def _decoy(self, user: str) -> ScramCredential:
+        """A stable, unverifiable credential for a user that does not exist."""
+        digest = hmac.new(self._secret, f"{self.mechanism}\0{user}".encode(), "sha256").digest()
+        keys = hashlib.sha512(digest).digest()
+        size = hashlib.new(SCRAM_MECHANISMS[self.mechanism]).digest_size
+        return ScramCredential(
+            self.mechanism, digest, keys[:size], keys[-size:][::-1], ITERATIONS_MIN
+        )
+
+    # -- PLAIN ------------------------------------------------------------------------
+
+    def _plain(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslAuthenticationFailedError("PLAIN: expected authzid NUL user NUL password")
+        try:
+            authzid, user, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise SaslAuthenticationFailedError("PLAIN: the token is not UTF-8") from None
+        if not user or not password:
+            raise SaslAuthenticationFailedError("PLAIN: user name and password are required")
+        if authzid and authzid != user:
+            raise SaslAuthenticationFailedError(
+                "PLAIN: an authorization id other than the user is not supported"
+            )
+        self._user = user
+        # Any SCRAM credential of the user verifies the password; the strongest first.
+        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+            credential = self._lookup(user, mechanism)
+            if credential is not None and _password_matches(credential, password):
+                self.complete = True
+                return b""
+        raise SaslAuthenticationFailedError(_FAILED)
+
+
+def _password_matches(credential: ScramCredential, password: str) -> bool:
+    again = new_scram_credential(
+        credential.mechanism, password, iterations=credential.iterations, salt=credential.salt
+    )
+    return hmac.compare_digest(again.stored_key, credential.stored_key)

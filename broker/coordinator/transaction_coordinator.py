@@ -683,9 +683,16 @@ class TransactionCoordinator:
         producer_epoch: int,
         result: TransactionResult,
         now_ms: int,
+        transaction_version: int = 2,
     ) -> TxnDecision[EndTxnResponse]:
+        """``transaction_version`` is the client's (EndTxn v5+ and raftka's client: 2);
+        the broker's ``transaction.version`` caps it. It decides this EndTxn's epoch
+        rules and is kept with the transaction for its markers."""
+
         def refuse(error: type[KafkaError]) -> TxnDecision[EndTxnResponse]:
             return TxnDecision(EndTxnResponse(error))
+
+        version = min(transaction_version, self._config.transaction_version)
 
         error = self._request_error(transactional_id)
         if error is not None:
@@ -701,7 +708,7 @@ class TransactionCoordinator:
             else (_S.PREPARE_ABORT, _S.COMPLETE_ABORT)
         )
         current = (producer_id, producer_epoch) == (metadata.producer_id, metadata.producer_epoch)
-        if self._config.transaction_version >= 2:
+        if version >= 2:
             # KIP-890 part 2: only the current epoch starts an EndTxn; the epoch held
             # before the bump may only repeat the EndTxn that bumped it.
             retry = self._is_retry(metadata, producer_id, producer_epoch)
@@ -714,7 +721,7 @@ class TransactionCoordinator:
         if state is _S.ONGOING:
             if not current:
                 return refuse(ProducerFencedError)
-            return self._prepare(metadata, result, now_ms)
+            return self._prepare(metadata, result, now_ms, version)
         if retry and (state.is_prepare or state.is_complete):
             if state not in same_result:
                 return refuse(InvalidTxnStateError)
@@ -727,14 +734,14 @@ class TransactionCoordinator:
             return refuse(ConcurrentTransactionsError)
         # An idle id at the current epoch has nothing to commit; version 2 aborts it
         # anyway, to hand the producer a fresh epoch (Kafka 4's empty abort).
-        if commit or self._config.transaction_version < 2:
+        if commit or version < 2:
             return refuse(InvalidTxnStateError)
-        return self._prepare(metadata, result, now_ms)
+        return self._prepare(metadata, result, now_ms, version)
 
     def _prepare(
-        self, metadata: TransactionMetadata, result: TransactionResult, now_ms: int
+        self, metadata: TransactionMetadata, result: TransactionResult, now_ms: int, version: int
     ) -> TxnDecision[EndTxnResponse]:
-        bump = self._config.transaction_version >= 2
+        bump = version >= 2
         target = metadata.transition(
             _S.PREPARE_COMMIT if result is TransactionResult.COMMIT else _S.PREPARE_ABORT,
             now_ms=now_ms,
@@ -744,6 +751,7 @@ class TransactionCoordinator:
             transaction_start_time_ms=(
                 metadata.transaction_start_time_ms if metadata.state is _S.ONGOING else now_ms
             ),
+            client_transaction_version=version,
         )
         append = self._write(
             target,
@@ -821,7 +829,7 @@ class TransactionCoordinator:
                         else TransactionResult.ABORT
                     ),
                     partitions=frozenset(due),
-                    transaction_version=self._config.transaction_version,
+                    transaction_version=metadata.client_transaction_version,
                 )
             ]
         complete = self._write_complete(metadata, now_ms)

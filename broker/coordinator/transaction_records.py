@@ -142,6 +142,9 @@ class _ValueV0(Message, frozen=True):
     partitions: list[_TopicPartitions]
     transaction_start_time_ms: _TimeMs
     transaction_last_update_time_ms: _TimeMs
+    # Added later, like a Kafka tagged field: an older reader ignores it, and a value
+    # written before it existed came from a coordinator that ran version 2 for everyone.
+    client_transaction_version: Annotated[int, msgspec.Meta(ge=1, le=2)] = 2
 
 
 #: The fields a value holds exactly as the metadata does (the id is the key, and the
@@ -155,6 +158,7 @@ _SAME_FIELDS: Final = (
     "state",
     "transaction_start_time_ms",
     "transaction_last_update_time_ms",
+    "client_transaction_version",
 )
 # Checked at import (not with assert, which -O strips): a field added to either type
 # without being added here would otherwise be silently dropped by encode or decode.

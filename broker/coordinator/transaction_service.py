@@ -491,6 +491,7 @@ class TransactionCoordinatorService:
             producer_epoch=request.producer_epoch,
             result=TransactionResult.COMMIT if request.committed else TransactionResult.ABORT,
             now_ms=self._clock_ms(),
+            transaction_version=request.transaction_version,
         )
         response = await self._answer(decision, EndTxnResponse, EndTxnResponse)
         return api.EndTxnResponse(

@@ -158,6 +158,8 @@ class MetadataFields(Protocol):
     def transaction_start_time_ms(self) -> int: ...
     @property
     def partitions(self) -> Collection[object]: ...
+    @property
+    def client_transaction_version(self) -> int: ...
 
 
 def metadata_problem(fields: MetadataFields) -> str | None:
@@ -170,6 +172,8 @@ def metadata_problem(fields: MetadataFields) -> str | None:
             return f"producer epoch {epoch} out of range"
     if fields.transaction_timeout_ms <= 0:
         return f"transaction timeout {fields.transaction_timeout_ms} ms"
+    if fields.client_transaction_version not in (1, 2):
+        return f"transaction version {fields.client_transaction_version}"
     if fields.state in _OPEN_STATES:
         if fields.transaction_start_time_ms < 0:
             return f"state {fields.state.value} without a transaction start time"
@@ -207,6 +211,11 @@ class TransactionMetadata:
     transaction_start_time_ms: int
     #: When the metadata last changed; ``transactional.id.expiration.ms`` counts from here.
     transaction_last_update_time_ms: int
+    #: The transaction version of the client's last EndTxn (Kafka 4's
+    #: clientTransactionVersion): 2 bumps the epoch at EndTxn (KIP-890 part 2), 1 does
+    #: not (EndTxn v0-4 clients never learn a bumped epoch). Markers carry it, so the
+    #: partition leaders check the marker's epoch by the same rule.
+    client_transaction_version: int = 2
 
     def __post_init__(self) -> None:
         # Invariants every value holds (TigerBeetle style: a bug stops here).
@@ -243,6 +252,7 @@ class TransactionMetadata:
         transaction_timeout_ms: int | None = None,
         partitions: frozenset[TopicPartition] | None = None,
         transaction_start_time_ms: int | None = None,
+        client_transaction_version: int | None = None,
     ) -> TransactionMetadata:
         """This metadata moved to ``target`` (fields not given stay), checked against the
         table. Entering an idle state clears the partitions and the start time."""
@@ -266,6 +276,7 @@ class TransactionMetadata:
             ("transaction_timeout_ms", transaction_timeout_ms),
             ("partitions", partitions),
             ("transaction_start_time_ms", transaction_start_time_ms),
+            ("client_transaction_version", client_transaction_version),
         ):
             if value is not None:
                 changes[name] = value

@@ -849,12 +849,14 @@ class KafkaApis:
         return _build(load_response_schema(25, version), throttle_time=_NO_TIME, error_code=code)
 
     async def end_txn(self, request: Any, version: int, call: Call) -> Any:
-        # v0-3: transaction version 1 (v5's new producer id and epoch are KIP-890 part 2).
+        # v0-4 clients are transaction version 1: their answer has no producer id and
+        # epoch (v5's, KIP-890 part 2), so the coordinator must not bump the epoch.
         fields = {
             "transactional_id": request.transactional_id,
             "producer_id": int(request.producer_id),
             "producer_epoch": int(request.producer_epoch),
             "committed": bool(request.committed),
+            "transaction_version": 2 if version >= 5 else 1,
         }
         _, code = await self._txn_call(
             call, "end_txn", fields, txn_api.EndTxnRequest, key=26, version=version

@@ -115,6 +115,10 @@ class EndTxnRequest(Message, frozen=True, kw_only=True):
     producer_epoch: Int16
     #: True: commit; False: abort.
     committed: bool
+    #: The client's transaction version (Kafka 4's clientTransactionVersion): raftka's
+    #: own client is a version-2 client (it takes the bumped epoch from the answer);
+    #: the Kafka listener passes 1 for EndTxn v0-4, whose answer has no epoch.
+    transaction_version: Annotated[int, msgspec.Meta(ge=1, le=2)] = 2
 
 
 class EndTxnResponse(Message, frozen=True, kw_only=True):

@@ -144,7 +144,8 @@ def high_watermarks(kafka: str, topic: str, *, isolation: str) -> list[int]:
 def test_confluent_kafka_commit_abort_and_read_committed(kafka: str) -> None:
     topic = "ck-txn"
     create_topic(kafka, topic)
-    # One transaction per producer instance: see test_a_second_transaction_of_one_producer.
+    # A new producer instance per transaction, same id: each init_transactions() bumps
+    # the epoch (one producer, many transactions: test_many_transactions_of_one_producer).
     producer = txn_producer(kafka, "ck-txn-id")
     producer.begin_transaction()
     committed = produce(producer, topic, "c1")
@@ -282,13 +283,14 @@ def test_kafka_python_transactions_and_transaction_admin(kafka: str) -> None:
     create_topic(kafka, topic)
     servers = kafka.split(",")
     expected: list[bytes] = []
-    for commit in (True, False):
-        # One transaction per producer: see test_a_second_transaction_of_one_producer.
-        producer = KafkaProducer(bootstrap_servers=servers, transactional_id="kp-txn-id")
-        try:
-            producer.init_transactions()
+    # One producer, several transactions: kafka-python speaks EndTxn v0-3, so it keeps
+    # its epoch across transactions (transaction version 1).
+    producer = KafkaProducer(bootstrap_servers=servers, transactional_id="kp-txn-id")
+    try:
+        producer.init_transactions()
+        for n, commit in enumerate((True, True, False)):
             producer.begin_transaction()
-            values = [f"kp-{commit}-{i}".encode() for i in range(N)]
+            values = [f"kp-{n}-{commit}-{i}".encode() for i in range(N)]
             for i, value in enumerate(values):
                 producer.send(topic, value=value, partition=i % 2)
             producer.flush(timeout=DEADLINE_S)
@@ -297,8 +299,8 @@ def test_kafka_python_transactions_and_transaction_admin(kafka: str) -> None:
                 expected += values
             else:
                 producer.abort_transaction()
-        finally:
-            producer.close(timeout=DEADLINE_S)
+    finally:
+        producer.close(timeout=DEADLINE_S)
 
     consumer = KafkaConsumer(
         bootstrap_servers=servers,
@@ -313,9 +315,9 @@ def test_kafka_python_transactions_and_transaction_admin(kafka: str) -> None:
         def poll() -> bool:
             for records in consumer.poll(timeout_ms=500).values():
                 seen.extend(r.value for r in records)
-            return len(seen) >= N
+            return len(seen) >= len(expected)
 
-        wait_for(poll, timeout_s=DEADLINE_S, message=f"read {len(seen)} of {N}")
+        wait_for(poll, timeout_s=DEADLINE_S, message=f"read {len(seen)} of {len(expected)}")
         consumer.poll(timeout_ms=1000)  # nothing more: the aborted ones follow
         assert sorted(seen) == sorted(expected)
     finally:
@@ -340,18 +342,23 @@ def test_kafka_python_transactions_and_transaction_admin(kafka: str) -> None:
         admin.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Exception,
-    reason="the transaction coordinator runs transaction version 2 (KIP-890 part 2) for "
-    "every producer: it bumps the epoch at each EndTxn, which a client of EndTxn v0-3 "
-    "(librdkafka, kafka-python) does not learn, so its next AddPartitionsToTxn is fenced",
-)
-def test_a_second_transaction_of_one_producer(kafka: str) -> None:
-    topic = "ck-twice"
+def test_many_transactions_of_one_producer(kafka: str) -> None:
+    """librdkafka speaks EndTxn v0-3 (transaction version 1): it never learns a bumped
+    epoch, so the coordinator must not bump it at EndTxn for this client, or its next
+    transaction is fenced. Commits and aborts alternate on one producer, and a
+    read_committed reader sees exactly the committed ones."""
+    topic = "ck-many"
     create_topic(kafka, topic)
-    producer = txn_producer(kafka, "ck-twice-id")
-    for _ in range(2):
+    producer = txn_producer(kafka, "ck-many-id")
+    committed: list[bytes] = []
+    for n, commit in enumerate((True, False, True, True, False)):
         producer.begin_transaction()
-        produce(producer, topic, "twice")
-        producer.commit_transaction(DEADLINE_S)
+        values = produce(producer, topic, f"many-{n}")
+        if commit:
+            producer.commit_transaction(DEADLINE_S)
+            committed += values
+        else:
+            producer.abort_transaction(DEADLINE_S)
+    assert sorted(read(kafka, topic, len(committed), isolation="read_committed")) == sorted(
+        committed
+    )

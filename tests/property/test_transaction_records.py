@@ -126,6 +126,7 @@ GOOD = orjson.loads(
         ({"state": "Ongoing"}, "without a transaction start time"),
         ({"transaction_timeout_ms": 0}, "transaction_timeout_ms"),
         ({"partitions": [{"topic": "t", "partitions": []}]}, "length >= 1"),
+        ({"client_transaction_version": 3}, "client_transaction_version"),
     ],
 )
 def test_values_a_coordinator_never_writes_are_corrupt(
@@ -134,6 +135,15 @@ def test_values_a_coordinator_never_writes_are_corrupt(
     data = orjson.dumps({**GOOD, **changes})
     with pytest.raises(TransactionRecordError, match=why):
         decode_transaction_value("t", data)
+
+
+def test_a_value_written_before_the_client_transaction_version_reads_as_2() -> None:
+    """Values written before the field existed came from a coordinator that ran
+    transaction version 2 for every client; a version-1 value keeps its 1."""
+    old = {k: v for k, v in GOOD.items() if k != "client_transaction_version"}
+    assert decode_transaction_value("t", orjson.dumps(old)).client_transaction_version == 2
+    tv1 = orjson.dumps({**GOOD, "client_transaction_version": 1})
+    assert decode_transaction_value("t", tv1).client_transaction_version == 1
 
 
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:

@@ -103,7 +103,10 @@ Tag = tuple[str, int, int]  # (transactional id, incarnation, transaction number
 @dataclass(frozen=True)
 class Switches:
     verification: bool = True
+    #: The broker's transaction.version (caps the client's).
     transaction_version: int = 2
+    #: The producers' EndTxn version (1: an EndTxn v0-4 client, which keeps its epoch).
+    client_transaction_version: int = 2
 
 
 class InvariantViolatedError(AssertionError):
@@ -653,6 +656,7 @@ class ProducerNode:
                 producer_epoch=epoch,
                 result=result,
                 now_ms=world.now,
+                transaction_version=world.switches.client_transaction_version,
             )
 
         def on_answer(response: object) -> None:
@@ -783,8 +787,16 @@ def test_transactions_hold_under_faults() -> None:
         # is accepted by the next one at the same epoch.
         (Switches(transaction_version=1), "(a late write landed in the next transaction)"),
         (Switches(transaction_version=1), "is torn"),
+        # A version-1 client on a version-2 broker gets version 1: the same exposure.
+        (Switches(client_transaction_version=1), "(a late write landed in the next transaction)"),
     ],
-    ids=["no-verification-hangs", "no-verification-mixes", "no-bump-mixes", "no-bump-tears"],
+    ids=[
+        "no-verification-hangs",
+        "no-verification-mixes",
+        "no-bump-mixes",
+        "no-bump-tears",
+        "v1-client-mixes",
+    ],
 )
 def test_the_checker_bites(switches: Switches, symptom: str) -> None:
     """With one KIP-890 defence off, some seed breaks a safety invariant and the checker

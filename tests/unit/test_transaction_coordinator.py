@@ -137,7 +137,7 @@ class Driver:
         return r
 
     def end(
-        self, pid: int, epoch: int, result: TransactionResult, tid: str = TID
+        self, pid: int, epoch: int, result: TransactionResult, tid: str = TID, version: int = 2
     ) -> txn.EndTxnResponse:
         r: txn.EndTxnResponse = self.call(
             self.core.end_txn(
@@ -146,6 +146,7 @@ class Driver:
                 producer_epoch=epoch,
                 result=result,
                 now_ms=self.now_ms,
+                transaction_version=version,
             )
         )
         return r
@@ -440,6 +441,43 @@ def test_version_1_lets_a_late_end_txn_end_the_next_transaction() -> None:
     assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None, pid, 0)  # the late one
     assert d.state().state is S.PREPARE_COMMIT
     assert d.markers[0].partitions == {B}
+
+
+def test_the_transaction_version_is_the_clients_per_transaction() -> None:
+    """A client of EndTxn v0-4 (version 1) keeps its epoch: no bump at EndTxn, markers at
+    that epoch and of version 1, and its next transaction is not fenced. The same id's
+    next EndTxn from a version-2 client bumps. The version survives a reload (markers
+    resent after a coordinator move keep the partition leaders' epoch rule)."""
+    d = Driver()
+    pid = d.init().producer_id
+    ok(d.add(pid, 0, A))
+    assert d.end(pid, 0, COMMIT, version=1) == txn.EndTxnResponse(None, pid, 0)
+    assert (d.markers[-1].producer_epoch, d.markers[-1].transaction_version) == (0, 1)
+    d.write_markers()
+    assert d.state().client_transaction_version == 1
+    ok(d.add(pid, 0, B))  # the next transaction, same epoch
+    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None, pid, 0)  # a retry...
+    d.write_markers()
+    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None, pid, 0)  # ...answered
+    ok(d.add(pid, 0, C))
+    ok(d.end(pid, 0, COMMIT, version=1))  # markers never written
+    _, outputs = _reload(d, coordinator_epoch=6)
+    (markers,) = outputs
+    assert isinstance(markers, txn.SendTxnMarkers)
+    assert (markers.producer_epoch, markers.transaction_version) == (0, 1)
+    d.write_markers()
+    ok(d.add(pid, 0, A))
+    assert d.end(pid, 0, COMMIT, version=2) == txn.EndTxnResponse(None, pid, 1)
+    assert (d.markers[-1].producer_epoch, d.markers[-1].transaction_version) == (1, 2)
+
+
+def test_the_brokers_transaction_version_caps_the_clients() -> None:
+    """transaction.version=1 on the broker: a version-2 client gets version 1 too."""
+    d = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
+    pid = d.init().producer_id
+    ok(d.add(pid, 0, A))
+    assert d.end(pid, 0, COMMIT, version=2) == txn.EndTxnResponse(None, pid, 0)
+    assert d.markers[-1].transaction_version == 1
 
 
 def test_end_txn_of_an_empty_transaction() -> None:

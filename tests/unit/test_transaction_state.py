@@ -116,6 +116,7 @@ def test_an_epoch_never_goes_down_for_one_producer_id() -> None:
         ({"transaction_timeout_ms": 0}, "timeout"),
         ({"state": S.ONGOING, "transaction_start_time_ms": -1}, "start time"),
         ({"partitions": {TP}}, "partitions in state Empty"),
+        ({"client_transaction_version": 3}, "transaction version 3"),
     ],
 )
 def test_inconsistent_metadata_is_named(changes: dict[str, object], problem: str) -> None:
@@ -129,6 +130,7 @@ def test_inconsistent_metadata_is_named(changes: dict[str, object], problem: str
         "transaction_timeout_ms": 1000,
         "transaction_start_time_ms": -1,
         "partitions": frozenset(),
+        "client_transaction_version": 2,
     }
     assert metadata_problem(SimpleNamespace(**fields)) is None  # type: ignore[arg-type]
     found = metadata_problem(SimpleNamespace(**{**fields, **changes}))  # type: ignore[arg-type]

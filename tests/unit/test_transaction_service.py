@@ -12,12 +12,14 @@ COORDINATOR_LOAD_IN_PROGRESS; ListTransactions' filters.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 from broker_harness import BrokerHarness, register_brokers, run, until
 
+from raftka.broker.coordinator import transaction_service
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.coordinator.transaction_service import (
     TRANSACTION_STATE_TOPIC,
@@ -273,6 +275,66 @@ def test_markers_to_a_deleted_topic_count_as_written_and_complete_is_written(
         assert log.log_end_offset == 4
         assert not service.markers.pending()
         assert (await _describe(service, "tx")).topics == ()
+        await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+async def _end(
+    service: TransactionCoordinatorService, tid: str, producer: tuple[int, int], commit: bool
+) -> tuple[int, int]:
+    ended = await service.end_txn(
+        api.EndTxnRequest(
+            transactional_id=tid,
+            producer_id=producer[0],
+            producer_epoch=producer[1],
+            committed=commit,
+        ),
+        CONTEXT,
+    )
+    assert ended.error is None, ended
+    return ended.producer_id, ended.producer_epoch
+
+
+def test_the_next_transaction_is_held_until_the_last_one_completes(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """An AddPartitionsToTxn that arrives while the previous transaction's markers are
+    out is answered once the Complete record is durable (not CONCURRENT_TRANSACTIONS at
+    once); if the markers never finish, it is answered CONCURRENT_TRANSACTIONS after
+    COMPLETION_WAIT_MAX_MS, so the client's own retry takes over."""
+    monkeypatch.setattr(transaction_service, "COMPLETION_WAIT_MAX_MS", 300)
+
+    async def body() -> None:
+        h = Harness(tmp_path)
+        service = h.service()
+        await _loaded(service)
+        # Markers to a deleted topic count as written: the transaction completes soon.
+        producer = await _init(service, "quick")
+        added = await service.add_partitions_to_txn(
+            api.AddPartitionsToTxnRequest(
+                transactional_id="quick",
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                topics=(api.TxnTopic(name="gone", partitions=(0,)),),
+            ),
+            CONTEXT,
+        )
+        assert all(p.error is None for r in added.results for p in r.partitions)
+        producer = await _end(service, "quick", producer, commit=True)
+        metadata = service.core.transaction("quick")
+        assert metadata is not None and metadata.state.is_prepare
+        assert await _add(service, "quick", producer, 0) == {0: None}
+        # Markers to "t" (its leader has no address) are never written.
+        stuck = await _init(service, "stuck")
+        assert await _add(service, "stuck", stuck, 1) == {1: None}
+        stuck = await _end(service, "stuck", stuck, commit=True)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        (error,) = (await _add(service, "stuck", stuck, 1)).values()
+        assert error is not None and error.error == "CONCURRENT_TRANSACTIONS"
+        assert loop.time() - began >= 0.3
         await service.close()
         await h.manager.close()
 

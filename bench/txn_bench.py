@@ -7,6 +7,11 @@ local cluster (3 controllers + 3 brokers, separate processes).
   records/s, the median of ``--repeats`` runs, and the ratio to idempotent.
 * **fixed cost**: per transaction size, the mean time of ``begin..commit`` minus what
   the same records cost idempotently, i.e. what one transaction adds.
+* **consume-transform-produce**: ``--records`` records read from an input topic and
+  written, transformed, to an output topic, one poll (up to 500 records) at a time:
+  transactionally (read_committed, ``send_offsets_to_transaction``, commit) against
+  the same loop without transactions (acks=all flush, then a synchronous offset
+  commit), records/s, medians of ``--repeats``.
 * **latency**: a record sent then committed (transactional) or flushed (idempotent),
   until a read_committed / read_uncommitted consumer polls it; median and p99 of
   ``--samples``.
@@ -26,7 +31,7 @@ from typing import Any, Literal
 
 from _report import print_results
 
-from raftka.client import Consumer, Producer, TopicPartition
+from raftka.client import Consumer, OffsetAndMetadata, Producer, TopicPartition
 from raftka.testing import RaftkaCluster
 
 PARTITIONS = 3
@@ -63,6 +68,54 @@ def produce_transactional(
                 sent += 1
             p.commit_transaction()
         return time.perf_counter() - start
+
+
+def consume_transform_produce(
+    bootstrap: str, source: str, sink: str, n: int, *, transactional: bool, run: str
+) -> float:
+    """Seconds to move ``n`` records from ``source`` to ``sink`` (see the docstring)."""
+    consumer = Consumer(
+        bootstrap_servers=bootstrap,
+        group_id=f"ctp-{run}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    parts = [TopicPartition(source, p) for p in range(PARTITIONS)]
+    consumer.assign(parts)
+    config: dict[str, Any] = (
+        {"transactional_id": f"ctp-{run}"}
+        if transactional
+        else {"enable_idempotence": True, "acks": "all"}
+    )
+    moved = 0
+    with Producer(bootstrap_servers=bootstrap, max_block_ms=60_000, **config) as p:
+        if transactional:
+            p.init_transactions()
+        start = time.perf_counter()
+        while moved < n:
+            batch = consumer.poll(1000)
+            if not batch:
+                if time.perf_counter() - start > 120:
+                    raise RuntimeError(f"consume-transform-produce: stuck at {moved} of {n}")
+                continue
+            if transactional:
+                p.begin_transaction()
+            offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+            for tp, records in batch.items():
+                for r in records:
+                    p.send(sink, (r.value or b"").upper(), partition=tp.partition)
+                offsets[tp] = OffsetAndMetadata(records[-1].offset + 1)
+                moved += len(records)
+            if transactional:
+                p.send_offsets_to_transaction(offsets, consumer.group_metadata())
+                p.commit_transaction()
+            else:
+                p.flush()
+                consumer.commit(offsets)
+        elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
 
 
 def latency(
@@ -153,6 +206,33 @@ def main() -> None:
                     "ms_added_per_txn": round(fixed_ms, 1),
                 }
             )
+        source = cluster.create_topic("ctp-in", partitions=PARTITIONS)
+        sink = cluster.create_topic("ctp-out", partitions=PARTITIONS)
+        produce_idempotent(bootstrap, source, args.records, value)
+        base_rate = 0.0
+        for transactional in (False, True):
+            runs = [
+                consume_transform_produce(
+                    bootstrap,
+                    source,
+                    sink,
+                    args.records,
+                    transactional=transactional,
+                    run=f"{transactional}-{r}",
+                )
+                for r in range(args.repeats)
+            ]
+            rate = args.records / statistics.median(runs)
+            row: dict[str, Any] = {
+                "mode": "consume-transform-produce "
+                + ("transactional" if transactional else "plain (acks=all, sync commit)"),
+                "records_per_s": round(rate),
+            }
+            if transactional:
+                row["ratio_to_plain"] = round(rate / base_rate, 3)
+            else:
+                base_rate = rate
+            results.append(row)
         for isolation in ("read_uncommitted", "read_committed"):
             lat = sorted(latency(bootstrap, topic, args.samples, isolation, "bench-latency"))
             results.append(

@@ -520,8 +520,8 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
         return await self._consumer.position(partition)
 
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
-        """The high watermark: without transactions every record below it is stable."""
-        return self._consumer.highwater(partition)
+        """The last stable offset the last fetch reported (None before one)."""
+        return self._consumer.last_stable_offset(partition)
 
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]

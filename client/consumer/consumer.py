@@ -384,6 +384,13 @@ class AsyncConsumer(AsyncStartedOnEnter):
         hw = self._subs.state(partition).high_watermark
         return None if hw < 0 else hw
 
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The last stable offset the last fetch of the partition reported (None
+        before): below it no transaction is open; a read_committed reader reads up to
+        it."""
+        lso = self._subs.state(partition).last_stable_offset
+        return None if lso < 0 else lso
+
     def _deadline(self, timeout_ms: int | None) -> int:
         return monotonic_ms() + (self.default_api_timeout_ms if timeout_ms is None else timeout_ms)
 
@@ -683,6 +690,9 @@ class Consumer(ClosingOnExit):
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._async.highwater(partition)
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        return self._async.last_stable_offset(partition)
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None

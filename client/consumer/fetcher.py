@@ -78,6 +78,8 @@ class CompletedFetch:
     batches: list[DecodedBatch]
     high_watermark: int
     error: KafkaError | None = None
+    #: The fetch answer's last stable offset (-1 when it carried none).
+    last_stable_offset: int = -1
     #: Index into the flattened records of ``batches`` already handed out.
     batch_index: int = 0
     record_index: int = 0
@@ -269,12 +271,14 @@ class Fetcher:
                 batches = list(decode_batches(payload, check_crc=self._config.check_crcs))
                 if self._isolation_level == READ_COMMITTED:
                     batches = _committed_only(batches, entry.aborted_transactions, offsets[tp])
-                    # Lag and position limits of a read_committed reader end at the LSO.
-                    hw = entry.last_stable_offset
             except KafkaError as e:
                 self._buffer(CompletedFetch(tp, offsets[tp], [], hw, e))
                 continue
-            self._buffer(CompletedFetch(tp, offsets[tp], batches, hw))
+            self._buffer(
+                CompletedFetch(
+                    tp, offsets[tp], batches, hw, last_stable_offset=entry.last_stable_offset
+                )
+            )
 
     def wake(self) -> None:
         """End a ``wait`` early (the group needs the consumer's attention)."""
@@ -317,6 +321,8 @@ class Fetcher:
                 continue
             if completed.high_watermark >= 0:
                 state.high_watermark = completed.high_watermark
+            if completed.last_stable_offset >= 0:
+                state.last_stable_offset = completed.last_stable_offset
             records = self._records(completed, state, max_records - taken)
             if records:
                 out.setdefault(completed.tp, []).extend(records)

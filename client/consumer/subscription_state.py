@@ -24,6 +24,8 @@ class TopicPartitionState:
     #: auto_offset_reset when the position is None.
     reset_to: str | None = None
     high_watermark: int = -1
+    #: The last stable offset the last fetch reported (Kafka's LSO; -1 before any).
+    last_stable_offset: int = -1
     leader_epoch: int | None = None
 
 

@@ -254,3 +254,71 @@ def test_read_committed_committed_waits_for_a_pending_transactional_offset(
         producer.close()
         stable.close()
         plain.close()
+
+
+def test_the_last_stable_offset_stops_at_an_open_transaction(cluster: RaftkaCluster) -> None:
+    """With a transaction open on a partition, a consumer's highwater() is the high
+    watermark (past the open records) and last_stable_offset() the first offset of the
+    open transaction; the aiokafka shim's last_stable_offset() says the same. After
+    the commit both meet."""
+    import asyncio
+
+    from raftka import AIOKafkaConsumer
+    from raftka import TopicPartition as CompatTopicPartition
+
+    topic = cluster.create_topic(partitions=PARTITIONS)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all", **CLIENT) as plain:
+        for _ in range(3):
+            plain.send(topic, b"before", partition=0)
+    producer = Producer(
+        bootstrap_servers=cluster.bootstrap_servers, transactional_id="open-lso", **CLIENT
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for _ in range(2):
+            producer.send(topic, b"open", partition=0)
+        producer.flush()
+
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = Consumer(
+                bootstrap_servers=cluster.bootstrap_servers,
+                isolation_level=isolation,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=100,
+            )
+            try:
+                consumer.assign([tp])
+                wait_for(
+                    lambda c=consumer: bool(c.poll(200) or True) and c.highwater(tp) == 5,
+                    timeout_s=DEADLINE_S,
+                    message=f"{isolation}: the high watermark never reached 5",
+                )
+                assert consumer.last_stable_offset(tp) == 3, isolation
+            finally:
+                consumer.close()
+
+        async def through_aiokafka() -> int | None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=cluster.bootstrap_servers,
+                isolation_level="read_committed",
+                auto_offset_reset="earliest",
+            )
+            await consumer.start()
+            try:
+                compat_tp = CompatTopicPartition(topic, 0)
+                consumer.assign([compat_tp])
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + DEADLINE_S
+                while consumer.highwater(compat_tp) != 5:
+                    assert loop.time() < deadline, "aiokafka shim: no fetch answer"
+                    await consumer.getmany(timeout_ms=200)
+                return consumer.last_stable_offset(compat_tp)
+            finally:
+                await consumer.stop()
+
+        assert asyncio.run(through_aiokafka()) == 3
+        producer.commit_transaction()
+    finally:
+        producer.close()

@@ -157,6 +157,9 @@ class BrokerServer:
             address_of=self.address_of,
             session=lambda: self._session,
         )
+        if config.transaction_partition_verification_enable:
+            # TxnOffsetCommit's batches are verified like a producer's (KIP-890 part 1).
+            self.coordinator.txn_verifier = self.txn_verifier
         # (topic, partition, producer_id, committed) after a transaction marker was
         # written to a __consumer_offsets partition (broker/txn_markers.py): the group
         # coordinator completes that producer's transactional offsets.

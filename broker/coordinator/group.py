@@ -77,6 +77,9 @@ from raftka.common.errors import (
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     MemberIdRequiredError,
@@ -84,6 +87,7 @@ from raftka.common.errors import (
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     OffsetMetadataTooLargeError,
+    ProducerFencedError,
     RebalanceInProgressError,
     UnknownMemberIdError,
     UnknownServerError,
@@ -301,6 +305,8 @@ class AppendRecords:
     #: -1: a plain batch.
     producer_id: int = -1
     producer_epoch: int = -1
+    #: The transaction's id, for the append's KIP-890 verification ("" for none).
+    transactional_id: str = ""
 
 
 GroupOutput: TypeAlias = JoinReply | SyncReply | AppendRecords
@@ -316,12 +322,26 @@ class Decision(Generic[T]):
     outputs: tuple[GroupOutput, ...] = ()
 
 
+# What KIP-890 verification of a transactional append answers that the producer must
+# see as it is (its transaction, not the coordinator, is the problem).
+_TXN_REFUSALS: Final = (
+    InvalidTxnStateError,
+    ProducerFencedError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+)
+
+
 def coordinator_error_for_append(error: type[KafkaError]) -> type[KafkaError]:
     """What a client is told when the coordinator's append failed (Kafka's mapping): the
     partition moved away -> NOT_COORDINATOR; not enough replicas or a timeout ->
-    COORDINATOR_NOT_AVAILABLE (retry here); anything else -> UNKNOWN_SERVER_ERROR."""
+    COORDINATOR_NOT_AVAILABLE (retry here); a transactional append's verification
+    refusal (INVALID_TXN_STATE, PRODUCER_FENCED, ...) as it is, as Kafka passes it to a
+    TxnOffsetCommit; anything else -> UNKNOWN_SERVER_ERROR."""
     if issubclass(error, NotLeaderOrFollowerError | KafkaStorageError | NotCoordinatorError):
         return NotCoordinatorError
+    if issubclass(error, _TXN_REFUSALS):
+        return error
     if error.retriable:
         return CoordinatorNotAvailableError
     return UnknownServerError

@@ -181,6 +181,9 @@ class TxnOffsetCommitRequest:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+    #: The producer's transactional id: the append verifies the transaction with it
+    #: (KIP-890 part 1, service.py); "" skips that (tests of the core alone).
+    transactional_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,6 +557,7 @@ class GroupManager:
             None,
             now_ms,
             producer=(request.producer_id, request.producer_epoch),
+            transactional_id=request.transactional_id,
         )
 
     def _store_offsets(
@@ -564,6 +568,7 @@ class GroupManager:
         now_ms: int,
         *,
         producer: tuple[int, int] | None = None,
+        transactional_id: str = "",
     ) -> Decision[OffsetCommitResponse]:
         refused: dict[TopicPartition, ErrorType] = {}
         values: dict[TopicPartition, OffsetCommitValue] = {}
@@ -598,7 +603,13 @@ class GroupManager:
             producer_id=producer_id,
         )
         append = AppendRecords(
-            append_id, group.group_id, group.partition, records, producer_id, producer_epoch
+            append_id,
+            group.group_id,
+            group.partition,
+            records,
+            producer_id,
+            producer_epoch,
+            transactional_id,
         )
         return Decision(None, (append,))
 

@@ -51,7 +51,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from raftka.broker.config import BrokerConfig
 from raftka.broker.coordinator.coordinator_topic import (
@@ -113,6 +113,10 @@ from raftka.common.record.control import ControlRecordType, end_transaction_mark
 from raftka.common.structs import OffsetAndMetadata, TopicPartition
 from raftka.common.time import wall_clock_ms
 from raftka.server_common.metrics import add_remote
+
+if TYPE_CHECKING:
+    # The broker's verifier (broker/txn_verification.py imports this package).
+    from raftka.broker.txn_verification import TxnVerifier
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -253,6 +257,12 @@ class GroupCoordinatorService:
         self.find_transaction_coordinator: Callable[[str], api.FindCoordinatorResponse] | None = (
             None
         )
+        #: KIP-890 part 1 for TxnOffsetCommit: the broker's verifier when
+        #: transaction.partition.verification.enable is on (set by the broker).
+        self.txn_verifier: TxnVerifier | None = None
+        #: One transactional append at a time per (offsets partition, producer): the
+        #: verification awaits, and the batches must reach the log in sequence order.
+        self._txn_locks: dict[tuple[int, int], asyncio.Lock] = {}
 
     # ------------------------------------------------------------------ placement
 
@@ -395,12 +405,18 @@ class GroupCoordinatorService:
             )
         error: type[KafkaError] | None
         try:
-            (result,) = await self._replicas.produce(
-                acks=-1,
-                timeout_ms=self._config.offsets_commit_timeout_ms,
-                entries=[(OFFSETS_TOPIC, out.partition, batch)],
-            )
-            error = None if result.error is None else type(result.error)
+            if out.producer_id >= 0:
+                # Taken before the first await, so appends keep their sequence order.
+                lock = self._txn_locks.setdefault((out.partition, out.producer_id), asyncio.Lock())
+                async with lock:
+                    error = await self._append_transactional(out, batch)
+            else:
+                (result,) = await self._replicas.produce(
+                    acks=-1,
+                    timeout_ms=self._config.offsets_commit_timeout_ms,
+                    entries=[(OFFSETS_TOPIC, out.partition, batch)],
+                )
+                error = None if result.error is None else type(result.error)
         except KafkaError as e:
             error = type(e)
         if error is not None and out.producer_id >= 0:
@@ -414,6 +430,31 @@ class GroupCoordinatorService:
             )
         )
         return error
+
+    async def _append_transactional(
+        self, out: AppendRecords, batch: bytes
+    ) -> type[KafkaError] | None:
+        """A TxnOffsetCommit's batch: verified first (KIP-890 part 1, as the produce path
+        verifies a producer's first batch at a partition: is this offsets partition in
+        the producer's ongoing transaction, which AddOffsetsToTxn added?), then appended
+        with the verification guard, so a marker written meanwhile voids it."""
+        entries = [(OFFSETS_TOPIC, out.partition, batch)]
+        timeout_ms = self._config.offsets_commit_timeout_ms
+        if self.txn_verifier is None or not out.transactional_id:
+            (result,) = await self._replicas.produce(
+                acks=-1, timeout_ms=timeout_ms, entries=entries
+            )
+            return None if result.error is None else type(result.error)
+        verified = await self.txn_verifier.verify(
+            out.transactional_id, entries, self._replicas.partitions, timeout_ms=timeout_ms
+        )
+        refused = verified.errors.get((OFFSETS_TOPIC, out.partition))
+        if refused is not None:
+            return type(refused)
+        (result,) = await self._replicas.produce(
+            acks=-1, timeout_ms=timeout_ms, entries=entries, txn_guards=verified.guards
+        )
+        return None if result.error is None else type(result.error)
 
     def _txn_sequence(self, out: AppendRecords) -> int:
         """The base sequence of ``out``'s transactional batch, allocated now, in the
@@ -746,6 +787,7 @@ class GroupCoordinatorService:
                 generation_id=request.generation_id,
                 member_id=request.member_id,
                 group_instance_id=request.group_instance_id,
+                transactional_id=request.transactional_id,
             )
         )
         topics = _by_topic(

@@ -322,3 +322,99 @@ def test_the_last_stable_offset_stops_at_an_open_transaction(cluster: RaftkaClus
         producer.commit_transaction()
     finally:
         producer.close()
+
+
+def test_txn_offset_commit_is_verified_with_the_transaction_coordinator(
+    cluster: RaftkaCluster,
+) -> None:
+    """KIP-890 part 1 for offsets: a TxnOffsetCommit whose group partition was never
+    added to the producer's transaction (no AddOffsetsToTxn) is refused
+    INVALID_TXN_STATE and stays invisible; after AddOffsetsToTxn it is accepted."""
+    from raftka.local import http_json
+
+    group = "verified-offsets-group"
+    tid = "verified-offsets"
+    topic = cluster.create_topic(partitions=PARTITIONS)
+
+    def post(node: int, path: str, body: dict[str, object]) -> dict[str, object]:
+        status, answer = http_json(
+            cluster.brokers[node].address, path, method="POST", body=body, timeout_s=20
+        )
+        assert status == 200, (path, status, answer)
+        assert isinstance(answer, dict)
+        return answer
+
+    def coordinator(key: str, key_type: int) -> int:
+        def find() -> int | None:
+            answer = post(
+                cluster.brokers.ids[0], "/v1/find-coordinator", {"key": key, "key_type": key_type}
+            )
+            if answer.get("error"):
+                return None
+            node = int(str(answer["node_id"]))
+            if key_type == 0 and post(node, "/v1/offset-fetch", {"group_id": key}).get("error"):
+                return None  # the group's partition is still loading there
+            return node
+
+        found: int = wait_for(find, timeout_s=DEADLINE_S, message=f"no coordinator for {key}")
+        return found
+
+    def until_ok(node: int, path: str, body: dict[str, object]) -> dict[str, object]:
+        """Retried while the coordinator loads (COORDINATOR_LOAD_IN_PROGRESS and such)."""
+        answers: list[dict[str, object]] = []
+
+        def attempt() -> bool:
+            answers.append(post(node, path, body))
+            return answers[-1].get("error") is None
+
+        wait_for(attempt, timeout_s=DEADLINE_S, message=f"{path}: {answers[-1:]}")
+        return answers[-1]
+
+    txn_node = coordinator(tid, 1)
+    init = until_ok(
+        txn_node,
+        "/v1/init-producer-id",
+        {"transactional_id": tid, "transaction_timeout_ms": 60_000},
+    )
+    pid, epoch = int(str(init["producer_id"])), int(str(init["producer_epoch"]))
+    ids = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+    added = post(
+        txn_node,
+        "/v1/add-partitions-to-txn",
+        {**ids, "topics": [{"name": topic, "partitions": [0]}]},
+    )
+    assert all(p["error"] is None for t in added["results"] for p in t["partitions"]), added  # type: ignore[index,union-attr]
+    group_node = coordinator(group, 0)
+    commit = {
+        **ids,
+        "group_id": group,
+        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 7}]}],
+    }
+
+    def errors(answer: dict[str, object]) -> list[str | None]:
+        return [
+            (p["error"] or {}).get("error")  # type: ignore[index,union-attr]
+            for t in answer["topics"]  # type: ignore[attr-defined]
+            for p in t["partitions"]
+        ]
+
+    assert errors(post(group_node, "/v1/txn-offset-commit", commit)) == ["INVALID_TXN_STATE"]
+    assert post(txn_node, "/v1/add-offsets-to-txn", {**ids, "group_id": group}).get("error") is None
+    assert errors(post(group_node, "/v1/txn-offset-commit", commit)) == [None]
+    ended = post(txn_node, "/v1/end-txn", {**ids, "committed": True})
+    assert ended.get("error") is None, ended
+
+    def committed() -> bool:
+        answer = post(
+            group_node,
+            "/v1/offset-fetch",
+            {
+                "group_id": group,
+                "topics": [{"name": topic, "partitions": [{"partition": 0}]}],
+                "require_stable": True,
+            },
+        )
+        (offset,) = [p["offset"] for t in answer["topics"] for p in t["partitions"]]  # type: ignore[attr-defined]
+        return bool(offset == 7)
+
+    wait_for(committed, timeout_s=DEADLINE_S, message="the verified offset never became visible")

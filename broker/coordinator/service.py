@@ -262,7 +262,8 @@ class GroupCoordinatorService:
         self.txn_verifier: TxnVerifier | None = None
         #: One transactional append at a time per (offsets partition, producer): the
         #: verification awaits, and the batches must reach the log in sequence order.
-        self._txn_locks: dict[tuple[int, int], asyncio.Lock] = {}
+        #: (the lock, how many appends hold or wait for it: the entry goes at zero).
+        self._txn_locks: dict[tuple[int, int], tuple[asyncio.Lock, int]] = {}
 
     # ------------------------------------------------------------------ placement
 
@@ -407,9 +408,18 @@ class GroupCoordinatorService:
         try:
             if out.producer_id >= 0:
                 # Taken before the first await, so appends keep their sequence order.
-                lock = self._txn_locks.setdefault((out.partition, out.producer_id), asyncio.Lock())
-                async with lock:
-                    error = await self._append_transactional(out, batch)
+                key = (out.partition, out.producer_id)
+                lock, users = self._txn_locks.get(key, (asyncio.Lock(), 0))
+                self._txn_locks[key] = (lock, users + 1)
+                try:
+                    async with lock:
+                        error = await self._append_transactional(out, batch)
+                finally:
+                    lock, users = self._txn_locks[key]
+                    if users == 1:
+                        del self._txn_locks[key]  # nobody else waits: forget the producer
+                    else:
+                        self._txn_locks[key] = (lock, users - 1)
             else:
                 (result,) = await self._replicas.produce(
                     acks=-1,

@@ -268,6 +268,15 @@ class TxnDecision(Generic[R]):
 # -- internals -------------------------------------------------------------------------
 
 
+def _ended(metadata: TransactionMetadata, version: int) -> EndTxnResponse:
+    """A successful EndTxn's answer: with version 2 the producer id and epoch to go on
+    with; with version 1 none (-1), as EndTxn v0-4 answers, so a client never takes an
+    unchanged epoch for a new one (and restarts its sequences under it)."""
+    if version >= 2:
+        return EndTxnResponse(None, metadata.producer_id, metadata.producer_epoch)
+    return EndTxnResponse(None)
+
+
 @functools.lru_cache(maxsize=4096)
 def _partition_for(transactional_id: str, num_partitions: int) -> int:
     # Every request asks; the Java string hash is a Python loop over the id.
@@ -727,7 +736,7 @@ class TransactionCoordinator:
                 return refuse(InvalidTxnStateError)
             if state.is_prepare:
                 return refuse(ConcurrentTransactionsError)  # answered once Complete
-            return TxnDecision(EndTxnResponse(None, metadata.producer_id, metadata.producer_epoch))
+            return TxnDecision(_ended(metadata, version))
         if not current:
             return refuse(ProducerFencedError)
         if state.is_prepare:
@@ -755,7 +764,7 @@ class TransactionCoordinator:
         )
         append = self._write(
             target,
-            on_success=lambda m: EndTxnResponse(None, m.producer_id, m.producer_epoch),
+            on_success=lambda m: _ended(m, version),
             on_error=EndTxnResponse,
             # When the Complete step moves the id to a new producer id, the producer is
             # answered only then: it must not go on with an exhausted epoch.

@@ -463,7 +463,16 @@ class TransactionManager:
             fatal = classify(e)[1]
             self.state.fatal_error(fatal)
             raise fatal from None
-        if answer.producer_id >= 0 and answer.producer_epoch >= 0:
+        bumped = answer.producer_id >= 0 and answer.producer_epoch >= 0
+        if bumped and (answer.producer_id, answer.producer_epoch) == (
+            idem.producer_id,
+            idem.producer_epoch,
+        ):
+            # Not a new epoch (a coordinator capped at transaction version 1 that still
+            # named it): the sequences must go on, or the next batch would repeat
+            # sequence 0 and be dropped as a duplicate.
+            bumped = False
+        if bumped:
             # KIP-890 part 2: the coordinator bumped the epoch for the next transaction.
             idem.forget()
             idem.set_identity(answer.producer_id, answer.producer_epoch)

@@ -664,7 +664,8 @@ class ProducerNode:
             if error is None:
                 assert isinstance(response, txn.EndTxnResponse)
                 world.client_outcome[tag] = result
-                self.producer_id, self.epoch = response.producer_id, response.producer_epoch
+                if response.producer_id >= 0:  # version 2 names the next epoch; 1 none
+                    self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 world.at(world.rng.randint(0, 30), self.begin)
             elif (
                 error.name in _RETRIABLE or error is RequestTimedOutError

@@ -63,6 +63,8 @@ class FakeCluster:
     epoch: int = -1
     #: Transaction version 2: EndTxn answers epoch + 1.
     bump_on_end: bool = True
+    #: Answer EndTxn with the unchanged producer id and epoch (not a bump).
+    name_same_epoch: bool = False
     #: (partition, producer id, epoch, base sequence, transactional?) of every batch.
     batches: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
     hold_add: asyncio.Event | None = None
@@ -158,6 +160,10 @@ class FakeCluster:
         _, error = await self._take(request)
         if error:
             return web.json_response({"error": _error(error)})
+        if self.name_same_epoch:
+            return web.json_response(
+                {"error": None, "producer_id": PRODUCER_ID, "producer_epoch": self.epoch}
+            )
         if not self.bump_on_end:
             return web.json_response({"error": None})
         self.epoch += 1
@@ -307,6 +313,24 @@ def test_the_next_transaction_uses_the_epoch_endtxn_answered(cluster: FakeCluste
     assert [e["producer_epoch"] for e in ends] == [0, 1]
     # Each transaction adds its partition again.
     assert len(cluster.bodies("/v1/add-partitions-to-txn")) == 2
+
+
+def test_an_end_txn_naming_the_same_epoch_keeps_the_sequences(cluster: FakeCluster) -> None:
+    """An EndTxn answer that names the producer's current epoch is no bump: the next
+    transaction's batches go on with the sequence (restarting at 0 under the same
+    epoch would be dropped by the partition as a duplicate of the first batch)."""
+    cluster.name_same_epoch = True
+
+    async def body(p: AsyncProducer) -> None:
+        await p.init_transactions()
+        for _ in range(2):
+            p.begin_transaction()
+            await p.send("t", b"v", partition=0)
+            await p.commit_transaction()
+
+    run(cluster, body)
+    sent = [(epoch, seq) for _, _, epoch, seq, _ in cluster.batches]
+    assert sent == [(0, 0), (0, 1)], sent
 
 
 def test_calls_in_the_wrong_state_raise_illegal_state(cluster: FakeCluster) -> None:

@@ -435,10 +435,11 @@ def test_version_1_lets_a_late_end_txn_end_the_next_transaction() -> None:
     d = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None, pid, 0)
+    # Version 1 answers no producer id and epoch: the client keeps its own.
+    assert d.end(pid, 0, ABORT) == txn.EndTxnResponse(None)
     d.write_markers()
     ok(d.add(pid, 0, B))
-    assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None, pid, 0)  # the late one
+    assert d.end(pid, 0, COMMIT) == txn.EndTxnResponse(None)  # the late one
     assert d.state().state is S.PREPARE_COMMIT
     assert d.markers[0].partitions == {B}
 
@@ -451,14 +452,15 @@ def test_the_transaction_version_is_the_clients_per_transaction() -> None:
     d = Driver()
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid, 0, COMMIT, version=1) == txn.EndTxnResponse(None, pid, 0)
+    # No producer id and epoch in a version-1 answer (EndTxn v0-4 has none).
+    assert d.end(pid, 0, COMMIT, version=1) == txn.EndTxnResponse(None)
     assert (d.markers[-1].producer_epoch, d.markers[-1].transaction_version) == (0, 1)
     d.write_markers()
     assert d.state().client_transaction_version == 1
     ok(d.add(pid, 0, B))  # the next transaction, same epoch
-    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None, pid, 0)  # a retry...
+    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None)  # a retry...
     d.write_markers()
-    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None, pid, 0)  # ...answered
+    assert d.end(pid, 0, ABORT, version=1) == txn.EndTxnResponse(None)  # ...answered
     ok(d.add(pid, 0, C))
     ok(d.end(pid, 0, COMMIT, version=1))  # markers never written
     _, outputs = _reload(d, coordinator_epoch=6)
@@ -476,7 +478,7 @@ def test_the_brokers_transaction_version_caps_the_clients() -> None:
     d = Driver(config=txn.TransactionCoordinatorConfig(transaction_version=1))
     pid = d.init().producer_id
     ok(d.add(pid, 0, A))
-    assert d.end(pid, 0, COMMIT, version=2) == txn.EndTxnResponse(None, pid, 0)
+    assert d.end(pid, 0, COMMIT, version=2) == txn.EndTxnResponse(None)
     assert d.markers[-1].transaction_version == 1
 
 

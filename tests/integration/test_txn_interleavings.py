@@ -18,22 +18,35 @@ producer then writes once more and aborts T2.
   although the client aborted T2: an aborted read, Jepsen's anomaly. The test asserts
   that it happens, so the "on" result is a real zero and not a blind checker.
 
-The late produce and the late marker interleavings are exercised by the seeded
-simulation of the coordinator core and the partition rules
-(tests/property/test_txn_coordinator_sim.py), not here.
+A late produce, the second interleaving: T1's batch to partition 0 is held every time
+the client sends it, until its delivery timeout fails it; the client aborts T1, runs T2
+on partition 1 and commits; then the first held produce arrives at partition 0's
+leader. On, it is refused (the abort marker raised the partition's epoch past the
+batch's, and verification would refuse it anyway); off, partition 0 accepts it and the
+batch opens a transaction no coordinator knows: it never gets a marker, and partition
+0's last stable offset stays below its high watermark for good (a hanging
+transaction, which stops every read_committed reader of the partition there).
+
+The late marker interleaving is exercised by the seeded simulation of the coordinator
+core and the partition rules (tests/property/test_txn_coordinator_sim.py), not here:
+markers go broker to broker, out of a test's reach without a proxy in front of a
+broker.
 """
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+import orjson
 import pytest
 
 from raftka.client import Consumer, Producer, TopicPartition, _transport
-from raftka.common.errors import RequestTimedOutError
+from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages.transactions import EndTxnRequest
+from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.local import http_json, wait_for
 from raftka.testing import RaftkaCluster
 
@@ -161,3 +174,102 @@ def test_a_late_end_txn_of_the_last_transaction(
         # The classic protocol: the late EndTxn commits T2 halfway (an aborted read).
         assert late.get("error") is None, late
         assert sorted(seen) == [b"t1", b"t2-first"], seen
+
+
+class HeldProduce:
+    """Wraps the client transport: while armed, every produce is not sent (the caller
+    gets a timeout); the first one is kept for a late delivery."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = False
+        self.held: tuple[str, bytes] | None = None
+        original = _transport.Transport.request_frame
+        hold = self
+
+        async def request_frame(
+            self: Any, address: str, path: str, *args: Any, **kwargs: Any
+        ) -> Any:
+            body = kwargs.get("frame_body")
+            if hold.armed and path == "/v1/produce" and body is not None:
+                if hold.held is None:
+                    hold.held = (address, bytes(body))
+                raise RequestTimedOutError("held on purpose (a delayed produce)")
+            return await original(self, address, path, *args, **kwargs)
+
+        monkeypatch.setattr(_transport.Transport, "request_frame", request_frame)
+
+    def deliver(self) -> list[str | None]:
+        """The held produce, arriving now; each partition's error name (None: written)."""
+        assert self.held is not None, "no produce was held"
+        address, body = self.held
+        request = urllib.request.Request(
+            f"http://{address}/v1/produce",
+            data=body,
+            method="POST",
+            headers={"Content-Type": FRAME_CONTENT_TYPE},
+        )
+        with urllib.request.urlopen(request, timeout=20) as response:
+            answer = orjson.loads(response.read())
+        return [(r.get("error") or {}).get("error") for r in answer["responses"]]
+
+
+def offsets(cluster: RaftkaCluster, topic: str, partition: int) -> tuple[int, int]:
+    """(last stable offset, high watermark) of one partition, as a fetch answers them."""
+    consumer = Consumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+    )
+    tp = TopicPartition(topic, partition)
+    try:
+        consumer.assign([tp])
+        found: list[tuple[int, int]] = []
+
+        def fetched() -> bool:
+            consumer.poll(200)
+            lso, hw = consumer.last_stable_offset(tp), consumer.highwater(tp)
+            if lso is None or hw is None:
+                return False
+            found.append((lso, hw))
+            return True
+
+        wait_for(fetched, timeout_s=DEADLINE_S, message=f"no fetch answer for {tp}")
+        return found[-1]
+    finally:
+        consumer.close()
+
+
+def test_a_late_produce_of_an_aborted_transaction(
+    cluster: tuple[str, RaftkaCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mode, c = cluster
+    topic = c.create_topic(partitions=2)
+    hold = HeldProduce(monkeypatch)
+    with Producer(
+        bootstrap_servers=c.bootstrap_servers,
+        transactional_id=f"late-produce-{mode}",
+        max_block_ms=30_000,
+        request_timeout_ms=1_000,
+        delivery_timeout_ms=3_000,
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        hold.armed = True
+        lost = producer.send(topic, b"t1-late", partition=0)
+        with pytest.raises(KafkaError):
+            lost.result(timeout=DEADLINE_S)
+        hold.armed = False
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"t2", partition=1)
+        producer.commit_transaction()
+    errors = hold.deliver()
+    lso, hw = offsets(c, topic, 0)
+    if mode == "defences-on":
+        assert errors != [None], "the late batch of the aborted transaction was written"
+        assert lso == hw, f"partition 0 has a hanging transaction: LSO {lso} < HW {hw}"
+        assert read_committed(c, topic, expected=1) == [b"t2"]
+    else:
+        assert errors == [None], errors
+        assert lso < hw, f"the late batch did not hang partition 0 (LSO {lso}, HW {hw})"

@@ -62,11 +62,17 @@ transaction.partition.verification.enable  true        KIP-890 part 1 on produce
 
 Listeners: the first entry of ``listeners`` (and ``advertised.listeners``) is raftka's
 HTTP API, as before, whatever its name (``HTTP://host:port`` reads best). A
-``PLAINTEXT://host:port`` entry after it is the Kafka binary-protocol listener
-(``raftka.broker.kafka``); its advertised address is the ``PLAINTEXT`` entry of
-``advertised.listeners``, else its own. Other security protocols (SSL, SASL_PLAINTEXT,
-SASL_SSL) are refused by name: they are issue #17. A single-entry ``listeners`` has
-no Kafka listener (the configs written before it existed keep their meaning).
+``PLAINTEXT://host:port`` or ``SSL://host:port`` entry after it is the Kafka
+binary-protocol listener (``raftka.broker.kafka``); its advertised address is the entry
+of the same name in ``advertised.listeners``, else its own. An SSL listener takes the
+TLS settings of ``raftka.server_common.tls`` (``ssl.certfile``, ``ssl.keyfile``,
+``ssl.cafile``, ``ssl.client.auth``, ..., also as ``listener.name.ssl.ssl.*``) and
+refuses to start when its certificate cannot be loaded; ``ssl.*`` keys without an SSL
+listener are refused. SASL_PLAINTEXT and SASL_SSL are refused by name (issue #17), and
+so is ``listener.security.protocol.map`` (the listener's name is its protocol, Kafka's
+default map). A single-entry ``listeners`` has no Kafka listener (the configs written
+before it existed keep their meaning). The HTTP API, the controllers and the traffic
+between nodes have no TLS yet.
 
 ``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
 (broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
@@ -91,6 +97,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +109,7 @@ from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
+from raftka.server_common.tls import server_context, tls_keys_for, tls_settings
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
     IO_BUFFER_BYTES_DEFAULT,
@@ -201,7 +209,8 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
 }
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
-    set(_INT_KEYS)
+    tls_keys_for("SSL")
+    | set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
     | {"auto.create.topics.enable", "transaction.partition.verification.enable"}
@@ -210,7 +219,8 @@ BROKER_KEYS: Final[frozenset[str]] = frozenset(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaListenerConfig:
-    """The Kafka binary-protocol listener (``PLAINTEXT://`` in ``listeners``)."""
+    """The Kafka binary-protocol listener (``PLAINTEXT://`` or ``SSL://`` in
+    ``listeners``)."""
 
     host: str
     port: int
@@ -219,11 +229,17 @@ class KafkaListenerConfig:
     socket_request_max_bytes: int = 104_857_600
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
+    #: PLAINTEXT or SSL (the listener's name: Kafka's default security protocol map).
+    security_protocol: str = "PLAINTEXT"
+    #: The TLS context of an SSL listener, built (and its files loaded) at config time,
+    #: so a listener that cannot load its certificate refuses to start.
+    ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
 
 
-#: Kafka's security protocols; only PLAINTEXT has a listener yet (SSL/SASL: issue #17).
+#: Kafka's security protocols; PLAINTEXT and SSL have a Kafka listener, SASL not yet
+#: (issue #17).
 _SECURITY_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
-_KAFKA_PROTOCOL: Final = "PLAINTEXT"
+_KAFKA_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL"})
 
 
 def _listener_entries(text: str, key: str) -> list[tuple[str, str, int]]:
@@ -246,31 +262,45 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
     """The Kafka listener of ``listeners`` (every entry after the first, HTTP, one);
     ConfigError naming the key for a security protocol raftka cannot serve yet."""
     entries = _listener_entries(props.get("listeners", ""), "listeners")[1:]
+    tls_given = sorted(k for k in props if k in tls_keys_for("SSL"))
     if not entries:
+        if tls_given:
+            raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")
         return None
-    for name, _, _ in entries:
-        if name in _SECURITY_PROTOCOLS and name != _KAFKA_PROTOCOL:
-            raise ConfigError(
-                f"listeners: security protocol {name} is not supported yet "
-                "(only PLAINTEXT; SSL and SASL are issue #17)"
-            )
-        if name != _KAFKA_PROTOCOL:
-            raise ConfigError(
-                f"listeners: listener {name or '(unnamed)'!r} after the first (the HTTP API) "
-                "must be PLAINTEXT://host:port (listener.security.protocol.map is not supported)"
-            )
-    _, host, port = entries[0]
+    if "listener.security.protocol.map" in props:
+        raise ConfigError(
+            "listener.security.protocol.map is not supported: name the Kafka listener "
+            "PLAINTEXT or SSL (Kafka's default map)"
+        )
+    if len(entries) > 1:
+        raise ConfigError("listeners: one Kafka listener after the HTTP API, not several")
+    protocol, host, port = entries[0]
+    if protocol in _SECURITY_PROTOCOLS and protocol not in _KAFKA_PROTOCOLS:
+        raise ConfigError(
+            f"listeners: security protocol {protocol} is not supported yet "
+            "(PLAINTEXT and SSL; SASL is issue #17)"
+        )
+    if protocol not in _KAFKA_PROTOCOLS:
+        raise ConfigError(
+            f"listeners: listener {protocol or '(unnamed)'!r} after the first (the HTTP API) "
+            "must be PLAINTEXT://host:port or SSL://host:port"
+        )
+    context = None
+    if protocol == "SSL":
+        context = server_context(tls_settings(props, "SSL"))
+    elif tls_given:
+        raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")
     advertised = _listener_entries(props.get("advertised.listeners", ""), "advertised.listeners")
     adv_host, adv_port = host, port
     for name, a_host, a_port in advertised[1:]:
-        if name != _KAFKA_PROTOCOL:
+        if name != protocol:
             raise ConfigError(
                 f"advertised.listeners: {name or '(unnamed)'!r} is not a listener of listeners"
             )
         adv_host, adv_port = a_host, a_port
     if adv_host in ("0.0.0.0", "::", ""):
         raise ConfigError(
-            "advertised.listeners: the PLAINTEXT listener binds to a wildcard address; "
+            f"advertised.listeners: the {protocol} listener binds to a wildcard address; "
             "advertise a host clients can reach"
         )
     return KafkaListenerConfig(
@@ -281,6 +311,8 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
         socket_request_max_bytes=_int(props, "socket.request.max.bytes"),
         connections_max_idle_ms=_int(props, "connections.max.idle.ms"),
         max_connections=_int(props, "max.connections"),
+        security_protocol=protocol,
+        ssl_context=context,
     )
 
 

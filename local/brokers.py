@@ -63,9 +63,12 @@ class LocalBrokers(NodeGroup):
         extra_properties: Mapping[str, str] | None = None,
         kafka_ports: Sequence[int] | None = None,
         kafka_listener: bool = False,
+        kafka_security_protocol: str = "PLAINTEXT",
     ) -> None:
         """``kafka_listener`` (or ``kafka_ports``, one per broker) gives every broker a
-        Kafka binary-protocol listener beside its HTTP API (free ports if not given)."""
+        Kafka binary-protocol listener beside its HTTP API (free ports if not given),
+        named ``kafka_security_protocol`` (PLAINTEXT, or SSL with ``ssl.*`` settings in
+        ``extra_properties``)."""
         assert count >= 1
         assert ports is None or len(ports) == count
         self.cluster = cluster
@@ -85,8 +88,10 @@ class LocalBrokers(NodeGroup):
             node_dir = base / f"broker-{broker_id}"
             listeners = f"PLAINTEXT://{host}:{port}"
             if kafka_ports is not None:
-                # The first listener is the HTTP API; PLAINTEXT after it speaks Kafka.
-                listeners = f"HTTP://{host}:{port},PLAINTEXT://{host}:{kafka_ports[offset]}"
+                # The first listener is the HTTP API; the one after it speaks Kafka.
+                listeners = (
+                    f"HTTP://{host}:{port},{kafka_security_protocol}://{host}:{kafka_ports[offset]}"
+                )
                 self.kafka_addresses[broker_id] = f"{host}:{kafka_ports[offset]}"
             props = {
                 "node.id": str(broker_id),

@@ -40,7 +40,34 @@ from typing import Final
 
 from raftka.server_common.process_config import ConfigError
 
-__all__ = ["ClientAuth", "TlsSettings", "client_context", "server_context", "tls_settings"]
+__all__ = [
+    "TLS_KEYS",
+    "ClientAuth",
+    "TlsSettings",
+    "client_context",
+    "server_context",
+    "tls_keys_for",
+    "tls_settings",
+]
+
+#: The TLS settings a process knows (each also with ``listener.name.<name>.`` before it).
+TLS_KEYS: Final = (
+    "ssl.certfile",
+    "ssl.keyfile",
+    "ssl.key.password",
+    "ssl.cafile",
+    "ssl.client.auth",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.enabled.protocols",
+    "ssl.cipher.suites",
+)
+
+
+def tls_keys_for(listener: str) -> frozenset[str]:
+    """TLS_KEYS, plain and with ``listener``'s per-listener prefix."""
+    prefix = f"listener.name.{listener.lower()}."
+    return frozenset(TLS_KEYS) | {prefix + k for k in TLS_KEYS}
+
 
 _JAVA_ONLY: Final = {
     "ssl.keystore.location": "ssl.certfile and ssl.keyfile",

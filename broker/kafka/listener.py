@@ -73,11 +73,22 @@ class KafkaListener:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._accept, self._config.host, self._config.port, reuse_address=True
+            self._accept,
+            self._config.host,
+            self._config.port,
+            reuse_address=True,
+            # SSL: every connection's TLS handshake comes first (a failed one never
+            # reaches _accept); the context was built, files loaded, from the config.
+            ssl=self._config.ssl_context,
         )
         log.info(
             "kafka listener",
-            extra={"fields": {"listen": f"{self._config.host}:{self._config.port}"}},
+            extra={
+                "fields": {
+                    "listen": f"{self._config.host}:{self._config.port}",
+                    "security_protocol": self._config.security_protocol,
+                }
+            },
         )
 
     async def close(self) -> None:

@@ -111,9 +111,9 @@ def test_kafka_listener_keys(tmp_path: Path) -> None:
     assert (kafka.max_connections, kafka.connections_max_idle_ms) == (10, 1000)
     assert kafka.socket_request_max_bytes == 104_857_600
     assert config.auto_create_topics_enable is False
-    with pytest.raises(ConfigError, match="security protocol SSL"):
+    with pytest.raises(ConfigError, match="security protocol SASL_SSL"):
         load_broker_config(
-            _write(tmp_path, text.replace("PLAINTEXT://", "SSL://") + "log.dirs=/tmp/x\n")
+            _write(tmp_path, text.replace("PLAINTEXT://", "SASL_SSL://") + "log.dirs=/tmp/x\n")
         )
     with pytest.raises(ConfigError, match=r"max\.connections"):
         load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\nmax.connections=0\n"))
@@ -125,3 +125,39 @@ def test_transaction_version_one_is_read(tmp_path: Path) -> None:
         _write(tmp_path, BASE + f"log.dirs={tmp_path}/a\ntransaction.version=1\n")
     )
     assert config.transaction_version == 1
+
+
+def test_an_ssl_kafka_listener(tmp_path: Path) -> None:
+    """SSL://host:port is the Kafka listener with TLS: its context is built (files
+    loaded) when the config is read, so a certificate that does not load refuses the
+    broker; ssl.* without an SSL listener, and a protocol map, are refused by name."""
+    from raftka.local.certs import new_ca
+
+    ca = new_ca(tmp_path / "pki")
+    node = ca.issue(tmp_path / "pki", "broker-101")
+    text = (
+        BASE.replace(
+            "listeners=PLAINTEXT://127.0.0.1:9092",
+            "listeners=HTTP://127.0.0.1:8081,SSL://127.0.0.1:9093",
+        )
+        + "log.dirs=/tmp/x\n"
+    )
+    tls = f"ssl.certfile={node.certfile}\nssl.keyfile={node.keyfile}\n"
+    kafka = load_broker_config(_write(tmp_path, text + tls)).kafka_listener
+    assert kafka is not None and kafka.security_protocol == "SSL"
+    assert kafka.ssl_context is not None
+    # The per-listener prefix works too.
+    prefixed = tls.replace("ssl.", "listener.name.ssl.ssl.")
+    assert load_broker_config(_write(tmp_path, text + prefixed)).kafka_listener is not None
+    with pytest.raises(ConfigError, match=r"ssl\.certfile"):
+        load_broker_config(_write(tmp_path, text + tls.replace("broker-101.pem", "gone.pem")))
+    plain = BASE.replace(
+        "listeners=PLAINTEXT://127.0.0.1:9092",
+        "listeners=HTTP://127.0.0.1:8081,PLAINTEXT://127.0.0.1:9092",
+    )
+    with pytest.raises(ConfigError, match=r"ssl\.certfile: no SSL listener uses it"):
+        load_broker_config(_write(tmp_path, plain + "log.dirs=/tmp/x\n" + tls))
+    with pytest.raises(ConfigError, match=r"listener\.security\.protocol\.map"):
+        load_broker_config(
+            _write(tmp_path, text + tls + "listener.security.protocol.map=SSL:SSL\n")
+        )

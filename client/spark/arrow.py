@@ -76,23 +76,42 @@ def arrow_schema(*, include_headers: bool) -> Any:
     return pa.schema(fields)
 
 
+def _column(values: Sequence[Any], type_: Any) -> Any:
+    """An Arrow array of ``values``; one repeated scalar when they are all equal (topic,
+    partition and timestamp type within one partition's range), which skips converting
+    each Python object."""
+    if values and values.count(values[0]) == len(values):
+        return pa.repeat(pa.scalar(values[0], type=type_), len(values))
+    return pa.array(values, type=type_)
+
+
 def records_to_batch(records: Sequence[ConsumerRecord], *, include_headers: bool) -> Any:
-    """One Arrow RecordBatch holding the records, in order."""
+    """One Arrow RecordBatch holding the records, in order.
+
+    The records are transposed once (``zip``, at C speed over the named tuples) instead
+    of one Python pass per column: this conversion runs per record on the source's read
+    path, next to the consumer's own decoding (docs/benchmarks.md, Spark connector)."""
+    if not records:
+        return pa.RecordBatch.from_pylist([], schema=arrow_schema(include_headers=include_headers))
+    topics, partitions, offsets, timestamps, types, keys, values, headers, *_ = zip(
+        *records, strict=True
+    )
     columns = [
-        pa.array([r.key for r in records], type=pa.binary()),
-        pa.array([r.value for r in records], type=pa.binary()),
-        pa.array([r.topic for r in records], type=pa.string()),
-        pa.array([r.partition for r in records], type=pa.int32()),
-        pa.array([r.offset for r in records], type=pa.int64()),
-        pa.array([r.timestamp * 1000 for r in records], type=pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
-        pa.array([int(r.timestamp_type) for r in records], type=pa.int32()),
+        pa.array(keys, type=pa.binary()),
+        pa.array(values, type=pa.binary()),
+        _column(topics, pa.string()),
+        _column(partitions, pa.int32()),
+        pa.array(offsets, type=pa.int64()),
+        # Kafka timestamps are epoch milliseconds; Spark's TIMESTAMP is microseconds.
+        pa.array(timestamps, type=pa.int64())
+        .cast(pa.timestamp("ms", tz="UTC"))
+        .cast(pa.timestamp("us", tz="UTC")),
+        _column(types, pa.int32()),
     ]
     if include_headers:
         columns.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+                [[{"key": k, "value": v} for k, v in hs] for hs in headers],
                 type=pa.list_(_HEADER_ARROW),
             )
         )

@@ -208,8 +208,15 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "num.recovery.threads.per.data.dir": (1, 1),
 }
 
+# The SSL listener's TLS keys. Not ssl.endpoint.identification.algorithm: it governs a
+# TLS client's check of the server, and the broker makes no TLS connections of its own
+# yet, so it would be accepted and never used (it is refused as an unknown key).
+_BROKER_TLS_KEYS: Final = frozenset(
+    k for k in tls_keys_for("SSL") if not k.endswith("ssl.endpoint.identification.algorithm")
+)
+
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
-    tls_keys_for("SSL")
+    _BROKER_TLS_KEYS
     | set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
@@ -262,7 +269,7 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
     """The Kafka listener of ``listeners`` (every entry after the first, HTTP, one);
     ConfigError naming the key for a security protocol raftka cannot serve yet."""
     entries = _listener_entries(props.get("listeners", ""), "listeners")[1:]
-    tls_given = sorted(k for k in props if k in tls_keys_for("SSL"))
+    tls_given = sorted(k for k in props if k in _BROKER_TLS_KEYS)
     if not entries:
         if tls_given:
             raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")

@@ -116,7 +116,12 @@ from raftka.server_common.metrics import add_remote
 
 if TYPE_CHECKING:
     # The broker's verifier (broker/txn_verification.py imports this package).
+    from raftka.broker.producer_state import VerificationGuard
     from raftka.broker.txn_verification import TxnVerifier
+    from raftka.storage.log_manager import PartitionKey
+
+    #: Verification guards per partition and producer (ReplicaManager.produce's).
+    TxnGuards = Mapping[PartitionKey, Mapping[int, VerificationGuard]]
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -421,12 +426,7 @@ class GroupCoordinatorService:
                     else:
                         self._txn_locks[key] = (lock, users - 1)
             else:
-                (result,) = await self._replicas.produce(
-                    acks=-1,
-                    timeout_ms=self._config.offsets_commit_timeout_ms,
-                    entries=[(OFFSETS_TOPIC, out.partition, batch)],
-                )
-                error = None if result.error is None else type(result.error)
+                error = await self._produce(out.partition, batch)
         except KafkaError as e:
             error = type(e)
         if error is not None and out.producer_id >= 0:
@@ -448,21 +448,28 @@ class GroupCoordinatorService:
         verifies a producer's first batch at a partition: is this offsets partition in
         the producer's ongoing transaction, which AddOffsetsToTxn added?), then appended
         with the verification guard, so a marker written meanwhile voids it."""
-        entries = [(OFFSETS_TOPIC, out.partition, batch)]
-        timeout_ms = self._config.offsets_commit_timeout_ms
         if self.txn_verifier is None or not out.transactional_id:
-            (result,) = await self._replicas.produce(
-                acks=-1, timeout_ms=timeout_ms, entries=entries
-            )
-            return None if result.error is None else type(result.error)
+            return await self._produce(out.partition, batch)
         verified = await self.txn_verifier.verify(
-            out.transactional_id, entries, self._replicas.partitions, timeout_ms=timeout_ms
+            out.transactional_id,
+            [(OFFSETS_TOPIC, out.partition, batch)],
+            self._replicas.partitions,
+            timeout_ms=self._config.offsets_commit_timeout_ms,
         )
         refused = verified.errors.get((OFFSETS_TOPIC, out.partition))
         if refused is not None:
             return type(refused)
+        return await self._produce(out.partition, batch, verified.guards)
+
+    async def _produce(
+        self, partition: int, batch: bytes, guards: TxnGuards | None = None
+    ) -> type[KafkaError] | None:
+        """One batch to ``partition`` of __consumer_offsets, acks=all; its error."""
         (result,) = await self._replicas.produce(
-            acks=-1, timeout_ms=timeout_ms, entries=entries, txn_guards=verified.guards
+            acks=-1,
+            timeout_ms=self._config.offsets_commit_timeout_ms,
+            entries=[(OFFSETS_TOPIC, partition, batch)],
+            txn_guards=guards,
         )
         return None if result.error is None else type(result.error)
 

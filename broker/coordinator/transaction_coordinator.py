@@ -46,10 +46,12 @@ NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE; one write per id is in flight at a
 * ``end_txn``: Ongoing -> PrepareCommit / PrepareAbort; once durable the client is
   answered and markers go to every partition of the transaction; once every marker is
   written (:meth:`TransactionCoordinator.markers_written`) CompleteCommit /
-  CompleteAbort is written. With ``transaction.version`` 2 (KIP-890 part 2, the
-  default) the Prepare record carries the epoch + 1, the markers carry it and EndTxn
-  answers it: the finished transaction's epoch is dead, so its late EndTxn, marker or
-  produce is fenced instead of landing in the next transaction. A retry of a finished
+  CompleteAbort is written. With transaction version 2 (KIP-890 part 2: the client's
+  version, EndTxn v5+ or raftka's client, capped by the broker's
+  ``transaction.version``; kept per transaction) the Prepare record carries the
+  epoch + 1, the markers carry it and EndTxn answers it: the finished transaction's
+  epoch is dead, so its late EndTxn, marker or produce is fenced instead of landing in
+  the next transaction. A retry of a finished
   EndTxn (the producer id and epoch held before the bump) is answered as it was.
 * ``tick``: aborts transactions older than their ``transaction.timeout.ms`` (the same
   fencing abort as InitProducerId, but the producer may recover with KIP-360 since
@@ -141,8 +143,9 @@ class TransactionCoordinatorConfig:
     transaction_state_log_num_partitions: int = 50
     #: AddOffsetsToTxn adds the group's partition of __consumer_offsets.
     offsets_topic_num_partitions: int = 50
-    #: Kafka's ``transaction.version`` feature: 2 bumps the epoch on every EndTxn
-    #: (KIP-890 part 2); 1 is the classic protocol (kept to show what 2 prevents).
+    #: The broker's ``transaction.version``: the highest version a transaction gets (the
+    #: client's EndTxn decides below it). 2 bumps the epoch on every EndTxn (KIP-890
+    #: part 2); 1 is the classic protocol.
     transaction_version: int = 2
     #: The largest producer epoch (int16). Not a Kafka setting: tests lower it to reach
     #: the producer-id rotation without 32767 transactions.

@@ -157,6 +157,10 @@ def test_an_ssl_kafka_listener(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"ssl\.certfile: no SSL listener uses it"):
         load_broker_config(_write(tmp_path, plain + "log.dirs=/tmp/x\n" + tls))
+    with pytest.raises(ConfigError, match=r"ssl\.endpoint\.identification\.algorithm"):
+        load_broker_config(
+            _write(tmp_path, text + tls + "ssl.endpoint.identification.algorithm=https\n")
+        )
     with pytest.raises(ConfigError, match=r"listener\.security\.protocol\.map"):
         load_broker_config(
             _write(tmp_path, text + tls + "listener.security.protocol.map=SSL:SSL\n")

@@ -305,6 +305,7 @@ class BrokerLifecycle:
         heartbeat_interval_ms: int,
         request_timeout_ms: int,
         extra_endpoints: tuple[tuple[str, str, int], ...] = (),
+        clean_shutdown: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
@@ -320,6 +321,9 @@ class BrokerLifecycle:
         self._metadata_offset = metadata_offset
         self._interval_ms = heartbeat_interval_ms
         self._request_timeout_ms = request_timeout_ms
+        # The first registration reports how the previous run ended; a later one of
+        # this same process (after a lost session) lost no records.
+        self._clean_shutdown = clean_shutdown
         self.registered = asyncio.Event()
         self.unfenced = asyncio.Event()
         self._shutting_down = False
@@ -331,6 +335,7 @@ class BrokerLifecycle:
             broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
             rack=self._rack,
+            clean_shutdown=self._clean_shutdown,
             endpoints=[
                 EndpointData(name=name, host=host, port=port),
                 *(EndpointData(name=n, host=h, port=p) for n, h, p in self._extra_endpoints),
@@ -353,6 +358,7 @@ class BrokerLifecycle:
                 continue
             epoch = decode_value(answer, RegisterBrokerResponse).broker_epoch
             self.broker_epoch = epoch
+            self._clean_shutdown = True
             self.is_fenced = True
             self.unfenced.clear()
             self.registered.set()

@@ -253,6 +253,7 @@ class BrokerServer:
             metadata_offset=lambda: self.manager.image.offset,
             heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
             request_timeout_ms=config.request_timeout_ms,
+            clean_shutdown=not self.logs.unclean_shutdown,
         )
         self.fetchers = ReplicaFetcherManager(
             manager=self.manager,
@@ -736,6 +737,7 @@ async def _metadata(request: web.Request) -> web.Response:
                         leader_epoch=reg.leader_epoch,
                         replicas=tuple(reg.replicas),
                         isr=tuple(reg.isr),
+                        eligible_leader_replicas=tuple(reg.eligible_leader_replicas),
                         error=None if reg.leader != NO_LEADER else _LEADER_NOT_AVAILABLE,
                     )
                     for index, reg in sorted(topic.partitions.items())

@@ -430,7 +430,14 @@ class RunResult:
             if self.txn.found():
                 out.append(f"checker found {self.txn.found()}: " + self.txn.summary())
             if self.txn.stats.committed == 0:
-                out.append("no transaction committed: the workload did nothing")
+                s = self.txn.stats
+                why = (
+                    f" ({s.init_failures} init_transactions attempts failed, the last with "
+                    f"{s.last_init_error})"
+                    if s.init_failures
+                    else ""
+                )
+                out.append(f"no transaction committed: the workload did nothing{why}")
         for name in ("quorum", "leaders"):
             took = self.recovery_s.get(name)
             if took is None or took > recovery_bound_s:

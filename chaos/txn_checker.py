@@ -76,6 +76,10 @@ class TxnStats:
     unknown_aborted: int  # unknown outcome, no value in the final read
     pipeline_inputs: int
     pipeline_outputs: int
+    # init_transactions attempts of the workload's producers that did not succeed, and
+    # the last one's error: why a run with no transaction did nothing.
+    init_failures: int = 0
+    last_init_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,8 @@ class TxnResult:
                 "unknown_committed": self.stats.unknown_committed,
                 "unknown_aborted": self.stats.unknown_aborted,
             },
+            "init_failures": self.stats.init_failures,
+            "last_init_error": self.stats.last_init_error,
             "pipeline": {
                 "inputs": self.stats.pipeline_inputs,
                 "outputs": self.stats.pipeline_outputs,
@@ -182,7 +188,12 @@ def check_txn(history: History, *, topic: str = "txn") -> TxnResult:
     found = _Findings()
     txns: list[_Txn] = []
     owner: dict[int, int] = {}  # value -> index in txns
+    init_failures = 0
+    last_init_error: str | None = None
     for op in ops:
+        if op.f == "init" and op.type != "ok":
+            init_failures += 1
+            last_init_error = op.error or last_init_error
         if op.f == "txn":
             t = _txn(op)
             for v in t.values:
@@ -280,6 +291,8 @@ def check_txn(history: History, *, topic: str = "txn") -> TxnResult:
             unknown_aborted=unknown_aborted,
             pipeline_inputs=inputs,
             pipeline_outputs=outputs,
+            init_failures=init_failures,
+            last_init_error=last_init_error,
         ),
     )
 

@@ -208,14 +208,22 @@ class TxnWorkload:
         )
 
     async def _init(self, index: int, stop: threading.Event) -> AsyncProducer | None:
-        """A producer whose init_transactions succeeded (None once stopped)."""
+        """A producer whose init_transactions succeeded (None once stopped). Every
+        attempt is an ``init`` operation in the history, so a run whose producers never
+        initialise says why (the checker counts them; they decide no anomaly)."""
+        process = f"txn-producer-{index}"
         while not stop.is_set():
             producer = self._new_producer(index)
+            inv = self.history.invoke(process, "init", None)
             try:
                 async with asyncio.timeout(TXN_OP_TIMEOUT_S):
                     await producer.init_transactions()
+                self.history.ok(inv)
                 return producer
-            except (KafkaError, OSError, TimeoutError):
+            except (KafkaError, OSError, TimeoutError) as exc:
+                # info, not fail: a timed-out InitProducerId may still have bumped the
+                # epoch (fencing nothing of ours that is still open).
+                self.history.info(inv, _error(exc))
                 await _close_producer(producer)
                 await asyncio.sleep(RETRY_PAUSE_S)
         return None

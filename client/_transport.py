@@ -451,6 +451,7 @@ def parse_cluster_view(answer: api.MetadataResponse, now_ms: int) -> ClusterView
                 replicas=p.replicas,
                 isr=p.isr,
                 offline_replicas=tuple(r for r in p.replicas if r not in brokers),
+                elr=p.eligible_leader_replicas,
             )
             for p in sorted(t.partitions, key=lambda p: p.partition)
         ]

@@ -187,7 +187,9 @@ class Node:
 class PartitionInfo:
     """One partition's placement, as metadata reports it (Kafka's PartitionInfo /
     TopicPartitionInfo). ``leader`` is ``None`` while no leader is elected; ``replicas``,
-    ``isr`` and ``offline_replicas`` are broker ids."""
+    ``isr``, ``offline_replicas`` and ``elr`` are broker ids. ``elr`` is KIP-966's
+    eligible leader replicas (Kafka's ``TopicPartitionInfo.elr()``): replicas out of
+    the ISR that still hold every record below the high watermark."""
 
     topic: str
     partition: int
@@ -196,6 +198,7 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()
 
     @property
     def topic_partition(self) -> TopicPartition:

@@ -89,7 +89,7 @@ from raftka.metadata.controller_api import (
     RegisterBrokerResponse,
     is_active_broker,
 )
-from raftka.metadata.election import Election, PartitionChangeBuilder
+from raftka.metadata.election import Election, PartitionChangeBuilder, next_elr
 from raftka.metadata.image import (
     BrokerRegistration,
     MetadataImage,
@@ -144,6 +144,19 @@ def _unclean_enabled(image: MetadataImage, config: ControllerConfig, topic: str)
             if parsed is not None:
                 return parsed
     return config.unclean_leader_election_enable
+
+
+def _min_isr(image: MetadataImage, topic: str) -> int:
+    """The topic's min.insync.replicas, else the cluster-wide broker default in the
+    image, else Kafka's default (1): what the ELR is kept against (see election.py)."""
+    key = "min.insync.replicas"
+    for value in (
+        image.configs.topic_config(topic).get(key),
+        image.configs.broker_config(None).get(key),
+    ):
+        if value is not None and value.strip().isdigit():
+            return max(1, int(value))
+    return 1
 
 
 def _election_refusal(
@@ -273,6 +286,8 @@ class QuorumController(TopicControl):
         batch.add(record)
         if existing is not None and not existing.fenced:
             self._leave_partitions(batch, request.broker_id)
+        if not request.clean_shutdown:
+            self._leave_elrs(batch, request.broker_id)
         self._sessions[request.broker_id] = _Session(now_ms)
         return batch.result(RegisterBrokerResponse(next_offset))
 
@@ -414,6 +429,7 @@ class QuorumController(TopicControl):
                 acceptable,
                 unclean_election=not controlled
                 and _unclean_enabled(image, self.config, topic.name),
+                min_isr=_min_isr(image, topic.name),
             ).set_target_isr([b for b in partition.isr if b != broker_id])
             record = builder.build()
             if record is None:
@@ -421,6 +437,19 @@ class QuorumController(TopicControl):
             if controlled and partition.leader == broker_id and record.leader == NO_LEADER:
                 continue
             batch.add(record)
+
+    def _leave_elrs(self, batch: CommandBatch, broker_id: int) -> None:
+        """KIP-966: a broker back from an unclean shutdown may have lost records it had
+        not fsynced, so it is no longer an eligible leader anywhere (an ISR member it
+        still is stays one: Kafka's rule before the ELR, election.py)."""
+        for topic, index, partition in _partitions(batch.image):
+            if broker_id in partition.eligible_leader_replicas:
+                elr = tuple(b for b in partition.eligible_leader_replicas if b != broker_id)
+                batch.add(
+                    PartitionChangeRecord(
+                        partition_id=index, topic_id=topic.topic_id, eligible_leader_replicas=elr
+                    )
+                )
 
     # -- topics, partitions, configs (TopicControl's commands) -----------------------
 
@@ -443,6 +472,7 @@ class QuorumController(TopicControl):
                 index,
                 lambda b: is_active_broker(image, b),
                 unclean_election=_unclean_enabled(image, self.config, topic.name),
+                min_isr=_min_isr(image, topic.name),
             )
             record = builder.build()
             if record is not None:
@@ -515,10 +545,16 @@ class QuorumController(TopicControl):
                 f"{where}: ineligible replicas in the new ISR: {', '.join(ineligible)}"
             )
         batch = CommandBatch(image)
-        if new_isr != partition.isr:
+        elr = next_elr(partition, new_isr, _min_isr(image, topic.name))
+        if new_isr != partition.isr or elr != partition.eligible_leader_replicas:
             batch.add(
                 PartitionChangeRecord(
-                    partition_id=request.partition, topic_id=request.topic_id, isr=new_isr
+                    partition_id=request.partition,
+                    topic_id=request.topic_id,
+                    isr=None if new_isr == partition.isr else new_isr,
+                    eligible_leader_replicas=(
+                        None if elr == partition.eligible_leader_replicas else elr
+                    ),
                 )
             )
         after = batch.image.topics.partition(request.topic_id, request.partition)
@@ -573,7 +609,11 @@ class QuorumController(TopicControl):
                 break
             record = (
                 PartitionChangeBuilder(
-                    partition, topic.topic_id, index, lambda b: is_active_broker(image, b)
+                    partition,
+                    topic.topic_id,
+                    index,
+                    lambda b: is_active_broker(image, b),
+                    min_isr=_min_isr(image, topic.name),
                 )
                 .set_election(Election.PREFERRED)
                 .build()
@@ -616,6 +656,7 @@ class QuorumController(TopicControl):
                     index,
                     lambda b: is_active_broker(image, b),
                     unclean_election=election is Election.UNCLEAN,
+                    min_isr=_min_isr(image, name),
                 )
                 error = _election_refusal(image, election, name, index, partition)
                 if error is None:

@@ -89,6 +89,7 @@ class RegisterBrokerRequest:
     incarnation_id: str
     endpoints: tuple[Endpoint, ...]
     rack: str | None = None
+    clean_shutdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)

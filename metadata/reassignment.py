@@ -85,6 +85,8 @@ def _change(
     removing: tuple[int, ...],
     leader: int,
 ) -> PartitionChangeRecord:
+    # A replica leaving the assignment leaves the ELR too (election.py).
+    elr = tuple(r for r in partition.eligible_leader_replicas if r in replicas and r not in isr)
     return PartitionChangeRecord(
         partition_id=index,
         topic_id=topic_id,
@@ -93,6 +95,7 @@ def _change(
         adding_replicas=adding,
         removing_replicas=removing,
         leader=NO_LEADER_CHANGE if leader == partition.leader else leader,
+        eligible_leader_replicas=None if elr == partition.eligible_leader_replicas else elr,
     )
 
 

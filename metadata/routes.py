@@ -223,6 +223,7 @@ async def _register_broker(request: web.Request) -> web.Response:
         incarnation_id=body.incarnation_id,
         endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in body.endpoints),
         rack=body.rack,
+        clean_shutdown=body.clean_shutdown,
     )
 
     def run(

@@ -46,6 +46,7 @@ from raftka.common.time import wall_clock_ms
 from raftka.storage import Log, LogConfig
 from raftka.storage.checkpoint import TMP_SUFFIX, fsync_dir
 from raftka.storage.cleaner import LogCleaner
+from raftka.storage.log import CLEAN_SHUTDOWN_FILE
 
 __all__ = [
     "HW_CHECKPOINT_FILE",
@@ -137,6 +138,10 @@ class LogManager:
         # Two writers of one HW checkpoint file (a worker's timer, the loop's reopen)
         # would share its temp file.
         self._checkpoint_lock = threading.Lock()
+        #: A partition directory without its clean-shutdown marker when the broker
+        #: started: the previous run ended uncleanly, so records it had not fsynced may
+        #: be gone (the controller then drops this broker from every ELR).
+        self.unclean_shutdown = False
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             for entry in d.iterdir():
@@ -147,6 +152,8 @@ class LogManager:
                 m = _DIR_RE.match(entry.name)
                 if m and entry.is_dir():
                     self._dir_of[(m["topic"], int(m["partition"]))] = d
+                    if not (entry / CLEAN_SHUTDOWN_FILE).exists():
+                        self.unclean_shutdown = True
             self._checkpointed.update(read_hw_checkpoint(d / HW_CHECKPOINT_FILE))
 
     # ------------------------------------------------------------------ views

@@ -256,12 +256,13 @@ class ReplicationStatus:
         """(done, error) for a produce waiting for HW >= required_offset."""
         if not self.is_leader:
             return True, NotLeaderOrFollowerError
-        if self.high_watermark < required_offset:
-            return False, None
-        # Appended and replicated, but the ISR shrank below the minimum meanwhile: the
-        # data is there, the durability promise is not.
+        # Appended, but the ISR shrank below the minimum meanwhile: the durability
+        # promise is not kept, and the HW stays put until the ISR is back (KIP-966's
+        # strict min ISR), so the answer comes now rather than at the request's timeout.
         if self.maximal_isr_size < self.min_insync_replicas:
             return True, NotEnoughReplicasAfterAppendError
+        if self.high_watermark < required_offset:
+            return False, None
         return True, None
 
 
@@ -541,6 +542,12 @@ class PartitionState:
 
     def _maybe_increment_high_watermark(self) -> bool:
         if not self.is_leader:
+            return False
+        # KIP-966's strict min ISR: below min.insync.replicas the HW stays where it is,
+        # so every replica that left the ISR meanwhile still holds every record below
+        # it and the controller may elect it (the ELR, metadata/election.py). acks=0/1
+        # records written meanwhile become visible once the ISR is back.
+        if len(self.committed_isr) < min(self.config.min_insync_replicas, len(self.replicas)):
             return False
         new_hw = self.log_end_offset
         for replica_id in self.maximal_isr:

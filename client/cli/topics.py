@@ -119,10 +119,15 @@ def format_description(
         if only is not None and p.partition not in only:
             continue
         leader = "none" if p.leader is None or p.leader < 0 else str(p.leader)
-        lines.append(
+        line = (
             f"\tTopic: {description.name}\tPartition: {p.partition}\tLeader: {leader}\t"
             f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
         )
+        # Kafka 4 prints Elr always; here only when there is one, so the usual line
+        # stays the one Kafka 3 users know.
+        if p.elr:
+            line += f"\tElr: {','.join(map(str, p.elr))}"
+        lines.append(line)
     return lines
 
 

@@ -340,6 +340,9 @@ class MetadataPartition(Message, frozen=True, kw_only=True):
     leader_epoch: int = -1
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
+    #: KIP-966's eligible leader replicas: out of the ISR, yet holding every record
+    #: below the high watermark (see metadata/election.py).
+    eligible_leader_replicas: tuple[int, ...] = ()
     error: ErrorObject | None = None
 
 

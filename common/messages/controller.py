@@ -178,6 +178,9 @@ class RegisterBrokerRequest(ControllerRequest, frozen=True, kw_only=True):
     incarnation_id: str
     endpoints: Annotated[list[EndpointData], _ITEMS]
     rack: str | None = None
+    #: False when the broker's previous run ended without a clean shutdown (raftka's
+    #: stand-in for Kafka's PreviousBrokerEpoch check, KIP-966); absent means False.
+    clean_shutdown: bool = False
 
 
 class RegisterBrokerResponse(Message, frozen=True, kw_only=True):

@@ -167,6 +167,23 @@ def test_clean_history_counts_outcomes() -> None:
     assert set(result.to_json()["anomalies"]) == set(TXN_ANOMALY_KINDS)  # type: ignore[arg-type]
 
 
+def test_failed_init_transactions_are_counted_and_decide_nothing() -> None:
+    """The workload records each init_transactions attempt: the failed ones are
+    counted with the last error (why a run that committed nothing did nothing), and
+    they are no anomaly."""
+    sim = Sim(random.Random(1))
+    for error in ("COORDINATOR_NOT_AVAILABLE: no leader", "TimeoutError"):
+        sim.writer.info(sim.writer.invoke("p0", "init", None), error)
+    sim.writer.ok(sim.writer.invoke("p0", "init", None))
+    sim.txn(2, "commit")
+    sim.final()
+    sim.pipeline([], [])
+    result = check_txn(sim.history())
+    assert result.valid, result.summary()
+    assert (result.stats.init_failures, result.stats.last_init_error) == (2, "TimeoutError")
+    assert result.to_json()["init_failures"] == 2
+
+
 def test_no_final_read_is_incomplete_not_valid() -> None:
     sim = clean_sim()
     sim.pipeline([], [])

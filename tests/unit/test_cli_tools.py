@@ -173,7 +173,7 @@ def test_format_description_shows_partitions_and_non_default_configs() -> None:
         False,
         (
             PartitionInfo("t", 0, 101, 3, (101, 102), (101, 102)),
-            PartitionInfo("t", 1, None, 3, (102, 101), (102,)),
+            PartitionInfo("t", 1, None, 3, (102, 101), (102,), elr=(101,)),
         ),
     )
     configs = {
@@ -184,7 +184,7 @@ def test_format_description_shows_partitions_and_non_default_configs() -> None:
         "Topic: t\tTopicId: id1\tPartitionCount: 2\tReplicationFactor: 2\t"
         "Configs: retention.ms=1000",
         "\tTopic: t\tPartition: 0\tLeader: 101\tReplicas: 101,102\tIsr: 101,102",
-        "\tTopic: t\tPartition: 1\tLeader: none\tReplicas: 102,101\tIsr: 102",
+        "\tTopic: t\tPartition: 1\tLeader: none\tReplicas: 102,101\tIsr: 102\tElr: 101",
     ]
 
 

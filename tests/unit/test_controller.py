@@ -49,6 +49,9 @@ def check_invariants(image: MetadataImage) -> None:
             where = f"{topic.name}-{index}: {p}"
             assert p.isr, where
             assert set(p.isr) <= set(p.replicas), where
+            # The ELR (KIP-966) holds replicas outside the ISR, within the assignment.
+            assert not set(p.eligible_leader_replicas) & set(p.isr), where
+            assert set(p.eligible_leader_replicas) <= set(p.replicas), where
             if p.leader != mr.NO_LEADER:
                 assert p.leader in p.isr, where
                 broker = image.cluster.broker(p.leader)
@@ -90,9 +93,12 @@ class Harness:
                     assert new.partition_epoch >= old.partition_epoch
         return result.response
 
-    def register(self, broker_id: int, generation: int = 0) -> int:
+    def register(self, broker_id: int, generation: int = 0, *, clean: bool = False) -> int:
         request = RegisterBrokerRequest(
-            broker_id, _incarnation(broker_id, generation), (mr.Endpoint("PLAINTEXT", "h", 9092),)
+            broker_id,
+            _incarnation(broker_id, generation),
+            (mr.Endpoint("PLAINTEXT", "h", 9092),),
+            clean_shutdown=clean,
         )
         result = self.ctl.register_broker(
             self.image, request, now_ms=self.now_ms, next_offset=self.next_offset
@@ -347,6 +353,116 @@ def test_fencing_the_last_isr_member_keeps_it_and_leaves_no_leader() -> None:
     result, _ = h.heartbeat(1)
     assert result.records[-1] == mr.PartitionChangeRecord(0, t, leader=1)
     assert h.partition(t).leader == 1
+
+
+MIN_ISR_2 = {"min.insync.replicas": "2"}
+
+
+def _shrunk_to_leader(h: Harness, configs: dict[str, str] | None) -> str:
+    """Topic ``t`` on brokers 1-3 (``configs``), its ISR shrunk by its leader 1 to {1}
+    (both followers slow, as under load). The topic id."""
+    h.add_brokers(1, 2, 3)
+    t = h.create("t", assignments={0: [1, 2, 3]}, configs=configs)
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1,))))
+    return t
+
+
+def test_isr_shrinking_below_min_isr_keeps_the_leavers_as_eligible_leaders() -> None:
+    """KIP-966: an ISR shrink that leaves fewer than min.insync.replicas members puts
+    the replicas that left into the ELR (the leader's HW cannot pass them any more);
+    with the ISR back at the minimum the ELR is emptied. At min.insync.replicas=1 (the
+    default) there is never an ELR."""
+    h = Harness()
+    t = _shrunk_to_leader(h, MIN_ISR_2)
+    p = h.partition(t)
+    assert (p.leader, p.isr, p.eligible_leader_replicas) == (1, (1,), (2, 3))
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 1, (1, 3))))
+    assert h.partition(t).eligible_leader_replicas == ()
+
+    h = Harness()
+    t = _shrunk_to_leader(h, None)
+    assert h.partition(t).eligible_leader_replicas == ()
+
+
+def test_fencing_the_last_isr_member_elects_an_eligible_leader_replica() -> None:
+    """The availability failure KIP-966 removes: the ISR shrank to its leader, then the
+    leader dies. Without the ELR the partition has no leader until that one broker
+    returns; with it, a live ELR member leads at once (the ISR restarts from it) and the
+    fenced leader, which also had every record below the HW, joins the ELR."""
+    h = Harness()
+    t = _shrunk_to_leader(h, MIN_ISR_2)
+    h.now_ms = TIMEOUT_MS + 1
+    h.keep_alive(2, 3)
+    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    p = h.partition(t)
+    assert (p.leader, p.isr, p.eligible_leader_replicas) == (2, (2,), (1, 3))
+    # The ISR grows back to the minimum: the ELR is no longer needed.
+    h.run(h.ctl.alter_partition(h.image, _alter(h, t, 2, (2, 3))))
+    assert h.partition(t).eligible_leader_replicas == ()
+
+
+def test_a_fenced_eligible_leader_replica_waits_and_leads_when_it_returns() -> None:
+    """Every replica fenced in one expiry: leadership passes down the ELR as each is
+    fenced, ending with no leader, the last one fenced kept as the ISR and the others in
+    the ELR. The first ELR member to come back leads (it has every record below the
+    HW), as an ISR member would, unless it comes back from an unclean shutdown."""
+    h = Harness()
+    t = _shrunk_to_leader(h, MIN_ISR_2)
+    h.now_ms = TIMEOUT_MS + 1
+    h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+    p = h.partition(t)
+    assert (p.leader, p.isr, p.eligible_leader_replicas) == (mr.NO_LEADER, (3,), (1, 2))
+    # Broker 2 comes back from an unclean shutdown (unflushed records may be gone): it
+    # leaves the ELR and does not lead.
+    h.register(2, generation=1, clean=False)
+    h.heartbeat(2)
+    p = h.partition(t)
+    assert (p.leader, p.isr, p.eligible_leader_replicas) == (mr.NO_LEADER, (3,), (1,))
+    h.register(1, generation=1, clean=True)
+    h.heartbeat(1)
+    p = h.partition(t)
+    assert (p.leader, p.isr, p.eligible_leader_replicas) == (1, (1,), (3,))
+
+
+def test_eligible_leader_replicas_hold_under_random_faults() -> None:
+    """A seeded walk of fences, returns and ISR changes by the leader on a min ISR 2
+    topic: after every step the ELR is disjoint from the ISR (check_invariants), empty
+    whenever the ISR has two members or more, and a partition with a live ISR or ELR
+    member is never left without a leader."""
+    rng = random.Random(20261128)
+    elr_elections = 0  # the walk must reach the case it is about
+    for _ in range(20):
+        h = Harness()
+        h.add_brokers(1, 2, 3)
+        t = h.create("t", assignments={0: [1, 2, 3]}, configs=MIN_ISR_2)
+        alive = {1, 2, 3}
+        for _step in range(30):
+            p = h.partition(t)
+            action = rng.choice(["fence", "return", "isr"])
+            if action == "fence" and len(alive) > 1:
+                victim = rng.choice(sorted(alive))
+                alive.discard(victim)
+                h.now_ms += TIMEOUT_MS + 1
+                h.keep_alive(*sorted(alive))
+                h.run(h.ctl.expire_sessions(h.image, h.now_ms))
+            elif action == "return" and len(alive) < 3:
+                back = rng.choice(sorted({1, 2, 3} - alive))
+                alive.add(back)
+                h.keep_alive(*sorted(alive - {back}))
+                h.register(back, generation=h.next_offset, clean=rng.random() < 0.7)
+                h.heartbeat(back)
+            elif action == "isr" and p.leader != mr.NO_LEADER:
+                others = [b for b in (1, 2, 3) if b != p.leader and b in alive]
+                isr = (p.leader, *rng.sample(others, rng.randint(0, len(others))))
+                h.run(h.ctl.alter_partition(h.image, _alter(h, t, p.leader, isr)))
+            before, p = p, h.partition(t)
+            if p.leader != before.leader and p.leader in before.eligible_leader_replicas:
+                elr_elections += 1
+            if len(p.isr) >= 2:
+                assert p.eligible_leader_replicas == (), p
+            if (set(p.isr) | set(p.eligible_leader_replicas)) & alive:
+                assert p.leader in alive, (p, alive)
+    assert elr_elections > 0
 
 
 @pytest.mark.parametrize("where", ["topic", "controller"])

@@ -35,6 +35,23 @@ def test_checkpoint_round_trip_and_malformed(tmp_path: Path) -> None:
     assert read_hw_checkpoint(tmp_path / "missing") == {}
 
 
+def test_unclean_shutdown_is_noticed_at_start(tmp_path: Path) -> None:
+    """A partition whose log was not closed (the process killed) makes the next manager
+    report an unclean shutdown, which the broker tells the controller (it then drops
+    the broker from every ELR); after close_all the next one reports a clean one."""
+    dirs = (tmp_path / "d1",)
+    assert not LogManager(dirs).unclean_shutdown  # nothing stored: nothing to lose
+    logs = LogManager(dirs)
+    logs.get_or_open(("t", 0), LogConfig()).append_as_leader(build_batch([Record(b"x")]), 0)
+    assert LogManager(dirs).unclean_shutdown  # still open: as after kill -9
+    logs.close_all()
+    again = LogManager(dirs)
+    assert not again.unclean_shutdown
+    again.get_or_open(("t", 0), LogConfig())  # opening takes the marker away again
+    assert LogManager(dirs).unclean_shutdown
+    again.close_all()
+
+
 def test_log_dirs_reopen_checkpoint_and_delete(tmp_path: Path) -> None:
     """Two log dirs get one partition each; records and the HW survive close_all and a
     new manager; delete removes the partition's directory."""

@@ -267,7 +267,9 @@ def test_stale_broker_epoch_fetch_is_rejected() -> None:
 def test_not_enough_replicas_before_and_after_append() -> None:
     """acks=all with the committed ISR below min.insync.replicas is refused before the
     append (NOT_ENOUGH_REPLICAS); a request appended while the ISR was big enough that
-    completes after a shrink gets NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    completes after a shrink gets NOT_ENOUGH_REPLICAS_AFTER_APPEND, and the shrink below
+    min.insync.replicas does not move the HW over the record (KIP-966's strict min
+    ISR: the replica that left still counts as having everything below the HW)."""
     state, _ = leader(isr=(1,), min_isr=2)
     assert state.check_produce(acks=-1) is errors.NotEnoughReplicasError
     assert state.check_produce(acks=1) is None
@@ -286,7 +288,7 @@ def test_not_enough_replicas_before_and_after_append() -> None:
     outcome = state.on_alter_partition_response(
         proposal=proposal, error=None, leader_epoch=1, partition_epoch=2, isr=(1,)
     )
-    assert outcome.high_watermark_moved and state.high_watermark == 5
+    assert not outcome.high_watermark_moved and state.high_watermark == 0
     done = purgatory.on_isr_changed(partition="t-0", status=state.replication_status())
     assert [(c.request_id, c.error) for c in done] == [
         (1, errors.NotEnoughReplicasAfterAppendError)

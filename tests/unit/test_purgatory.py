@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from raftka.broker.replication import (
+    Completion,
     ProducePurgatory,
     PurgatoryFullError,
     ReplicationStatus,
@@ -42,14 +43,18 @@ def test_hw_completes_waiters_it_reached_in_offset_order() -> None:
 
 
 def test_shrunk_isr_completes_with_not_enough_replicas_after_append() -> None:
-    """When the HW reaches the offset but the maximal ISR is below min.insync.replicas,
-    the request completes with NOT_ENOUGH_REPLICAS_AFTER_APPEND; below the HW it waits."""
+    """When the maximal ISR is below min.insync.replicas, every waiter completes with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND at once, whether or not the HW reached it: under
+    the minimum the HW stays put (KIP-966), so waiting would only end in a timeout.
+    With the ISR big enough, a waiter above the HW keeps waiting."""
     p: ProducePurgatory[str] = ProducePurgatory()
     p.add(request_id=1, partition="a", required_offset=5, deadline_ms=100)
     p.add(request_id=2, partition="a", required_offset=9, deadline_ms=100)
-    done = p.on_isr_changed(partition="a", status=status(5, isr=1))
-    assert [(c.request_id, c.error) for c in done] == [(1, NotEnoughReplicasAfterAppendError)]
+    assert p.on_isr_changed(partition="a", status=status(5, isr=2)) == [Completion(1, "a", None)]
     assert len(p) == 1
+    done = p.on_isr_changed(partition="a", status=status(5, isr=1))
+    assert [(c.request_id, c.error) for c in done] == [(2, NotEnoughReplicasAfterAppendError)]
+    assert len(p) == 0
 
 
 def test_leadership_lost_fails_all_waiters_of_the_partition() -> None:

@@ -24,9 +24,11 @@ from raftka.common.errors import UnacceptableCredentialError, UnsupportedSaslMec
 __all__ = [
     "ITERATIONS_MAX",
     "ITERATIONS_MIN",
+    "SALT_BYTES_MIN",
     "SCRAM_MECHANISMS",
     "check_iterations",
     "check_mechanism",
+    "check_salt",
     "salted_password",
     "scram_keys",
 ]
@@ -36,6 +38,9 @@ SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka's bounds on a SCRAM credential's iteration count.
 ITERATIONS_MIN: Final = 4096
 ITERATIONS_MAX: Final = 16384
+#: The shortest salt the server's SCRAM (scramp) accepts; a credential with a shorter
+#: one could never authenticate, so it is refused when it is made.
+SALT_BYTES_MIN: Final = 12
 
 
 def check_mechanism(mechanism: str) -> str:
@@ -56,10 +61,19 @@ def check_iterations(iterations: int) -> None:
         )
 
 
+def check_salt(salt: bytes) -> None:
+    """UNACCEPTABLE_CREDENTIAL for a salt shorter than SALT_BYTES_MIN."""
+    if len(salt) < SALT_BYTES_MIN:
+        raise UnacceptableCredentialError(
+            f"the salt must be at least {SALT_BYTES_MIN} bytes, got {len(salt)}"
+        )
+
+
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """``Hi(SASLprep(password), salt, iterations)`` for ``mechanism``."""
     hash_name = check_mechanism(mechanism)
     check_iterations(iterations)
+    check_salt(salt)
     prepared = saslprep(password).encode("utf-8")
     return hashlib.pbkdf2_hmac(hash_name, prepared, salt, iterations)
 

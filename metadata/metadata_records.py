@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeAlias
 import orjson
 
 from raftka.common.errors import InvalidRequestError
-from raftka.common.scram import ITERATIONS_MAX, ITERATIONS_MIN, SCRAM_MECHANISMS
+from raftka.common.scram import ITERATIONS_MAX, ITERATIONS_MIN, SALT_BYTES_MIN, SCRAM_MECHANISMS
 
 __all__ = [
     "FENCE",
@@ -553,8 +553,8 @@ class UserScramCredentialRecord(_Record):
         # Every node builds a ScramCredential from this record on replay, so the record
         # holds whatever that needs: a salt and keys of the mechanism's hash length.
         size = hashlib.new(SCRAM_MECHANISMS[self.mechanism]).digest_size
-        if not self.salt:
-            raise self._error("salt must not be empty")
+        if len(self.salt) < SALT_BYTES_MIN:
+            raise self._error(f"salt must be at least {SALT_BYTES_MIN} bytes")
         if len(self.stored_key) != size or len(self.server_key) != size:
             raise self._error(f"{self.mechanism} keys must be {size} bytes")
 

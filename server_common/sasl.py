@@ -53,6 +53,7 @@ from raftka.common.scram import (
     SCRAM_MECHANISMS,
     check_iterations,
     check_mechanism,
+    check_salt,
     salted_password,
     scram_keys,
 )
@@ -90,8 +91,7 @@ class ScramCredential:
     def __post_init__(self) -> None:
         size = hashlib.new(check_mechanism(self.mechanism)).digest_size
         check_iterations(self.iterations)
-        if not self.salt:
-            raise UnacceptableCredentialError("a SCRAM credential needs a non-empty salt")
+        check_salt(self.salt)
         if len(self.stored_key) != size or len(self.server_key) != size:
             raise UnacceptableCredentialError(
                 f"{self.mechanism} keys are {size} bytes, got {len(self.stored_key)} "

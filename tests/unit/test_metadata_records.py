@@ -33,7 +33,7 @@ ONE_OF_EACH: list[mr.MetadataRecord] = [
     mr.UserScramCredentialRecord(
         name="alice",
         mechanism="SCRAM-SHA-256",
-        salt=b"\x00salt",
+        salt=b"\x00salt-of-alice",
         stored_key=bytes(range(32)),
         server_key=bytes(range(32, 64)),
         iterations=8192,

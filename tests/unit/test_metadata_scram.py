@@ -3,14 +3,24 @@ snapshot round trip, and the SASL lookup over the image."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import scramp
 
 from raftka.common.errors import KafkaError, SaslAuthenticationFailedError
 from raftka.common.scram import salted_password
 from raftka.metadata import metadata_records as mr
+from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.delta import MetadataDelta, MetadataReplayError, image_from_records
 from raftka.metadata.image import MetadataImage, ScramUser
+from raftka.metadata.scram_control import (
+    AlterUserScramCredentialsResponse,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    alter_user_scram_credentials,
+    describe_user_scram_credentials,
+)
 from raftka.server_common.sasl import (
     SaslServerSession,
     credential_from_salted_password,
@@ -163,7 +173,8 @@ def test_keys_travel_as_base64_and_never_as_password() -> None:
         ({"iterations": 4095}, "iteration count"),
         ({"iterations": 16385}, "iteration count"),
         ({"name": ""}, "non-empty string"),
-        ({"salt": ""}, "salt must not be empty"),
+        ({"salt": ""}, "salt must be at least 12 bytes"),
+        ({"salt": "AAAAAAAAAAAAAA=="}, "salt must be at least 12 bytes"),
         ({"stored_key": "AAAA"}, "keys must be 32 bytes"),
         ({"server_key": "not base64!"}, "base64"),
     ],
@@ -174,3 +185,132 @@ def test_malformed_credential_records_are_refused(change: dict[str, object], exp
     with pytest.raises(mr.MetadataRecordError, match=expected) as info:
         mr.record_from_dict(data)
     assert isinstance(info.value, KafkaError) and info.value.name == "INVALID_REQUEST"
+
+
+# ---------------------------------------------------------------------------------------
+# The controller's commands (scram_control)
+
+
+def upsertion(
+    user: str, password: str, mechanism: str = "SCRAM-SHA-256", iterations: int = 4096
+) -> ScramCredentialUpsertion:
+    salt = b"a-salt-for-user:" + user.encode()
+    salted = salted_password(mechanism, password, salt, iterations)
+    return ScramCredentialUpsertion(user, mechanism, iterations, salt, salted)
+
+
+def committed(image: MetadataImage, result: ControllerResult[object]) -> MetadataImage:
+    return replayed(*result.records, image=image)
+
+
+def errors_of(result: ControllerResult[AlterUserScramCredentialsResponse]) -> dict[str, str | None]:
+    return {r.user: None if r.error is None else r.error.name for r in result.response.results}
+
+
+def test_alter_upserts_and_the_credential_authenticates() -> None:
+    result = alter_user_scram_credentials(
+        MetadataImage.EMPTY,
+        [],
+        [upsertion("alice", "pw-a"), upsertion("bob", "pw-b", "SCRAM-SHA-512", 16384)],
+    )
+    assert errors_of(result) == {"alice": None, "bob": None}
+    assert [type(r) for r in result.records] == [mr.UserScramCredentialRecord] * 2
+    # The password and salted password never reach the log, only the derived keys.
+    payload = mr.encode_records(result.records)
+    assert b"pw-a" not in payload
+    image = committed(MetadataImage.EMPTY, result)
+    assert authenticates(image, "SCRAM-SHA-256", "alice", "pw-a")
+    assert authenticates(image, "SCRAM-SHA-512", "bob", "pw-b")
+    assert not authenticates(image, "SCRAM-SHA-512", "bob", "pw-a")
+
+
+def test_alter_deletes_and_missing_is_resource_not_found() -> None:
+    image = committed(
+        MetadataImage.EMPTY,
+        alter_user_scram_credentials(MetadataImage.EMPTY, [], [upsertion("alice", "a")]),
+    )
+    result = alter_user_scram_credentials(
+        image,
+        [
+            ScramCredentialDeletion("alice", "SCRAM-SHA-256"),
+            ScramCredentialDeletion("bob", "SCRAM-SHA-256"),
+            ScramCredentialDeletion("carol", "SCRAM-SHA-1"),
+        ],
+        [],
+    )
+    assert errors_of(result) == {
+        "alice": None,
+        "bob": "RESOURCE_NOT_FOUND",
+        "carol": "UNSUPPORTED_SASL_MECHANISM",
+    }
+    assert result.records == (mr.RemoveUserScramCredentialRecord("alice", "SCRAM-SHA-256"),)
+    assert committed(image, result).scram.users() == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (upsertion("", "x"), "UNACCEPTABLE_CREDENTIAL"),
+        (
+            dataclasses.replace(upsertion("u", "x"), mechanism="SCRAM-SHA-1"),
+            "UNSUPPORTED_SASL_MECHANISM",
+        ),
+        (dataclasses.replace(upsertion("u", "x"), mechanism="PLAIN"), "UNSUPPORTED_SASL_MECHANISM"),
+        (dataclasses.replace(upsertion("u", "x"), iterations=4095), "UNACCEPTABLE_CREDENTIAL"),
+        (dataclasses.replace(upsertion("u", "x"), iterations=16385), "UNACCEPTABLE_CREDENTIAL"),
+        (dataclasses.replace(upsertion("u", "x"), salt=b""), "UNACCEPTABLE_CREDENTIAL"),
+        (dataclasses.replace(upsertion("u", "x"), salt=b"11 bytes..."), "UNACCEPTABLE_CREDENTIAL"),
+        (
+            dataclasses.replace(upsertion("u", "x"), salted_password=b"short"),
+            "UNACCEPTABLE_CREDENTIAL",
+        ),
+    ],
+)
+def test_bad_upsertion_fails_alone(entry: ScramCredentialUpsertion, expected: str) -> None:
+    """One bad entry gets Kafka's error; the good one beside it still applies."""
+    result = alter_user_scram_credentials(MetadataImage.EMPTY, [], [entry, upsertion("good", "g")])
+    assert errors_of(result) == {entry.name: expected, "good": None}
+    assert [r.name for r in result.records] == ["good"]
+
+
+def test_same_user_twice_is_duplicate_resource() -> None:
+    """Twice in upsertions (even with two mechanisms) or in a deletion and an upsertion:
+    DUPLICATE_RESOURCE for that user and none of its entries apply."""
+    result = alter_user_scram_credentials(
+        MetadataImage.EMPTY,
+        [ScramCredentialDeletion("bob", "SCRAM-SHA-256")],
+        [
+            upsertion("alice", "a"),
+            upsertion("alice", "a", "SCRAM-SHA-512"),
+            upsertion("bob", "b"),
+            upsertion("carol", "c"),
+        ],
+    )
+    assert errors_of(result) == {
+        "bob": "DUPLICATE_RESOURCE",
+        "alice": "DUPLICATE_RESOURCE",
+        "carol": None,
+    }
+    assert [r.name for r in result.records] == ["carol"]
+
+
+def test_describe_lists_users_without_keys() -> None:
+    image = committed(
+        MetadataImage.EMPTY,
+        alter_user_scram_credentials(
+            MetadataImage.EMPTY,
+            [],
+            [upsertion("bob", "b", "SCRAM-SHA-512", 8192), upsertion("alice", "a")],
+        ),
+    )
+    everyone = describe_user_scram_credentials(image, None)
+    assert [(r.user, r.error, r.credentials) for r in everyone] == [
+        ("alice", None, (ScramUser("alice", "SCRAM-SHA-256", 4096),)),
+        ("bob", None, (ScramUser("bob", "SCRAM-SHA-512", 8192),)),
+    ]
+    named = describe_user_scram_credentials(image, ["bob", "nobody", "alice", "alice"])
+    assert [(r.user, None if r.error is None else r.error.name) for r in named] == [
+        ("bob", None),
+        ("nobody", "RESOURCE_NOT_FOUND"),
+        ("alice", "DUPLICATE_RESOURCE"),
+    ]

@@ -22,6 +22,7 @@ Thread safety: ``AsyncAdmin`` belongs to one event loop; ``Admin`` is thread-saf
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -57,6 +58,7 @@ from raftka.common.errors import (
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import controller as msg
 from raftka.common.messages import log_dirs as log_dirs_api
+from raftka.common.scram import ITERATIONS_MIN, salted_password
 
 __all__ = [
     "Admin",
@@ -69,10 +71,16 @@ __all__ = [
     "OffsetSpec",
     "PartitionReassignment",
     "ReplicaInfo",
+    "ScramCredentialInfo",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
 ]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
+
+#: Random salt bytes of a credential the admin makes.
+SCRAM_SALT_BYTES = 32
 
 #: ``list_offsets`` specs: Kafka's OffsetSpec.earliest()/latest()/forTimestamp(ts).
 OffsetSpec = Literal["earliest", "latest"] | int
@@ -104,6 +112,39 @@ class AlterConfigOp:
             raise ValueError(f"op must be SET, DELETE, APPEND or SUBTRACT, not {self.op!r}")
         if self.op != "DELETE" and self.value is None:
             raise ValueError(f"{self.op} of {self.name!r} needs a value")
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialUpsertion:
+    """Set ``user``'s credential for ``mechanism`` (Kafka's UserScramCredentialUpsertion).
+    The password stays here: the admin sends only a random salt and the salted password."""
+
+    user: str
+    mechanism: str
+    password: str
+    iterations: int = ITERATIONS_MIN
+
+    def __repr__(self) -> str:  # never print a password
+        return (
+            f"UserScramCredentialUpsertion(user={self.user!r}, mechanism={self.mechanism!r}, "
+            f"iterations={self.iterations})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialDeletion:
+    """Delete ``user``'s credential for ``mechanism``."""
+
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    """What DescribeUserScramCredentials shows of one credential."""
+
+    mechanism: str
+    iterations: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,6 +653,77 @@ class AsyncAdmin(AdminClientBase):
             timeout_ms=timeout_ms,
         )
 
+    # ------------------------------------------------------------------ SCRAM users
+
+    async def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Kafka's alterUserScramCredentials. Each upsertion's password is salted and
+        hashed here (a random salt); one that cannot be (a mechanism that is not SCRAM,
+        iterations outside 4096..16384) fails alone with Kafka's error, without being
+        sent. Per-user errors as the module doc says (``results`` by user)."""
+        deletions: list[msg.ScramCredentialDeletionData] = []
+        upsertions: list[msg.ScramCredentialUpsertionData] = []
+        local: dict[str, KafkaError | None] = {}
+        for a in alterations:
+            if isinstance(a, UserScramCredentialDeletion):
+                deletions.append(
+                    msg.ScramCredentialDeletionData(name=a.user, mechanism=a.mechanism)
+                )
+                continue
+            salt = secrets.token_bytes(SCRAM_SALT_BYTES)
+            try:
+                salted = salted_password(a.mechanism, a.password, salt, a.iterations)
+            except KafkaError as e:
+                local[a.user] = e
+                continue
+            upsertions.append(
+                msg.ScramCredentialUpsertionData(
+                    name=a.user,
+                    mechanism=a.mechanism,
+                    iterations=a.iterations,
+                    salt=salt,
+                    salted_password=salted,
+                )
+            )
+        results: dict[str, KafkaError | None] = {}
+        if deletions or upsertions:
+            answer = await self._controller_call(
+                "POST",
+                "/v1/scram-credentials",
+                body=msg.AlterUserScramCredentialsRequest(
+                    deletions=deletions, upsertions=upsertions
+                ),
+                timeout_ms=timeout_ms,
+            )
+            for r in decode_value(answer, msg.AlterUserScramCredentialsResponse).results:
+                results[r.user] = _item_error(r.error)
+        results.update(local)
+        _raise_first(results)
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """Kafka's describeUserScramCredentials: each user's mechanisms and iteration
+        counts (never keys), every user with a credential when ``users`` is None. A
+        named user with none: RESOURCE_NOT_FOUND (``results`` by user)."""
+        request = msg.DescribeUserScramCredentialsRequest(user=list(users or ()))
+        answer = await self._controller_call(
+            "GET",
+            "/v1/scram-credentials",
+            params=msg.query_params(request),
+            timeout_ms=timeout_ms,
+        )
+        described = decode_value(answer, msg.DescribeUserScramCredentialsResponse).results
+        _raise_first({r.user: _item_error(r.error) for r in described})
+        return {
+            r.user: [ScramCredentialInfo(c.mechanism, c.iterations) for c in r.credentials]
+            for r in described
+        }
+
     # ------------------------------------------------------------------ offsets
 
     async def list_offsets(
@@ -931,6 +1043,27 @@ class Admin(ClosingOnExit):
     ) -> None:
         self._run(
             self._async.alter_configs(configs, validate_only=validate_only, timeout_ms=timeout_ms),
+            timeout_ms,
+        )
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._async.alter_user_scram_credentials(list(alterations), timeout_ms=timeout_ms),
+            timeout_ms,
+        )
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        return self._run(
+            self._async.describe_user_scram_credentials(
+                None if users is None else list(users), timeout_ms=timeout_ms
+            ),
             timeout_ms,
         )
 

@@ -380,6 +380,14 @@ class SaslAuthenticationFailedError(KafkaError):
     name, code = "SASL_AUTHENTICATION_FAILED", 58
 
 
+class ResourceNotFoundError(KafkaError):
+    name, code = "RESOURCE_NOT_FOUND", 91
+
+
+class DuplicateResourceError(KafkaError):
+    name, code = "DUPLICATE_RESOURCE", 92
+
+
 class UnacceptableCredentialError(KafkaError):
     name, code = "UNACCEPTABLE_CREDENTIAL", 93
 

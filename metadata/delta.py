@@ -10,7 +10,7 @@ in tests, so every node that replays the same records in log order holds equal i
 
 The delta keeps one small delta per sub-image, created on first use (``ClusterDelta``,
 ``TopicsDelta`` with one ``TopicDelta`` per touched topic, ``ConfigurationsDelta``,
-``ProducerIdsDelta``); a sub-image with no delta is shared as it is.
+``ProducerIdsDelta``, ``ScramDelta``); a sub-image with no delta is shared as it is.
 
 A record that does not fit the state it is replayed on (a change to an unknown topic,
 an epoch that does not match the broker's registration, a second topic of one name)
@@ -38,6 +38,7 @@ from raftka.metadata.image import (
     MetadataImage,
     PartitionRegistration,
     ProducerIdsImage,
+    ScramImage,
     TopicIdPartition,
     TopicImage,
     TopicsImage,
@@ -55,10 +56,13 @@ from raftka.metadata.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     assignment_problem,
 )
+from raftka.server_common.sasl import ScramCredential
 
 __all__ = [
     "ClusterDelta",
@@ -67,6 +71,7 @@ __all__ = [
     "MetadataDelta",
     "MetadataReplayError",
     "ProducerIdsDelta",
+    "ScramDelta",
     "TopicDelta",
     "TopicsDelta",
     "image_from_records",
@@ -396,6 +401,48 @@ class ProducerIdsDelta:
 
 
 # ---------------------------------------------------------------------------------------
+# SCRAM credentials
+
+
+class ScramDelta:
+    """SCRAM credentials set or removed since ``image``, by (user, mechanism)."""
+
+    def __init__(self, image: ScramImage) -> None:
+        self.image: Final = image
+        # None marks a removed credential.
+        self.changed: dict[tuple[str, str], ScramCredential | None] = {}
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        key = (user, mechanism)
+        if key in self.changed:
+            return self.changed[key]
+        return self.image.credential(user, mechanism)
+
+    def replay_set(self, record: UserScramCredentialRecord) -> None:
+        # The record checked everything ScramCredential checks, so this cannot raise.
+        self.changed[record.name, record.mechanism] = ScramCredential(
+            record.mechanism, record.salt, record.stored_key, record.server_key, record.iterations
+        )
+
+    def replay_remove(self, record: RemoveUserScramCredentialRecord) -> None:
+        # As Kafka's ScramControlManager: removing what is not there is a log that
+        # disagrees with the image.
+        if self.credential(record.name, record.mechanism) is None:
+            raise MetadataReplayError(
+                f"RemoveUserScramCredentialRecord: user {record.name!r} has no "
+                f"{record.mechanism} credential"
+            )
+        self.changed[record.name, record.mechanism] = None
+
+    def apply(self) -> ScramImage:
+        if not self.changed:
+            return self.image
+        put = {k: c for k, c in self.changed.items() if c is not None}
+        removed = [k for k, c in self.changed.items() if c is None]
+        return ScramImage(self.image.credentials.with_changes(put, removed))
+
+
+# ---------------------------------------------------------------------------------------
 # Local changes
 
 
@@ -441,6 +488,7 @@ class MetadataDelta:
         self.topics: TopicsDelta | None = None
         self.configs: ConfigurationsDelta | None = None
         self.producer_ids: ProducerIdsDelta | None = None
+        self.scram: ScramDelta | None = None
 
     def _cluster(self) -> ClusterDelta:
         if self.cluster is None:
@@ -461,6 +509,11 @@ class MetadataDelta:
         if self.producer_ids is None:
             self.producer_ids = ProducerIdsDelta(self.image.producer_ids)
         return self.producer_ids
+
+    def _scram(self) -> ScramDelta:
+        if self.scram is None:
+            self.scram = ScramDelta(self.image.scram)
+        return self.scram
 
     def topic_id_by_name(self, name: str) -> str | None:
         """The id of the live topic called ``name``, counting records replayed so far."""
@@ -509,6 +562,10 @@ class MetadataDelta:
                 self._configs().replay_config(record)
             case ProducerIdsRecord():
                 self._producer_ids().replay(record)
+            case UserScramCredentialRecord():
+                self._scram().replay_set(record)
+            case RemoveUserScramCredentialRecord():
+                self._scram().replay_remove(record)
             case NoOpRecord():
                 pass
             case _:
@@ -531,12 +588,14 @@ class MetadataDelta:
         producer_ids = (
             self.image.producer_ids if self.producer_ids is None else self.producer_ids.apply()
         )
+        scram = self.image.scram if self.scram is None else self.scram.apply()
         image = self.image
         if (
             cluster is image.cluster
             and topics is image.topics
             and configs is image.configs
             and producer_ids is image.producer_ids
+            and scram is image.scram
             and self.offset == image.offset
             and self.epoch == image.epoch
         ):
@@ -548,6 +607,7 @@ class MetadataDelta:
             topics=topics,
             configs=configs,
             producer_ids=producer_ids,
+            scram=scram,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

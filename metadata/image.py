@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 A :class:`MetadataImage` is a tree of frozen values: the cluster (broker
-registrations), the topics (each with its partition registrations), the configs and the
-producer-id counter, plus the offset and epoch of the last record it contains. Nothing in
-it ever changes; a :class:`~raftka.metadata.delta.MetadataDelta` builds the next image
-and reuses every sub-image and every topic and partition it did not touch, so a reader
+registrations), the topics (each with its partition registrations), the configs, the
+producer-id counter and the users' SCRAM credentials, plus the offset and epoch of the
+last record it contains. Nothing in it ever changes; a
+:class:`~raftka.metadata.delta.MetadataDelta` builds the next image and reuses every
+sub-image and every topic and partition it did not touch, so a reader
 can hold an image for as long as it likes without locks, and "did this change?" is
 often an ``is`` test.
 
@@ -36,7 +37,9 @@ from raftka.metadata.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
+from raftka.server_common.sasl import ScramCredential
 
 __all__ = [
     "BrokerRegistration",
@@ -47,6 +50,8 @@ __all__ = [
     "MetadataImage",
     "PartitionRegistration",
     "ProducerIdsImage",
+    "ScramImage",
+    "ScramUser",
     "TopicIdPartition",
     "TopicImage",
     "TopicsImage",
@@ -409,6 +414,56 @@ ProducerIdsImage.EMPTY = ProducerIdsImage(0)
 
 
 # ---------------------------------------------------------------------------------------
+# SCRAM credentials
+
+
+class ScramUser(NamedTuple):
+    """What DescribeUserScramCredentials shows of one credential: never the keys."""
+
+    user: str
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramImage:
+    """SCRAM credentials by (user name, mechanism) (Kafka's ScramImage)."""
+
+    EMPTY: ClassVar[ScramImage]
+    credentials: FrozenMap[tuple[str, str], ScramCredential]
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The credential a SASL/SCRAM exchange checks (a ``CredentialLookup``)."""
+        return self.credentials.get((user, mechanism))
+
+    def users(self) -> list[ScramUser]:
+        """Every credential's user, mechanism and iterations, by user then mechanism."""
+        return [
+            ScramUser(user, mechanism, self.credentials[user, mechanism].iterations)
+            for user, mechanism in sorted(self.credentials)
+        ]
+
+    def to_records(self) -> list[MetadataRecord]:
+        out: list[MetadataRecord] = []
+        for user, mechanism in sorted(self.credentials):
+            c = self.credentials[user, mechanism]
+            out.append(
+                UserScramCredentialRecord(
+                    name=user,
+                    mechanism=mechanism,
+                    salt=c.salt,
+                    stored_key=c.stored_key,
+                    server_key=c.server_key,
+                    iterations=c.iterations,
+                )
+            )
+        return out
+
+
+ScramImage.EMPTY = ScramImage(FrozenMap())
+
+
+# ---------------------------------------------------------------------------------------
 # The whole image
 
 
@@ -424,6 +479,7 @@ class MetadataImage:
     topics: TopicsImage
     configs: ConfigurationsImage
     producer_ids: ProducerIdsImage
+    scram: ScramImage = ScramImage.EMPTY
 
     def is_empty(self) -> bool:
         return (
@@ -431,7 +487,13 @@ class MetadataImage:
             and self.topics == TopicsImage.EMPTY
             and self.configs == ConfigurationsImage.EMPTY
             and self.producer_ids == ProducerIdsImage.EMPTY
+            and self.scram == ScramImage.EMPTY
         )
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """``user``'s SCRAM credential for ``mechanism``: the lookup a
+        :class:`~raftka.server_common.sasl.SaslServerSession` takes."""
+        return self.scram.credential(user, mechanism)
 
     def to_records(self) -> list[MetadataRecord]:
         """The records that, replayed over EMPTY, rebuild this image (a snapshot's
@@ -441,6 +503,7 @@ class MetadataImage:
             *self.topics.to_records(),
             *self.configs.to_records(),
             *self.producer_ids.to_records(),
+            *self.scram.to_records(),
         ]
 
 

@@ -26,7 +26,10 @@ omitted, which is how a later version can add fields that older writers never wr
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
+import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeAlias
 import orjson
 
 from raftka.common.errors import InvalidRequestError
+from raftka.common.scram import ITERATIONS_MAX, ITERATIONS_MIN, SALT_BYTES_MIN, SCRAM_MECHANISMS
 
 __all__ = [
     "FENCE",
@@ -56,8 +60,10 @@ __all__ = [
     "ProducerIdsRecord",
     "RegisterBrokerRecord",
     "RemoveTopicRecord",
+    "RemoveUserScramCredentialRecord",
     "TopicRecord",
     "UnregisterBrokerRecord",
+    "UserScramCredentialRecord",
     "assignment_problem",
     "decode_record",
     "decode_records",
@@ -218,6 +224,24 @@ def _one_of(*allowed: int) -> _Kind:
     return check
 
 
+def _bytes(value: object, where: str) -> object:
+    """Bytes; in JSON a base64 string (as Kafka's JSON form of a bytes field)."""
+    if isinstance(value, bytes):
+        return value
+    if type(value) is not str:
+        raise _fail(where, "base64 bytes", value)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _fail(where, "base64 bytes", value) from None
+
+
+def _scram_mechanism(value: object, where: str) -> object:
+    if type(value) is not str or value not in SCRAM_MECHANISMS:
+        raise _fail(where, f"one of {', '.join(SCRAM_MECHANISMS)}", value)
+    return value
+
+
 _PORT_KIND: Final = _int_kind(_PORT, "a port")
 _INT32_KIND: Final = _int_kind(_INT32, "an int32")
 _BROKER_ID: Final = _int_kind(_INT32, "a broker id (int32)", min_value=0)
@@ -265,6 +289,8 @@ class _Record:
             value = getattr(self, name)
             if isinstance(value, tuple):
                 value = [v._asdict() if isinstance(v, Endpoint) else v for v in value]
+            elif isinstance(value, bytes):
+                value = base64.b64encode(value).decode("ascii")
             out[name] = value
         return out
 
@@ -500,6 +526,54 @@ class ProducerIdsRecord(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord(_Record):
+    """A user's SCRAM credential for one mechanism was set (Kafka's record of this
+    name): what RFC 5802 keeps of a password, never the password. ``salt``,
+    ``stored_key`` and ``server_key`` are base64 in JSON. Kafka stores the mechanism
+    as an int8; raftka's JSON records name it (``SCRAM-SHA-256``)."""
+
+    type: ClassVar[str] = "UserScramCredentialRecord"
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    _KINDS: ClassVar[Mapping[str, _Kind]] = {
+        "name": _nonempty_str,
+        "mechanism": _scram_mechanism,
+        "salt": _bytes,
+        "stored_key": _bytes,
+        "server_key": _bytes,
+        "iterations": _int_kind((ITERATIONS_MIN, ITERATIONS_MAX), "an iteration count"),
+    }
+
+    def _check(self) -> None:
+        # Every node builds a ScramCredential from this record on replay, so the record
+        # holds whatever that needs: a salt and keys of the mechanism's hash length.
+        size = hashlib.new(SCRAM_MECHANISMS[self.mechanism]).digest_size
+        if len(self.salt) < SALT_BYTES_MIN:
+            raise self._error(f"salt must be at least {SALT_BYTES_MIN} bytes")
+        if len(self.stored_key) != size or len(self.server_key) != size:
+            raise self._error(f"{self.mechanism} keys must be {size} bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord(_Record):
+    """A user's SCRAM credential for one mechanism was deleted."""
+
+    type: ClassVar[str] = "RemoveUserScramCredentialRecord"
+    name: str
+    mechanism: str
+
+    _KINDS: ClassVar[Mapping[str, _Kind]] = {
+        "name": _nonempty_str,
+        "mechanism": _scram_mechanism,
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class NoOpRecord(_Record):
     """Changes nothing; the controller writes one to advance the log (e.g. to commit
     in a new epoch)."""
@@ -519,6 +593,8 @@ MetadataRecord: TypeAlias = (
     | RemoveTopicRecord
     | ConfigRecord
     | ProducerIdsRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
     | NoOpRecord
 )
 
@@ -534,6 +610,8 @@ RECORD_TYPES: Final[Mapping[str, type[MetadataRecord]]] = {
         RemoveTopicRecord,
         ConfigRecord,
         ProducerIdsRecord,
+        UserScramCredentialRecord,
+        RemoveUserScramCredentialRecord,
         NoOpRecord,
     )
 }

@@ -11,13 +11,14 @@ runs as one command on the event loop (:meth:`ControllerEventLoop.submit`, which
 answers once its records are committed and replayed); the answer is encoded from its
 message class.
 
-Writes (registration, heartbeat, topics, partitions, configs, AlterPartition,
-producer ids) need the active controller: elsewhere they answer 503 NOT_CONTROLLER
-with ``leader_id`` and ``leader_address``. Reads (``/v1/metadata``, ``/v1/configs``,
-``/v1/quorum``, ``/health``) are served by any controller from its own committed
-image. Every error follows ``raftka.server_common.http_errors``: Kafka's error name and
-code and a message, with an HTTP status from :data:`STATUS`; never a traceback, and
-the process stays up. ``docs/controller-api.md`` has every endpoint.
+Writes (registration, heartbeat, topics, partitions, configs, SCRAM credentials,
+AlterPartition, producer ids) need the active controller: elsewhere they answer 503
+NOT_CONTROLLER with ``leader_id`` and ``leader_address``. Reads (``/v1/metadata``,
+``/v1/configs``, ``/v1/scram-credentials``, ``/v1/quorum``, ``/health``) are served by
+any controller from its own committed image. Every error follows
+``raftka.server_common.http_errors``: Kafka's error name and code and a message, with an
+HTTP status from :data:`STATUS`; never a traceback, and the process stays up.
+``docs/controller-api.md`` has every endpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ from raftka.metadata.election import Election
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_fetch import fetch_metadata
 from raftka.metadata.metadata_records import Endpoint
+from raftka.metadata.scram_control import (
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    alter_user_scram_credentials,
+    describe_user_scram_credentials,
+)
 from raftka.metadata.topic_control import describe_configs
 from raftka.raft.quorum.engine import QuorumInfo, VoterState
 from raftka.server_common.http_errors import error_middleware, json_response
@@ -113,6 +120,8 @@ def build_controller_app(
             web.get("/v1/reassignments", _list_reassignments),
             web.post("/v1/configs", _alter_configs),
             web.get("/v1/configs", _describe_configs),
+            web.post("/v1/scram-credentials", _alter_scram_credentials),
+            web.get("/v1/scram-credentials", _describe_scram_credentials),
             web.post("/v1/alter-partition", _alter_partition),
             web.post("/v1/producer-ids", _allocate_producer_ids),
             web.get("/v1/quorum", _describe_quorum),
@@ -485,6 +494,52 @@ async def _describe_configs(request: web.Request) -> web.Response:
                 )
                 for e in result.entries
             ],
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# SCRAM credentials
+
+
+async def _alter_scram_credentials(request: web.Request) -> web.Response:
+    body = await _body(request, msg.AlterUserScramCredentialsRequest)
+    deletions = [ScramCredentialDeletion(d.name, d.mechanism) for d in body.deletions]
+    upsertions = [
+        ScramCredentialUpsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
+        for u in body.upsertions
+    ]
+    response = await _write(
+        request,
+        "alter_user_scram_credentials",
+        lambda _c, image: alter_user_scram_credentials(image, deletions, upsertions),
+    )
+    return _answer(
+        msg.AlterUserScramCredentialsResponse(
+            results=[
+                msg.UserScramResultData(user=r.user, error=msg.error_data(r.error))
+                for r in response.results
+            ]
+        )
+    )
+
+
+async def _describe_scram_credentials(request: web.Request) -> web.Response:
+    req = decode_query(request, msg.DescribeUserScramCredentialsRequest, lists=frozenset({"user"}))
+    results = describe_user_scram_credentials(_events(request).loader.image, req.user)
+    return _answer(
+        msg.DescribeUserScramCredentialsResponse(
+            results=[
+                msg.DescribedUserScramData(
+                    user=r.user,
+                    error=msg.error_data(r.error),
+                    credentials=[
+                        msg.ScramCredentialInfoData(mechanism=c.mechanism, iterations=c.iterations)
+                        for c in r.credentials
+                    ],
+                )
+                for r in results
+            ]
         )
     )
 

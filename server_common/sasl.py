@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -46,6 +47,16 @@ from raftka.common.errors import (
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
+from raftka.common.scram import (
+    ITERATIONS_MAX,
+    ITERATIONS_MIN,
+    SCRAM_MECHANISMS,
+    check_iterations,
+    check_mechanism,
+    check_salt,
+    salted_password,
+    scram_keys,
+)
 
 __all__ = [
     "ITERATIONS_MAX",
@@ -55,14 +66,13 @@ __all__ = [
     "CredentialLookup",
     "SaslServerSession",
     "ScramCredential",
+    "credential_from_salted_password",
     "new_scram_credential",
 ]
 
-SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 SASL_MECHANISMS: Final = (*SCRAM_MECHANISMS, "PLAIN")
-#: Kafka's bounds on a SCRAM credential's iteration count.
-ITERATIONS_MIN: Final = 4096
-ITERATIONS_MAX: Final = 16384
+#: Random salt bytes of a new credential (scramp's default length).
+SALT_BYTES: Final = 16
 #: The largest client token a session reads (Kafka's sasl.server.max.receive.size).
 TOKEN_BYTES_MAX: Final = 524_288
 _FAILED: Final = "Authentication failed: invalid credentials"
@@ -79,11 +89,13 @@ class ScramCredential:
     iterations: int
 
     def __post_init__(self) -> None:
-        if self.mechanism not in SCRAM_MECHANISMS:
-            raise UnsupportedSaslMechanismError(f"{self.mechanism} is not a SCRAM mechanism")
-        if not ITERATIONS_MIN <= self.iterations <= ITERATIONS_MAX:
+        size = hashlib.new(check_mechanism(self.mechanism)).digest_size
+        check_iterations(self.iterations)
+        check_salt(self.salt)
+        if len(self.stored_key) != size or len(self.server_key) != size:
             raise UnacceptableCredentialError(
-                f"iterations must be in {ITERATIONS_MIN}..{ITERATIONS_MAX}, got {self.iterations}"
+                f"{self.mechanism} keys are {size} bytes, got {len(self.stored_key)} "
+                f"and {len(self.server_key)}"
             )
 
 
@@ -94,17 +106,25 @@ CredentialLookup = Callable[[str, str], ScramCredential | None]
 def new_scram_credential(
     mechanism: str, password: str, *, iterations: int = ITERATIONS_MIN, salt: bytes | None = None
 ) -> ScramCredential:
-    """A credential for ``password`` (what ``raftka users add`` stores)."""
-    if mechanism not in SCRAM_MECHANISMS:
-        raise UnsupportedSaslMechanismError(f"{mechanism} is not a SCRAM mechanism")
-    if not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
+    """A credential for ``password`` (a random salt unless one is given)."""
+    salt_ = secrets.token_bytes(SALT_BYTES) if salt is None else salt
+    salted = salted_password(mechanism, password, salt_, iterations)
+    return credential_from_salted_password(mechanism, salt_, salted, iterations)
+
+
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted: bytes, iterations: int
+) -> ScramCredential:
+    """The stored credential of a salted password, as Kafka's controller derives it from
+    an AlterUserScramCredentials upsertion; UNACCEPTABLE_CREDENTIAL when the salted
+    password is not the mechanism's hash length."""
+    size = hashlib.new(check_mechanism(mechanism)).digest_size
+    if len(salted) != size:
         raise UnacceptableCredentialError(
-            f"iterations must be in {ITERATIONS_MIN}..{ITERATIONS_MAX}, got {iterations}"
+            f"a {mechanism} salted password is {size} bytes, got {len(salted)}"
         )
-    salt_, stored, server, count = scramp.ScramMechanism(mechanism).make_auth_info(
-        password, iteration_count=iterations, salt=salt
-    )
-    return ScramCredential(mechanism, salt_, stored, server, count)
+    stored_key, server_key = scram_keys(mechanism, salted)
+    return ScramCredential(mechanism, salt, stored_key, server_key, iterations)
 
 
 class SaslServerSession:

@@ -164,14 +164,6 @@ class ThrottlingQuotaExceededError(KafkaError):
     name, code, retriable = "THROTTLING_QUOTA_EXCEEDED", 89, True
 
 
-class ResourceNotFoundError(KafkaError):
-    name, code = "RESOURCE_NOT_FOUND", 91
-
-
-class DuplicateResourceError(KafkaError):
-    name, code = "DUPLICATE_RESOURCE", 92
-
-
 class FeatureUpdateFailedError(KafkaError):
     name, code = "FEATURE_UPDATE_FAILED", 96
 

@@ -67,6 +67,8 @@ __all__ = [
     "AlterPartitionReassignmentsResponse",
     "AlterPartitionRequest",
     "AlterPartitionResponse",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResponse",
     "BrokerHeartbeatRequest",
     "BrokerHeartbeatResponse",
     "ConfigEntryData",
@@ -85,6 +87,9 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeQuorumRequest",
     "DescribeQuorumResponse",
+    "DescribeUserScramCredentialsRequest",
+    "DescribeUserScramCredentialsResponse",
+    "DescribedUserScramData",
     "ElectLeadersRequest",
     "ElectLeadersResponse",
     "ElectionPartitions",
@@ -105,7 +110,11 @@ __all__ = [
     "ReassignablePartition",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
+    "ScramCredentialDeletionData",
+    "ScramCredentialInfoData",
+    "ScramCredentialUpsertionData",
     "TopicErrorResult",
+    "UserScramResultData",
     "error_data",
     "query_params",
 ]
@@ -405,6 +414,71 @@ class DescribeConfigsResponse(Message, frozen=True, kw_only=True):
     resource_type: str
     resource_name: str
     entries: list[ConfigEntryData]
+
+
+# ---------------------------------------------------------------------------------------
+# SCRAM credentials (client/admin.py, raftka users)
+
+# Bounds well above any real value, so a body cannot make the controller hash a huge
+# input: a salt (Kafka's are 16-64 bytes) and a salted password (one hash, <= 64 bytes).
+_SCRAM_BYTES: Final = Meta(max_length=1024)
+
+
+class ScramCredentialDeletionData(ControllerRequest, frozen=True, kw_only=True):
+    name: str
+    mechanism: str
+
+
+class ScramCredentialUpsertionData(ControllerRequest, frozen=True, kw_only=True):
+    """Kafka's upsertion: the salted password, never the password (bytes as base64)."""
+
+    name: str
+    mechanism: str
+    iterations: int
+    salt: Annotated[bytes, _SCRAM_BYTES]
+    salted_password: Annotated[bytes, _SCRAM_BYTES]
+
+
+class AlterUserScramCredentialsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/scram-credentials``: Kafka's AlterUserScramCredentials."""
+
+    deletions: Annotated[list[ScramCredentialDeletionData], _ITEMS] = msgspec.field(
+        default_factory=list
+    )
+    upsertions: Annotated[list[ScramCredentialUpsertionData], _ITEMS] = msgspec.field(
+        default_factory=list
+    )
+
+
+class UserScramResultData(Message, frozen=True, kw_only=True):
+    user: str
+    error: ErrorData | None
+
+
+class AlterUserScramCredentialsResponse(Message, frozen=True, kw_only=True):
+    results: list[UserScramResultData]
+
+
+class DescribeUserScramCredentialsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``GET /v1/scram-credentials?user=U&user=...``: the named users, or every user
+    with a credential when none is named."""
+
+    user: Annotated[list[str], _ITEMS] = msgspec.field(default_factory=list)
+
+
+class ScramCredentialInfoData(Message, frozen=True, kw_only=True):
+    mechanism: str
+    iterations: int
+
+
+class DescribedUserScramData(Message, frozen=True, kw_only=True):
+    user: str
+    error: ErrorData | None
+    credentials: list[ScramCredentialInfoData]
+
+
+class DescribeUserScramCredentialsResponse(Message, frozen=True, kw_only=True):
+    results: list[DescribedUserScramData]
 
 
 # ---------------------------------------------------------------------------------------

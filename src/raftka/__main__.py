@@ -111,6 +111,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "up_command",
         "Start a local cluster (3 controllers, 3 brokers) in the foreground; no config.",
     ),
+    "users": (
+        "raftka.client.cli.users",
+        "users_command",
+        "Add, delete and list SCRAM users (like kafka-configs --entity-type users).",
+    ),
     "produce": (
         "raftka.client.cli.produce",
         "produce_command",

@@ -30,6 +30,15 @@ ONE_OF_EACH: list[mr.MetadataRecord] = [
     mr.ConfigRecord("topic", "orders", "retention.ms", "1000"),
     mr.ConfigRecord("broker", "", "log.retention.hours", None),
     mr.ProducerIdsRecord(broker_id=1, broker_epoch=10, next_producer_id=1000),
+    mr.UserScramCredentialRecord(
+        name="alice",
+        mechanism="SCRAM-SHA-256",
+        salt=b"\x00salt-of-alice",
+        stored_key=bytes(range(32)),
+        server_key=bytes(range(32, 64)),
+        iterations=8192,
+    ),
+    mr.RemoveUserScramCredentialRecord(name="alice", mechanism="SCRAM-SHA-512"),
     mr.NoOpRecord(),
 ]
 

@@ -55,11 +55,11 @@ def test_txn_partition_leader_killed(
 ) -> None:
     """kill -9 of a transactional partition's leader: the markers of open transactions
     reach the new leader, so read_committed readers see them whole or not at all."""
-    # At 4 s, not 1.5 s: the producers first need InitProducerId from a coordinator
-    # whose __transaction_state partition may have only the doomed broker in its ISR
-    # after the previous scenario's kill (CI 2026-11-28: killed at 1.5 s, no producer
-    # ever got through init_transactions in the 7.5 s run, "the workload did nothing").
-    faults = [ScheduledFault(4.0, "kill-leader", (), 6.0, (("partition", 1.0),))]
+    # At 1.5 s, while the producers are still in init_transactions. CI once failed
+    # here (2026-11-28): the __transaction_state partition had only the killed broker
+    # in its ISR (both followers dropped under load), so no producer initialised for
+    # the whole run. Eligible leader replicas (KIP-966) now elect a follower instead.
+    faults = [ScheduledFault(1.5, "kill-leader", (), 6.0, (("partition", 1.0),))]
     scenario(cluster, "txnleader", faults, workload="txn")
 
 

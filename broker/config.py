@@ -51,6 +51,7 @@ log.cleaner.io.buffer.size                 524288      kept bytes buffered per w
 log.cleaner.threads                        1           only 1 (refused otherwise)
 socket.request.max.bytes                   104857600   largest Kafka-protocol request
 connections.max.idle.ms                    600000      idle Kafka connections close
+connection.failed.authentication.delay.ms  100         SASL failure answered, then close
 max.connections                            2147483647  open Kafka connections at most
 auto.create.topics.enable                  true        Metadata creates unknown topics
 num.io.threads                             8           I/O worker threads (disk work)
@@ -68,11 +69,16 @@ of the same name in ``advertised.listeners``, else its own. An SSL listener take
 TLS settings of ``raftka.server_common.tls`` (``ssl.certfile``, ``ssl.keyfile``,
 ``ssl.cafile``, ``ssl.client.auth``, ..., also as ``listener.name.ssl.ssl.*``) and
 refuses to start when its certificate cannot be loaded; ``ssl.*`` keys without an SSL
-listener are refused. SASL_PLAINTEXT and SASL_SSL are refused by name (issue #17), and
-so is ``listener.security.protocol.map`` (the listener's name is its protocol, Kafka's
-default map). A single-entry ``listeners`` has no Kafka listener (the configs written
-before it existed keep their meaning). The HTTP API, the controllers and the traffic
-between nodes have no TLS yet.
+listener are refused. A ``SASL_PLAINTEXT://`` or ``SASL_SSL://`` listener (SASL_SSL
+takes the same TLS settings, also as ``listener.name.sasl_ssl.ssl.*``) authenticates
+every connection with ``sasl.enabled.mechanisms`` (or
+``listener.name.<listener>.sasl.enabled.mechanisms``): SCRAM-SHA-256, SCRAM-SHA-512
+and PLAIN, checked against the SCRAM credentials of the metadata log (``raftka
+users``). It must be set: Kafka's default, GSSAPI, is not supported, and a SASL setting
+without a SASL listener is refused. ``listener.security.protocol.map`` is refused (the
+listener's name is its protocol, Kafka's default map). A single-entry ``listeners``
+has no Kafka listener (the configs written before it existed keep their meaning). The
+HTTP API, the controllers and the traffic between nodes have no TLS yet.
 
 ``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
 (broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
@@ -109,6 +115,7 @@ from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
+from raftka.server_common.sasl import SASL_MECHANISMS
 from raftka.server_common.tls import server_context, tls_keys_for, tls_settings
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
@@ -200,6 +207,7 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     # The Kafka listener (raftka.broker.kafka).
     "socket.request.max.bytes": (104_857_600, 1),
     "connections.max.idle.ms": (600_000, 1),
+    "connection.failed.authentication.delay.ms": (100, 0),
     "max.connections": (2**31 - 1, 1),
     # The I/O workers (broker/io_workers.py) and the flush.ms timer.
     "num.io.threads": (8, 1),
@@ -212,11 +220,19 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
 # TLS client's check of the server, and the broker makes no TLS connections of its own
 # yet, so it would be accepted and never used (it is refused as an unknown key).
 _BROKER_TLS_KEYS: Final = frozenset(
-    k for k in tls_keys_for("SSL") if not k.endswith("ssl.endpoint.identification.algorithm")
+    k
+    for k in tls_keys_for("SSL") | tls_keys_for("SASL_SSL")
+    if not k.endswith("ssl.endpoint.identification.algorithm")
+)
+#: A SASL listener's mechanisms (Kafka's key, also per listener).
+_SASL_KEYS: Final = frozenset(
+    {"sasl.enabled.mechanisms"}
+    | {f"listener.name.{n}.sasl.enabled.mechanisms" for n in ("sasl_plaintext", "sasl_ssl")}
 )
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
     _BROKER_TLS_KEYS
+    | _SASL_KEYS
     | set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
@@ -226,8 +242,8 @@ BROKER_KEYS: Final[frozenset[str]] = frozenset(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaListenerConfig:
-    """The Kafka binary-protocol listener (``PLAINTEXT://`` or ``SSL://`` in
-    ``listeners``)."""
+    """The Kafka binary-protocol listener (``PLAINTEXT://``, ``SSL://``,
+    ``SASL_PLAINTEXT://`` or ``SASL_SSL://`` in ``listeners``)."""
 
     host: str
     port: int
@@ -236,17 +252,44 @@ class KafkaListenerConfig:
     socket_request_max_bytes: int = 104_857_600
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
-    #: PLAINTEXT or SSL (the listener's name: Kafka's default security protocol map).
+    #: How long a SASL connection whose authentication failed stays open after the
+    #: failure's answer (Kafka's connection.failed.authentication.delay.ms).
+    failed_authentication_delay_ms: int = 100
+    #: The listener's name, which is its security protocol (Kafka's default map).
     security_protocol: str = "PLAINTEXT"
-    #: The TLS context of an SSL listener, built (and its files loaded) at config time,
-    #: so a listener that cannot load its certificate refuses to start.
+    #: The TLS context of an SSL or SASL_SSL listener, built (and its files loaded) at
+    #: config time, so a listener that cannot load its certificate refuses to start.
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
+    #: sasl.enabled.mechanisms of a SASL listener; empty: no authentication.
+    sasl_mechanisms: tuple[str, ...] = ()
 
 
-#: Kafka's security protocols; PLAINTEXT and SSL have a Kafka listener, SASL not yet
-#: (issue #17).
-_SECURITY_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
-_KAFKA_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL"})
+#: Kafka's security protocols, each served by the Kafka listener.
+_KAFKA_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+_TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
+
+
+def _sasl_mechanisms(props: Mapping[str, str], protocol: str) -> tuple[str, ...]:
+    """sasl.enabled.mechanisms of a SASL listener (the per-listener key first)."""
+    for key in (
+        f"listener.name.{protocol.lower()}.sasl.enabled.mechanisms",
+        "sasl.enabled.mechanisms",
+    ):
+        if key in props:
+            names = tuple(
+                dict.fromkeys(m.strip().upper() for m in props[key].split(",") if m.strip())
+            )
+            unknown = [m for m in names if m not in SASL_MECHANISMS]
+            if unknown or not names:
+                raise ConfigError(
+                    f"{key}: {', '.join(unknown) or 'no mechanism'} is not supported; "
+                    f"the mechanisms are {', '.join(SASL_MECHANISMS)}"
+                )
+            return names
+    raise ConfigError(
+        f"listeners: the {protocol} listener needs sasl.enabled.mechanisms (Kafka's "
+        f"default, GSSAPI, is not supported; choose from {', '.join(SASL_MECHANISMS)})"
+    )
 
 
 def _listener_entries(text: str, key: str) -> list[tuple[str, str, int]]:
@@ -270,33 +313,44 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
     ConfigError naming the key for a security protocol raftka cannot serve yet."""
     entries = _listener_entries(props.get("listeners", ""), "listeners")[1:]
     tls_given = sorted(k for k in props if k in _BROKER_TLS_KEYS)
+    sasl_given = sorted(k for k in props if k in _SASL_KEYS)
     if not entries:
         if tls_given:
             raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")
+        if sasl_given:
+            raise ConfigError(f"{sasl_given[0]}: no SASL listener uses it (listeners)")
         return None
     if "listener.security.protocol.map" in props:
         raise ConfigError(
             "listener.security.protocol.map is not supported: name the Kafka listener "
-            "PLAINTEXT or SSL (Kafka's default map)"
+            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map)"
         )
     if len(entries) > 1:
         raise ConfigError("listeners: one Kafka listener after the HTTP API, not several")
     protocol, host, port = entries[0]
-    if protocol in _SECURITY_PROTOCOLS and protocol not in _KAFKA_PROTOCOLS:
-        raise ConfigError(
-            f"listeners: security protocol {protocol} is not supported yet "
-            "(PLAINTEXT and SSL; SASL is issue #17)"
-        )
     if protocol not in _KAFKA_PROTOCOLS:
         raise ConfigError(
             f"listeners: listener {protocol or '(unnamed)'!r} after the first (the HTTP API) "
-            "must be PLAINTEXT://host:port or SSL://host:port"
+            "must be PLAINTEXT://, SSL://, SASL_PLAINTEXT:// or SASL_SSL://host:port"
         )
+    own = f"listener.name.{protocol.lower()}."
+    stray = [
+        k
+        for k in tls_given + sasl_given
+        if k.startswith("listener.name.") and not k.startswith(own)
+    ]
+    if stray:
+        raise ConfigError(f"{stray[0]}: no listener of that name (listeners)")
     context = None
-    if protocol == "SSL":
-        context = server_context(tls_settings(props, "SSL"))
+    if protocol in _TLS_PROTOCOLS:
+        context = server_context(tls_settings(props, protocol))
     elif tls_given:
         raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")
+    mechanisms: tuple[str, ...] = ()
+    if protocol.startswith("SASL_"):
+        mechanisms = _sasl_mechanisms(props, protocol)
+    elif sasl_given:
+        raise ConfigError(f"{sasl_given[0]}: no SASL listener uses it (listeners)")
     advertised = _listener_entries(props.get("advertised.listeners", ""), "advertised.listeners")
     adv_host, adv_port = host, port
     for name, a_host, a_port in advertised[1:]:
@@ -317,9 +371,11 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
         advertised_port=adv_port,
         socket_request_max_bytes=_int(props, "socket.request.max.bytes"),
         connections_max_idle_ms=_int(props, "connections.max.idle.ms"),
+        failed_authentication_delay_ms=_int(props, "connection.failed.authentication.delay.ms"),
         max_connections=_int(props, "max.connections"),
         security_protocol=protocol,
         ssl_context=context,
+        sasl_mechanisms=mechanisms,
     )
 
 

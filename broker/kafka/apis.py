@@ -35,6 +35,11 @@ from raftka.broker.broker_configs import broker_config_entries
 from raftka.broker.coordinator.service import RequestContext
 from raftka.broker.delete_records import delete_records
 from raftka.broker.describe_producers import producer_state_fields
+from raftka.broker.kafka.authentication import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    ConnectionAuth,
+)
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
@@ -81,6 +86,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
+    17: (1, 1),  # SaslHandshake (v0's unframed tokens are not served)
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics
@@ -94,6 +100,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     32: (1, 4),  # DescribeConfigs (kio has no v0)
     33: (0, 2),  # AlterConfigs
     35: (1, 4),  # DescribeLogDirs (kio has no v0)
+    36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v0: preferred only)
@@ -293,11 +300,15 @@ Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
 class Call:
     """What a handler knows of its request besides the body."""
 
-    __slots__ = ("client_host", "client_id")
+    __slots__ = ("auth", "client_host", "client_id")
 
-    def __init__(self, client_id: str | None, client_host: str) -> None:
+    def __init__(
+        self, client_id: str | None, client_host: str, auth: ConnectionAuth | None = None
+    ) -> None:
         self.client_id = client_id
         self.client_host = client_host
+        #: The connection's SASL state on a SASL listener, else None.
+        self.auth = auth
 
 
 class KafkaApis:
@@ -319,6 +330,7 @@ class KafkaApis:
             14: self.sync_group,
             15: self.describe_groups,
             16: self.list_groups,
+            17: self.sasl_handshake,
             18: self.api_versions,
             19: self.create_topics,
             20: self.delete_topics,
@@ -332,6 +344,7 @@ class KafkaApis:
             32: self.describe_configs,
             33: self.alter_configs,
             35: self.describe_log_dirs,
+            36: self.sasl_authenticate,
             37: self.create_partitions,
             42: self.delete_groups,
             43: self.elect_leaders,
@@ -353,7 +366,14 @@ class KafkaApis:
         return _cluster_id(config.controller_ids, config.controllers)
 
     def prepare(
-        self, frame: bytes, key: int, version: int, host: str, timer: RequestTimer
+        self,
+        frame: bytes,
+        key: int,
+        version: int,
+        host: str,
+        timer: RequestTimer,
+        *,
+        auth: ConnectionAuth | None = None,
     ) -> Coroutine[Any, Any, bytes | None]:
         """The answer to one request frame, to be awaited (None: no answer, acks=0);
         FrameError (close the connection) for an unknown API or a version not served,
@@ -375,7 +395,7 @@ class KafkaApis:
             request, _ = entity_reader(request_cls)(frame, header.body_offset)
         except Exception as e:  # kio's decoding errors have no common base
             raise FrameError(f"api key {key} v{version}: bad body: {type(e).__name__}") from None
-        call = Call(header.client_id, host)
+        call = Call(header.client_id, host, auth)
         return self._answer(key, version, header.correlation_id, request, call, timer=timer)
 
     async def _answer(
@@ -439,6 +459,50 @@ class KafkaApis:
         cls = load_response_schema(API_VERSIONS_KEY, version)
         return _build(
             cls, error_code=ErrorCode.none, api_keys=self._api_keys(cls), throttle_time=_NO_TIME
+        )
+
+    # ------------------------------------------------------------------ SASL
+
+    async def sasl_handshake(self, request: Any, version: int, call: Call) -> Any:
+        """SaslHandshake; on a listener without SASL, ILLEGAL_SASL_STATE (Kafka's)."""
+        cls = load_response_schema(SASL_HANDSHAKE_KEY, version)
+        if call.auth is None:
+            return _build(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        try:
+            call.auth.handshake(request.mechanism)
+        except KafkaError as e:
+            return _build(cls, error_code=_code(e), mechanisms=call.auth.mechanisms)
+        return _build(cls, error_code=ErrorCode.none, mechanisms=call.auth.mechanisms)
+
+    async def sasl_authenticate(self, request: Any, version: int, call: Call) -> Any:
+        """SaslAuthenticate: one token of the exchange; a failure's message says why
+        (never whether the user exists), and the listener then closes the connection."""
+        cls = load_response_schema(SASL_AUTHENTICATE_KEY, version)
+        extra = {"session_lifetime": _NO_TIME} if version >= 1 else {}
+        if call.auth is None:
+            return _build(
+                cls,
+                error_code=ErrorCode.illegal_sasl_state,
+                error_message="this listener does not use SASL",
+                auth_bytes=b"",
+                **extra,
+            )
+        try:
+            answer = call.auth.authenticate(request.auth_bytes)
+        except KafkaError as e:
+            return _build(
+                cls, error_code=_code(e), error_message=_message(e), auth_bytes=b"", **extra
+            )
+        except Exception as e:  # a library error on a malformed token: still a failure
+            return _build(
+                cls,
+                error_code=ErrorCode.sasl_authentication_failed,
+                error_message=f"malformed SASL token ({type(e).__name__})",
+                auth_bytes=b"",
+                **extra,
+            )
+        return _build(
+            cls, error_code=ErrorCode.none, error_message=None, auth_bytes=answer, **extra
         )
 
     # ------------------------------------------------------------------ Metadata

@@ -62,14 +62,14 @@ class Header:
     body_offset: int
 
 
-def frame_size(prefix: bytes, max_bytes: int) -> int:
+def frame_size(prefix: bytes, max_bytes: int, limit_name: str = "socket.request.max.bytes") -> int:
     """The size a 4-byte prefix declares; FrameError when it is negative, too small
-    for a header, or above ``socket.request.max.bytes`` (``max_bytes``)."""
+    for a header, or above ``max_bytes`` (the setting ``limit_name``)."""
     size = int(SIZE.unpack(prefix)[0])
     if size < _FIXED.size:
         raise FrameError(f"request size {size} is smaller than a request header")
     if size > max_bytes:
-        raise FrameError(f"request size {size} is larger than socket.request.max.bytes {max_bytes}")
+        raise FrameError(f"request size {size} is larger than {limit_name} {max_bytes}")
     return size
 
 

@@ -17,6 +17,12 @@ closed at once; Kafka's acceptor waits instead, see docs/kafka-protocol.md).
 A frame that does not parse, an unknown API key or an unsupported version of an API
 other than ApiVersions closes the connection (Kafka's behaviour); nothing else of the
 broker is affected.
+
+On a SASL_PLAINTEXT or SASL_SSL listener every connection first authenticates
+(:mod:`.authentication`): a request out of turn closes it, frames are bounded by
+``sasl.server.max.receive.size`` until it has, and each SaslHandshake/SaslAuthenticate
+is answered before the next frame is read, so the exchange moves one step at a time;
+a failed step is answered, then the connection is closed.
 """
 
 from __future__ import annotations
@@ -24,14 +30,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from raftka.broker.config import KafkaListenerConfig
 from raftka.broker.kafka import apis
+from raftka.broker.kafka.authentication import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    ConnectionAuth,
+)
 from raftka.broker.kafka.framing import SIZE, FrameError, frame_size, parse_fixed
 from raftka.server_common.metrics import RequestMetrics, RequestTimer
+from raftka.server_common.sasl import ScramCredential
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -60,6 +73,21 @@ class KafkaListener:
         #: open connections: their serving task and writer
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.connections_refused = 0
+        self.authentication_failures = 0
+        # SCRAM's stand-in credential for unknown users derives from this (sasl.py), so
+        # a prober sees the same salt for a user on every try against this broker.
+        self._sasl_secret = os.urandom(32)
+
+        def lookup(user: str, mechanism: str) -> ScramCredential | None:
+            # The image of the moment: a user added or removed counts at once.
+            return server.manager.image.scram_credential(user, mechanism)
+
+        self._lookup = lookup
+
+    def _new_auth(self) -> ConnectionAuth | None:
+        if not self._config.sasl_mechanisms:
+            return None
+        return ConnectionAuth(self._config.sasl_mechanisms, self._lookup, secret=self._sasl_secret)
 
     @property
     def port(self) -> int:
@@ -138,6 +166,8 @@ class KafkaListener:
         write_task = asyncio.create_task(_write_in_order(answers, writer, slots, self._metrics))
         last_produce: asyncio.Task[bytes | None] | None = None
         idle_s = self._config.connections_max_idle_ms / 1000
+        auth = self._new_auth()
+        max_bytes = self._config.socket_request_max_bytes
         ended = False
         try:
             while True:
@@ -145,14 +175,25 @@ class KafkaListener:
                 if prefix is None:
                     ended = True
                     return
-                size = frame_size(prefix, self._config.socket_request_max_bytes)
+                limit, name = (
+                    (max_bytes, "socket.request.max.bytes")
+                    if auth is None
+                    else auth.frame_limit(max_bytes)
+                )
+                size = frame_size(prefix, limit, name)
                 frame = await reader.readexactly(size)
                 # Its arrival: its queue time runs from here to its handler's start.
                 timer = RequestTimer(time.perf_counter())
                 key, version, _ = parse_fixed(frame)
+                if auth is not None and not auth.allows(key):
+                    self.authentication_failures += 1
+                    raise FrameError(
+                        f"api key {key} is not allowed "
+                        f"{'after' if auth.authenticated else 'before'} SASL authentication"
+                    )
                 # A slot first: no coroutine is made that a close could leave unawaited.
                 await slots.acquire()
-                call = self._apis.prepare(frame, key, version, host, timer)
+                call = self._apis.prepare(frame, key, version, host, timer, auth=auth)
                 if key == apis.PRODUCE_KEY:
                     # Produce requests of one connection append in the order sent.
                     call = _after(last_produce, call)
@@ -160,6 +201,22 @@ class KafkaListener:
                 if key == apis.PRODUCE_KEY:
                     last_produce = task
                 answers.put_nowait((task, timer))
+                if auth is not None and key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+                    # One step at a time: the state this step leaves decides the next frame.
+                    await asyncio.wait({task})
+                    if auth.failed:
+                        self.authentication_failures += 1
+                        log.info(
+                            "kafka connection closed: SASL authentication failed",
+                            extra={"fields": {"peer": host}},
+                        )
+                        # Kafka's connection.failed.authentication.delay.ms: the answer
+                        # goes out now, the close comes later, which slows a password
+                        # guesser down and lets the client read the error before the
+                        # connection ends.
+                        await asyncio.sleep(self._config.failed_authentication_delay_ms / 1000)
+                        ended = True
+                        return
         finally:
             answers.put_nowait(None)
             if ended and not write_task.done():

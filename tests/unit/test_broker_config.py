@@ -111,9 +111,44 @@ def test_kafka_listener_keys(tmp_path: Path) -> None:
     assert (kafka.max_connections, kafka.connections_max_idle_ms) == (10, 1000)
     assert kafka.socket_request_max_bytes == 104_857_600
     assert config.auto_create_topics_enable is False
-    with pytest.raises(ConfigError, match="security protocol SASL_SSL"):
+    sasl = text.replace("PLAINTEXT://", "SASL_PLAINTEXT://") + "log.dirs=/tmp/x\n"
+    # Kafka's default mechanism (GSSAPI) is not served, so one must be named.
+    with pytest.raises(ConfigError, match=r"needs sasl\.enabled\.mechanisms"):
+        load_broker_config(_write(tmp_path, sasl))
+    with pytest.raises(ConfigError, match="GSSAPI is not supported"):
+        load_broker_config(_write(tmp_path, sasl + "sasl.enabled.mechanisms=GSSAPI\n"))
+    config = load_broker_config(
+        _write(
+            tmp_path,
+            sasl
+            + "sasl.enabled.mechanisms=PLAIN\n"
+            + "listener.name.sasl_plaintext.sasl.enabled.mechanisms=scram-sha-512,PLAIN\n",
+        )
+    )
+    kafka = config.kafka_listener
+    assert kafka is not None and kafka.security_protocol == "SASL_PLAINTEXT"
+    assert kafka.sasl_mechanisms == ("SCRAM-SHA-512", "PLAIN")  # the listener's own key wins
+    with pytest.raises(ConfigError, match="no SASL listener uses it"):
         load_broker_config(
-            _write(tmp_path, text.replace("PLAINTEXT://", "SASL_SSL://") + "log.dirs=/tmp/x\n")
+            _write(tmp_path, text + "log.dirs=/tmp/x\nsasl.enabled.mechanisms=PLAIN\n")
+        )
+    with pytest.raises(ConfigError, match="no listener of that name"):
+        load_broker_config(
+            _write(
+                tmp_path,
+                sasl
+                + "sasl.enabled.mechanisms=PLAIN\n"
+                + "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN\n",
+            )
+        )
+    # SASL_SSL needs its certificate like SSL does: none given, it refuses to start.
+    with pytest.raises(ConfigError, match="ssl"):
+        load_broker_config(
+            _write(
+                tmp_path,
+                text.replace("PLAINTEXT://", "SASL_SSL://")
+                + "log.dirs=/tmp/x\nsasl.enabled.mechanisms=PLAIN\n",
+            )
         )
     with pytest.raises(ConfigError, match=r"max\.connections"):
         load_broker_config(_write(tmp_path, text + "log.dirs=/tmp/x\nmax.connections=0\n"))

@@ -1,0 +1,282 @@
+"""SASL on the Kafka listener (``SASL_PLAINTEXT://`` and ``SASL_SSL://`` in
+``listeners``, issue #17 item 2), with real clients against real brokers.
+
+A user's SCRAM credential is stored through the controller's AlterUserScramCredentials
+(the metadata log, so every broker has it); confluent-kafka (librdkafka) and
+kafka-python then authenticate with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN and produce
+and consume. A wrong password and an unknown user are refused with the same error
+(SASL_AUTHENTICATION_FAILED), and nothing is produced. On raw sockets: a request
+before authentication closes the connection unanswered, an oversized frame before
+authentication closes it, a failed exchange is answered and then closed, and a
+SaslHandshake naming a mechanism that is not enabled gets UNSUPPORTED_SASL_MECHANISM
+with the enabled ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from raftka.common.messages.controller import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialUpsertionData,
+)
+from raftka.local import LocalCluster, wait_for
+from raftka.local.brokers import LocalBrokers
+from raftka.local.certs import new_ca
+from raftka.local.processes import http_post
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 30.0
+PASSWORD = "alice-secret"
+MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"
+
+
+def add_user(cluster: LocalCluster, user: str, password: str) -> None:
+    """AlterUserScramCredentials at the active controller, once per SCRAM mechanism
+    (KRaft Kafka refuses one user twice in a request): the salted password travels,
+    never the password (Kafka's protocol)."""
+    for mechanism, hash_name in (("SCRAM-SHA-256", "sha256"), ("SCRAM-SHA-512", "sha512")):
+        salt = os.urandom(16)
+        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, 4096)
+        upsertion = ScramCredentialUpsertionData(
+            name=user, mechanism=mechanism, iterations=4096, salt=salt, salted_password=salted
+        )
+        body = msgspec.json.encode(AlterUserScramCredentialsRequest(upsertions=[upsertion]))
+        leader = cluster.wait_leader()
+        status, answer, _ = http_post(
+            cluster.controllers[leader].address, "/v1/scram-credentials", body, "application/json"
+        )
+        assert status == 200, answer
+        results = msgspec.json.decode(answer)["results"]
+        assert all(r["error"] is None for r in results), results
+
+
+@pytest.fixture(scope="module")
+def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp: Path = tmp_path_factory.mktemp("kafka-sasl")
+    with LocalCluster(tmp) as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        props = {"sasl.enabled.mechanisms": MECHANISMS, "offsets.topic.num.partitions": "1"}
+        with LocalBrokers(
+            cluster,
+            extra_properties=props,
+            kafka_listener=True,
+            kafka_security_protocol="SASL_PLAINTEXT",
+        ) as brokers:
+            brokers.start()
+            add_user(cluster, "alice", PASSWORD)
+            yield {"bootstrap": brokers.kafka_bootstrap_servers, "cluster": cluster}
+
+
+def confluent(sasl: dict[str, Any], mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": sasl["bootstrap"],
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": "alice",
+        "sasl.password": password,
+    }
+
+
+def test_confluent_kafka_and_kafka_python_authenticate_and_work(sasl: dict[str, Any]) -> None:
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
+
+    producer = Producer(confluent(sasl, "SCRAM-SHA-256"))
+
+    def delivered() -> bool:
+        # The credential reaches every broker through the metadata log: retry until
+        # a produce is acknowledged (auto-created topic, acks=all by default).
+        acked: list[Any] = []
+        producer.produce("sasl-topic", b"hello", on_delivery=lambda e, m: acked.append(e))
+        producer.flush(5)
+        return bool(acked) and acked[0] is None
+
+    wait_for(delivered, timeout_s=DEADLINE_S, message="confluent-kafka never produced over SCRAM")
+    for i in range(4):
+        producer.produce("sasl-topic", b"r%d" % i)
+    assert producer.flush(DEADLINE_S) == 0
+
+    for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+        consumer = KafkaConsumer(
+            bootstrap_servers=sasl["bootstrap"],
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username="alice",
+            sasl_plain_password=PASSWORD,
+            consumer_timeout_ms=10_000,
+        )
+        tp = TopicPartition("sasl-topic", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values = [m.value for m in consumer]
+        consumer.close()
+        assert values[-4:] == [b"r0", b"r1", b"r2", b"r3"], (mechanism, values)
+
+
+@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", PASSWORD)])
+def test_wrong_password_and_unknown_user_are_refused_alike(
+    sasl: dict[str, Any], user: str, password: str
+) -> None:
+    """confluent-kafka reports an authentication error with the broker's message, the
+    same for a wrong password and for a user that does not exist (no prober learns
+    which users exist), and nothing it sent is stored."""
+    from confluent_kafka import KafkaError, Producer
+
+    errors: list[Any] = []
+    config = {**confluent(sasl, "SCRAM-SHA-256", password), "sasl.username": user}
+    producer = Producer({**config, "error_cb": errors.append, "message.timeout.ms": 3000})
+    delivered: list[Any] = []
+    producer.produce("refused-topic", b"x", on_delivery=lambda e, m: delivered.append(e))
+
+    def reported() -> bool:
+        producer.poll(0.2)
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    wait_for(reported, timeout_s=DEADLINE_S, message=f"no authentication error for {user}")
+    texts = {str(e) for e in errors if e.code() == KafkaError._AUTHENTICATION}
+    assert all("Authentication failed: invalid credentials" in t for t in texts), texts
+    producer.flush(10)
+    assert delivered and delivered[0] is not None  # the record was never acknowledged
+
+
+# --------------------------------------------------------------- raw sockets
+
+
+def _host_port(sasl: dict[str, Any]) -> tuple[str, int]:
+    host, port = sasl["bootstrap"].split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def _request(key: int, version: int, correlation_id: int, **fields: Any) -> bytes:
+    cls = load_request_schema(key, version)
+    body = io.BytesIO()
+    entity_writer(cls)(body, cls(**fields))
+    # Request header v1 (v2 for flexible versions: one empty tagged-field byte more).
+    client = b"\x00\x04test"
+    header = struct.pack(">hhi", key, version, correlation_id) + client
+    if cls.__flexible__:
+        header += b"\x00"
+    frame = header + body.getvalue()
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _read_answer(sock: socket.socket, key: int, version: int) -> Any:
+    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+    frame = _read_exactly(sock, size)
+    cls = load_response_schema(key, version)
+    offset = 4 + (1 if cls.__flexible__ else 0)  # correlation id (+ tagged fields)
+    answer, _ = entity_reader(cls)(frame, offset)
+    return answer
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
+        out += chunk
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def test_requests_out_of_turn_and_big_frames_close_the_connection(
+    sasl: dict[str, Any],
+) -> None:
+    addr = _host_port(sasl)
+    # Metadata before authenticating: closed, unanswered.
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(3, 1, 1, topics=None))
+        assert _closed(s)
+    # A declared frame above sasl.server.max.receive.size before authenticating.
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(struct.pack(">i", 600_000) + b"\x00" * 64)
+        assert _closed(s)
+    # A mechanism that is not enabled: answered with the enabled ones, then closed.
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(17, 1, 2, mechanism="GSSAPI"))
+        answer = _read_answer(s, 17, 1)
+        assert answer.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert tuple(answer.mechanisms) == tuple(MECHANISMS.split(","))
+        assert _closed(s)
+    # A wrong PLAIN password: SASL_AUTHENTICATION_FAILED, then closed; and ApiVersions
+    # is allowed before the handshake.
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(18, 0, 3))
+        assert _read_answer(s, 18, 0).error_code == 0
+        s.sendall(_request(17, 1, 4, mechanism="PLAIN"))
+        assert _read_answer(s, 17, 1).error_code == 0
+        s.sendall(_request(36, 2, 5, auth_bytes=b"\x00alice\x00nope"))
+        answer = _read_answer(s, 36, 2)
+        assert answer.error_code == 58, answer  # SASL_AUTHENTICATION_FAILED
+        assert _closed(s)
+    # The right one: authenticated, and then Metadata is answered.
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(17, 1, 6, mechanism="PLAIN"))
+        assert _read_answer(s, 17, 1).error_code == 0
+        s.sendall(_request(36, 2, 7, auth_bytes=b"\x00alice\x00" + PASSWORD.encode()))
+        assert _read_answer(s, 36, 2).error_code == 0
+        s.sendall(_request(3, 1, 8, topics=None))
+        assert _read_answer(s, 3, 1).brokers
+
+
+def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
+    """SASL_SSL: TLS first (the client checks the broker's certificate), then SCRAM;
+    confluent-kafka produces through it."""
+    from confluent_kafka import Producer
+
+    ca = new_ca(tmp_path / "pki")
+    node = ca.issue(tmp_path / "pki", "broker", hosts=("localhost", "127.0.0.1"))
+    props = {
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "ssl.certfile": str(node.certfile),
+        "ssl.keyfile": str(node.keyfile),
+        "offsets.topic.num.partitions": "1",
+    }
+    with LocalCluster(tmp_path / "c") as cluster:
+        cluster.start()
+        cluster.wait_leader()
+        with LocalBrokers(
+            cluster, extra_properties=props, kafka_listener=True, kafka_security_protocol="SASL_SSL"
+        ) as brokers:
+            brokers.start()
+            add_user(cluster, "alice", PASSWORD)
+            producer = Producer(
+                {
+                    "bootstrap.servers": brokers.kafka_bootstrap_servers,
+                    "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(ca.cafile),
+                    "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.username": "alice",
+                    "sasl.password": PASSWORD,
+                }
+            )
+
+            def delivered() -> bool:
+                acked: list[Any] = []
+                producer.produce("secure", b"x", on_delivery=lambda e, m: acked.append(e))
+                producer.flush(5)
+                return bool(acked) and acked[0] is None
+
+            wait_for(delivered, timeout_s=DEADLINE_S, message="no produce over SASL_SSL")

@@ -3,6 +3,7 @@ snapshot round trip, and the SASL lookup over the image."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 import pytest
@@ -314,3 +315,16 @@ def test_describe_lists_users_without_keys() -> None:
         ("nobody", "RESOURCE_NOT_FOUND"),
         ("alice", "DUPLICATE_RESOURCE"),
     ]
+
+
+def test_metadata_dump_text_redacts_the_keys() -> None:
+    """``raftka metadata dump`` prints a credential's user, mechanism and iterations but
+    not its salt or keys (Kafka's RecordRedactor)."""
+    from raftka.metadata.cli import _record_line
+
+    record = credential_record("alice", "a")
+    line = _record_line(record.to_dict())
+    assert line.startswith('UserScramCredentialRecord v0 name="alice" mechanism="SCRAM-SHA-256"')
+    assert "salt=(redacted) stored_key=(redacted) server_key=(redacted) iterations=4096" in line
+    for key in (record.salt, record.stored_key, record.server_key):
+        assert base64.b64encode(key).decode() not in line

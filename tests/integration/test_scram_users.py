@@ -1,6 +1,8 @@
 """SCRAM users end to end on a real cluster (3 controllers and 3 brokers as processes):
 ``raftka users add|list|delete``, the controller's AlterUserScramCredentials, the
-credential on every broker, and Kafka's errors for bad input.
+credential on every broker, Kafka's errors for bad input, and the Kafka listener's
+AlterUserScramCredentials / DescribeUserScramCredentials driven by kafka-python's and
+confluent-kafka's admin clients.
 
 What "every broker sees it" means here: each broker answers
 ``GET /v1/scram-credentials`` from its own metadata image (as Kafka's brokers answer
@@ -87,7 +89,7 @@ class Env(RaftkaCluster):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with Env.start(tmp_path_factory.mktemp("scram")) as env:
+    with Env.start(tmp_path_factory.mktemp("scram"), kafka_listener=True) as env:
         yield env
 
 
@@ -265,3 +267,78 @@ def test_bad_inputs_get_kafka_errors_and_nothing_falls_over(env: Env) -> None:
     for node in [*env.controllers.controllers.values(), *env.brokers.brokers.values()]:
         assert node.running, f"{node.role} {node.node_id} exited:\n{node.tail()}"
         assert node.health() is not None
+
+
+def test_kafka_python_admin_over_the_kafka_listener(env: Env) -> None:
+    """AlterUserScramCredentials (forwarded to the controller) and
+    DescribeUserScramCredentials (answered from the broker's image) on the Kafka
+    listener, from kafka-python's KafkaAdminClient."""
+    from kafka.admin import (
+        KafkaAdminClient,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = KafkaAdminClient(bootstrap_servers=env.brokers.kafka_bootstrap_servers)
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion("kp-user", "SCRAM-SHA-512", "kp-pw", iterations=8192),
+                UserScramCredentialUpsertion("kp-few", "SCRAM-SHA-256", "x", iterations=100),
+                UserScramCredentialDeletion("kp-ghost", "SCRAM-SHA-256"),
+            ]
+        )
+        assert errors["kp-user"] is None
+        assert "iterations must be in 4096..16384" in errors["kp-few"]
+        assert "does not exist" in errors["kp-ghost"]
+        _everywhere(env, "kp-user", {"SCRAM-SHA-512": 8192})
+        described = admin.describe_user_scram_credentials(["kp-user", "kp-ghost"])
+        assert described["kp-user"]["error"] is None
+        assert [
+            (c["mechanism"], c["iterations"]) for c in described["kp-user"]["credential_infos"]
+        ] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
+        assert described["kp-ghost"]["error"]
+        image = env.committed_image(env.active_controller())
+        assert _authenticates(image, "SCRAM-SHA-512", "kp-user", "kp-pw")
+        assert not _authenticates(image, "SCRAM-SHA-512", "kp-user", "kp-wrong")
+        errors = admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("kp-user", "SCRAM-SHA-512")]
+        )
+        assert errors == {"kp-user": None}
+        _everywhere(env, "kp-user", None)
+    finally:
+        admin.close()
+
+
+def test_confluent_kafka_admin_over_the_kafka_listener(env: Env) -> None:
+    """The same APIs from librdkafka (confluent-kafka's AdminClient), whose errors carry
+    Kafka's codes."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": env.brokers.kafka_bootstrap_servers})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("ck-user", info, b"ck-pw")]
+    )
+    assert futures["ck-user"].result(timeout=30) is None
+    _everywhere(env, "ck-user", {"SCRAM-SHA-256": 4096})
+    described = admin.describe_user_scram_credentials(["ck-user"])["ck-user"].result(timeout=30)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 4096)
+    ]
+    image = env.committed_image(env.active_controller())
+    assert _authenticates(image, "SCRAM-SHA-256", "ck-user", "ck-pw")
+    deletion = [UserScramCredentialDeletion("ck-user", ScramMechanism.SCRAM_SHA_256)]
+    assert admin.alter_user_scram_credentials(deletion)["ck-user"].result(timeout=30) is None
+    _everywhere(env, "ck-user", None)
+    with pytest.raises(KafkaException) as info_:
+        admin.alter_user_scram_credentials(deletion)["ck-user"].result(timeout=30)
+    assert info_.value.args[0].name() == "RESOURCE_NOT_FOUND"

@@ -23,18 +23,16 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-import scramp
-from click.testing import CliRunner, Result
+from cli_helpers import invoke_raftka
+from click.testing import Result
+from scram_helpers import scram_authenticates
 
-from raftka.__main__ import cli
-from raftka.common.errors import SaslAuthenticationFailedError
 from raftka.common.scram import salted_password
 from raftka.local import wait_for
 from raftka.local.processes import http_json
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
-from raftka.server_common.sasl import SaslServerSession
 from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
@@ -46,16 +44,8 @@ API_TIMEOUT_MS = 20_000
 class Env(RaftkaCluster):
     def run(self, *args: str, stdin: str | None = None) -> Result:
         """One ``raftka`` command in-process, against this cluster."""
-        return CliRunner().invoke(
-            cli,
-            [
-                *args,
-                "--bootstrap-server",
-                self.bootstrap_servers,
-                "--api-timeout-ms",
-                str(API_TIMEOUT_MS),
-            ],
-            input=stdin,
+        return invoke_raftka(
+            self.bootstrap_servers, args, api_timeout_ms=API_TIMEOUT_MS, stdin=stdin
         )
 
     def active_controller(self) -> str:
@@ -98,17 +88,8 @@ def _ok(result: Result) -> str:
     return result.stdout
 
 
-def _authenticates(image: MetadataImage, mechanism: str, user: str, password: str) -> bool:
-    session = SaslServerSession(mechanism, image.scram_credential, secret=os.urandom(32))
-    client = scramp.ScramClient([mechanism], user, password)
-    try:
-        first = session.step(client.get_client_first().encode())
-        client.set_server_first(first.decode())
-        final = session.step(client.get_client_final().encode())
-    except SaslAuthenticationFailedError:
-        return False
-    client.set_server_final(final.decode())  # the client checks the server's proof too
-    return session.principal == f"User:{user}"
+def _add(env: Env, user: str, mechanism: str, password: str) -> None:
+    _ok(env.run("users", "add", "--user", user, "--mechanism", mechanism, "--password", password))
 
 
 def _everywhere(env: Env, user: str, expected: dict[str, int] | None) -> None:
@@ -135,12 +116,7 @@ def test_add_list_delete_reaches_every_broker(env: Env) -> None:
         )
     )  # fmt: skip
     assert out == "Completed updating config for user alice.\n"
-    _ok(
-        env.run(
-            "users", "add", "--user", "alice", "--mechanism", "SCRAM-SHA-512",
-            "--password", "alice-512",
-        )
-    )  # fmt: skip
+    _add(env, "alice", "SCRAM-SHA-512", "alice-512")
     _everywhere(env, "alice", {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096})
     assert _ok(env.run("users", "list")).splitlines() == [
         "SCRAM credential configs for user-principal 'alice' are "
@@ -148,22 +124,21 @@ def test_add_list_delete_reaches_every_broker(env: Env) -> None:
     ]
     for controller in env.controllers.controllers.values():
         image = env.committed_image(controller.address)
-        assert _authenticates(image, "SCRAM-SHA-256", "alice", "alice-secret")
-        assert _authenticates(image, "SCRAM-SHA-512", "alice", "alice-512")
-        assert not _authenticates(image, "SCRAM-SHA-256", "alice", "alice-512")
-        assert not _authenticates(image, "SCRAM-SHA-256", "mallory", "alice-secret")
+        assert scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "alice", "alice-secret")
+        assert scram_authenticates(image.scram_credential, "SCRAM-SHA-512", "alice", "alice-512")
+        assert not scram_authenticates(
+            image.scram_credential, "SCRAM-SHA-256", "alice", "alice-512"
+        )
+        assert not scram_authenticates(
+            image.scram_credential, "SCRAM-SHA-256", "mallory", "alice-secret"
+        )
 
     # Replacing a credential: the old password stops working.
-    _ok(
-        env.run(
-            "users", "add", "--user", "alice", "--mechanism", "SCRAM-SHA-256",
-            "--password", "rotated",
-        )
-    )  # fmt: skip
+    _add(env, "alice", "SCRAM-SHA-256", "rotated")
     _everywhere(env, "alice", {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 4096})
     image = env.committed_image(env.active_controller())
-    assert _authenticates(image, "SCRAM-SHA-256", "alice", "rotated")
-    assert not _authenticates(image, "SCRAM-SHA-256", "alice", "alice-secret")
+    assert scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "alice", "rotated")
+    assert not scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "alice", "alice-secret")
 
     out = _ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-256"))
     assert out == "Completed updating config for user alice.\n"
@@ -171,7 +146,7 @@ def test_add_list_delete_reaches_every_broker(env: Env) -> None:
     _ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-512"))
     _everywhere(env, "alice", None)
     image = env.committed_image(env.active_controller())
-    assert not _authenticates(image, "SCRAM-SHA-512", "alice", "alice-512")
+    assert not scram_authenticates(image.scram_credential, "SCRAM-SHA-512", "alice", "alice-512")
     assert image.scram.users() == []
     assert _ok(env.run("users", "list")) == ""
 
@@ -300,8 +275,10 @@ def test_kafka_python_admin_over_the_kafka_listener(env: Env) -> None:
         ] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
         assert described["kp-ghost"]["error"]
         image = env.committed_image(env.active_controller())
-        assert _authenticates(image, "SCRAM-SHA-512", "kp-user", "kp-pw")
-        assert not _authenticates(image, "SCRAM-SHA-512", "kp-user", "kp-wrong")
+        assert scram_authenticates(image.scram_credential, "SCRAM-SHA-512", "kp-user", "kp-pw")
+        assert not scram_authenticates(
+            image.scram_credential, "SCRAM-SHA-512", "kp-user", "kp-wrong"
+        )
         errors = admin.alter_user_scram_credentials(
             [UserScramCredentialDeletion("kp-user", "SCRAM-SHA-512")]
         )
@@ -335,7 +312,7 @@ def test_confluent_kafka_admin_over_the_kafka_listener(env: Env) -> None:
         (ScramMechanism.SCRAM_SHA_256, 4096)
     ]
     image = env.committed_image(env.active_controller())
-    assert _authenticates(image, "SCRAM-SHA-256", "ck-user", "ck-pw")
+    assert scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "ck-user", "ck-pw")
     deletion = [UserScramCredentialDeletion("ck-user", ScramMechanism.SCRAM_SHA_256)]
     assert admin.alter_user_scram_credentials(deletion)["ck-user"].result(timeout=30) is None
     _everywhere(env, "ck-user", None)

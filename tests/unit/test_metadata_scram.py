@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 import scramp
+from scram_helpers import scram_authenticates
 
-from raftka.common.errors import KafkaError, SaslAuthenticationFailedError
+from raftka.common.errors import KafkaError
 from raftka.common.scram import salted_password
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.controller_api import ControllerResult
@@ -23,7 +24,6 @@ from raftka.metadata.scram_control import (
     describe_user_scram_credentials,
 )
 from raftka.server_common.sasl import (
-    SaslServerSession,
     credential_from_salted_password,
     new_scram_credential,
 )
@@ -52,17 +52,7 @@ def replayed(
 
 
 def authenticates(image: MetadataImage, mechanism: str, user: str, password: str) -> bool:
-    """A scramp client against a SaslServerSession over the image's lookup."""
-    session = SaslServerSession(mechanism, image.scram_credential, secret=b"s" * 32)
-    client = scramp.ScramClient([mechanism], user, password)
-    try:
-        server_first = session.step(client.get_client_first().encode())
-        client.set_server_first(server_first.decode())
-        server_final = session.step(client.get_client_final().encode())
-    except SaslAuthenticationFailedError:
-        return False
-    client.set_server_final(server_final.decode())
-    return session.complete and session.principal == f"User:{user}"
+    return scram_authenticates(image.scram_credential, mechanism, user, password)
 
 
 def test_salted_password_path_equals_scramp() -> None:

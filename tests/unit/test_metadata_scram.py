@@ -318,3 +318,10 @@ def test_metadata_dump_text_redacts_the_keys() -> None:
     assert "salt=(redacted) stored_key=(redacted) server_key=(redacted) iterations=4096" in line
     for key in (record.salt, record.stored_key, record.server_key):
         assert base64.b64encode(key).decode() not in line
+
+
+def test_too_many_entries_are_refused_whole() -> None:
+    deletions = [ScramCredentialDeletion(f"u{i}", "SCRAM-SHA-256") for i in range(12_001)]
+    with pytest.raises(KafkaError, match="more than 12000") as info:
+        alter_user_scram_credentials(MetadataImage.EMPTY, deletions, [])
+    assert info.value.name == "INVALID_REQUEST"

@@ -165,9 +165,17 @@ def metadata_group() -> None:
     """Read the metadata log."""
 
 
+#: Fields the text dump does not print, as Kafka's RecordRedactor: what a SCRAM
+#: credential keeps of a password (``--json`` passes the stored bytes through).
+_REDACTED: Final = {"UserScramCredentialRecord": frozenset({"salt", "stored_key", "server_key"})}
+
+
 def _record_line(record: dict[str, Any]) -> str:
     data = record.get("data") or {}
-    fields = " ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in data.items())
+    hidden = _REDACTED.get(str(record.get("type")), frozenset())
+    fields = " ".join(
+        f"{k}={'(redacted)' if k in hidden else orjson.dumps(v).decode()}" for k, v in data.items()
+    )
     return f"{record.get('type')} v{record.get('version')} {fields}".rstrip()
 
 

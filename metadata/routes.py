@@ -63,6 +63,7 @@ __all__ = [
     "build_controller_app",
     "decode_query",
     "describe_quorum",
+    "describe_scram_credentials_route",
     "error_response",
 ]
 
@@ -121,7 +122,7 @@ def build_controller_app(
             web.post("/v1/configs", _alter_configs),
             web.get("/v1/configs", _describe_configs),
             web.post("/v1/scram-credentials", _alter_scram_credentials),
-            web.get("/v1/scram-credentials", _describe_scram_credentials),
+            describe_scram_credentials_route(lambda r: _events(r).loader.image),
             web.post("/v1/alter-partition", _alter_partition),
             web.post("/v1/producer-ids", _allocate_producer_ids),
             web.get("/v1/quorum", _describe_quorum),
@@ -524,24 +525,37 @@ async def _alter_scram_credentials(request: web.Request) -> web.Response:
     )
 
 
-async def _describe_scram_credentials(request: web.Request) -> web.Response:
-    req = decode_query(request, msg.DescribeUserScramCredentialsRequest, lists=frozenset({"user"}))
-    results = describe_user_scram_credentials(_events(request).loader.image, req.user)
-    return _answer(
-        msg.DescribeUserScramCredentialsResponse(
-            results=[
-                msg.DescribedUserScramData(
-                    user=r.user,
-                    error=msg.error_data(r.error),
-                    credentials=[
-                        msg.ScramCredentialInfoData(mechanism=c.mechanism, iterations=c.iterations)
-                        for c in r.credentials
-                    ],
-                )
-                for r in results
-            ]
+def describe_scram_credentials_route(
+    image_of: Callable[[web.Request], MetadataImage],
+) -> web.RouteDef:
+    """``GET /v1/scram-credentials``: DescribeUserScramCredentials over the image
+    ``image_of`` gives: the controller's committed one here, a broker's own on the
+    broker (as Kafka's brokers answer it from their metadata cache)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        req = decode_query(
+            request, msg.DescribeUserScramCredentialsRequest, lists=frozenset({"user"})
         )
-    )
+        results = describe_user_scram_credentials(image_of(request), req.user)
+        return _answer(
+            msg.DescribeUserScramCredentialsResponse(
+                results=[
+                    msg.DescribedUserScramData(
+                        user=r.user,
+                        error=msg.error_data(r.error),
+                        credentials=[
+                            msg.ScramCredentialInfoData(
+                                mechanism=c.mechanism, iterations=c.iterations
+                            )
+                            for c in r.credentials
+                        ],
+                    )
+                    for r in results
+                ]
+            )
+        )
+
+    return web.get("/v1/scram-credentials", handle)
 
 
 # ---------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ others; the checks and their errors are Kafka's, in Kafka's order:
   (raftka's addition: the server's SCRAM could never use it), or a salted password
   that is not the mechanism's hash length: UNACCEPTABLE_CREDENTIAL.
 
+A request with more entries than a command may write records
+(``RECORDS_PER_COMMAND_MAX``) is refused whole with INVALID_REQUEST.
+
 DescribeUserScramCredentials reads the image: for each user (every user with a
 credential when none is named) its mechanisms and iteration counts, never the keys; a
 named user with no credential is RESOURCE_NOT_FOUND, a user named twice
@@ -34,12 +37,17 @@ from dataclasses import dataclass
 
 from raftka.common.errors import (
     DuplicateResourceError,
+    InvalidRequestError,
     KafkaError,
     ResourceNotFoundError,
     UnacceptableCredentialError,
 )
 from raftka.common.scram import check_iterations, check_mechanism, check_salt
-from raftka.metadata.controller_api import CommandBatch, ControllerResult
+from raftka.metadata.controller_api import (
+    RECORDS_PER_COMMAND_MAX,
+    CommandBatch,
+    ControllerResult,
+)
 from raftka.metadata.image import MetadataImage, ScramUser
 from raftka.metadata.metadata_records import (
     RemoveUserScramCredentialRecord,
@@ -136,6 +144,11 @@ def alter_user_scram_credentials(
         *deletions,
         *upsertions,
     ]
+    if len(entries) > RECORDS_PER_COMMAND_MAX:
+        # One record per entry, and a command commits as one payload.
+        raise InvalidRequestError(
+            f"{len(entries)} credential changes in one request, more than {RECORDS_PER_COMMAND_MAX}"
+        )
     seen: dict[str, int] = {}
     for entry in entries:
         seen[entry.name] = seen.get(entry.name, 0) + 1

@@ -53,6 +53,7 @@ from raftka.common.messages.broker import ErrorObject
 from raftka.common.messages.controller import ConfigEntryData
 from raftka.metadata.controller_api import ConfigEntry
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.metadata.scram_control import describe_user_scram_credentials
 from raftka.metadata.topic_control import describe_configs
 from raftka.server_common.metrics import RequestTimer, camel_case, start_timing, stop_timing
 
@@ -108,6 +109,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
@@ -352,6 +355,8 @@ class KafkaApis:
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
             47: self.offset_delete,
+            50: self.describe_user_scram_credentials,
+            51: self.alter_user_scram_credentials,
             60: self.describe_cluster,
             61: self.describe_producers,
             65: self.describe_transactions,
@@ -1421,6 +1426,75 @@ class KafkaApis:
             results.append(_resource_result(result_cls, resource, code, message))
         return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
 
+    # ------------------------------------------------------------------ SCRAM credentials
+
+    async def describe_user_scram_credentials(self, request: Any, version: int, call: Call) -> Any:
+        # Answered from this broker's image, as Kafka's brokers answer it from their
+        # metadata cache; users null or empty: every user with a credential.
+        cls = load_response_schema(50, version)
+        result_cls = _nested(cls, "DescribeUserScramCredentialsResult")
+        info_cls = _nested(cls, "CredentialInfo")
+        users = None if request.users is None else [u.name for u in request.users]
+        described = describe_user_scram_credentials(self._server.manager.image, users)
+        results = tuple(
+            _build(
+                result_cls,
+                user=r.user,
+                error_code=_code(r.error),
+                error_message=_message(r.error),
+                credential_infos=tuple(
+                    _build(
+                        info_cls,
+                        mechanism=SCRAM_MECHANISM_CODES[c.mechanism],
+                        iterations=c.iterations,
+                    )
+                    for c in r.credentials
+                ),
+            )
+            for r in described
+        )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            results=results,
+        )
+
+    async def alter_user_scram_credentials(self, request: Any, version: int, call: Call) -> Any:
+        # Forwarded to the active controller's POST /v1/scram-credentials, which decides
+        # every entry (an unknown mechanism code travels as a name it refuses with
+        # UNSUPPORTED_SASL_MECHANISM).
+        cls = load_response_schema(51, version)
+        result_cls = _nested(cls, "AlterUserScramCredentialsResult")
+        body = {
+            "deletions": [
+                {"name": d.name, "mechanism": _scram_mechanism(int(d.mechanism))}
+                for d in request.deletions
+            ],
+            "upsertions": [
+                {
+                    "name": u.name,
+                    "mechanism": _scram_mechanism(int(u.mechanism)),
+                    "iterations": int(u.iterations),
+                    "salt": base64.b64encode(u.salt).decode("ascii"),
+                    "salted_password": base64.b64encode(u.salted_password).decode("ascii"),
+                }
+                for u in request.upsertions
+            ],
+        }
+        timeout_ms = self._server.config.request_timeout_ms
+        answer, failure = await self._forward("/v1/scram-credentials", body, timeout_ms)
+        answers = {item.get("user"): item for item in answer.get("results", [])}
+        users = dict.fromkeys(
+            [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+        )
+        results = []
+        for user in users:
+            code, message = _controller_result(answers.get(user), failure)
+            results.append(_build(result_cls, user=user, error_code=code, error_message=message))
+        return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
+
     # ------------------------------------------------------------------ DeleteRecords
 
     async def delete_records(self, request: Any, version: int, call: Call) -> Any:
@@ -1912,6 +1986,15 @@ class KafkaApis:
             },
             topics=(),
         )
+
+
+#: Kafka's ScramMechanism type codes (0 is UNKNOWN).
+SCRAM_MECHANISM_CODES: Final = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_SCRAM_MECHANISM_NAMES: Final = {code: name for name, code in SCRAM_MECHANISM_CODES.items()}
+
+
+def _scram_mechanism(code: int) -> str:
+    return _SCRAM_MECHANISM_NAMES.get(code, f"UNKNOWN({code})")
 
 
 def _controller_result(

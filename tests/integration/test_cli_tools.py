@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import invoke_raftka
+from click.testing import Result
 
-from raftka.__main__ import cli
 from raftka.client import Consumer, Producer, TopicPartition
 from raftka.common.errors import OffsetOutOfRangeError
 from raftka.local import wait_for
@@ -38,18 +38,9 @@ API_TIMEOUT_MS = 20_000
 class Env(RaftkaCluster):
     def run(self, *args: str, stdin: bytes | None = None) -> Result:
         """One ``raftka`` command in-process, against this cluster."""
-        result = CliRunner().invoke(
-            cli,
-            [
-                *args,
-                "--bootstrap-server",
-                self.bootstrap_servers,
-                "--api-timeout-ms",
-                str(API_TIMEOUT_MS),
-            ],
-            input=stdin,
+        return invoke_raftka(
+            self.bootstrap_servers, args, api_timeout_ms=API_TIMEOUT_MS, stdin=stdin
         )
-        return result
 
 
 @pytest.fixture(scope="module")

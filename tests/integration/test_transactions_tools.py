@@ -26,10 +26,10 @@ from typing import Any
 
 import orjson
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import invoke_raftka
+from click.testing import Result
 from http_helpers import led_partition, post_raw
 
-from raftka.__main__ import cli
 from raftka.client import Consumer, Producer, TopicPartition
 from raftka.client.group_admin import GroupAdmin
 from raftka.common.record import Record, build_batch
@@ -52,16 +52,7 @@ BROKER_PROPERTIES = {
 class Env(RaftkaCluster):
     def run(self, *args: str) -> Result:
         """One ``raftka`` command in-process, against this cluster."""
-        return CliRunner().invoke(
-            cli,
-            [
-                *args,
-                "--bootstrap-server",
-                self.bootstrap_servers,
-                "--api-timeout-ms",
-                str(API_TIMEOUT_MS),
-            ],
-        )
+        return invoke_raftka(self.bootstrap_servers, args, api_timeout_ms=API_TIMEOUT_MS)
 
     def leader(self, topic: str) -> int:
         p = led_partition(self.brokers, topic, 0)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftka.common.scram import ITERATIONS_MAX, ITERATIONS_MIN, SCRAM_MECHANISMS
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
@@ -35,6 +36,7 @@ class _Model:
     epoch_counter: int = 0
     id_counter: int = 0
     next_producer_id: int = 0
+    scram: set[tuple[str, str]] = field(default_factory=set)  # (user, mechanism)
 
 
 def _uuid(n: int) -> str:
@@ -66,6 +68,8 @@ def _step(draw: st.DrawFn, m: _Model) -> list[mr.MetadataRecord]:
                 "remove",
                 "config",
                 "pid",
+                "scram_set",
+                "scram_remove",
                 "noop",
             ]
         )
@@ -168,6 +172,25 @@ def _step(draw: st.DrawFn, m: _Model) -> list[mr.MetadataRecord]:
         return [
             mr.ProducerIdsRecord(broker_id=0, broker_epoch=1, next_producer_id=m.next_producer_id)
         ]
+    if kind == "scram_set":
+        user = draw(st.sampled_from(["alice", "bob"]))
+        mechanism = draw(st.sampled_from(sorted(SCRAM_MECHANISMS)))
+        m.scram.add((user, mechanism))
+        size = 32 if mechanism == "SCRAM-SHA-256" else 64
+        return [
+            mr.UserScramCredentialRecord(
+                name=user,
+                mechanism=mechanism,
+                salt=draw(st.binary(min_size=12, max_size=32)),
+                stored_key=draw(st.binary(min_size=size, max_size=size)),
+                server_key=draw(st.binary(min_size=size, max_size=size)),
+                iterations=draw(st.integers(ITERATIONS_MIN, ITERATIONS_MAX)),
+            )
+        ]
+    if kind == "scram_remove" and m.scram:
+        user, mechanism = draw(st.sampled_from(sorted(m.scram)))
+        m.scram.discard((user, mechanism))
+        return [mr.RemoveUserScramCredentialRecord(name=user, mechanism=mechanism)]
     return [mr.NoOpRecord()]
 
 

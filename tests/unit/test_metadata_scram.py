@@ -3,12 +3,14 @@ snapshot round trip, and the SASL lookup over the image."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 import pytest
 import scramp
+from scram_helpers import scram_authenticates
 
-from raftka.common.errors import KafkaError, SaslAuthenticationFailedError
+from raftka.common.errors import KafkaError
 from raftka.common.scram import salted_password
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.controller_api import ControllerResult
@@ -22,7 +24,6 @@ from raftka.metadata.scram_control import (
     describe_user_scram_credentials,
 )
 from raftka.server_common.sasl import (
-    SaslServerSession,
     credential_from_salted_password,
     new_scram_credential,
 )
@@ -51,17 +52,7 @@ def replayed(
 
 
 def authenticates(image: MetadataImage, mechanism: str, user: str, password: str) -> bool:
-    """A scramp client against a SaslServerSession over the image's lookup."""
-    session = SaslServerSession(mechanism, image.scram_credential, secret=b"s" * 32)
-    client = scramp.ScramClient([mechanism], user, password)
-    try:
-        server_first = session.step(client.get_client_first().encode())
-        client.set_server_first(server_first.decode())
-        server_final = session.step(client.get_client_final().encode())
-    except SaslAuthenticationFailedError:
-        return False
-    client.set_server_final(server_final.decode())
-    return session.complete and session.principal == f"User:{user}"
+    return scram_authenticates(image.scram_credential, mechanism, user, password)
 
 
 def test_salted_password_path_equals_scramp() -> None:
@@ -314,3 +305,23 @@ def test_describe_lists_users_without_keys() -> None:
         ("nobody", "RESOURCE_NOT_FOUND"),
         ("alice", "DUPLICATE_RESOURCE"),
     ]
+
+
+def test_metadata_dump_text_redacts_the_keys() -> None:
+    """``raftka metadata dump`` prints a credential's user, mechanism and iterations but
+    not its salt or keys (Kafka's RecordRedactor)."""
+    from raftka.metadata.cli import _record_line
+
+    record = credential_record("alice", "a")
+    line = _record_line(record.to_dict())
+    assert line.startswith('UserScramCredentialRecord v0 name="alice" mechanism="SCRAM-SHA-256"')
+    assert "salt=(redacted) stored_key=(redacted) server_key=(redacted) iterations=4096" in line
+    for key in (record.salt, record.stored_key, record.server_key):
+        assert base64.b64encode(key).decode() not in line
+
+
+def test_too_many_entries_are_refused_whole() -> None:
+    deletions = [ScramCredentialDeletion(f"u{i}", "SCRAM-SHA-256") for i in range(12_001)]
+    with pytest.raises(KafkaError, match="more than 12000") as info:
+        alter_user_scram_credentials(MetadataImage.EMPTY, deletions, [])
+    assert info.value.name == "INVALID_REQUEST"

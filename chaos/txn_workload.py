@@ -39,6 +39,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ TRANSACTION_TIMEOUT_MS: Final = 10_000
 TXN_CALL_TIMEOUT_MS: Final = 8_000
 TXN_OP_TIMEOUT_S: Final = 12.0
 PIPELINE_CATCH_UP_S: Final = 60.0
+#: A pipeline that polls nothing for this long prints where its consumer stands.
+IDLE_REPORT_S: Final = 10.0
 PIPELINE_STOP_TIMEOUT_S: Final = 10.0
 
 
@@ -427,10 +430,22 @@ async def pipeline(config: PipelineConfig) -> None:
         try:
             async with asyncio.timeout(TXN_OP_TIMEOUT_S):
                 await producer.init_transactions()
+            print("pipeline: initialised", flush=True)
             consumer.subscribe([config.input])
+            idle_since = time.monotonic()
             while True:
                 async with asyncio.timeout(TXN_OP_TIMEOUT_S):
-                    await _transform(consumer, producer, config.output)
+                    moved = await _transform(consumer, producer, config.output)
+                now = time.monotonic()
+                if moved:
+                    idle_since = now
+                elif now - idle_since >= IDLE_REPORT_S:
+                    # A stalled pipeline says where it stands (the fault runs have seen
+                    # one read nothing for a minute after a restart, cause unknown).
+                    idle_since = now
+                    print(
+                        f"pipeline: idle for {IDLE_REPORT_S:.0f} s; {_where(consumer)}", flush=True
+                    )
         except Exception as exc:  # the process must outlive any client error
             print(f"pipeline: restarting after {_error(exc)}", flush=True)
         finally:
@@ -439,10 +454,24 @@ async def pipeline(config: PipelineConfig) -> None:
         await asyncio.sleep(RETRY_PAUSE_S)
 
 
-async def _transform(consumer: AsyncConsumer, producer: AsyncProducer, output: str) -> None:
+def _where(consumer: AsyncConsumer) -> str:
+    """Each assigned partition's position, high watermark and LSO, as the consumer knows
+    them (no request)."""
+    parts = []
+    for tp in sorted(consumer.assignment()):
+        position = consumer._subs.state(tp).position  # what position() would not fetch
+        parts.append(
+            f"{tp.topic}-{tp.partition} position={position} "
+            f"hw={consumer.highwater(tp)} lso={consumer.last_stable_offset(tp)}"
+        )
+    return "assigned: " + (", ".join(parts) if parts else "nothing")
+
+
+async def _transform(consumer: AsyncConsumer, producer: AsyncProducer, output: str) -> bool:
+    """One poll's records through one transaction; False when the poll was empty."""
     batches = await consumer.poll(timeout_ms=POLL_WAIT_MS)
     if not any(batches.values()):
-        return
+        return False
     producer.begin_transaction()
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     for tp in sorted(batches):
@@ -451,6 +480,7 @@ async def _transform(consumer: AsyncConsumer, producer: AsyncProducer, output: s
             offsets[tp] = OffsetAndMetadata(r.offset + 1)
     await producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
     await producer.commit_transaction()
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -454,6 +454,20 @@ class QuorumController(TopicControl):
     # -- topics, partitions, configs (TopicControl's commands) -----------------------
 
     def _configs_changed(self, batch: CommandBatch, topics: set[str]) -> None:
+        # A lower min.insync.replicas (the topic's, or the cluster-wide default) that
+        # the ISR now meets lets the leader move its HW again, past what the ELR holds:
+        # the ELR goes in the same command, before any broker applies the new value.
+        for topic, index, partition in _partitions(batch.image):
+            if partition.eligible_leader_replicas:
+                elr = next_elr(partition, partition.isr, _min_isr(batch.image, topic.name))
+                if elr != partition.eligible_leader_replicas:
+                    batch.add(
+                        PartitionChangeRecord(
+                            partition_id=index,
+                            topic_id=topic.topic_id,
+                            eligible_leader_replicas=elr,
+                        )
+                    )
         # Turning unclean.leader.election.enable on acts at once, as in Kafka: the
         # topic's leaderless partitions get a leader from any live replica in the same
         # command, instead of waiting for the next broker to come back.

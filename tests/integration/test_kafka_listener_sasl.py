@@ -82,6 +82,20 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             yield {"bootstrap": brokers.kafka_bootstrap_servers, "cluster": cluster}
 
 
+def produce_until_acked(producer: Any, topic: str, what: str) -> None:
+    """Produce one record until it is acknowledged: a credential reaches every broker
+    through the metadata log, and the topic is auto-created, so the first tries may
+    fail."""
+
+    def delivered() -> bool:
+        acked: list[Any] = []
+        producer.produce(topic, b"hello", on_delivery=lambda e, m: acked.append(e))
+        producer.flush(5)
+        return bool(acked) and acked[0] is None
+
+    wait_for(delivered, timeout_s=DEADLINE_S, message=f"no record acknowledged {what}")
+
+
 def confluent(sasl: dict[str, Any], mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
     return {
         "bootstrap.servers": sasl["bootstrap"],
@@ -97,16 +111,7 @@ def test_confluent_kafka_and_kafka_python_authenticate_and_work(sasl: dict[str, 
     from kafka import KafkaConsumer, TopicPartition
 
     producer = Producer(confluent(sasl, "SCRAM-SHA-256"))
-
-    def delivered() -> bool:
-        # The credential reaches every broker through the metadata log: retry until
-        # a produce is acknowledged (auto-created topic, acks=all by default).
-        acked: list[Any] = []
-        producer.produce("sasl-topic", b"hello", on_delivery=lambda e, m: acked.append(e))
-        producer.flush(5)
-        return bool(acked) and acked[0] is None
-
-    wait_for(delivered, timeout_s=DEADLINE_S, message="confluent-kafka never produced over SCRAM")
+    produce_until_acked(producer, "sasl-topic", "over SASL_PLAINTEXT with SCRAM-SHA-256")
     for i in range(4):
         producer.produce("sasl-topic", b"r%d" % i)
     assert producer.flush(DEADLINE_S) == 0
@@ -272,11 +277,4 @@ def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
                     "sasl.password": PASSWORD,
                 }
             )
-
-            def delivered() -> bool:
-                acked: list[Any] = []
-                producer.produce("secure", b"x", on_delivery=lambda e, m: acked.append(e))
-                producer.flush(5)
-                return bool(acked) and acked[0] is None
-
-            wait_for(delivered, timeout_s=DEADLINE_S, message="no produce over SASL_SSL")
+            produce_until_acked(producer, "secure", "over SASL_SSL with SCRAM-SHA-512")

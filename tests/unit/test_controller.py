@@ -384,6 +384,24 @@ def test_isr_shrinking_below_min_isr_keeps_the_leavers_as_eligible_leaders() -> 
     assert h.partition(t).eligible_leader_replicas == ()
 
 
+def test_lowering_min_insync_replicas_to_the_isr_size_clears_the_elr() -> None:
+    """With min.insync.replicas down to what the ISR has, the leader moves its HW again
+    past what the ELR holds, so the ELR goes in the same command (KIP-966); a value
+    the ISR still misses keeps it."""
+    h = Harness()
+    t = _shrunk_to_leader(h, {"min.insync.replicas": "3"})
+    assert h.partition(t).eligible_leader_replicas == (2, 3)
+
+    def set_min(value: str) -> None:
+        op = [AlterConfigOp("min.insync.replicas", "SET", value)]
+        h.run(h.ctl.incremental_alter_configs(h.image, [AlterConfigsResource("topic", "t", op)]))
+
+    set_min("2")
+    assert h.partition(t).eligible_leader_replicas == (2, 3)
+    set_min("1")
+    assert h.partition(t).eligible_leader_replicas == ()
+
+
 def test_fencing_the_last_isr_member_elects_an_eligible_leader_replica() -> None:
     """The availability failure KIP-966 removes: the ISR shrank to its leader, then the
     leader dies. Without the ELR the partition has no leader until that one broker

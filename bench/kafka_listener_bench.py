@@ -1,6 +1,6 @@
 """confluent-kafka (librdkafka) through raftka's Kafka listener: produce and consume.
 
-    python bench/kafka_listener_bench.py [--records N] [--repeats N]
+    python bench/kafka_listener_bench.py [--records N] [--repeats N] [--sasl-ssl]
 
 One ``LocalCluster`` (3 controllers) + ``LocalBrokers`` (3 brokers, each with a Kafka
 listener) on loopback, real OS processes on this shared machine. Each run: a fresh
@@ -11,11 +11,17 @@ from the first produce() to the end of flush(); then a confluent-kafka consumer
 CPU is the brokers' user+system time over the run (from /proc), per record.
 
 Prints one JSON line per run and the medians.
+
+``--sasl-ssl`` (issue #17's benchmark): a second cluster whose Kafka listeners are
+SASL_SSL (a throwaway CA from ``raftka.local.certs``, SCRAM-SHA-512, user made with the
+admin client) runs beside the PLAINTEXT one; the repeats alternate between the two, so
+both see the same machine, and the medians' ratios SASL_SSL / PLAINTEXT are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -27,8 +33,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from raftka.client import Admin
+from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
+from raftka.local.certs import new_ca
 
 RECORD_SIZE = 100
 PARTITIONS = 3
@@ -42,8 +51,15 @@ def cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def run(kafka: str, pids: list[int], topic: str, records: int) -> dict[str, Any]:
-    admin = AdminClient({"bootstrap.servers": kafka})
+PASSWORD = "bench-secret"
+
+
+def run(
+    kafka: str, pids: list[int], topic: str, records: int, security: dict[str, str]
+) -> dict[str, Any]:
+    """One produce-then-consume run; ``security`` is the clients' security settings."""
+    kafka_config = {"bootstrap.servers": kafka, **security}
+    admin = AdminClient(kafka_config)
     admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         topic
     ].result(60)
@@ -55,7 +71,7 @@ def run(kafka: str, pids: list[int], topic: str, records: int) -> dict[str, Any]
         timeout_s=60,
         message="no leaders",
     )
-    producer = Producer({"bootstrap.servers": kafka, "acks": "all", "compression.type": "none"})
+    producer = Producer({**kafka_config, "acks": "all", "compression.type": "none"})
     value = b"x" * RECORD_SIZE
     cpu0, t0 = cpu_s(pids), time.perf_counter()
     for _ in range(records):
@@ -69,9 +85,7 @@ def run(kafka: str, pids: list[int], topic: str, records: int) -> dict[str, Any]
     assert producer.flush(300) == 0
     produce_s, produce_cpu = time.perf_counter() - t0, cpu_s(pids) - cpu0
 
-    consumer = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"bench-{topic}", "enable.auto.commit": False}
-    )
+    consumer = Consumer({**kafka_config, "group.id": f"bench-{topic}", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got, cpu0, t0 = 0, cpu_s(pids), time.perf_counter()
     while got < records:
@@ -89,24 +103,71 @@ def run(kafka: str, pids: list[int], topic: str, records: int) -> dict[str, Any]
     }
 
 
+def _medians(results: list[dict[str, Any]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sasl-ssl", action="store_true", help="also a SASL_SSL cluster")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp)) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        with LocalBrokers(cluster, kafka_listener=True) as brokers:
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        setups: list[tuple[str, str, list[int], dict[str, str]]] = []
+        for protocol in ("PLAINTEXT", "SASL_SSL") if args.sasl_ssl else ("PLAINTEXT",):
+            props: dict[str, str] = {}
+            security: dict[str, str] = {}
+            if protocol == "SASL_SSL":
+                ca = new_ca(tmp / "pki")
+                node = ca.issue(tmp / "pki", "broker", hosts=("localhost", "127.0.0.1"))
+                props = {
+                    "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                    "ssl.certfile": str(node.certfile),
+                    "ssl.keyfile": str(node.keyfile),
+                }
+                security = {
+                    "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(ca.cafile),
+                    "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.username": "bench",
+                    "sasl.password": PASSWORD,
+                }
+            cluster = stack.enter_context(LocalCluster(tmp / protocol))
+            cluster.start()
+            cluster.wait_leader()
+            brokers = stack.enter_context(
+                LocalBrokers(
+                    cluster,
+                    extra_properties=props,
+                    kafka_listener=True,
+                    kafka_security_protocol=protocol,
+                )
+            )
             brokers.start()
+            if protocol == "SASL_SSL":
+                with Admin(bootstrap_servers=brokers.bootstrap_servers) as admin:
+                    admin.alter_user_scram_credentials(
+                        [UserScramCredentialUpsertion("bench", "SCRAM-SHA-512", PASSWORD)]
+                    )
             pids = [b.popen.pid for b in brokers.nodes() if b.popen is not None]
-            results = []
-            for i in range(args.repeats):
-                result = run(brokers.kafka_bootstrap_servers, pids, f"bench-{i}", args.records)
-                print(json.dumps(result), flush=True)
-                results.append(result)
-            medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
-            print(json.dumps({"median": medians}), flush=True)
+            setups.append((protocol, brokers.kafka_bootstrap_servers, pids, security))
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in setups}
+        for i in range(args.repeats):
+            for protocol, kafka, pids, security in setups:
+                result = run(kafka, pids, f"bench-{i}", args.records, security)
+                print(json.dumps({"security_protocol": protocol, **result}), flush=True)
+                results[protocol].append(result)
+        medians = {name: _medians(runs) for name, runs in results.items()}
+        print(json.dumps({"median": medians}), flush=True)
+        if args.sasl_ssl:
+            plain, secure = medians["PLAINTEXT"], medians["SASL_SSL"]
+            ratios = {
+                k: round(secure[k] / plain[k], 2)
+                for k in ("produce_records_per_s", "consume_records_per_s")
+            }
+            print(json.dumps({"sasl_ssl_vs_plaintext": ratios}), flush=True)
 
 
 if __name__ == "__main__":

@@ -901,3 +901,107 @@ def test_a_crash_mid_swap_keeps_the_aborted_transaction_index(
     log = open_log(log_dir, opened, config(segment_bytes=4_000))
     assert _aborted(log) == before
     assert not [p for p in os.listdir(log_dir) if p.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+# ------------------------------------------------------------ transaction markers
+
+
+def _markers(log: Log) -> dict[int, BatchHeader]:
+    """Marker offset -> its header, as Log.read returns them."""
+    return {h.base_offset: h for h in read_all(log)[1] if h.is_control}
+
+
+def _dirty_again(log: Log) -> None:
+    """A record in a new segment, then a roll: the next pass has a dirty segment."""
+    produce(log, [(b"filler", b"f" * 300)])
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+
+
+def test_markers_go_after_their_transaction_and_delete_retention(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """Kafka's rule (LogCleaner, KIP-534): a marker whose transaction has no batch left
+    is stamped with a delete horizon (now + delete.retention.ms) by the pass that finds
+    it so, stays until a pass at or past that horizon, then goes, and an aborted
+    transaction's .txnindex entry goes with its data. A marker whose transaction keeps
+    a record stays whatever the time."""
+    retention = 1000
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    aborted_first = produce_txn(log, [(b"a", b"aborted")], producer_id=9)
+    end_txn(log, 9, ControlRecordType.ABORT)
+    abort_at = log.log_end_offset - 1
+    log.append_aborted_txn(AbortedTxn(9, aborted_first, abort_at, log.log_end_offset))
+    produce_txn(log, [(b"b", b"b-old")], producer_id=11)
+    end_txn(log, 11, ControlRecordType.COMMIT)
+    commit_gone_at = log.log_end_offset - 1
+    kept_txn = produce_txn(log, [(b"c", b"c-latest")], producer_id=12)
+    end_txn(log, 12, ControlRecordType.COMMIT)
+    commit_kept_at = log.log_end_offset - 1
+    produce(log, [(b"b", b"b-new")])  # supersedes the first commit's only record
+    _dirty_again(log)
+    assert set(_markers(log)) == {abort_at, commit_gone_at, commit_kept_at}
+    assert _aborted(log) == [(9, aborted_first)]
+
+    cleaner = LogCleaner()
+    stats = cleaner.clean_once(log, T0, active_producers={})
+    assert stats.cleaned, stats.reason
+    assert stats.marker_horizons_set == 2 and stats.markers_removed == 0
+    markers = _markers(log)
+    assert set(markers) == {abort_at, commit_gone_at, commit_kept_at}
+    for at in (abort_at, commit_gone_at):
+        assert cleaner_module.delete_horizon_ms(markers[at]) == T0 + retention
+        assert markers[at].max_timestamp == T0, "the marker's own time is unchanged"
+    assert cleaner_module.delete_horizon_ms(markers[commit_kept_at]) is None
+    assert _aborted(log) == [], "no aborted record left: its entry went with it"
+    assert (kept_txn, b"c", b"c-latest") in read_all(log)[0]
+
+    # Before the horizon the markers stay, a pass later still.
+    _dirty_again(log)
+    stats = cleaner.clean_once(log, T0 + retention - 1, active_producers={})
+    assert stats.cleaned and stats.markers_removed == 0 and stats.marker_horizons_set == 0
+    assert set(_markers(log)) == {abort_at, commit_gone_at, commit_kept_at}
+
+    # At the horizon they go; the one whose transaction keeps a record stays.
+    _dirty_again(log)
+    stats = cleaner.clean_once(log, T0 + retention, active_producers={})
+    assert stats.cleaned and stats.markers_removed == 2
+    assert set(_markers(log)) == {commit_kept_at}
+    assert (kept_txn, b"c", b"c-latest") in read_all(log)[0]
+
+    # Reopened (recovery replays the log): same markers, no aborted transaction.
+    log.close()
+    opened.remove(log)
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    assert set(_markers(log)) == {commit_kept_at} and _aborted(log) == []
+
+
+def test_a_marker_holding_its_producers_state_or_with_unknown_producers_stays(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """A marker the broker names as its producer's last batch (its epoch bump emptied
+    the producer's batches) stays: producer state rebuilt from the log needs its
+    epoch. Without ``active_producers`` every emptied producer batch keeps its header,
+    so every transaction keeps a batch and every marker stays."""
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=0))
+    produce_txn(log, [(b"a", b"1")], producer_id=7)
+    end_txn(log, 7, ControlRecordType.COMMIT)
+    marker_at = log.log_end_offset - 1
+    produce(log, [(b"a", b"2")])
+    _dirty_again(log)
+    cleaner = LogCleaner()
+    for now in (T0, T0 + 1):
+        _dirty_again(log)
+        stats = cleaner.clean_once(log, now, active_producers={7: marker_at})
+        assert stats.cleaned and stats.markers_removed == 0 and stats.marker_horizons_set == 0
+    assert marker_at in _markers(log)
+    for now in (T0 + 2, T0 + 3):
+        _dirty_again(log)
+        cleaner.clean_once(log, now)
+    assert marker_at in _markers(log)
+    # Once the producer moved on (the broker names no batch of it), the marker goes.
+    for now in (T0 + 4, T0 + 5):
+        _dirty_again(log)
+        cleaner.clean_once(log, now, active_producers={})
+    assert marker_at not in _markers(log)
+    assert not [h for h in read_all(log)[1] if h.producer_id == 7], "stale header removed"

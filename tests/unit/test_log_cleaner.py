@@ -25,6 +25,7 @@ from raftka.common.record.control import (
     build_end_transaction_batch,
 )
 from raftka.common.record.header import BatchHeader, Compression, iter_batches
+from raftka.common.record.read_committed import filter_read_committed
 from raftka.storage import Log, LogConfig
 from raftka.storage import cleaner as cleaner_module
 from raftka.storage.cleaner import (
@@ -1005,3 +1006,34 @@ def test_a_marker_holding_its_producers_state_or_with_unknown_producers_stays(
         cleaner.clean_once(log, now, active_producers={})
     assert marker_at not in _markers(log)
     assert not [h for h in read_all(log)[1] if h.producer_id == 7], "stale header removed"
+
+
+def test_a_removed_abort_markers_entry_never_hides_its_producers_later_commit(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """The .txnindex entry of an aborted transaction goes with its data: left behind
+    after its marker went, it would make a read_committed reader drop every later
+    transaction of the same producer (nothing would end the abort)."""
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=0))
+    first = produce_txn(log, [(b"a", b"aborted")], producer_id=9)
+    end_txn(log, 9, ControlRecordType.ABORT)
+    log.append_aborted_txn(AbortedTxn(9, first, log.log_end_offset - 1, log.log_end_offset))
+    committed = produce(
+        log,
+        [(b"b", b"committed")],
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=1,
+        is_transactional=True,
+    )
+    end_txn(log, 9, ControlRecordType.COMMIT)
+    cleaner = LogCleaner()
+    for now in (T0, T0 + 1):
+        _dirty_again(log)
+        cleaner.clean_once(log, now, active_producers={})
+    assert len(_markers(log)) == 1, "the abort marker went, the commit marker stays"
+    batches = [b for b, _ in log_batches(log)]
+    result = filter_read_committed(
+        batches, log.collect_aborted(0, log.log_end_offset), fetch_offset=0
+    )
+    assert (committed, b"b", b"committed") in [(r.offset, r.key, r.value) for r in result.records]

@@ -60,20 +60,37 @@ What a record and a batch become (Kafka's ``MemoryRecords.filterTo`` rules):
   (Kafka's RETAIN_EMPTY). The broker names the last batch of each active producer in
   ``active_producers``; without it every producer's emptied batches keep their header
   (more bytes, never a lost producer). Any other emptied batch is removed.
-- Control batches (transaction markers) are kept as they are. Kafka removes a marker
-  once its transaction has no data left and delete.retention.ms has passed; raftka keeps
-  markers for now (a marker is 70 bytes; correctness does not depend on removing it).
-  So every ``.txnindex`` entry stays right: a cleaned segment gets the entries of the
-  segments it replaces (written and renamed with its other files; a swap completed
-  after a crash keeps the swap's copy).
+- An empty header an earlier pass kept stays while it is still its producer's last
+  batch, and goes once the broker names another (Kafka's DELETE_EMPTY).
+- Transaction markers (Kafka's LogCleaner, CleanedTransactionMetadata and KIP-534).
+  The rewrite walks the log from its start in offset order, so when it reaches a
+  producer's COMMIT or ABORT marker it has decided every batch of the transaction the
+  marker ends (the producer's transactional batches since its previous marker; an
+  emptied header kept for producer state counts as a batch). A marker stays while its
+  transaction keeps a batch, and while it holds its producer's state (the broker names
+  it in ``active_producers`` when the marker's epoch bump emptied the producer's
+  batches, Kafka's LastRecord; with ``active_producers`` None every emptied producer
+  batch keeps its header, so every marker stays). Otherwise the first pass that finds
+  it so stamps a delete horizon into it, now + ``delete.retention.ms``, as Kafka 3.1+
+  does: the base timestamp holds the horizon and attribute bit 0x40 says so (the
+  record's own timestamp and the batch's max timestamp are unchanged); the first pass
+  at or past the horizon removes it. So a reader that read the transaction's data has
+  delete.retention.ms to read its marker too. Markers of another control type stay.
+- ``.txnindex``: a cleaned segment gets the entries of the segments it replaces whose
+  transaction keeps a batch (their marker stays and bounds them); an entry whose
+  aborted data is gone goes in the same pass (nothing is left to skip; left behind
+  once its marker went, it would make a read_committed reader skip the producer's
+  later transactions). The entries are written and renamed with the segment's other
+  files; a swap completed after a crash keeps the swap's copy.
 
 Tombstone age: Kafka before KIP-534 compared a segment file's last-modified time with a
-delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass.
-raftka measures a tombstone's age as ``now_ms`` minus its segment's largest record
-timestamp (the segment's creation time when it has no timestamps): the reference the
-log's time retention uses, which survives copies and restores (file mtimes do not) and
-which tests drive with a clock. A tombstone thus lives at least delete.retention.ms
-after the newest record of its segment.
+delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass
+(raftka does that for markers, above). raftka measures a tombstone's age as
+``now_ms`` minus its segment's largest record timestamp (the segment's creation time
+when it has no timestamps): the reference the log's time retention uses, which
+survives copies and restores (file mtimes do not) and which tests drive with a clock.
+A tombstone thus lives at least delete.retention.ms after the newest record of its
+segment.
 
 On-disk protocol (Kafka's): for a group of old segments S1..Sk with base offset B,
 

@@ -12,7 +12,9 @@ producer's last batch. After every pass:
   ``filter_read_committed``, the consumer's path) returns only records the uncleaned
   log's read_committed read returned, at the same offsets, and the same latest value
   of every key: no aborted record reappears, no committed record is hidden;
-- every transactional batch still in the log still has the marker that ended it;
+- every transactional batch still in the log still has the marker that ended it, and
+  producer state rebuilt from the cleaned log (a restart, a new replica) has no
+  transaction open;
 - a marker that is gone had been stamped with a delete horizon at or before the pass's
   time (none goes before delete.retention.ms from when a pass found it removable).
 """
@@ -26,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_helpers import Row, latest_by_key, log_batches
 
+from raftka.broker.producer_state import ProducerStateManager
 from raftka.common.record.batch import Record, build_batch
 from raftka.common.record.control import (
     ControlRecordType,
@@ -176,7 +179,13 @@ def test_marker_removal_keeps_the_read_committed_view(
                 for row in after:
                     assert by_offset.get(row[0]) == row, f"{row} was not read committed before"
                 assert latest_by_key(after) == latest_by_key(before)
-                headers = [b.header for b, _ in log_batches(log)]
+                batches = [b for b, _ in log_batches(log)]
+                # Producer state rebuilt from the cleaned log (a restart, a new
+                # replica) finds no transaction left open by a removed marker.
+                rebuilt = ProducerStateManager()
+                rebuilt.rebuild_from_batches(batches)
+                assert dict(rebuilt.ongoing_txns) == {}
+                headers = [b.header for b in batches]
                 present = {h.base_offset for h in headers}
                 for h in headers:
                     if h.is_transactional and not h.is_control:

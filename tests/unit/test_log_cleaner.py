@@ -320,8 +320,9 @@ def test_control_batches_empty_producer_batches_and_transactions(
 ) -> None:
     """Kafka's batch rules: an idempotent producer's emptied batch keeps its header (same
     offsets, producer id, epoch, sequence, no records); a plain emptied batch goes;
-    markers stay; records of an aborted transaction go; a committed transaction's
-    records count as the latest; an open transaction caps the cleaned range."""
+    markers stay (with active_producers None every transaction keeps a header); records
+    of an aborted transaction go; a committed transaction's records count as the
+    latest; an open transaction caps the cleaned range."""
     log = open_log(log_dir, opened, config(segment_bytes=400))
     idem = produce(
         log, [(b"a", b"a1"), (b"b", b"b1")], producer_id=7, producer_epoch=2, base_sequence=0

@@ -957,6 +957,11 @@ def test_markers_go_after_their_transaction_and_delete_retention(
     assert cleaner_module.delete_horizon_ms(markers[commit_kept_at]) is None
     assert _aborted(log) == [], "no aborted record left: its entry went with it"
     assert (kept_txn, b"c", b"c-latest") in read_all(log)[0]
+    # A stamped marker is a valid batch to recovery (kill -9, then the CRC scan).
+    log._close_files()
+    opened.remove(log)
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    assert _markers(log) == markers and _aborted(log) == []
 
     # Before the horizon the markers stay, a pass later still.
     _dirty_again(log)

@@ -84,6 +84,8 @@ class CleanerCounters:
     records_read: int = 0
     records_kept: int = 0
     tombstones_removed: int = 0
+    marker_horizons_set: int = 0  # transaction markers stamped with a delete horizon
+    markers_removed: int = 0  # transaction markers removed past their horizon
     segments_before: int = 0
     segments_after: int = 0
     forced_by_max_lag: int = 0
@@ -245,6 +247,8 @@ class LogCleanerService:
             c.records_read += stats.records_read
             c.records_kept += stats.records_kept
             c.tombstones_removed += stats.tombstones_removed
+            c.marker_horizons_set += stats.marker_horizons_set
+            c.markers_removed += stats.markers_removed
             c.segments_before += stats.segments_before
             c.segments_after += stats.segments_after
             c.forced_by_max_lag += int(stats.forced_by_max_lag)

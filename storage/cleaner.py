@@ -60,20 +60,37 @@ What a record and a batch become (Kafka's ``MemoryRecords.filterTo`` rules):
   (Kafka's RETAIN_EMPTY). The broker names the last batch of each active producer in
   ``active_producers``; without it every producer's emptied batches keep their header
   (more bytes, never a lost producer). Any other emptied batch is removed.
-- Control batches (transaction markers) are kept as they are. Kafka removes a marker
-  once its transaction has no data left and delete.retention.ms has passed; raftka keeps
-  markers for now (a marker is 70 bytes; correctness does not depend on removing it).
-  So every ``.txnindex`` entry stays right: a cleaned segment gets the entries of the
-  segments it replaces (written and renamed with its other files; a swap completed
-  after a crash keeps the swap's copy).
+- An empty header an earlier pass kept stays while it is still its producer's last
+  batch, and goes once the broker names another (Kafka's DELETE_EMPTY).
+- Transaction markers (Kafka's LogCleaner, CleanedTransactionMetadata and KIP-534).
+  The rewrite walks the log from its start in offset order, so when it reaches a
+  producer's COMMIT or ABORT marker it has decided every batch of the transaction the
+  marker ends (the producer's transactional batches since its previous marker; an
+  emptied header kept for producer state counts as a batch). A marker stays while its
+  transaction keeps a batch, and while it holds its producer's state (the broker names
+  it in ``active_producers`` when the marker's epoch bump emptied the producer's
+  batches, Kafka's LastRecord; with ``active_producers`` None every emptied producer
+  batch keeps its header, so every marker stays). Otherwise the first pass that finds
+  it so stamps a delete horizon into it, now + ``delete.retention.ms``, as Kafka 3.1+
+  does: the base timestamp holds the horizon and attribute bit 0x40 says so (the
+  record's own timestamp and the batch's max timestamp are unchanged); the first pass
+  at or past the horizon removes it. So a reader that read the transaction's data has
+  delete.retention.ms to read its marker too. Markers of another control type stay.
+- ``.txnindex``: a cleaned segment gets the entries of the segments it replaces whose
+  transaction keeps a batch (their marker stays and bounds them); an entry whose
+  aborted data is gone goes in the same pass (nothing is left to skip; left behind
+  once its marker went, it would make a read_committed reader skip the producer's
+  later transactions). The entries are written and renamed with the segment's other
+  files; a swap completed after a crash keeps the swap's copy.
 
 Tombstone age: Kafka before KIP-534 compared a segment file's last-modified time with a
-delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass.
-raftka measures a tombstone's age as ``now_ms`` minus its segment's largest record
-timestamp (the segment's creation time when it has no timestamps): the reference the
-log's time retention uses, which survives copies and restores (file mtimes do not) and
-which tests drive with a clock. A tombstone thus lives at least delete.retention.ms
-after the newest record of its segment.
+delete horizon; since KIP-534 it stamps a horizon into the batch on the first pass
+(raftka does that for markers, above). raftka measures a tombstone's age as
+``now_ms`` minus its segment's largest record timestamp (the segment's creation time
+when it has no timestamps): the reference the log's time retention uses, which
+survives copies and restores (file mtimes do not) and which tests drive with a clock.
+A tombstone thus lives at least delete.retention.ms after the newest record of its
+segment.
 
 On-disk protocol (Kafka's): for a group of old segments S1..Sk with base offset B,
 
@@ -162,6 +179,7 @@ from raftka.common.record.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -282,6 +300,8 @@ class CleanerStats:
     aborted_records_removed: int = 0
     empty_batches_kept: int = 0  # headers kept for producer state
     batches_removed: int = 0
+    marker_horizons_set: int = 0  # markers found removable, stamped with a delete horizon
+    markers_removed: int = 0  # markers removed past their delete horizon
     aborted: bool = False  # see CleaningAbortedError; groups swapped before it stay
 
 
@@ -559,20 +579,33 @@ def _build(
     return bytes(buf)
 
 
-def rebuild_batch(h: BatchHeader, kept: list[DecodedRecord]) -> bytes:
+def rebuild_batch(
+    h: BatchHeader, kept: list[DecodedRecord], *, delete_horizon_ms: int | None = None
+) -> bytes:
     """The batch ``h`` holding only ``kept`` (at least one record), at their offsets,
-    compressed with the batch's own codec."""
+    compressed with the batch's own codec. With ``delete_horizon_ms`` (KIP-534) the
+    base timestamp holds the horizon and the delete-horizon attribute bit is set; the
+    records' timestamp deltas are taken from it, so every record keeps its time."""
     if h.attributes & TIMESTAMP_TYPE_BIT:
         # LogAppendTime: readers take every record's time from maxTimestamp.
         base_ts, max_ts = h.base_timestamp, h.max_timestamp
         kept = [r._replace(timestamp_ms=base_ts) for r in kept]
     else:
         base_ts, max_ts = kept[0].timestamp_ms, max(r.timestamp_ms for r in kept)
+    attributes = h.attributes
+    if delete_horizon_ms is not None:
+        base_ts = delete_horizon_ms
+        attributes |= DELETE_HORIZON_BIT
     codec = Compression(h.attributes & COMPRESSION_MASK)
     payload = compress(codec, _encode_records(kept, h.base_offset, base_ts))
     return _build(
-        h, attributes=h.attributes, count=len(kept), base_ts=base_ts, max_ts=max_ts, payload=payload
+        h, attributes=attributes, count=len(kept), base_ts=base_ts, max_ts=max_ts, payload=payload
     )
+
+
+def delete_horizon_ms(h: BatchHeader) -> int | None:
+    """The delete horizon a cleaner stamped into batch ``h`` (KIP-534), or None."""
+    return h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
 
 
 def empty_batch(h: BatchHeader) -> bytes:
@@ -589,6 +622,42 @@ def empty_batch(h: BatchHeader) -> bytes:
 
 
 # ----------------------------------------------------------------------------- cleaner
+
+
+def _holds_producer_state(h: BatchHeader, active_producers: Mapping[int, int] | None) -> bool:
+    """Whether batch ``h`` must stay (at least as a header) so that producer state
+    rebuilt from the log keeps its producer's epoch and last sequence (Kafka's
+    RETAIN_EMPTY): it is the batch the broker named for its producer, or the broker
+    named none (``active_producers`` None: every producer batch may be one)."""
+    return h.producer_id != NO_PRODUCER_ID and (
+        active_producers is None or active_producers.get(h.producer_id) == h.last_offset
+    )
+
+
+class _CleanedTxns:
+    """What a rewrite learns of transactions as it walks the log from its start in
+    offset order (Kafka's CleanedTransactionMetadata). A producer has at most one
+    transaction open per partition, so its transactional batches since its last marker
+    are that transaction's; when its next marker comes, every batch of the transaction
+    has been decided. A marker whose transaction keeps no batch may go (see the module
+    docstring), and its ``.txnindex`` entry goes at once: no aborted record is left for
+    a read_committed reader to skip."""
+
+    def __init__(self) -> None:
+        self._kept: set[int] = set()  # producers whose open transaction keeps a batch
+        self.emptied: set[int] = set()  # offsets of markers whose transaction kept none
+
+    def batch_kept(self, h: BatchHeader) -> None:
+        if h.is_transactional and h.producer_id != NO_PRODUCER_ID:
+            self._kept.add(h.producer_id)
+
+    def marker_read(self, h: BatchHeader) -> bool:
+        """True if the transaction this marker ends keeps a batch in the cleaned log."""
+        if h.producer_id in self._kept:
+            self._kept.discard(h.producer_id)
+            return True
+        self.emptied.add(h.last_offset)
+        return False
 
 
 def _segment_time_ms(seg: LogSegment) -> int:
@@ -793,6 +862,7 @@ class LogCleaner:
             return CleanerStats(False, reason, plan.first_dirty, plan.first_dirty, plan.ratio)
         end = plan.sources[built.stop].base_offset if built.stop < plan.k else plan.end
         groups = _cut_groups(plan.groups, built.stop)
+        txns = _CleanedTxns()  # carried across groups: a transaction may span them
         for group in groups:
             try:
                 cleaned = self._clean_group(
@@ -803,6 +873,7 @@ class LogCleaner:
                     aborted=built.aborted_batches,
                     now_ms=now_ms,
                     active_producers=active_producers,
+                    txns=txns,
                     stats=stats,
                     aborted_by=aborted_by,
                 )
@@ -812,7 +883,7 @@ class LogCleaner:
 
             def swap(group: list[_Source] = group, cleaned: LogSegment = cleaned) -> None:
                 aborted_by()  # a stop asked while the group was written: no swap
-                self._swap_checked(log, plan, group, cleaned)
+                self._swap_checked(log, plan, group, cleaned, txns.emptied)
 
             try:
                 run(swap)
@@ -909,7 +980,12 @@ class LogCleaner:
             )
 
     def _swap_checked(
-        self, log: Log, plan: _Plan, group: list[_Source], cleaned: LogSegment
+        self,
+        log: Log,
+        plan: _Plan,
+        group: list[_Source],
+        cleaned: LogSegment,
+        emptied: set[int],
     ) -> None:
         """Under exclusion: swap ``cleaned`` in if ``group``'s segments are still in the
         log as the pass read them (retention or DeleteRecords may have deleted them)."""
@@ -923,7 +999,7 @@ class LogCleaner:
             raise CleaningAbortedError(
                 f"segments from {group[0].base_offset} were deleted or changed meanwhile"
             )
-        self._swap(log, first, now, cleaned)
+        self._swap(log, first, now, cleaned, emptied)
 
     def _build_offset_map(
         self,
@@ -1042,6 +1118,7 @@ class LogCleaner:
         aborted: set[int],
         now_ms: int,
         active_producers: Mapping[int, int] | None,
+        txns: _CleanedTxns,
         stats: _Counters,
         aborted_by: Callable[[], None],
     ) -> LogSegment:
@@ -1071,6 +1148,9 @@ class LogCleaner:
                         aborted=aborted,
                         drop_tombstones=drop_tombstones,
                         active_producers=active_producers,
+                        txns=txns,
+                        marker_horizon_ms=min(now_ms + retention_ms, LONG_MAX),
+                        now_ms=now_ms,
                         stats=stats,
                     )
                     if out is None:
@@ -1107,6 +1187,9 @@ class LogCleaner:
         aborted: set[int],
         drop_tombstones: bool,
         active_producers: Mapping[int, int] | None,
+        txns: _CleanedTxns,
+        marker_horizon_ms: int,
+        now_ms: int,
         stats: _Counters,
     ) -> bytes | None:
         """What batch ``raw`` becomes: itself, a rebuilt batch, an empty header, or
@@ -1114,8 +1197,75 @@ class LogCleaner:
         h = parse_header(raw)
         stats.bytes_read += len(raw)
         stats.records_read += h.records_count
-        if h.is_control or h.records_count == 0:
-            return raw  # markers, and headers an earlier pass kept, stay as they are
+        if h.is_control:
+            return LogCleaner._clean_marker(
+                raw,
+                h,
+                txns=txns,
+                active_producers=active_producers,
+                horizon_ms=marker_horizon_ms,
+                now_ms=now_ms,
+                stats=stats,
+            )
+        out = LogCleaner._clean_data_batch(
+            raw,
+            h,
+            latest=latest,
+            aborted=aborted,
+            drop_tombstones=drop_tombstones,
+            active_producers=active_producers,
+            stats=stats,
+        )
+        if out is not None:
+            txns.batch_kept(h)
+        return out
+
+    @staticmethod
+    def _clean_marker(
+        raw: bytes,
+        h: BatchHeader,
+        *,
+        txns: _CleanedTxns,
+        active_producers: Mapping[int, int] | None,
+        horizon_ms: int,
+        now_ms: int,
+        stats: _Counters,
+    ) -> bytes | None:
+        """A control batch: kept while its transaction keeps a batch or it holds its
+        producer's state; else stamped with ``horizon_ms`` on the first pass that
+        finds it so, and removed by the first pass at or past that horizon."""
+        batch = decode_batch(raw)
+        if end_transaction_marker(batch) is None:
+            return raw  # not a COMMIT/ABORT marker: nothing says when it could go
+        if txns.marker_read(h) or _holds_producer_state(h, active_producers):
+            return raw
+        horizon = delete_horizon_ms(h)
+        if horizon is None:
+            stats.marker_horizons_set += 1
+            return rebuild_batch(h, list(batch.records), delete_horizon_ms=horizon_ms)
+        if horizon <= now_ms:
+            stats.markers_removed += 1
+            return None
+        return raw
+
+    @staticmethod
+    def _clean_data_batch(
+        raw: bytes,
+        h: BatchHeader,
+        *,
+        latest: dict[bytes, int],
+        aborted: set[int],
+        drop_tombstones: bool,
+        active_producers: Mapping[int, int] | None,
+        stats: _Counters,
+    ) -> bytes | None:
+        """A data batch: itself, a rebuilt batch, an empty header, or None."""
+        if h.records_count == 0:
+            # A header an earlier pass kept: it stays while it holds producer state.
+            if _holds_producer_state(h, active_producers):
+                return raw
+            stats.batches_removed += 1
+            return None
         records = decode_batch(raw).records
         if h.is_transactional and h.base_offset in aborted:
             stats.aborted_records_removed += len(records)
@@ -1136,23 +1286,28 @@ class LogCleaner:
             return raw
         if kept:
             return rebuild_batch(h, kept)
-        if h.producer_id != NO_PRODUCER_ID and (
-            active_producers is None or active_producers.get(h.producer_id) == h.last_offset
-        ):
+        if _holds_producer_state(h, active_producers):
             stats.empty_batches_kept += 1
             return empty_batch(h)
         stats.batches_removed += 1
         return None
 
     @staticmethod
-    def _swap(log: Log, first: int, group: list[LogSegment], cleaned: LogSegment) -> None:
-        """Steps 2-4 of the on-disk protocol, then the in-memory swap at ``first``."""
+    def _swap(
+        log: Log, first: int, group: list[LogSegment], cleaned: LogSegment, emptied: set[int]
+    ) -> None:
+        """Steps 2-4 of the on-disk protocol, then the in-memory swap at ``first``.
+        ``emptied``: offsets of markers whose transaction kept no batch."""
         directory = log.path
         try:
-            # The cleaned segment keeps every aborted-transaction entry of the segments
-            # it replaces: the cleaner keeps every marker, so each entry's transaction
-            # is still bounded in the log (its data may be gone: it was aborted).
-            entries = [e for old in group for e in old.txn_index.entries]
+            # The cleaned segment keeps the aborted-transaction entries of the segments
+            # it replaces whose transaction keeps a batch (so its marker stays and
+            # bounds it). The others go: no aborted record is left to skip, and an
+            # entry whose marker a later pass removes would, unbounded, make a
+            # read_committed reader skip that producer's later transactions.
+            entries = [
+                e for old in group for e in old.txn_index.entries if e.last_offset not in emptied
+            ]
             if entries:
                 cleaned.txn_index.reset(entries)
             # 2. .cleaned -> .swap, the log file last: its rename is the commit point.
@@ -1237,3 +1392,5 @@ class _Counters:
     aborted_records_removed: int = 0
     empty_batches_kept: int = 0
     batches_removed: int = 0
+    marker_horizons_set: int = 0
+    markers_removed: int = 0

@@ -1595,7 +1595,7 @@ class ReplicaManager:
 
     def begin_clean(self, tp: PartitionKey) -> tuple[Log, dict[int, int], threading.Event] | None:
         """Start a cleaner pass over ``tp``'s log: the log, the active producers
-        (producer id -> last offset of its last batch) and the event that asks the pass
+        (producer id -> last offset of the batch holding its state) and the event that asks the pass
         to abort. The pass runs beside appends, reads and truncations and takes the log
         only for its exclusive steps (:meth:`hold_for_cleaner`). None if ``tp`` is not
         here, a pass runs on it, or an I/O worker holds it (the cleaner chooses again
@@ -1608,10 +1608,12 @@ class ReplicaManager:
         ):
             return None
         p = self.partitions[tp]
+        # The batch holding each producer's state: its last data batch, or, when a
+        # marker's epoch bump emptied its batches, that marker (Kafka's LastRecord).
         active = {
-            pid: entry.last_offset
+            pid: entry.last_marker.offset if entry.last_marker and not entry.batches else last
             for pid, entry in p.producers.entries.items()
-            if entry.last_offset >= 0
+            if (last := entry.last_offset) >= 0 or entry.last_marker is not None
         }
         stop = self._cleaning[tp] = threading.Event()
         return p.log, active, stop

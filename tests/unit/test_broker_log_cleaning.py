@@ -42,6 +42,12 @@ from raftka.broker.coordinator.service import (
 from raftka.broker.log_cleaning import LogCleanerService
 from raftka.common.errors import InvalidConfigError, KafkaStorageError
 from raftka.common.record import Record, build_batch, decode_batches, iter_records
+from raftka.common.record.batch import decode_batch
+from raftka.common.record.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_transaction_batch,
+)
 from raftka.common.structs import TopicPartition
 from raftka.metadata.metadata_records import (
     ConfigRecord,
@@ -587,6 +593,48 @@ def test_the_coordinator_loads_a_compacted_offsets_partition(tmp_path: Path) -> 
         assert gone.error is None and not gone.offsets
         coordinator.close()
         await service.close()
+        await h.manager.close()
+
+    run(body)
+
+
+def test_begin_clean_names_the_batch_holding_each_producers_state(tmp_path: Path) -> None:
+    """A producer's state is in its last data batch, or, once a marker's epoch bump
+    emptied its batches, in that marker (Kafka's LastRecord): the cleaner keeps it."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path, COMPACT, LogCleaner())
+        await _fill(h, rounds=1, keys=8)  # offsets 0-7: the state below is of them
+        producers = h.manager.partitions[TP].producers
+
+        def apply(pid: int, epoch: int, at: int, *, marker: bool) -> None:
+            if marker:
+                raw = build_end_transaction_batch(
+                    EndTransactionMarker(ControlRecordType.COMMIT, 1),
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    timestamp_ms=1,
+                    base_offset=at,
+                )
+            else:
+                raw = build_batch(
+                    [Record(b"v", key=b"k")],
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=0,
+                    is_transactional=True,
+                    base_offset=at,
+                )
+            producers.apply_batch(decode_batch(raw))
+
+        apply(5, 0, 1, marker=False)
+        apply(5, 0, 2, marker=True)  # same epoch: the data batch holds the state
+        apply(6, 0, 3, marker=False)
+        apply(6, 1, 4, marker=True)  # the bump empties producer 6's batches
+        handed = h.manager.begin_clean(TP)
+        assert handed is not None
+        assert {pid: handed[1][pid] for pid in (5, 6)} == {5: 1, 6: 4}
+        h.manager.end_clean(TP)
         await h.manager.close()
 
     run(body)

@@ -25,6 +25,7 @@ from raftka.common.record.control import (
     build_end_transaction_batch,
 )
 from raftka.common.record.header import BatchHeader, Compression, iter_batches
+from raftka.common.record.read_committed import filter_read_committed
 from raftka.storage import Log, LogConfig
 from raftka.storage import cleaner as cleaner_module
 from raftka.storage.cleaner import (
@@ -319,8 +320,9 @@ def test_control_batches_empty_producer_batches_and_transactions(
 ) -> None:
     """Kafka's batch rules: an idempotent producer's emptied batch keeps its header (same
     offsets, producer id, epoch, sequence, no records); a plain emptied batch goes;
-    markers stay; records of an aborted transaction go; a committed transaction's
-    records count as the latest; an open transaction caps the cleaned range."""
+    markers stay (with active_producers None every transaction keeps a header); records
+    of an aborted transaction go; a committed transaction's records count as the
+    latest; an open transaction caps the cleaned range."""
     log = open_log(log_dir, opened, config(segment_bytes=400))
     idem = produce(
         log, [(b"a", b"a1"), (b"b", b"b1")], producer_id=7, producer_epoch=2, base_sequence=0
@@ -901,3 +903,143 @@ def test_a_crash_mid_swap_keeps_the_aborted_transaction_index(
     log = open_log(log_dir, opened, config(segment_bytes=4_000))
     assert _aborted(log) == before
     assert not [p for p in os.listdir(log_dir) if p.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+# ------------------------------------------------------------ transaction markers
+
+
+def _markers(log: Log) -> dict[int, BatchHeader]:
+    """Marker offset -> its header, as Log.read returns them."""
+    return {h.base_offset: h for h in read_all(log)[1] if h.is_control}
+
+
+def _dirty_again(log: Log) -> None:
+    """A record in a new segment, then a roll: the next pass has a dirty segment."""
+    produce(log, [(b"filler", b"f" * 300)])
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+
+
+def test_markers_go_after_their_transaction_and_delete_retention(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """Kafka's rule (LogCleaner, KIP-534): a marker whose transaction has no batch left
+    is stamped with a delete horizon (now + delete.retention.ms) by the pass that finds
+    it so, stays until a pass at or past that horizon, then goes, and an aborted
+    transaction's .txnindex entry goes with its data. A marker whose transaction keeps
+    a record stays whatever the time."""
+    retention = 1000
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    aborted_first = produce_txn(log, [(b"a", b"aborted")], producer_id=9)
+    end_txn(log, 9, ControlRecordType.ABORT)
+    abort_at = log.log_end_offset - 1
+    log.append_aborted_txn(AbortedTxn(9, aborted_first, abort_at, log.log_end_offset))
+    produce_txn(log, [(b"b", b"b-old")], producer_id=11)
+    end_txn(log, 11, ControlRecordType.COMMIT)
+    commit_gone_at = log.log_end_offset - 1
+    kept_txn = produce_txn(log, [(b"c", b"c-latest")], producer_id=12)
+    end_txn(log, 12, ControlRecordType.COMMIT)
+    commit_kept_at = log.log_end_offset - 1
+    produce(log, [(b"b", b"b-new")])  # supersedes the first commit's only record
+    _dirty_again(log)
+    assert set(_markers(log)) == {abort_at, commit_gone_at, commit_kept_at}
+    assert _aborted(log) == [(9, aborted_first)]
+
+    cleaner = LogCleaner()
+    stats = cleaner.clean_once(log, T0, active_producers={})
+    assert stats.cleaned, stats.reason
+    assert stats.marker_horizons_set == 2 and stats.markers_removed == 0
+    markers = _markers(log)
+    assert set(markers) == {abort_at, commit_gone_at, commit_kept_at}
+    for at in (abort_at, commit_gone_at):
+        assert cleaner_module.delete_horizon_ms(markers[at]) == T0 + retention
+        assert markers[at].max_timestamp == T0, "the marker's own time is unchanged"
+    assert cleaner_module.delete_horizon_ms(markers[commit_kept_at]) is None
+    assert _aborted(log) == [], "no aborted record left: its entry went with it"
+    assert (kept_txn, b"c", b"c-latest") in read_all(log)[0]
+    # A stamped marker is a valid batch to recovery (kill -9, then the CRC scan).
+    log._close_files()
+    opened.remove(log)
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    assert _markers(log) == markers and _aborted(log) == []
+
+    # Before the horizon the markers stay, a pass later still.
+    _dirty_again(log)
+    stats = cleaner.clean_once(log, T0 + retention - 1, active_producers={})
+    assert stats.cleaned and stats.markers_removed == 0 and stats.marker_horizons_set == 0
+    assert set(_markers(log)) == {abort_at, commit_gone_at, commit_kept_at}
+
+    # At the horizon they go; the one whose transaction keeps a record stays.
+    _dirty_again(log)
+    stats = cleaner.clean_once(log, T0 + retention, active_producers={})
+    assert stats.cleaned and stats.markers_removed == 2
+    assert set(_markers(log)) == {commit_kept_at}
+    assert (kept_txn, b"c", b"c-latest") in read_all(log)[0]
+
+    # Reopened (recovery replays the log): same markers, no aborted transaction.
+    log.close()
+    opened.remove(log)
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=retention))
+    assert set(_markers(log)) == {commit_kept_at} and _aborted(log) == []
+
+
+def test_a_marker_holding_its_producers_state_or_with_unknown_producers_stays(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """A marker the broker names as its producer's last batch (its epoch bump emptied
+    the producer's batches) stays: producer state rebuilt from the log needs its
+    epoch. Without ``active_producers`` every emptied producer batch keeps its header,
+    so every transaction keeps a batch and every marker stays."""
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=0))
+    produce_txn(log, [(b"a", b"1")], producer_id=7)
+    end_txn(log, 7, ControlRecordType.COMMIT)
+    marker_at = log.log_end_offset - 1
+    produce(log, [(b"a", b"2")])
+    _dirty_again(log)
+    cleaner = LogCleaner()
+    for now in (T0, T0 + 1):
+        _dirty_again(log)
+        stats = cleaner.clean_once(log, now, active_producers={7: marker_at})
+        assert stats.cleaned and stats.markers_removed == 0 and stats.marker_horizons_set == 0
+    assert marker_at in _markers(log)
+    for now in (T0 + 2, T0 + 3):
+        _dirty_again(log)
+        cleaner.clean_once(log, now)
+    assert marker_at in _markers(log)
+    # Once the producer moved on (the broker names no batch of it), the marker goes.
+    for now in (T0 + 4, T0 + 5):
+        _dirty_again(log)
+        cleaner.clean_once(log, now, active_producers={})
+    assert marker_at not in _markers(log)
+    assert not [h for h in read_all(log)[1] if h.producer_id == 7], "stale header removed"
+
+
+def test_a_removed_abort_markers_entry_never_hides_its_producers_later_commit(
+    log_dir: Path, opened: list[Log]
+) -> None:
+    """The .txnindex entry of an aborted transaction goes with its data: left behind
+    after its marker went, it would make a read_committed reader drop every later
+    transaction of the same producer (nothing would end the abort)."""
+    log = open_log(log_dir, opened, config(segment_bytes=400, delete_retention_ms=0))
+    first = produce_txn(log, [(b"a", b"aborted")], producer_id=9)
+    end_txn(log, 9, ControlRecordType.ABORT)
+    log.append_aborted_txn(AbortedTxn(9, first, log.log_end_offset - 1, log.log_end_offset))
+    committed = produce(
+        log,
+        [(b"b", b"committed")],
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=1,
+        is_transactional=True,
+    )
+    end_txn(log, 9, ControlRecordType.COMMIT)
+    cleaner = LogCleaner()
+    for now in (T0, T0 + 1):
+        _dirty_again(log)
+        cleaner.clean_once(log, now, active_producers={})
+    assert len(_markers(log)) == 1, "the abort marker went, the commit marker stays"
+    batches = [b for b, _ in log_batches(log)]
+    result = filter_read_committed(
+        batches, log.collect_aborted(0, log.log_end_offset), fetch_offset=0
+    )
+    assert (committed, b"b", b"committed") in [(r.offset, r.key, r.value) for r in result.records]

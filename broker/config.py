@@ -230,6 +230,9 @@ _SASL_KEYS: Final = frozenset(
     | {f"listener.name.{n}.sasl.enabled.mechanisms" for n in ("sasl_plaintext", "sasl_ssl")}
 )
 
+#: Keys that only a SASL listener uses: refused by name without one (never ignored).
+_SASL_ONLY_KEYS: Final = _SASL_KEYS | {"connection.failed.authentication.delay.ms"}
+
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
     _BROKER_TLS_KEYS
     | _SASL_KEYS
@@ -313,7 +316,7 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
     ConfigError naming the key for a security protocol raftka cannot serve yet."""
     entries = _listener_entries(props.get("listeners", ""), "listeners")[1:]
     tls_given = sorted(k for k in props if k in _BROKER_TLS_KEYS)
-    sasl_given = sorted(k for k in props if k in _SASL_KEYS)
+    sasl_given = sorted(k for k in props if k in _SASL_ONLY_KEYS)
     if not entries:
         if tls_given:
             raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")

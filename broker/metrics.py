@@ -149,6 +149,7 @@ class BrokerCollector(StateCollector):
     def collect(self) -> Iterator[Metric]:
         yield from self._replica_manager()
         yield from self._purgatories()
+        yield from self._kafka_listener()
         yield from self._loop_and_workers()
         yield from self._groups()
 
@@ -205,6 +206,40 @@ class BrokerCollector(StateCollector):
         size.add_metric(["Produce"], len(manager.purgatory))
         size.add_metric(["Fetch"], manager.fetch_waiters)
         yield size
+
+    def _kafka_listener(self) -> Iterator[Metric]:
+        """Kafka's ``socket-server-metrics`` of the Kafka listener, when there is one,
+        labelled with its name as Kafka labels them (``listener``)."""
+        kafka = self._server.kafka
+        if kafka is None:
+            return
+        name = [kafka.security_protocol]
+        prefix = "kafka_server_socketservermetrics_"
+        for metric, doc, value in (
+            (
+                "failed_authentication",
+                "Connections closed because SASL authentication failed.",
+                kafka.authentication_failures,
+            ),
+            (
+                "successful_authentication",
+                "Connections that completed SASL authentication.",
+                kafka.authentication_successes,
+            ),
+            (
+                "connections_refused",
+                "Connections closed at once because max.connections were open.",
+                kafka.connections_refused,
+            ),
+        ):
+            family = CounterMetricFamily(prefix + metric, doc, labels=["listener"])
+            family.add_metric(name, value)
+            yield family
+        count = GaugeMetricFamily(
+            prefix + "connection_count", "Open connections.", labels=["listener"]
+        )
+        count.add_metric(name, kafka.connection_count)
+        yield count
 
     def _loop_and_workers(self) -> Iterator[Metric]:
         lag = self._server.loop_lag.health()

@@ -459,9 +459,8 @@ def _where(consumer: AsyncConsumer) -> str:
     them (no request)."""
     parts = []
     for tp in sorted(consumer.assignment()):
-        position = consumer._subs.state(tp).position  # what position() would not fetch
         parts.append(
-            f"{tp.topic}-{tp.partition} position={position} "
+            f"{tp.topic}-{tp.partition} position={consumer.known_position(tp)} "
             f"hw={consumer.highwater(tp)} lso={consumer.last_stable_offset(tp)}"
         )
     return "assigned: " + (", ".join(parts) if parts else "nothing")

@@ -144,7 +144,8 @@ class PartitionChangeBuilder:
         assert leader == NO_LEADER or leader in isr, (leader, isr)
         assert isr, "an ISR is never emptied"
         # An unclean leader may lack records below the HW, so no one is known to have
-        # them all any more: the ELR starts over (Kafka clears it the same way).
+        # them all any more: the ELR starts over (Kafka clears it the same way). Not
+        # elect()'s ELR: an election from the ELR has just changed the ISR.
         elr = () if result.unclean else next_elr(partition, isr, self._min_isr)
         if (
             leader == partition.leader

@@ -72,8 +72,10 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         #: open connections: their serving task and writer
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # Read by the broker's metrics (kafka_server_socketservermetrics_*).
         self.connections_refused = 0
         self.authentication_failures = 0
+        self.authentication_successes = 0
         # SCRAM's stand-in credential for unknown users derives from this (sasl.py), so
         # a prober sees the same salt for a user on every try against this broker.
         self._sasl_secret = os.urandom(32)
@@ -83,6 +85,15 @@ class KafkaListener:
             return server.manager.image.scram_credential(user, mechanism)
 
         self._lookup = lookup
+
+    @property
+    def security_protocol(self) -> str:
+        """The listener's name (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
+        return self._config.security_protocol
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     def _new_auth(self) -> ConnectionAuth | None:
         if not self._config.sasl_mechanisms:
@@ -203,7 +214,10 @@ class KafkaListener:
                 answers.put_nowait((task, timer))
                 if auth is not None and key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
                     # One step at a time: the state this step leaves decides the next frame.
+                    was_authenticated = auth.authenticated
                     await asyncio.wait({task})
+                    if auth.authenticated and not was_authenticated:
+                        self.authentication_successes += 1
                     if auth.failed:
                         self.authentication_failures += 1
                         log.info(

@@ -366,6 +366,11 @@ class AsyncConsumer(AsyncStartedOnEnter):
         assert state.position is not None
         return state.position
 
+    def known_position(self, partition: TopicPartition) -> int | None:
+        """The position as this consumer knows it, without a request: None where
+        ``position`` would first look up a committed offset or reset."""
+        return self._subs.state(partition).position
+
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, s in self._subs.assignment.items() if s.paused}
 
@@ -687,6 +692,12 @@ class Consumer(ClosingOnExit):
 
     def paused(self) -> set[TopicPartition]:
         return self._async.paused()
+
+    def known_position(self, partition: TopicPartition) -> int | None:
+        for record in self._batch[self._handed :]:
+            if record.topic == partition.topic and record.partition == partition.partition:
+                return record.offset  # as position(): the next record iteration hands over
+        return self._async.known_position(partition)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._async.highwater(partition)

@@ -27,6 +27,7 @@ from raftka.errors import (
     MessageSizeTooLargeError,
     NoBrokersAvailable,
     TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
 )
 from raftka.structs import OffsetAndMetadata
 
@@ -312,11 +313,14 @@ def test_assign_seek_and_offset_lookups(bootstrap: str, topic: TopicFactory) -> 
     consumer.close()
 
 
-def test_admin_create_and_delete_topics(bootstrap: str) -> None:
+def test_admin_create_and_delete_topics(bootstrap: str, request: pytest.FixtureRequest) -> None:
     """KafkaAdminClient: ``create_topics([NewTopic(...)])`` with topic_configs, the
     second attempt raising TopicAlreadyExistsError, ``list_topics``,
     ``describe_topics``, ``create_partitions``, ``delete_topics``."""
     admin_client = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="test")
+    # Closed even when an assertion fails: an unclosed client's session is reported
+    # (ResourceWarning, an error here) by whichever later test the collector runs in.
+    request.addfinalizer(admin_client.close)
     topic_list = [
         NewTopic(name="example_topic", num_partitions=1, replication_factor=3),
         NewTopic(
@@ -334,12 +338,22 @@ def test_admin_create_and_delete_topics(bootstrap: str) -> None:
     deadline = time.monotonic() + 20
     while not {"example_topic", "example_compacted"} <= set(admin_client.list_topics()):
         assert time.monotonic() < deadline, "the created topics never reached list_topics"
-    (described,) = admin_client.describe_topics(["example_compacted"])
+
+    def describe(name: str) -> dict[str, Any]:
+        # Each call may ask another broker, one that has not caught up yet.
+        while True:
+            try:
+                (one,) = admin_client.describe_topics([name])
+                return one
+            except UnknownTopicOrPartitionError:
+                assert time.monotonic() < deadline, f"describe_topics never found {name}"
+
+    described = describe("example_compacted")
     assert described["topic"] == "example_compacted"
     assert [len(p["replicas"]) for p in described["partitions"]] == [2, 2]
     admin_client.create_partitions({"example_topic": NewPartitions(total_count=3)})
     deadline = time.monotonic() + 20
-    while len(admin_client.describe_topics(["example_topic"])[0]["partitions"]) != 3:
+    while len(describe("example_topic")["partitions"]) != 3:
         assert time.monotonic() < deadline, "example_topic did not grow to 3 partitions"
     admin_client.delete_topics(["example_topic", "example_compacted"])
     while {"example_topic", "example_compacted"} & set(admin_client.list_topics()):

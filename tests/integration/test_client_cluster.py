@@ -6,8 +6,8 @@ own topics. Checked from the outside, through the public clients only:
 - keyed records produced (blocking Producer) are read back (Consumer) in order per
   partition, each in the partition Java's murmur2 picks, at its acknowledged offset;
 - the async faces round-trip too, with pipelined fetches;
-- seek / position / seek_to_beginning / seek_to_end / beginning_offsets / end_offsets
-  / offsets_for_times / pause / resume;
+- seek / position / known_position / seek_to_beginning / seek_to_end /
+  beginning_offsets / end_offsets / offsets_for_times / pause / resume;
 - admin: create (and TOPIC_ALREADY_EXISTS typed), describe, list, create_partitions,
   describe/alter configs, describe_cluster, list_offsets, delete;
 - an unknown topic (no auto-creation) fails typed and bounded, for producer and
@@ -200,14 +200,17 @@ def test_positions_and_offset_lookups(env: Env) -> None:
         producer.flush(timeout_ms=API_TIMEOUT_MS)
     with Consumer(bootstrap_servers=env.bootstrap_servers, auto_offset_reset="latest") as consumer:
         consumer.assign([tp])
+        assert consumer.known_position(tp) is None  # not looked up yet, and no request
         assert consumer.beginning_offsets([tp], API_TIMEOUT_MS) == {tp: 0}
         assert consumer.end_offsets([tp], API_TIMEOUT_MS) == {tp: 10}
         assert consumer.position(tp, API_TIMEOUT_MS) == 10  # latest
+        assert consumer.known_position(tp) == 10
         found = consumer.offsets_for_times({tp: 4500, TopicPartition(topic, 0): 4500})
         assert found[tp] is not None and (found[tp].offset, found[tp].timestamp) == (4, 5000)
         assert consumer.offsets_for_times({tp: 99_000})[tp] is None
         consumer.seek(tp, 7)
         assert consumer.position(tp) == 7
+        assert consumer.known_position(tp) == 7
         assert [r.offset for r in _consume_all(consumer, 3)] == [7, 8, 9]
         assert consumer.position(tp) == 10
         consumer.seek_to_beginning()

@@ -19,6 +19,7 @@ import io
 import os
 import socket
 import struct
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import msgspec
 import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.common.messages.controller import (
     AlterUserScramCredentialsRequest,
@@ -79,7 +81,11 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         ) as brokers:
             brokers.start()
             add_user(cluster, "alice", PASSWORD)
-            yield {"bootstrap": brokers.kafka_bootstrap_servers, "cluster": cluster}
+            yield {
+                "bootstrap": brokers.kafka_bootstrap_servers,
+                "cluster": cluster,
+                "http": [b.address for b in brokers.brokers.values()],
+            }
 
 
 def produce_until_acked(producer: Any, topic: str, what: str) -> None:
@@ -94,6 +100,23 @@ def produce_until_acked(producer: Any, topic: str, what: str) -> None:
         return bool(acked) and acked[0] is None
 
     wait_for(delivered, timeout_s=DEADLINE_S, message=f"no record acknowledged {what}")
+
+
+def authentications(sasl: dict[str, Any], outcome: str) -> float:
+    """Kafka's ``successful``/``failed-authentication-total`` of the SASL_PLAINTEXT
+    listener, summed over the brokers' ``/metrics``."""
+    name = f"kafka_server_socketservermetrics_{outcome}_authentication_total"
+    total = 0.0
+    for address in sasl["http"]:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            total += sum(
+                s.value
+                for s in family.samples
+                if s.name == name and s.labels == {"listener": "SASL_PLAINTEXT"}
+            )
+    return total
 
 
 def confluent(sasl: dict[str, Any], mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
@@ -131,6 +154,8 @@ def test_confluent_kafka_and_kafka_python_authenticate_and_work(sasl: dict[str, 
         values = [m.value for m in consumer]
         consumer.close()
         assert values[-4:] == [b"r0", b"r1", b"r2", b"r3"], (mechanism, values)
+    # Three clients authenticated (the producer and two consumers), each at least once.
+    assert authentications(sasl, "successful") >= 3
 
 
 @pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", PASSWORD)])
@@ -152,7 +177,14 @@ def test_wrong_password_and_unknown_user_are_refused_alike(
         producer.poll(0.2)
         return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
+    failed_before = authentications(sasl, "failed")
     wait_for(reported, timeout_s=DEADLINE_S, message=f"no authentication error for {user}")
+    # Counted once the answer is on its way, so possibly just after the client read it.
+    wait_for(
+        lambda: authentications(sasl, "failed") > failed_before,
+        timeout_s=DEADLINE_S,
+        message="failed_authentication_total did not count the refused client",
+    )
     texts = {str(e) for e in errors if e.code() == KafkaError._AUTHENTICATION}
     assert all("Authentication failed: invalid credentials" in t for t in texts), texts
     producer.flush(10)

@@ -132,6 +132,17 @@ def test_kafka_listener_keys(tmp_path: Path) -> None:
         load_broker_config(
             _write(tmp_path, text + "log.dirs=/tmp/x\nsasl.enabled.mechanisms=PLAIN\n")
         )
+    # The failure delay does nothing without SASL: refused by name, not ignored.
+    with pytest.raises(
+        ConfigError,
+        match=r"properties: connection\.failed\.authentication\.delay\.ms: no SASL listener",
+    ):
+        load_broker_config(
+            _write(
+                tmp_path,
+                text + "log.dirs=/tmp/x\nconnection.failed.authentication.delay.ms=5\n",
+            )
+        )
     with pytest.raises(ConfigError, match="no listener of that name"):
         load_broker_config(
             _write(

@@ -130,6 +130,13 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
         loop_lag=loop_lag,
         coordinator=SimpleNamespace(core=core),
         leader_hws=SimpleNamespace(get=lambda topic, index: leader_hws.get((topic, index))),
+        kafka=SimpleNamespace(
+            security_protocol="SASL_SSL",
+            authentication_failures=6,
+            authentication_successes=11,
+            connections_refused=1,
+            connection_count=4,
+        ),
     )
 
 
@@ -188,6 +195,11 @@ def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
     purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
     assert at(found, purgatory, delayedOperation="Produce") == 2
     assert at(found, purgatory, delayedOperation="Fetch") == 5
+    ssm = "kafka_server_socketservermetrics_"
+    assert at(found, ssm + "failed_authentication_total", listener="SASL_SSL") == 6
+    assert at(found, ssm + "successful_authentication_total", listener="SASL_SSL") == 11
+    assert at(found, ssm + "connections_refused_total", listener="SASL_SSL") == 1
+    assert at(found, ssm + "connection_count", listener="SASL_SSL") == 4
     assert at(found, "raftka_broker_eventloop_lag_ms", quantile="0.99") == 12.0
     assert at(found, "raftka_broker_ioworkers_queuesize") == 4
     assert at(found, "raftka_broker_appends_total", mode="inline") == 90

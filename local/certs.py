@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertificateAuthority", "IssuedCertificate", "new_ca"]
+__all__ = ["CertificateAuthority", "IssuedCertificate", "new_ca", "write_file"]
 
 _DEFAULT_DAYS = 30
 
@@ -94,8 +94,8 @@ class CertificateAuthority:
             .sign(self.key, hashes.SHA256())
         )
         return IssuedCertificate(
-            certfile=_write(directory / f"{name}.pem", _cert_pem(certificate), private=False),
-            keyfile=_write(
+            certfile=write_file(directory / f"{name}.pem", _cert_pem(certificate), private=False),
+            keyfile=write_file(
                 directory / f"{name}-key.pem", _key_pem(key, key_password), private=True
             ),
         )
@@ -135,9 +135,9 @@ def new_ca(
         )
         .sign(key, hashes.SHA256())
     )
-    _write(directory / "ca-key.pem", _key_pem(key, None), private=True)
+    write_file(directory / "ca-key.pem", _key_pem(key, None), private=True)
     return CertificateAuthority(
-        certificate, key, _write(directory / "ca.pem", _cert_pem(certificate), private=False)
+        certificate, key, write_file(directory / "ca.pem", _cert_pem(certificate), private=False)
     )
 
 
@@ -156,7 +156,8 @@ def _key_pem(key: ec.EllipticCurvePrivateKey, password: str | None) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, *, private: bool) -> Path:
+def write_file(path: Path, data: bytes, *, private: bool) -> Path:
+    """Write ``data`` to ``path``, mode 0600 when ``private`` (keys, passwords)."""
     # Create with the final mode, so a private key is never readable by others, even
     # for the moment between writing and a chmod.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)

@@ -14,6 +14,12 @@ SIGTERM stops the console, then the brokers (SIGTERM: controlled shutdown, while
 controllers still run to move their leaderships), then the controllers, waits for every
 child and exits 0.
 
+``--secure`` serves the brokers' Kafka listeners as SASL_SSL (:mod:`raftka.local.secure`:
+a throwaway CA and broker certificate, SCRAM-SHA-512, a user ``admin`` whose credential
+is committed once the cluster is ready and whose password is printed, client settings
+in ``<data>/secure``; a resumed cluster keeps them). raftka's HTTP API is not secured
+by it: it stays on loopback.
+
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or
 engine is refused: the quorum's voters and the metadata log's format are fixed when
@@ -49,9 +55,11 @@ from typing import Any, Final
 import click
 import orjson
 
+from raftka.common.errors import KafkaError
 from raftka.console.process import ConsoleProcess
 from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
 from raftka.local.processes import LocalCluster, NodeProcess, http_json, port_in_use, wait_for
+from raftka.local.secure import SaslSslSetup, add_scram_user, sasl_ssl_setup
 
 __all__ = [
     "CLUSTER_FILE",
@@ -101,6 +109,8 @@ CLUSTER_FILE_BYTES_MAX: Final = 1024 * 1024
 # A dead broker is fenced within 3 s instead of Kafka's 9 s: a local cluster restarts
 # often, and a broker's new incarnation waits out its old session before registering.
 UP_LOCAL_PROPERTIES: Final[Mapping[str, str]] = {"broker.session.timeout.ms": "3000"}
+#: --secure's certificates, password and client settings, under the data directory.
+SECURE_DIR: Final = "secure"
 # ``raftka up --restart-on-failure``: at most this many restarts of one node, the n-th
 # after min(RESTART_BACKOFF_S * 2**(n-1), RESTART_BACKOFF_MAX_S) (a node that keeps
 # dying is left down, with its exit code on the status screen, not restarted forever).
@@ -983,6 +993,13 @@ def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
     help="The web console's port (default: the one after the brokers' Kafka listeners).",
 )
 @click.option("--no-console", is_flag=True, help="Do not start the web console.")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Serve the brokers' Kafka listeners as SASL_SSL (a throwaway CA, SCRAM-SHA-512 "
+    "user 'admin' whose password is printed, client settings written in "
+    "<data-dir>/secure); raftka's HTTP API stays open, on loopback.",
+)
 def up_command(
     *,
     controllers: int | None,
@@ -993,6 +1010,7 @@ def up_command(
     restart_on_failure: bool,
     console_port: int | None,
     no_console: bool,
+    secure: bool,
 ) -> None:
     """Start a local cluster (3 controllers, 3 brokers) and stay in the foreground."""
     data_dir = data_dir.resolve()
@@ -1034,6 +1052,11 @@ def up_command(
                 f"port {console_port} (the web console) is in use; "
                 "choose another with --console-port, or --no-console"
             )
+    if secure and not plan.kafka_bootstrap_servers:
+        raise _Problem(
+            f"--secure: the brokers of {data_dir} have no Kafka listener (a cluster.json "
+            "made before raftka served Kafka's protocol); start it without --secure"
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     sys.exit(
         _run(
@@ -1042,6 +1065,7 @@ def up_command(
             resumed=existing is not None,
             restart_on_failure=restart_on_failure,
             console_port=None if no_console else console_port,
+            secure=secure,
         )
     )
 
@@ -1064,7 +1088,9 @@ def _run(
     resumed: bool,
     restart_on_failure: bool = False,
     console_port: int | None = None,
+    secure: bool = False,
 ) -> int:
+    setup = sasl_ssl_setup(data_dir / SECURE_DIR) if secure else None
     cluster = LocalCluster(
         data_dir,
         controllers=len(plan.controllers),
@@ -1077,7 +1103,11 @@ def _run(
         count=len(plan.brokers),
         ports=[n.port for n in plan.brokers],
         kafka_ports=[n.kafka_port for n in plan.brokers if n.kafka_port is not None] or None,
-        extra_properties=UP_LOCAL_PROPERTIES,
+        extra_properties={
+            **UP_LOCAL_PROPERTIES,
+            **(setup.broker_properties if setup is not None else {}),
+        },
+        kafka_security_protocol="PLAINTEXT" if setup is None else "SASL_SSL",
     )
     assert sorted(cluster.controllers) == [n.id for n in plan.controllers]
     assert sorted(local_brokers.brokers) == [n.id for n in plan.brokers]
@@ -1121,6 +1151,8 @@ def _run(
         click.echo(f"\nbootstrap servers: {status.bootstrap_servers}")
         click.echo(f"bootstrap controllers: {cluster.bootstrap_controllers}")
         click.echo(f"kafka bootstrap servers: {plan.kafka_bootstrap_servers}")
+        if setup is not None:
+            _secure_user(setup, status.bootstrap_servers, data_dir / SECURE_DIR)
         if console_port is not None:
             console = ConsoleProcess(
                 host=plan.nodes[0].host,
@@ -1193,6 +1225,22 @@ def _run(
         signals.uninstall()
         click.echo("stopped")
     return code
+
+
+def _secure_user(setup: SaslSslSetup, bootstrap_servers: str, directory: Path) -> None:
+    """--secure, once the cluster is ready: its user's SCRAM credential committed, the
+    client settings written, and both said."""
+    try:
+        add_scram_user(bootstrap_servers, setup, timeout_ms=int(READY_DEADLINE_S * 1000))
+    except KafkaError as e:
+        raise RuntimeError(f"--secure: the user {setup.user!r} was not created: {e}") from e
+    librdkafka, java = setup.write_client_files(directory)
+    click.echo(
+        f"kafka listeners: SASL_SSL, {setup.mechanism}; user {setup.user!r}, "
+        f"password {setup.password!r}; CA certificate {setup.cafile}"
+    )
+    click.echo(f"client settings: {librdkafka} (librdkafka, kcat -F), {java} (Kafka's tools)")
+    click.echo("raftka's HTTP API (its own client, the console) is not secured: loopback only")
 
 
 def _with_file_pids(

@@ -87,7 +87,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
-    17: (1, 1),  # SaslHandshake (v0's unframed tokens are not served)
+    17: (0, 1),  # SaslHandshake (v0: the tokens follow unframed)
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics
@@ -474,7 +474,7 @@ class KafkaApis:
         if call.auth is None:
             return _build(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
         try:
-            call.auth.handshake(request.mechanism)
+            call.auth.handshake(request.mechanism, version=version)
         except KafkaError as e:
             return _build(cls, error_code=_code(e), mechanisms=call.auth.mechanisms)
         return _build(cls, error_code=ErrorCode.none, mechanisms=call.auth.mechanisms)

@@ -18,8 +18,13 @@ metadata image. Until the exchange completes a frame may be at most
 ``socket.request.max.bytes``: an unauthenticated client cannot make the broker buffer
 100 MB.
 
-Only SaslHandshake v1 is served (tokens inside SaslAuthenticate requests); v0's
-unframed tokens predate KIP-152 and no client this project tests needs them.
+SaslHandshake v1 puts the tokens inside SaslAuthenticate requests (KIP-152). After a
+v0 handshake the tokens come unframed instead: each a 4-byte size and the token, no
+request header, answered the same way (:attr:`ConnectionAuth.unframed`); a failure then
+has no error to carry, so the connection just closes, as Kafka's does. Both are served
+because librdkafka enables SASL only when the broker's SaslHandshake range includes
+v0, even though it then uses v1 (kcat on Debian 12 refuses a v1-only broker).
+
 Re-authentication (KIP-368) is not served: a second SaslHandshake on an authenticated
 connection closes it, and SaslAuthenticate answers a session lifetime of 0 (none).
 """
@@ -49,6 +54,8 @@ UNAUTHENTICATED_FRAME_MAX: Final = TOKEN_BYTES_MAX
 class _Stage(enum.Enum):
     HANDSHAKE = "handshake"
     AUTHENTICATE = "authenticate"
+    #: after SaslHandshake v0: the tokens come unframed
+    AUTHENTICATE_UNFRAMED = "authenticate-unframed"
     DONE = "done"
     FAILED = "failed"
 
@@ -75,6 +82,11 @@ class ConnectionAuth:
     def failed(self) -> bool:
         return self._stage is _Stage.FAILED
 
+    @property
+    def unframed(self) -> bool:
+        """Whether the next frame is a bare SASL token (after SaslHandshake v0)."""
+        return self._stage is _Stage.AUTHENTICATE_UNFRAMED
+
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may come now (else: close the connection)."""
         if self._stage is _Stage.HANDSHAKE:
@@ -91,9 +103,10 @@ class ConnectionAuth:
             return socket_request_max_bytes, "socket.request.max.bytes"
         return UNAUTHENTICATED_FRAME_MAX, "sasl.server.max.receive.size"
 
-    def handshake(self, mechanism: str) -> None:
-        """SaslHandshake: start ``mechanism``'s exchange, or raise Kafka's error (the
-        connection then closes after the answer)."""
+    def handshake(self, mechanism: str, *, version: int = 1) -> None:
+        """SaslHandshake: start ``mechanism``'s exchange (its tokens unframed after
+        ``version`` 0), or raise Kafka's error (the connection then closes after the
+        answer)."""
         if self._stage is not _Stage.HANDSHAKE:
             self._stage = _Stage.FAILED
             raise IllegalSaslStateError("SaslHandshake is only accepted once, first")
@@ -104,12 +117,13 @@ class ConnectionAuth:
                 f"(sasl.enabled.mechanisms: {', '.join(self.mechanisms)})"
             )
         self._session = SaslServerSession(mechanism, self._lookup, secret=self._secret)
-        self._stage = _Stage.AUTHENTICATE
+        self._stage = _Stage.AUTHENTICATE if version >= 1 else _Stage.AUTHENTICATE_UNFRAMED
 
     def authenticate(self, token: bytes) -> bytes:
         """SaslAuthenticate: the server's token for the client's, or raise Kafka's
         error (the connection then closes after the answer)."""
-        if self._stage is not _Stage.AUTHENTICATE or self._session is None:
+        stages = (_Stage.AUTHENTICATE, _Stage.AUTHENTICATE_UNFRAMED)
+        if self._stage not in stages or self._session is None:
             self._stage = _Stage.FAILED
             raise IllegalSaslStateError("SaslAuthenticate before a SaslHandshake")
         try:

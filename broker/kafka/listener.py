@@ -195,6 +195,15 @@ class KafkaListener:
                 frame = await reader.readexactly(size)
                 # Its arrival: its queue time runs from here to its handler's start.
                 timer = RequestTimer(time.perf_counter())
+                if auth is not None and auth.unframed:
+                    # After SaslHandshake v0: a bare token, answered bare, in turn.
+                    await slots.acquire()
+                    task = asyncio.create_task(_unframed_step(auth, frame, timer))
+                    answers.put_nowait((task, timer))
+                    if not await self._after_sasl_step(auth, task, host):
+                        ended = True
+                        return
+                    continue
                 key, version, _ = parse_fixed(frame)
                 if auth is not None and not auth.allows(key):
                     self.authentication_failures += 1
@@ -212,25 +221,14 @@ class KafkaListener:
                 if key == apis.PRODUCE_KEY:
                     last_produce = task
                 answers.put_nowait((task, timer))
-                if auth is not None and key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
-                    # One step at a time: the state this step leaves decides the next frame.
-                    was_authenticated = auth.authenticated
-                    await asyncio.wait({task})
-                    if auth.authenticated and not was_authenticated:
-                        self.authentication_successes += 1
-                    if auth.failed:
-                        self.authentication_failures += 1
-                        log.info(
-                            "kafka connection closed: SASL authentication failed",
-                            extra={"fields": {"peer": host}},
-                        )
-                        # Kafka's connection.failed.authentication.delay.ms: the answer
-                        # goes out now, the close comes later, which slows a password
-                        # guesser down and lets the client read the error before the
-                        # connection ends.
-                        await asyncio.sleep(self._config.failed_authentication_delay_ms / 1000)
-                        ended = True
-                        return
+                sasl_step = key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+                if (
+                    auth is not None
+                    and sasl_step
+                    and not await self._after_sasl_step(auth, task, host)
+                ):
+                    ended = True
+                    return
         finally:
             answers.put_nowait(None)
             if ended and not write_task.done():
@@ -243,6 +241,28 @@ class KafkaListener:
                 write_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await write_task
+
+    async def _after_sasl_step(
+        self, auth: ConnectionAuth, task: asyncio.Task[bytes | None], host: str
+    ) -> bool:
+        """Wait for one SASL step (the state it leaves decides how the next frame is
+        read) and count its outcome; False when it failed and the connection ends."""
+        was_authenticated = auth.authenticated
+        await asyncio.wait({task})
+        if auth.authenticated and not was_authenticated:
+            self.authentication_successes += 1
+        if not auth.failed:
+            return True
+        self.authentication_failures += 1
+        log.info(
+            "kafka connection closed: SASL authentication failed",
+            extra={"fields": {"peer": host}},
+        )
+        # Kafka's connection.failed.authentication.delay.ms: the answer goes out now,
+        # the close comes later, which slows a password guesser down and lets the client
+        # read the error before the connection ends.
+        await asyncio.sleep(self._config.failed_authentication_delay_ms / 1000)
+        return False
 
     async def _next_prefix(
         self,
@@ -294,6 +314,19 @@ async def _after(
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.shield(previous)
     return await call
+
+
+async def _unframed_step(auth: ConnectionAuth, token: bytes, timer: RequestTimer) -> bytes | None:
+    """One unframed SASL token (after SaslHandshake v0) and its unframed answer; None
+    (nothing sent: v0 has no way to say why) when it failed."""
+    timer.api = "SaslAuthenticate"
+    timer.started = time.perf_counter()
+    try:
+        answer = auth.authenticate(token)
+    except Exception:  # the failure is in auth.failed; the listener closes
+        answer = None
+    timer.ready = time.perf_counter()
+    return None if answer is None else SIZE.pack(len(answer)) + answer
 
 
 async def _write_in_order(

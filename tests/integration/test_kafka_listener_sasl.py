@@ -278,6 +278,64 @@ def test_requests_out_of_turn_and_big_frames_close_the_connection(
         assert _read_answer(s, 3, 1).brokers
 
 
+def test_handshake_v0_takes_unframed_tokens(sasl: dict[str, Any]) -> None:
+    """After SaslHandshake v0 the tokens come bare (a size and the token, no header)
+    and are answered bare; a wrong one closes the connection with no answer."""
+    addr = _host_port(sasl)
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(17, 0, 1, mechanism="PLAIN"))
+        assert _read_answer(s, 17, 0).error_code == 0
+        token = b"\x00alice\x00" + PASSWORD.encode()
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert _read_exactly(s, 4) == b"\x00\x00\x00\x00"  # PLAIN's empty answer
+        s.sendall(_request(3, 1, 2, topics=None))
+        assert _read_answer(s, 3, 1).brokers
+    with socket.create_connection(addr, timeout=DEADLINE_S) as s:
+        s.sendall(_request(17, 0, 3, mechanism="PLAIN"))
+        assert _read_answer(s, 17, 0).error_code == 0
+        token = b"\x00alice\x00nope"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert _closed(s)
+
+
+def test_kcat_authenticates_with_each_mechanism(sasl: dict[str, Any]) -> None:
+    """kcat (Debian's package: librdkafka 2.0, which sends its SCRAM nonce twice, as
+    Kafka tolerates) lists metadata with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN, and
+    is refused with a wrong password."""
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed (Debian package kcat)")
+    broker = sasl["bootstrap"].split(",")[0]
+    for mechanism, password, ok in (
+        ("SCRAM-SHA-256", PASSWORD, True),
+        ("SCRAM-SHA-512", PASSWORD, True),
+        ("PLAIN", PASSWORD, True),
+        ("SCRAM-SHA-512", "wrong", False),
+    ):
+        settings = {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": mechanism,
+            "sasl.username": "alice",
+            "sasl.password": password,
+        }
+        options = [arg for k, v in settings.items() for arg in ("-X", f"{k}={v}")]
+        done = subprocess.run(
+            [kcat, "-b", broker, "-L", "-m", "10", *options],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode == 0) is ok, (mechanism, password, done.stdout, done.stderr)
+        if ok:
+            assert "3 brokers:" in done.stdout, done.stdout
+        else:
+            assert "invalid credentials" in done.stderr, done.stderr
+
+
 def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
     """SASL_SSL: TLS first (the client checks the broker's certificate), then SCRAM;
     confluent-kafka produces through it."""

@@ -143,3 +143,58 @@ def test_credentials_keep_kafkas_iteration_bounds() -> None:
     with pytest.raises(UnsupportedSaslMechanismError):
         new_scram_credential("SCRAM-SHA-1", "pw")
     assert new_scram_credential("SCRAM-SHA-512", "pw", iterations=8192).iterations == 8192
+
+
+def _proof(mechanism: str, password: str, server_first: str, auth_message: str) -> str:
+    """RFC 5802's ClientProof, computed here so the test can send a final message that
+    no library client would build."""
+    import base64
+    import hashlib
+    import hmac
+
+    name = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+    fields = dict(p.split("=", 1) for p in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(
+        name, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+    )
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    stored_key = hashlib.new(name, client_key).digest()
+    signature = hmac.new(stored_key, auth_message.encode(), name).digest()
+    return base64.b64encode(
+        bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    ).decode()
+
+
+@pytest.mark.parametrize("password", ["alice-pw", "wrong"])
+def test_librdkafka_2_0_nonce_is_accepted_as_kafka_accepts_it(password: str) -> None:
+    """librdkafka <= 2.0 (Debian 12's kcat) repeats its nonce before the server's in the
+    final message; Kafka only checks that the nonce ends with the server's, so the
+    right password authenticates and a wrong one still fails."""
+    mechanism = "SCRAM-SHA-512"
+    server = session(mechanism)
+    first_bare = "n=alice,r=client-nonce-1"
+    server_first = server.step(("n,," + first_bare).encode()).decode()
+    combined = dict(p.split("=", 1) for p in server_first.split(","))["r"]
+    without_proof = f"c=biws,r=client-nonce-1{combined}"
+    proof = _proof(
+        mechanism, password, server_first, f"{first_bare},{server_first},{without_proof}"
+    )
+    final = f"{without_proof},p={proof}".encode()
+    if password == "alice-pw":
+        assert server.step(final).startswith(b"v=")
+        assert server.principal == "User:alice"
+    else:
+        with pytest.raises(SaslAuthenticationFailedError):
+            server.step(final)
+
+
+def test_a_nonce_that_does_not_end_with_the_servers_fails() -> None:
+    server = session("SCRAM-SHA-256")
+    first_bare = "n=alice,r=client-nonce-2"
+    server_first = server.step(("n,," + first_bare).encode()).decode()
+    without_proof = "c=biws,r=client-nonce-2-made-up"
+    proof = _proof(
+        "SCRAM-SHA-256", "alice-pw", server_first, f"{first_bare},{server_first},{without_proof}"
+    )
+    with pytest.raises(SaslAuthenticationFailedError):
+        server.step(f"{without_proof},p={proof}".encode())

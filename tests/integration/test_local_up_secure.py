@@ -1,0 +1,144 @@
+"""``raftka up --secure`` as a real process: its brokers' Kafka listeners are SASL_SSL
+with a throwaway CA and a SCRAM-SHA-512 user ``admin``; the client settings it writes
+work unchanged with confluent-kafka (produce, then consume) and with kcat's ``-F``; a
+client that skips TLS, or gives a wrong password, gets nothing; a resumed cluster keeps
+the same CA and password."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from raftka.local import free_port_run, wait_for
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 60.0
+
+
+def _up(data: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "raftka", "up", "--secure", "--no-console", *_dir(data), *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _dir(data: Path) -> tuple[str, str]:
+    return ("--data-dir", str(data))
+
+
+def _wait_running(up: subprocess.Popen[bytes], log: Path, runs: int) -> None:
+    def running() -> bool:
+        assert up.poll() is None, f"raftka up exited {up.returncode}:\n{log.read_text()}"
+        return log.read_text().count("running; cluster.json") >= runs
+
+    wait_for(running, timeout_s=DEADLINE_S, message=lambda: log.read_text()[-3000:])
+
+
+def _stop(up: subprocess.Popen[bytes]) -> int:
+    up.send_signal(signal.SIGTERM)
+    return up.wait(60)
+
+
+def _settings(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if line)
+
+
+def _produce_and_consume(config: dict[str, Any]) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer(config)
+
+    def delivered() -> bool:
+        acked: list[Any] = []
+        producer.produce("secure-topic", b"secret", on_delivery=lambda e, m: acked.append(e))
+        producer.flush(10)
+        return bool(acked) and acked[0] is None
+
+    wait_for(delivered, timeout_s=DEADLINE_S, message="nothing acknowledged over SASL_SSL")
+    consumer = Consumer({**config, "group.id": "g", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["secure-topic"])
+    got: list[bytes] = []
+
+    def read() -> bool:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+        return bool(got)
+
+    try:
+        wait_for(read, timeout_s=DEADLINE_S, message="nothing consumed over SASL_SSL")
+    finally:
+        consumer.close()
+    return got
+
+
+def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -> None:
+    from confluent_kafka import KafkaError, Producer
+
+    data, log = tmp_path / "data", tmp_path / "up.log"
+    up = _up(data, log, "--base-port", str(free_port_run(9)))
+    try:
+        _wait_running(up, log, 1)
+        text = log.read_text()
+        secure = data / "secure"
+        settings = _settings(secure / "client.properties")
+        assert f"password {settings['sasl.password']!r}" in text
+        assert (secure / "client.properties").stat().st_mode & 0o077 == 0
+        assert "ScramLoginModule" in (secure / "client-java.properties").read_text()
+        cluster = orjson.loads((data / "cluster.json").read_bytes())
+        kafka = cluster["kafka_bootstrap_servers"]
+        config = {"bootstrap.servers": kafka, **settings}
+        assert _produce_and_consume(config)[0] == b"secret"
+
+        kcat = shutil.which("kcat")
+        if kcat is not None:
+            listed = subprocess.run(
+                [kcat, "-F", str(secure / "client.properties"), "-b", kafka, "-L", "-m", "10"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert listed.returncode == 0 and "secure-topic" in listed.stdout, listed.stderr
+
+        # No TLS (a SASL_PLAINTEXT client) and a wrong password: nothing delivered.
+        for wrong in (
+            {**config, "security.protocol": "SASL_PLAINTEXT"},
+            {**config, "sasl.password": "not-it"},
+        ):
+            errors: list[Any] = []
+            producer = Producer({**wrong, "message.timeout.ms": 3000, "error_cb": errors.append})
+            outcome: list[Any] = []
+            producer.produce("secure-topic", b"x", on_delivery=lambda e, m, o=outcome: o.append(e))
+            producer.flush(15)
+            assert outcome and outcome[0] is not None, wrong["security.protocol"]
+            assert errors, "the refused client heard of no error"
+            assert any(e.code() != KafkaError.NO_ERROR for e in errors)
+        assert _stop(up) == 0, log.read_text()[-3000:]
+
+        # Resumed: the same CA and password, and the record is still there.
+        again = _up(data, log)
+        try:
+            _wait_running(again, log, 2)
+            assert _settings(secure / "client.properties") == settings
+            assert b"secret" in _produce_and_consume(config)
+            assert _stop(again) == 0, log.read_text()[-3000:]
+        finally:
+            if again.poll() is None:
+                again.kill()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()

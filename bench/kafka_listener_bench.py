@@ -13,9 +13,10 @@ CPU is the brokers' user+system time over the run (from /proc), per record.
 Prints one JSON line per run and the medians.
 
 ``--sasl-ssl`` (issue #17's benchmark): a second cluster whose Kafka listeners are
-SASL_SSL (a throwaway CA from ``raftka.local.certs``, SCRAM-SHA-512, user made with the
-admin client) runs beside the PLAINTEXT one; the repeats alternate between the two, so
-both see the same machine, and the medians' ratios SASL_SSL / PLAINTEXT are printed.
+SASL_SSL (``raftka.local.secure``, as ``raftka up --secure``: a throwaway CA,
+SCRAM-SHA-512, a user made with the admin client) runs beside the PLAINTEXT one; the
+repeats alternate between the two, so both see the same machine, and the medians'
+ratios SASL_SSL / PLAINTEXT are printed.
 """
 
 from __future__ import annotations
@@ -33,11 +34,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from raftka.client import Admin
-from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
-from raftka.local.certs import new_ca
+from raftka.local.secure import add_scram_user, sasl_ssl_setup
 
 RECORD_SIZE = 100
 PARTITIONS = 3
@@ -49,9 +48,6 @@ def cpu_s(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
     return total / os.sysconf("SC_CLK_TCK")
-
-
-PASSWORD = "bench-secret"
 
 
 def run(
@@ -119,21 +115,9 @@ def main() -> None:
         for protocol in ("PLAINTEXT", "SASL_SSL") if args.sasl_ssl else ("PLAINTEXT",):
             props: dict[str, str] = {}
             security: dict[str, str] = {}
-            if protocol == "SASL_SSL":
-                ca = new_ca(tmp / "pki")
-                node = ca.issue(tmp / "pki", "broker", hosts=("localhost", "127.0.0.1"))
-                props = {
-                    "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                    "ssl.certfile": str(node.certfile),
-                    "ssl.keyfile": str(node.keyfile),
-                }
-                security = {
-                    "security.protocol": "SASL_SSL",
-                    "ssl.ca.location": str(ca.cafile),
-                    "sasl.mechanism": "SCRAM-SHA-512",
-                    "sasl.username": "bench",
-                    "sasl.password": PASSWORD,
-                }
+            setup = sasl_ssl_setup(tmp / "pki", user="bench") if protocol == "SASL_SSL" else None
+            if setup is not None:
+                props, security = setup.broker_properties, setup.client_config
             cluster = stack.enter_context(LocalCluster(tmp / protocol))
             cluster.start()
             cluster.wait_leader()
@@ -146,11 +130,8 @@ def main() -> None:
                 )
             )
             brokers.start()
-            if protocol == "SASL_SSL":
-                with Admin(bootstrap_servers=brokers.bootstrap_servers) as admin:
-                    admin.alter_user_scram_credentials(
-                        [UserScramCredentialUpsertion("bench", "SCRAM-SHA-512", PASSWORD)]
-                    )
+            if setup is not None:
+                add_scram_user(brokers.bootstrap_servers, setup, timeout_ms=60_000)
             pids = [b.popen.pid for b in brokers.nodes() if b.popen is not None]
             setups.append((protocol, brokers.kafka_bootstrap_servers, pids, security))
         results: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in setups}

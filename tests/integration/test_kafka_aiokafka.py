@@ -49,6 +49,26 @@ async def _read(consumer: Any, count: int) -> list[Any]:
     return got
 
 
+async def _read_committed(boot: str, topic: str, count: int) -> list[bytes]:
+    """``count`` values of ``topic`` as a read_committed consumer reads them from the
+    start, and any more that arrive within the next second (where none should)."""
+    from aiokafka import AIOKafkaConsumer
+
+    reader = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=boot,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await reader.start()
+    try:
+        values = [r.value for r in await _read(reader, count)]
+        values += [r.value for rs in (await reader.getmany(timeout_ms=1000)).values() for r in rs]
+    finally:
+        await reader.stop()
+    return values
+
+
 def test_aiokafka_admin_producer_group_and_transactions(brokers: LocalBrokers) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -99,21 +119,8 @@ def test_aiokafka_admin_producer_group_and_transactions(brokers: LocalBrokers) -
         finally:
             await txn.stop()
 
-        reader = AIOKafkaConsumer(
-            "aio",
-            bootstrap_servers=boot,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await reader.start()
-        try:
-            values = sorted(r.value for r in await _read(reader, 13))
-            # Nothing more arrives: the aborted record and the markers are skipped.
-            values += [
-                r.value for rs in (await reader.getmany(timeout_ms=1000)).values() for r in rs
-            ]
-        finally:
-            await reader.stop()
+        # Nothing more arrives: the aborted record and the markers are skipped.
+        values = await _read_committed(boot, "aio", 13)
         assert b"aborted" not in values
         assert sorted(values) == sorted(
             [b"v%d" % i for i in range(10)] + [b"committed-1", b"committed-2", b"committed-3"]
@@ -261,19 +268,7 @@ def test_consume_transform_produce_with_send_offsets_to_transaction(
         finally:
             await producer.stop()
             await consumer.stop()
-        reader = AIOKafkaConsumer(
-            "eos-out",
-            bootstrap_servers=boot,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await reader.start()
-        try:
-            out = [r.value for r in await _read(reader, 6)]
-            out += [r.value for rs in (await reader.getmany(timeout_ms=1000)).values() for r in rs]
-        finally:
-            await reader.stop()
-        return out, committed
+        return await _read_committed(boot, "eos-out", 6), committed
 
     out, committed = asyncio.run(asyncio.wait_for(scenario(), 120))
     assert out == [b"out-in-%d" % i for i in range(6)]

@@ -36,8 +36,8 @@ from raftka.common.messages.controller import (
 )
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
-from raftka.local.certs import new_ca
 from raftka.local.processes import http_post
+from raftka.local.secure import sasl_ssl_setup
 
 pytestmark = pytest.mark.slow
 
@@ -341,14 +341,8 @@ def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
     confluent-kafka produces through it."""
     from confluent_kafka import Producer
 
-    ca = new_ca(tmp_path / "pki")
-    node = ca.issue(tmp_path / "pki", "broker", hosts=("localhost", "127.0.0.1"))
-    props = {
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "ssl.certfile": str(node.certfile),
-        "ssl.keyfile": str(node.keyfile),
-        "offsets.topic.num.partitions": "1",
-    }
+    setup = sasl_ssl_setup(tmp_path / "pki", user="alice")
+    props = {**setup.broker_properties, "offsets.topic.num.partitions": "1"}
     with LocalCluster(tmp_path / "c") as cluster:
         cluster.start()
         cluster.wait_leader()
@@ -356,15 +350,8 @@ def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
             cluster, extra_properties=props, kafka_listener=True, kafka_security_protocol="SASL_SSL"
         ) as brokers:
             brokers.start()
-            add_user(cluster, "alice", PASSWORD)
+            add_user(cluster, "alice", setup.password)
             producer = Producer(
-                {
-                    "bootstrap.servers": brokers.kafka_bootstrap_servers,
-                    "security.protocol": "SASL_SSL",
-                    "ssl.ca.location": str(ca.cafile),
-                    "sasl.mechanism": "SCRAM-SHA-512",
-                    "sasl.username": "alice",
-                    "sasl.password": PASSWORD,
-                }
+                {"bootstrap.servers": brokers.kafka_bootstrap_servers, **setup.client_config}
             )
             produce_until_acked(producer, "secure", "over SASL_SSL with SCRAM-SHA-512")

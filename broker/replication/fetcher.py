@@ -263,6 +263,13 @@ class ReplicaFetcher:
                 current=current,
             )
             return True
+        if not records and p.replica.state.fetch_response_is_idle(
+            leader_high_watermark=hw, leader_log_start_offset=log_start
+        ):
+            # An idle partition: nothing to append or move. Skipping it here keeps a
+            # fetch of many partitions, most idle, from queueing a job per partition
+            # (a thread hop when appends run on the I/O workers).
+            return True
         if records and self._manager.quotas.follower_throttled(*tp):
             self._manager.quotas.follower.record(len(records), self._manager.now_ms())
         await self._manager.on_follower_records(

@@ -901,6 +901,19 @@ class PartitionState:
             log_start_offset=new_start if new_start != self.log_start_offset else -1,
         )
 
+    def fetch_response_is_idle(
+        self, *, leader_high_watermark: int, leader_log_start_offset: int
+    ) -> bool:
+        """Whether an answer with no records and no diverging epoch would change
+        nothing here (:meth:`on_fetch_response` would move neither the HW nor the log
+        start): the case of every idle partition in a follower's fetch, which the
+        follower may then skip."""
+        leo = self.log_end_offset
+        return (
+            min(leader_log_start_offset, leo) <= self.log_start_offset
+            and min(leader_high_watermark, leo) <= self.high_watermark
+        )
+
     def truncation_offset(self, diverging: EpochEndOffset) -> int:
         """Where a follower cuts its log when its leader reports ``diverging``."""
         leo = self.log_end_offset

@@ -10,6 +10,8 @@ real ``LeaderEpochFileCache`` held in memory (never flushed).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from partition_state_helpers import LAG_MS, cache, leader
 
 from raftka.broker.replication import (
@@ -468,3 +470,35 @@ def test_a_state_over_a_log_reads_its_offsets_and_keeps_no_copy() -> None:
         PartitionState(topic="t", partition=0, local_broker_id=1, log=log, log_end_offset=2)
     with pytest.raises(ValueError, match="needs a log"):
         PartitionState(topic="t", partition=0, local_broker_id=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    leo=st.integers(0, 20),
+    hw_back=st.integers(0, 20),
+    leader_hw=st.integers(0, 40),
+    leader_log_start=st.integers(0, 40),
+)
+def test_an_idle_fetch_answer_is_exactly_one_that_changes_nothing(
+    leo: int, hw_back: int, leader_hw: int, leader_log_start: int
+) -> None:
+    """fetch_response_is_idle (the follower's skip of an empty answer) holds exactly
+    when on_fetch_response would move neither the HW nor the log start."""
+    hw = max(0, leo - hw_back)
+    follower = follower_of_1(
+        2, epochs=cache((1, 0)), leo=leo, hw=hw, epoch=1, replicas=(1, 2), isr=(1, 2)
+    )
+    idle = follower.fetch_response_is_idle(
+        leader_high_watermark=leader_hw, leader_log_start_offset=leader_log_start
+    )
+    before = (follower.high_watermark, follower.log_start_offset, follower.log_end_offset)
+    out = follower.on_fetch_response(
+        leader_high_watermark=leader_hw,
+        leader_log_start_offset=leader_log_start,
+        diverging_epoch=None,
+        appended_up_to=leo,
+    )
+    after = (follower.high_watermark, follower.log_start_offset, follower.log_end_offset)
+    assert idle == (before == after), (before, after, out)
+    if idle:
+        assert not out.high_watermark_moved and out.log_start_offset == -1

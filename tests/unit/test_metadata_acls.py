@@ -3,19 +3,26 @@
 
 from __future__ import annotations
 
+import random
+
+import msgspec
 import pytest
 
 from raftka.common.acl import (
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
     ResourcePattern,
     ResourceType,
 )
-from raftka.common.errors import KafkaError
+from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.common.messages import controller as msg
 from raftka.metadata import metadata_records as mr
+from raftka.metadata.acl_control import create_acls, delete_acls, describe_acls
+from raftka.metadata.controller_api import RECORDS_PER_COMMAND_MAX, ControllerResult
 from raftka.metadata.delta import MetadataDelta, MetadataReplayError, image_from_records
 from raftka.metadata.image import MetadataImage
 
@@ -185,3 +192,100 @@ def test_malformed_acl_records_are_refused(change: dict[str, object], expected: 
     with pytest.raises(mr.MetadataRecordError, match=expected) as info:
         mr.record_from_dict(data)
     assert isinstance(info.value, KafkaError) and info.value.name == "INVALID_REQUEST"
+
+
+# ---------------------------------------------------------------------------------------
+# The controller's commands (acl_control)
+
+
+def committed(image: MetadataImage, result: ControllerResult[object]) -> MetadataImage:
+    return replayed(*result.records, image=image)
+
+
+def created(
+    image: MetadataImage, *creations: AclBinding | KafkaError
+) -> tuple[MetadataImage, list[str | None]]:
+    result = create_acls(image, creations, random.Random(1))
+    errors = [None if r.error is None else r.error.name for r in result.response]
+    return committed(image, result), errors
+
+
+def test_create_writes_one_record_per_new_binding() -> None:
+    result = create_acls(MetadataImage.EMPTY, [READ_ORDERS, DENY_BOB_PREFIX], random.Random(1))
+    assert [r.error for r in result.response] == [None, None]
+    assert [type(r) for r in result.records] == [mr.AccessControlEntryRecord] * 2
+    assert len({r.id for r in result.records if isinstance(r, mr.AccessControlEntryRecord)}) == 2
+    image = committed(MetadataImage.EMPTY, result)
+    assert image.acl_bindings() == {READ_ORDERS, DENY_BOB_PREFIX}
+
+
+def test_create_of_an_existing_or_repeated_binding_succeeds_and_adds_nothing() -> None:
+    image, errors = created(MetadataImage.EMPTY, READ_ORDERS)
+    assert errors == [None]
+    result = create_acls(image, [READ_ORDERS, GROUP_READ, GROUP_READ], random.Random(2))
+    assert [r.error for r in result.response] == [None, None, None]
+    assert len(result.records) == 1  # GROUP_READ once; READ_ORDERS already there
+    assert committed(image, result).acl_bindings() == {READ_ORDERS, GROUP_READ}
+
+
+def test_a_bad_binding_fails_alone_in_its_place() -> None:
+    bad = InvalidRequestError("an ACL's operation cannot be ANY")
+    image, errors = created(MetadataImage.EMPTY, READ_ORDERS, bad, GROUP_READ)
+    assert errors == [None, "INVALID_REQUEST", None]
+    assert image.acl_bindings() == {READ_ORDERS, GROUP_READ}
+
+
+def test_delete_lists_each_filters_matches_and_removes_each_once() -> None:
+    image, _ = created(MetadataImage.EMPTY, READ_ORDERS, DENY_BOB_PREFIX, GROUP_READ)
+    topics = AclBindingFilter(resource_type=ResourceType.TOPIC)
+    bob = AclBindingFilter(principal="User:bob")
+    result = delete_acls(image, [topics, bob, InvalidRequestError("bad filter")])
+    first, second, third = result.response
+    assert first.error is None and set(first.matching) == {READ_ORDERS, DENY_BOB_PREFIX}
+    assert second.error is None and second.matching == (DENY_BOB_PREFIX,)
+    assert third.error is not None and third.error.name == "INVALID_REQUEST"
+    assert len(result.records) == 2  # DENY_BOB_PREFIX matched twice, removed once
+    assert committed(image, result).acl_bindings() == {GROUP_READ}
+
+
+def test_delete_matching_nothing_writes_nothing() -> None:
+    image, _ = created(MetadataImage.EMPTY, READ_ORDERS)
+    result = delete_acls(image, [AclBindingFilter(principal="User:nobody")])
+    assert result.records == () and result.response[0].matching == ()
+
+
+def test_describe_filters_including_match() -> None:
+    image, _ = created(MetadataImage.EMPTY, READ_ORDERS, DENY_BOB_PREFIX, GROUP_READ)
+    # By resource type, then name: topic "ord" before topic "orders", groups after.
+    assert describe_acls(image, AclBindingFilter()) == (
+        DENY_BOB_PREFIX,
+        READ_ORDERS,
+        GROUP_READ,
+    )
+    # MATCH: what applies to topic "orders": the literal and the "ord" prefix.
+    match = AclBindingFilter(ResourceType.TOPIC, "orders", PatternType.MATCH)
+    assert set(describe_acls(image, match)) == {READ_ORDERS, DENY_BOB_PREFIX}
+    literal = AclBindingFilter(ResourceType.TOPIC, "orders", PatternType.LITERAL)
+    assert describe_acls(image, literal) == (READ_ORDERS,)
+
+
+def test_too_many_creations_are_refused_whole() -> None:
+    many = [READ_ORDERS] * (RECORDS_PER_COMMAND_MAX + 1)
+    with pytest.raises(InvalidRequestError, match="more than"):
+        create_acls(MetadataImage.EMPTY, many, random.Random(1))
+
+
+# ---------------------------------------------------------------------------------------
+# The wire form (common.messages.controller)
+
+
+def test_wire_round_trip_and_unknown_names_are_invalid_request() -> None:
+    for b in (READ_ORDERS, DENY_BOB_PREFIX, GROUP_READ):
+        assert msg.acl_binding_of(msg.acl_binding_data(b)) == b
+    f = AclBindingFilter(ResourceType.GROUP, "g", PatternType.MATCH, "User:a", "h")
+    assert msg.acl_filter_of(msg.acl_filter_data(f)) == f
+    data = msgspec.structs.replace(msg.acl_binding_data(READ_ORDERS), operation="Read")
+    with pytest.raises(InvalidRequestError, match="operation cannot be UNKNOWN"):
+        msg.acl_binding_of(data)
+    with pytest.raises(InvalidRequestError, match="UNKNOWN"):
+        msg.acl_filter_of(msg.AclFilterData(pattern_type="SOME"))

@@ -284,3 +284,71 @@ def test_bad_inputs_get_kafka_errors_and_nothing_falls_over(env: Env) -> None:
         assert err.startswith(f"Error: INVALID_REQUEST: {expected}"), (args, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     _nodes_up(env)
+
+
+def test_kafka_python_admin_over_the_kafka_listener(env: Env) -> None:
+    """CreateAcls and DeleteAcls (forwarded to the controller) and DescribeAcls
+    (answered from the broker's image) on the Kafka listener, from kafka-python."""
+    import kafka.admin as kp
+    import kafka.errors
+    from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+
+    pattern = kp.ResourcePattern(kp.ResourceType.TOPIC, "kp-topic", ACLResourcePatternType.PREFIXED)
+    good = ACL("User:kp", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, pattern)
+    bad = ACL("kp-no-type", "*", ACLOperation.READ, ACLPermissionType.ALLOW, pattern)
+    admin = kp.KafkaAdminClient(bootstrap_servers=env.brokers.kafka_bootstrap_servers)
+    try:
+        created = admin.create_acls([good, bad])
+        assert created["succeeded"] == [good]
+        assert created["failed"] == [kafka.errors.InvalidRequestError]
+        _everywhere(env, {("TOPIC", "kp-topic", "PREFIXED", "User:kp", "*", "WRITE", "ALLOW")})
+        every = ACLFilter(
+            None,
+            None,
+            ACLOperation.ANY,
+            ACLPermissionType.ANY,
+            kp.ResourcePatternFilter(kp.ResourceType.ANY, None, ACLResourcePatternType.ANY),
+        )
+        acls, error = admin.describe_acls(every)
+        assert error.errno == 0
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name) for a in acls] == [
+            ("User:kp", ACLOperation.WRITE, "kp-topic")
+        ]
+        ((_, deleted, error),) = admin.delete_acls([every])
+        assert error.errno == 0
+        assert [(a.principal, a.resource_pattern.pattern_type) for a in deleted] == [
+            ("User:kp", ACLResourcePatternType.PREFIXED)
+        ]
+        _everywhere(env, set())
+    finally:
+        admin.close()
+
+
+def test_confluent_kafka_admin_over_the_kafka_listener(env: Env) -> None:
+    """The same APIs from librdkafka (confluent-kafka's AdminClient)."""
+    import confluent_kafka.admin as ck
+    from confluent_kafka import KafkaException
+
+    admin = ck.AdminClient({"bootstrap.servers": env.brokers.kafka_bootstrap_servers})
+    binding = ck.AclBinding(
+        ck.ResourceType.GROUP, "ck-group", ck.ResourcePatternType.LITERAL, "User:ck", "*",
+        ck.AclOperation.READ, ck.AclPermissionType.DENY,
+    )  # fmt: skip
+    bad = ck.AclBinding(
+        ck.ResourceType.GROUP, "ck-group", ck.ResourcePatternType.LITERAL, "ck-no-type", "*",
+        ck.AclOperation.READ, ck.AclPermissionType.ALLOW,
+    )  # fmt: skip
+    futures = admin.create_acls([binding, bad])
+    assert futures[binding].result(timeout=30) is None
+    with pytest.raises(KafkaException) as info:
+        futures[bad].result(timeout=30)
+    assert info.value.args[0].name() == "INVALID_REQUEST"
+    _everywhere(env, {("GROUP", "ck-group", "LITERAL", "User:ck", "*", "READ", "DENY")})
+    groups = ck.AclBindingFilter(
+        ck.ResourceType.GROUP, None, ck.ResourcePatternType.ANY, None, None,
+        ck.AclOperation.ANY, ck.AclPermissionType.ANY,
+    )  # fmt: skip
+    assert admin.describe_acls(groups).result(timeout=30) == [binding]
+    assert admin.delete_acls([groups])[groups].result(timeout=30) == [binding]
+    _everywhere(env, set())
+    assert admin.describe_acls(groups).result(timeout=30) == []

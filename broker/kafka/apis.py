@@ -1518,15 +1518,7 @@ class KafkaApis:
         cls = load_response_schema(29, version)
         resource_cls = _nested(cls, "DescribeAclsResource")
         acl_cls = _nested(cls, "AclDescription")
-        wire_filter = {
-            "resource_type": _acl_name(ResourceType, request.resource_type_filter),
-            "resource_name": request.resource_name_filter,
-            "pattern_type": _acl_name(PatternType, request.pattern_type_filter),
-            "principal": request.principal_filter,
-            "host": request.host_filter,
-            "operation": _acl_name(AclOperation, request.operation),
-            "permission_type": _acl_name(AclPermissionType, request.permission_type),
-        }
+        wire_filter = _acl_filter_wire(request)
         try:
             acl_filter = acl_filter_of(decode_value(wire_filter, AclFilterData))
         except KafkaError as e:
@@ -1571,15 +1563,15 @@ class KafkaApis:
         result_cls = _nested(cls, "AclCreationResult")
         body = {
             "creations": [
-                {
-                    "resource_type": _acl_name(ResourceType, c.resource_type),
-                    "resource_name": c.resource_name,
-                    "pattern_type": _acl_name(PatternType, c.resource_pattern_type),
-                    "principal": c.principal,
-                    "host": c.host,
-                    "operation": _acl_name(AclOperation, c.operation),
-                    "permission_type": _acl_name(AclPermissionType, c.permission_type),
-                }
+                _acl_wire(
+                    c.resource_type,
+                    c.resource_name,
+                    c.resource_pattern_type,
+                    c.principal,
+                    c.host,
+                    c.operation,
+                    c.permission_type,
+                )
                 for c in request.creations
             ]
         }
@@ -1598,20 +1590,7 @@ class KafkaApis:
         cls = load_response_schema(31, version)
         result_cls = _nested(cls, "DeleteAclsFilterResult")
         matching_cls = _nested(cls, "DeleteAclsMatchingAcl")
-        body = {
-            "filters": [
-                {
-                    "resource_type": _acl_name(ResourceType, f.resource_type_filter),
-                    "resource_name": f.resource_name_filter,
-                    "pattern_type": _acl_name(PatternType, f.pattern_type_filter),
-                    "principal": f.principal_filter,
-                    "host": f.host_filter,
-                    "operation": _acl_name(AclOperation, f.operation),
-                    "permission_type": _acl_name(AclPermissionType, f.permission_type),
-                }
-                for f in request.filters
-            ]
-        }
+        body = {"filters": [_acl_filter_wire(f) for f in request.filters]}
         timeout_ms = self._server.config.request_timeout_ms
         answer, failure = await self._forward("/v1/acls/delete", body, timeout_ms)
         answers = answer.get("filter_results", [])
@@ -2148,6 +2127,40 @@ def _acl_name(enum_type: type[enum.IntEnum], code: int) -> str:
         return enum_type(int(code)).name
     except ValueError:
         return f"UNKNOWN({int(code)})"
+
+
+def _acl_wire(  # noqa: PLR0917  (the seven fields of Kafka's ACL schemas)
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> dict[str, Any]:
+    """A Kafka ACL binding or filter (codes) as the controller API's fields (names)."""
+    return {
+        "resource_type": _acl_name(ResourceType, resource_type),
+        "resource_name": resource_name,
+        "pattern_type": _acl_name(PatternType, pattern_type),
+        "principal": principal,
+        "host": host,
+        "operation": _acl_name(AclOperation, operation),
+        "permission_type": _acl_name(AclPermissionType, permission_type),
+    }
+
+
+def _acl_filter_wire(f: Any) -> dict[str, Any]:
+    """DescribeAcls' request or one DeleteAcls filter (the same fields) as a filter."""
+    return _acl_wire(
+        f.resource_type_filter,
+        f.resource_name_filter,
+        f.pattern_type_filter,
+        f.principal_filter,
+        f.host_filter,
+        f.operation,
+        f.permission_type,
+    )
 
 
 def _controller_result(

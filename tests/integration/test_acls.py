@@ -17,8 +17,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import invoke_raftka
-from click.testing import Result
+from cli_helpers import CliCluster, ok
 
 from raftka.client.admin import Admin
 from raftka.common.acl import (
@@ -33,7 +32,6 @@ from raftka.common.acl import (
 )
 from raftka.local import wait_for
 from raftka.local.processes import http_json
-from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -43,14 +41,7 @@ API_TIMEOUT_MS = 20_000
 Row = tuple[str, str, str, str, str, str, str]
 
 
-class Env(RaftkaCluster):
-    def run(self, *args: str) -> Result:
-        """One ``raftka`` command in-process, against this cluster."""
-        return invoke_raftka(self.bootstrap_servers, args, api_timeout_ms=API_TIMEOUT_MS)
-
-    def active_controller(self) -> str:
-        return self.controllers.controllers[self.controllers.wait_leader()].address
-
+class Env(CliCluster):
     def broker_acls(self, broker_id: int, query: str = "") -> set[Row]:
         """The bindings one broker's own image holds, as tuples of the wire fields."""
         status, body = http_json(self.brokers[broker_id].address, f"/v1/acls{query}")
@@ -73,11 +64,6 @@ class Env(RaftkaCluster):
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with Env.start(tmp_path_factory.mktemp("acls"), kafka_listener=True) as env:
         yield env
-
-
-def _ok(result: Result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    return result.stdout
 
 
 def _everywhere(env: Env, expected: set[Row], query: str = "") -> None:
@@ -109,7 +95,7 @@ GROUP_DESCRIBE = ("GROUP", "billing", "LITERAL", "User:alice", "*", "DESCRIBE", 
 
 
 def test_cli_add_list_remove_reaches_every_broker(env: Env) -> None:
-    out = _ok(
+    out = ok(
         env.run(
             "acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
             "--operation", "Describe", "--topic", "orders", "--group", "billing",
@@ -123,31 +109,31 @@ def test_cli_add_list_remove_reaches_every_broker(env: Env) -> None:
         "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)\n"
     ) in out
     assert "Current ACLs for resource `ResourcePattern(resourceType=GROUP, name=billing" in out
-    _ok(
+    ok(
         env.run(
             "acls", "add", "--deny-principal", "User:bob", "--deny-host", "10.0.0.9",
             "--operation", "Write", "--topic", "ord", "--resource-pattern-type", "prefixed",
         )
     )  # fmt: skip
     # Adding an existing binding again succeeds and adds nothing.
-    _ok(env.run("acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
+    ok(env.run("acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
                 "--topic", "orders"))  # fmt: skip
     everything = {ALICE_READ, ALICE_DESCRIBE, BOB_DENY, GROUP_READ, GROUP_DESCRIBE}
     _everywhere(env, everything)
 
     # list with filters: a principal; MATCH (what applies to topic "orders": the literal
     # ACLs and the "ord" prefix); a literal resource alone.
-    listed = _ok(env.run("acls", "list", "--principal", "User:bob"))
+    listed = ok(env.run("acls", "list", "--principal", "User:bob"))
     assert listed.splitlines() == [
         "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=ord, "
         "patternType=PREFIXED)`:",
         "\t(principal=User:bob, host=10.0.0.9, operation=WRITE, permissionType=DENY)",
         "",
     ]
-    matched = _ok(env.run("acls", "list", "--topic", "orders", "--resource-pattern-type", "match"))
+    matched = ok(env.run("acls", "list", "--topic", "orders", "--resource-pattern-type", "match"))
     assert "name=ord, patternType=PREFIXED" in matched and "name=orders" in matched
     assert "billing" not in matched
-    literal = _ok(env.run("acls", "list", "--topic", "orders"))
+    literal = ok(env.run("acls", "list", "--topic", "orders"))
     assert "PREFIXED" not in literal and literal.count("principal=User:alice") == 2
     _everywhere(
         env,
@@ -156,18 +142,18 @@ def test_cli_add_list_remove_reaches_every_broker(env: Env) -> None:
     )
 
     # remove by filter: alice's READ on the topic only, then everything on the group.
-    removed = _ok(env.run("acls", "remove", "--allow-principal", "User:alice",
+    removed = ok(env.run("acls", "remove", "--allow-principal", "User:alice",
                           "--operation", "Read", "--topic", "orders"))  # fmt: skip
     assert "operation=READ" in removed and "DESCRIBE" not in removed
     _everywhere(env, {ALICE_DESCRIBE, BOB_DENY, GROUP_READ, GROUP_DESCRIBE})
-    _ok(env.run("acls", "remove", "--group", "billing"))
+    ok(env.run("acls", "remove", "--group", "billing"))
     _everywhere(env, {ALICE_DESCRIBE, BOB_DENY})
-    assert _ok(env.run("acls", "remove", "--group", "billing")) == "No ACLs matched.\n"
-    _ok(env.run("acls", "remove", "--topic", "or", "--resource-pattern-type", "any"))
-    _ok(env.run("acls", "remove", "--topic", "orders"))
-    _ok(env.run("acls", "remove", "--topic", "ord", "--resource-pattern-type", "prefixed"))
+    assert ok(env.run("acls", "remove", "--group", "billing")) == "No ACLs matched.\n"
+    ok(env.run("acls", "remove", "--topic", "or", "--resource-pattern-type", "any"))
+    ok(env.run("acls", "remove", "--topic", "orders"))
+    ok(env.run("acls", "remove", "--topic", "ord", "--resource-pattern-type", "prefixed"))
     _everywhere(env, set())
-    assert _ok(env.run("acls", "list")) == ""
+    assert ok(env.run("acls", "list")) == ""
 
 
 def _binding(principal: str, operation: AclOperation, name: str = "payments") -> AclBinding:

@@ -338,3 +338,36 @@ def test_confluent_kafka_admin_over_the_kafka_listener(env: Env) -> None:
     assert admin.delete_acls([groups])[groups].result(timeout=30) == [binding]
     _everywhere(env, set())
     assert admin.describe_acls(groups).result(timeout=30) == []
+
+
+def test_raftka_kafka_python_compat_admin(env: Env) -> None:
+    """raftka.client.compat.kafka_python's KafkaAdminClient takes kafka-python's ACL
+    classes (here its own, with kafka-python's argument orders) and returns its shapes."""
+    from raftka.client.compat import kafka_python as compat
+
+    pattern = compat.ResourcePattern(compat.ResourceType.TRANSACTIONAL_ID, "tx-")
+    good = compat.ACL(
+        "User:tx", "*", compat.ACLOperation.WRITE, compat.ACLPermissionType.ALLOW, pattern
+    )
+    bad = compat.ACL(
+        "tx-no-type", "*", compat.ACLOperation.WRITE, compat.ACLPermissionType.ALLOW, pattern
+    )
+    every = compat.ACLFilter(
+        None,
+        None,
+        compat.ACLOperation.ANY,
+        compat.ACLPermissionType.ANY,
+        compat.ResourcePatternFilter(
+            compat.ResourceType.ANY, None, compat.ACLResourcePatternType.ANY
+        ),
+    )
+    with compat.KafkaAdminClient(
+        bootstrap_servers=env.bootstrap_servers, request_timeout_ms=API_TIMEOUT_MS
+    ) as admin:
+        created = admin.create_acls([good, bad])
+        assert created["succeeded"] == [good]
+        assert [e.name for e in created["failed"]] == ["INVALID_REQUEST"]
+        _everywhere(env, {("TRANSACTIONAL_ID", "tx-", "LITERAL", "User:tx", "*", "WRITE", "ALLOW")})
+        assert admin.describe_acls(every) == ([good], None)
+        assert admin.delete_acls([every]) == [(every, [good], None)]
+    _everywhere(env, set())

@@ -8,7 +8,7 @@ so one bad binding does not fail the others (Kafka's per-binding ``AclCreateResu
 - a binding with an ANY/UNKNOWN resource type, operation or permission type, a pattern
   type other than LITERAL/PREFIXED, an empty resource or host name, a principal that is
   not ``Type:name``, or a CLUSTER resource not named ``kafka-cluster``: INVALID_REQUEST
-  (the route turns a name it does not know into UNKNOWN, so that is the same error);
+  (the route refuses a name it does not know with the same error, naming the choices);
 - a binding that exists already, or appears earlier in the same request: a success
   that writes nothing (as Kafka: creating an ACL is idempotent);
 - otherwise one ``AccessControlEntryRecord`` under a fresh id from the command's seeded

@@ -2122,7 +2122,7 @@ def _scram_mechanism(code: int) -> str:
 
 def _acl_name(enum_type: type[enum.IntEnum], code: int) -> str:
     """An ACL enum's name for a Kafka code; a code it lacks becomes a name the
-    controller refuses (read as UNKNOWN: INVALID_REQUEST)."""
+    controller refuses with INVALID_REQUEST."""
     try:
         return enum_type(int(code)).name
     except ValueError:

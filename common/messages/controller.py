@@ -48,7 +48,7 @@ from raftka.common.acl import (
     ResourcePattern,
     ResourceType,
 )
-from raftka.common.errors import KafkaError
+from raftka.common.errors import InvalidRequestError, KafkaError
 from raftka.common.messages import (
     INT32_MAX,
     INT64_MAX,
@@ -510,8 +510,8 @@ class DescribeUserScramCredentialsResponse(Message, frozen=True, kw_only=True):
 #
 # Resource types, pattern types, operations and permission types travel as Kafka's enum
 # names (``TOPIC``, ``PREFIXED``, ``READ``, ``ALLOW``; see raftka.common.acl). The
-# controller reads a name it does not know as UNKNOWN, which fails that one binding or
-# filter with INVALID_REQUEST, as a Kafka code it does not know would.
+# controller refuses a name it does not know with INVALID_REQUEST, for that one binding or
+# filter, as Kafka refuses a code it does not know.
 
 
 class AclBindingData(Message, frozen=True, kw_only=True):
@@ -587,11 +587,15 @@ E = TypeVar("E", ResourceType, PatternType, AclOperation, AclPermissionType)
 
 
 def _acl_enum(enum_type: type[E], name: str) -> E:
-    """The member called ``name``; UNKNOWN for any other name (refused downstream)."""
+    """The member called ``name``; INVALID_REQUEST naming the choices for any other
+    name (as a Kafka code the broker does not know reads as UNKNOWN and is refused)."""
     try:
         return enum_type[name]
     except KeyError:
-        return enum_type.UNKNOWN
+        choices = ", ".join(m.name for m in enum_type)
+        raise InvalidRequestError(
+            f"unknown {enum_type.__name__} {name!r}; one of {choices}"
+        ) from None
 
 
 def acl_binding_data(binding: AclBinding) -> AclCreationData:

@@ -7,15 +7,14 @@ import random
 
 import msgspec
 import pytest
+from acl_helpers import acl
 
 from raftka.common.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
-    ResourcePattern,
     ResourceType,
 )
 from raftka.common.errors import InvalidRequestError, KafkaError
@@ -41,9 +40,14 @@ def binding(
     resource_type: ResourceType = ResourceType.TOPIC,
     host: str = "*",
 ) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(resource_type, name, pattern_type),
-        AccessControlEntry(principal, host, operation, permission),
+    return acl(
+        principal,
+        operation,
+        name,
+        permission=permission,
+        resource_type=resource_type,
+        pattern=pattern_type,
+        host=host,
     )
 
 

@@ -73,7 +73,7 @@ from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
-from raftka.metadata.routes import describe_scram_credentials_route
+from raftka.metadata.routes import describe_acls_route, describe_scram_credentials_route
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
 from raftka.server_common.metrics import metrics_route, new_registry
@@ -431,6 +431,7 @@ class BrokerServer:
                 *log_dirs_routes(lambda request: _server(request).manager.logs),
                 *broker_configs_routes(_broker_configs),
                 describe_scram_credentials_route(lambda request: _server(request).manager.image),
+                describe_acls_route(lambda request: _server(request).manager.image),
             ]
         )
         return app

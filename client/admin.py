@@ -1,7 +1,8 @@
 """``AsyncAdmin`` and ``Admin``: Kafka's admin client over raftka's APIs.
 
-Topic and config commands go to the *active controller* (``POST/DELETE /v1/topics``,
-``POST /v1/partitions``, ``POST/GET /v1/configs``): the controllers are
+Topic, config, SCRAM-user and ACL commands go to the *active controller*
+(``POST/DELETE /v1/topics``, ``POST /v1/partitions``, ``POST/GET /v1/configs``,
+``/v1/scram-credentials``, ``/v1/acls``): the controllers are
 ``bootstrap_controllers`` when given, else the list a broker's metadata names. A
 controller that is not active answers NOT_CONTROLLER with the active one's address;
 the admin follows it, and retries retriable errors with ``retry_backoff_ms`` until
@@ -48,6 +49,7 @@ from raftka.client.structs import (
     TopicDescription,
     TopicPartition,
 )
+from raftka.common.acl import AclBinding, AclBindingFilter
 from raftka.common.errors import (
     BrokerNotAvailableError,
     KafkaError,
@@ -77,6 +79,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+K = TypeVar("K")
 M = TypeVar("M", bound=Message)
 
 #: Random salt bytes of a credential the admin makes.
@@ -189,7 +192,7 @@ class LogDirDescription:
     usable_bytes: int
 
 
-def _raise_first(results: dict[str, KafkaError | None]) -> None:
+def _raise_first(results: Mapping[K, KafkaError | None]) -> None:
     for error in results.values():
         if error is not None:
             error.results = results  # type: ignore[attr-defined]
@@ -724,6 +727,60 @@ class AsyncAdmin(AdminClientBase):
             for r in described
         }
 
+    # ------------------------------------------------------------------ ACLs
+
+    async def create_acls(
+        self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None
+    ) -> None:
+        """Kafka's createAcls. A binding that exists already is a success; the
+        controller answers each binding, and the first error is raised (``results``
+        by binding)."""
+        creations = list(bindings)
+        if not creations:
+            return
+        answer = await self._controller_call(
+            "POST",
+            "/v1/acls",
+            body=msg.CreateAclsRequest(creations=[msg.acl_binding_data(b) for b in creations]),
+            timeout_ms=timeout_ms,
+        )
+        results = decode_value(answer, msg.CreateAclsResponse).results
+        _raise_first({b: _item_error(r.error) for b, r in zip(creations, results, strict=True)})
+
+    async def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        """Kafka's describeAcls: the committed bindings ``acl_filter`` matches (every
+        binding when None), from the active controller's image."""
+        answer = await self._controller_call(
+            "GET",
+            "/v1/acls",
+            params=msg.query_params(msg.acl_filter_data(acl_filter or AclBindingFilter())),
+            timeout_ms=timeout_ms,
+        )
+        return [msg.acl_binding_of(b) for b in decode_value(answer, msg.DescribeAclsResponse).acls]
+
+    async def delete_acls(
+        self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
+    ) -> dict[AclBindingFilter, list[AclBinding]]:
+        """Kafka's deleteAcls: per filter, every binding it matched (now deleted). A
+        filter's error is raised after all applied (``results`` by filter)."""
+        wanted = list(filters)
+        if not wanted:
+            return {}
+        answer = await self._controller_call(
+            "POST",
+            "/v1/acls/delete",
+            body=msg.DeleteAclsRequest(filters=[msg.acl_filter_data(f) for f in wanted]),
+            timeout_ms=timeout_ms,
+        )
+        results = decode_value(answer, msg.DeleteAclsResponse).filter_results
+        _raise_first({f: _item_error(r.error) for f, r in zip(wanted, results, strict=True)})
+        return {
+            f: [msg.acl_binding_of(b) for b in r.matching_acls]
+            for f, r in zip(wanted, results, strict=True)
+        }
+
     # ------------------------------------------------------------------ offsets
 
     async def list_offsets(
@@ -1066,6 +1123,19 @@ class Admin(ClosingOnExit):
             ),
             timeout_ms,
         )
+
+    def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None) -> None:
+        self._run(self._async.create_acls(list(bindings), timeout_ms=timeout_ms), timeout_ms)
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        return self._run(self._async.describe_acls(acl_filter, timeout_ms=timeout_ms), timeout_ms)
+
+    def delete_acls(
+        self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
+    ) -> dict[AclBindingFilter, list[AclBinding]]:
+        return self._run(self._async.delete_acls(list(filters), timeout_ms=timeout_ms), timeout_ms)
 
     def list_offsets(
         self, specs: Mapping[TopicPartition, OffsetSpec], *, timeout_ms: int | None = None

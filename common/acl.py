@@ -43,6 +43,7 @@ __all__ = [
     "PatternType",
     "ResourcePattern",
     "ResourceType",
+    "binding_sort_key",
     "parse_principal",
 ]
 
@@ -232,3 +233,17 @@ class AclBindingFilter:
                 or self.permission_type is entry.permission_type
             )
         )
+
+
+def binding_sort_key(binding: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    """A stable order for listing bindings: by resource, then entry."""
+    p, e = binding.pattern, binding.entry
+    return (
+        p.resource_type,
+        p.name,
+        p.pattern_type,
+        e.principal,
+        e.host,
+        e.operation,
+        e.permission_type,
+    )

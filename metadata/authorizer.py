@@ -47,6 +47,7 @@ from raftka.common.acl import (
     AclPermissionType,
     PatternType,
     ResourceType,
+    binding_sort_key,
     parse_principal,
 )
 from raftka.common.errors import InvalidRequestError
@@ -105,7 +106,7 @@ class AclAuthorizer:
     def acls(self, acl_filter: AclBindingFilter) -> tuple[AclBinding, ...]:
         """The bindings a DescribeAcls/DeleteAcls filter selects, in a stable order."""
         found = [b for b in self.bindings if acl_filter.matches(b)]
-        return tuple(sorted(found, key=_sort_key))
+        return tuple(sorted(found, key=binding_sort_key))
 
     # -- decisions ----------------------------------------------------------------------
 
@@ -206,17 +207,4 @@ def _allows(binding: AclBinding, operation: AclOperation) -> bool:
         return False
     return entry.operation in (operation, AclOperation.ALL) or entry.operation in _IMPLIED_BY.get(
         operation, frozenset()
-    )
-
-
-def _sort_key(binding: AclBinding) -> tuple[int, str, int, str, str, int, int]:
-    p, e = binding.pattern, binding.entry
-    return (
-        p.resource_type,
-        p.name,
-        p.pattern_type,
-        e.principal,
-        e.host,
-        e.operation,
-        e.permission_type,
     )

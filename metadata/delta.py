@@ -10,7 +10,7 @@ in tests, so every node that replays the same records in log order holds equal i
 
 The delta keeps one small delta per sub-image, created on first use (``ClusterDelta``,
 ``TopicsDelta`` with one ``TopicDelta`` per touched topic, ``ConfigurationsDelta``,
-``ProducerIdsDelta``, ``ScramDelta``); a sub-image with no delta is shared as it is.
+``ProducerIdsDelta``, ``ScramDelta``, ``AclsDelta``); a sub-image with no delta is shared as it is.
 
 A record that does not fit the state it is replayed on (a change to an unknown topic,
 an epoch that does not match the broker's registration, a second topic of one name)
@@ -28,8 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, assert_never
 
+from raftka.common.acl import AclBinding
 from raftka.common.errors import IllegalStateError
 from raftka.metadata.image import (
+    AclsImage,
     BrokerRegistration,
     ClusterImage,
     ConfigResource,
@@ -47,6 +49,7 @@ from raftka.metadata.metadata_records import (
     FENCE,
     IN_CONTROLLED_SHUTDOWN,
     UNFENCE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
@@ -55,6 +58,7 @@ from raftka.metadata.metadata_records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -65,6 +69,7 @@ from raftka.metadata.metadata_records import (
 from raftka.server_common.sasl import ScramCredential
 
 __all__ = [
+    "AclsDelta",
     "ClusterDelta",
     "ConfigurationsDelta",
     "LocalReplicaChanges",
@@ -443,6 +448,59 @@ class ScramDelta:
 
 
 # ---------------------------------------------------------------------------------------
+# ACLs
+
+
+class AclsDelta:
+    """ACL bindings created or removed since ``image``, by id."""
+
+    def __init__(self, image: AclsImage) -> None:
+        self.image: Final = image
+        # None marks a removed binding.
+        self.changed: dict[str, AclBinding | None] = {}
+        # The bindings as of the records replayed so far; copied on first use.
+        self._bindings: set[AclBinding] | None = None
+
+    def _current(self) -> set[AclBinding]:
+        if self._bindings is None:
+            self._bindings = set(self.image.bindings)
+        return self._bindings
+
+    def binding(self, acl_id: str) -> AclBinding | None:
+        if acl_id in self.changed:
+            return self.changed[acl_id]
+        return self.image.by_id.get(acl_id)
+
+    def replay_create(self, record: AccessControlEntryRecord) -> None:
+        # As Kafka's AclControlManager: an id or a binding that already exists means
+        # the log disagrees with the image.
+        if self.binding(record.id) is not None:
+            raise MetadataReplayError(f"AccessControlEntryRecord: ACL id {record.id} exists")
+        binding = record.binding()
+        current = self._current()
+        if binding in current:
+            raise MetadataReplayError(
+                f"AccessControlEntryRecord: ACL {record.id} repeats an existing binding"
+            )
+        current.add(binding)
+        self.changed[record.id] = binding
+
+    def replay_remove(self, record: RemoveAccessControlEntryRecord) -> None:
+        binding = self.binding(record.id)
+        if binding is None:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord: no ACL with id {record.id}")
+        self._current().discard(binding)
+        self.changed[record.id] = None
+
+    def apply(self) -> AclsImage:
+        if not self.changed:
+            return self.image
+        put = {k: b for k, b in self.changed.items() if b is not None}
+        removed = [k for k, b in self.changed.items() if b is None]
+        return AclsImage(self.image.by_id.with_changes(put, removed))
+
+
+# ---------------------------------------------------------------------------------------
 # Local changes
 
 
@@ -489,6 +547,7 @@ class MetadataDelta:
         self.configs: ConfigurationsDelta | None = None
         self.producer_ids: ProducerIdsDelta | None = None
         self.scram: ScramDelta | None = None
+        self.acls: AclsDelta | None = None
 
     def _cluster(self) -> ClusterDelta:
         if self.cluster is None:
@@ -514,6 +573,11 @@ class MetadataDelta:
         if self.scram is None:
             self.scram = ScramDelta(self.image.scram)
         return self.scram
+
+    def _acls(self) -> AclsDelta:
+        if self.acls is None:
+            self.acls = AclsDelta(self.image.acls)
+        return self.acls
 
     def topic_id_by_name(self, name: str) -> str | None:
         """The id of the live topic called ``name``, counting records replayed so far."""
@@ -566,6 +630,10 @@ class MetadataDelta:
                 self._scram().replay_set(record)
             case RemoveUserScramCredentialRecord():
                 self._scram().replay_remove(record)
+            case AccessControlEntryRecord():
+                self._acls().replay_create(record)
+            case RemoveAccessControlEntryRecord():
+                self._acls().replay_remove(record)
             case NoOpRecord():
                 pass
             case _:
@@ -589,6 +657,7 @@ class MetadataDelta:
             self.image.producer_ids if self.producer_ids is None else self.producer_ids.apply()
         )
         scram = self.image.scram if self.scram is None else self.scram.apply()
+        acls = self.image.acls if self.acls is None else self.acls.apply()
         image = self.image
         if (
             cluster is image.cluster
@@ -596,6 +665,7 @@ class MetadataDelta:
             and configs is image.configs
             and producer_ids is image.producer_ids
             and scram is image.scram
+            and acls is image.acls
             and self.offset == image.offset
             and self.epoch == image.epoch
         ):
@@ -608,6 +678,7 @@ class MetadataDelta:
             configs=configs,
             producer_ids=producer_ids,
             scram=scram,
+            acls=acls,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 A :class:`MetadataImage` is a tree of frozen values: the cluster (broker
 registrations), the topics (each with its partition registrations), the configs, the
-producer-id counter and the users' SCRAM credentials, plus the offset and epoch of the
-last record it contains. Nothing in it ever changes; a
+producer-id counter, the users' SCRAM credentials and the ACL bindings, plus the offset
+and epoch of the last record it contains. Nothing in it ever changes; a
 :class:`~raftka.metadata.delta.MetadataDelta` builds the next image and reuses every
 sub-image and every topic and partition it did not touch, so a reader
 can hold an image for as long as it likes without locks, and "did this change?" is
@@ -22,12 +22,14 @@ which is what a snapshot holds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Final, NamedTuple, TypeVar
 
+from raftka.common.acl import AclBinding
 from raftka.metadata.metadata_records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
+    AccessControlEntryRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -42,6 +44,7 @@ from raftka.metadata.metadata_records import (
 from raftka.server_common.sasl import ScramCredential
 
 __all__ = [
+    "AclsImage",
     "BrokerRegistration",
     "ClusterImage",
     "ConfigResource",
@@ -464,6 +467,33 @@ ScramImage.EMPTY = ScramImage(FrozenMap())
 
 
 # ---------------------------------------------------------------------------------------
+# ACLs
+
+
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    """ACL bindings by the id their AccessControlEntryRecord gave them (Kafka's
+    AclsImage). A binding is held under one id only: the controller never writes a
+    binding that exists, and replay refuses one (see ``delta.AclsDelta``)."""
+
+    EMPTY: ClassVar[AclsImage]
+    by_id: FrozenMap[str, AclBinding]
+    # Every binding, built once per image: the authorizer reads it on every request.
+    bindings: frozenset[AclBinding] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bindings", frozenset(self.by_id.values()))
+
+    def to_records(self) -> list[MetadataRecord]:
+        return [
+            AccessControlEntryRecord.of(acl_id, self.by_id[acl_id]) for acl_id in sorted(self.by_id)
+        ]
+
+
+AclsImage.EMPTY = AclsImage(FrozenMap())
+
+
+# ---------------------------------------------------------------------------------------
 # The whole image
 
 
@@ -480,6 +510,7 @@ class MetadataImage:
     configs: ConfigurationsImage
     producer_ids: ProducerIdsImage
     scram: ScramImage = ScramImage.EMPTY
+    acls: AclsImage = AclsImage.EMPTY
 
     def is_empty(self) -> bool:
         return (
@@ -488,12 +519,17 @@ class MetadataImage:
             and self.configs == ConfigurationsImage.EMPTY
             and self.producer_ids == ProducerIdsImage.EMPTY
             and self.scram == ScramImage.EMPTY
+            and self.acls == AclsImage.EMPTY
         )
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """``user``'s SCRAM credential for ``mechanism``: the lookup a
         :class:`~raftka.server_common.sasl.SaslServerSession` takes."""
         return self.scram.credential(user, mechanism)
+
+    def acl_bindings(self) -> frozenset[AclBinding]:
+        """Every committed ACL binding (what the authorizer decides against)."""
+        return self.acls.bindings
 
     def to_records(self) -> list[MetadataRecord]:
         """The records that, replayed over EMPTY, rebuild this image (a snapshot's
@@ -504,6 +540,7 @@ class MetadataImage:
             *self.configs.to_records(),
             *self.producer_ids.to_records(),
             *self.scram.to_records(),
+            *self.acls.to_records(),
         ]
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import enum
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,15 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeAlias
 
 import orjson
 
+from raftka.common.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from raftka.common.errors import InvalidRequestError
 from raftka.common.scram import ITERATIONS_MAX, ITERATIONS_MIN, SALT_BYTES_MIN, SCRAM_MECHANISMS
 
@@ -48,6 +58,7 @@ __all__ = [
     "NO_LEADER_CHANGE",
     "RECORD_TYPES",
     "UNFENCE",
+    "AccessControlEntryRecord",
     "BrokerRegistrationChangeRecord",
     "ConfigRecord",
     "ConfigResourceType",
@@ -59,6 +70,7 @@ __all__ = [
     "PartitionRecord",
     "ProducerIdsRecord",
     "RegisterBrokerRecord",
+    "RemoveAccessControlEntryRecord",
     "RemoveTopicRecord",
     "RemoveUserScramCredentialRecord",
     "TopicRecord",
@@ -573,6 +585,94 @@ class RemoveUserScramCredentialRecord(_Record):
     }
 
 
+def _enum_code(enum_type: type[enum.IntEnum]) -> _Kind:
+    """One of an enum's codes (an int8 in Kafka's schema); the binding's own checks
+    then refuse the codes a binding may not hold (ANY, UNKNOWN, MATCH)."""
+    codes = tuple(m.value for m in enum_type)
+
+    def check(value: object, where: str) -> object:
+        if type(value) is not int or value not in codes:
+            raise _fail(where, f"a {enum_type.__name__} code in {codes}", value)
+        return value
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord(_Record):
+    """An ACL binding was created (Kafka's record of this name), under ``id``. The
+    resource type, pattern type, operation and permission type are Kafka's codes
+    (:mod:`raftka.common.acl`), as Kafka's int8 fields."""
+
+    type: ClassVar[str] = "AccessControlEntryRecord"
+    id: str
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    _KINDS: ClassVar[Mapping[str, _Kind]] = {
+        "id": _uuid,
+        "resource_type": _enum_code(ResourceType),
+        "resource_name": _nonempty_str,
+        "pattern_type": _enum_code(PatternType),
+        "principal": _nonempty_str,
+        "host": _nonempty_str,
+        "operation": _enum_code(AclOperation),
+        "permission_type": _enum_code(AclPermissionType),
+    }
+
+    @classmethod
+    def of(cls, acl_id: str, binding: AclBinding) -> AccessControlEntryRecord:
+        p, e = binding.pattern, binding.entry
+        return cls(
+            id=acl_id,
+            resource_type=int(p.resource_type),
+            resource_name=p.name,
+            pattern_type=int(p.pattern_type),
+            principal=e.principal,
+            host=e.host,
+            operation=int(e.operation),
+            permission_type=int(e.permission_type),
+        )
+
+    def _check(self) -> None:
+        # Every node builds the binding on replay, so the record holds only what a
+        # binding may hold (no ANY/UNKNOWN/MATCH, a Type:name principal).
+        self.binding()
+
+    def binding(self) -> AclBinding:
+        try:
+            return AclBinding(
+                ResourcePattern(
+                    ResourceType(self.resource_type),
+                    self.resource_name,
+                    PatternType(self.pattern_type),
+                ),
+                AccessControlEntry(
+                    self.principal,
+                    self.host,
+                    AclOperation(self.operation),
+                    AclPermissionType(self.permission_type),
+                ),
+            )
+        except InvalidRequestError as e:
+            raise self._error(e.message) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord(_Record):
+    """The ACL binding created under ``id`` was deleted."""
+
+    type: ClassVar[str] = "RemoveAccessControlEntryRecord"
+    id: str
+
+    _KINDS: ClassVar[Mapping[str, _Kind]] = {"id": _uuid}
+
+
 @dataclass(frozen=True, slots=True)
 class NoOpRecord(_Record):
     """Changes nothing; the controller writes one to advance the log (e.g. to commit
@@ -595,6 +695,8 @@ MetadataRecord: TypeAlias = (
     | ProducerIdsRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
     | NoOpRecord
 )
 
@@ -612,6 +714,8 @@ RECORD_TYPES: Final[Mapping[str, type[MetadataRecord]]] = {
         ProducerIdsRecord,
         UserScramCredentialRecord,
         RemoveUserScramCredentialRecord,
+        AccessControlEntryRecord,
+        RemoveAccessControlEntryRecord,
         NoOpRecord,
     )
 }

@@ -11,10 +11,11 @@ runs as one command on the event loop (:meth:`ControllerEventLoop.submit`, which
 answers once its records are committed and replayed); the answer is encoded from its
 message class.
 
-Writes (registration, heartbeat, topics, partitions, configs, SCRAM credentials,
+Writes (registration, heartbeat, topics, partitions, configs, SCRAM credentials, ACLs,
 AlterPartition, producer ids) need the active controller: elsewhere they answer 503
 NOT_CONTROLLER with ``leader_id`` and ``leader_address``. Reads (``/v1/metadata``,
-``/v1/configs``, ``/v1/scram-credentials``, ``/v1/quorum``, ``/health``) are served by
+``/v1/configs``, ``/v1/scram-credentials``, ``GET /v1/acls``, ``/v1/quorum``,
+``/health``) are served by
 any controller from its own committed image. Every error follows
 ``raftka.server_common.http_errors``: Kafka's error name and code and a message, with an
 HTTP status from :data:`STATUS`; never a traceback, and the process stays up.
@@ -36,6 +37,7 @@ from raftka.common.messages import controller as msg
 from raftka.common.messages import decode, decode_value, encode
 from raftka.common.messages.controller import QUORUM_EPOCH_HEADER
 from raftka.metadata import controller_api as qc
+from raftka.metadata.acl_control import create_acls, delete_acls, describe_acls
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.controller_api import ControllerResult
 from raftka.metadata.controller_events import ControllerEventLoop, NotControllerRedirectError
@@ -62,6 +64,7 @@ __all__ = [
     "STATUS",
     "build_controller_app",
     "decode_query",
+    "describe_acls_route",
     "describe_quorum",
     "describe_scram_credentials_route",
     "error_response",
@@ -123,6 +126,9 @@ def build_controller_app(
             web.get("/v1/configs", _describe_configs),
             web.post("/v1/scram-credentials", _alter_scram_credentials),
             describe_scram_credentials_route(lambda r: _events(r).loader.image),
+            web.post("/v1/acls", _create_acls),
+            web.post("/v1/acls/delete", _delete_acls),
+            describe_acls_route(lambda r: _events(r).loader.image),
             web.post("/v1/alter-partition", _alter_partition),
             web.post("/v1/producer-ids", _allocate_producer_ids),
             web.get("/v1/quorum", _describe_quorum),
@@ -556,6 +562,63 @@ def describe_scram_credentials_route(
         )
 
     return web.get("/v1/scram-credentials", handle)
+
+
+# ---------------------------------------------------------------------------------------
+# ACLs
+
+
+def _or_error(decode_one: Callable[[M], R], data: M) -> R | KafkaError:
+    """``decode_one(data)``, or the error it raised: a malformed item fails alone."""
+    try:
+        return decode_one(data)
+    except KafkaError as e:
+        return e
+
+
+async def _create_acls(request: web.Request) -> web.Response:
+    body = await _body(request, msg.CreateAclsRequest)
+    creations = [_or_error(msg.acl_binding_of, c) for c in body.creations]
+    rng = _events(request).rng
+    results = await _write(
+        request, "create_acls", lambda _c, image: create_acls(image, creations, rng)
+    )
+    return _answer(
+        msg.CreateAclsResponse(
+            results=[msg.AclCreationResultData(error=msg.error_data(r.error)) for r in results]
+        )
+    )
+
+
+async def _delete_acls(request: web.Request) -> web.Response:
+    body = await _body(request, msg.DeleteAclsRequest)
+    filters = [_or_error(msg.acl_filter_of, f) for f in body.filters]
+    results = await _write(request, "delete_acls", lambda _c, image: delete_acls(image, filters))
+    return _answer(
+        msg.DeleteAclsResponse(
+            filter_results=[
+                msg.DeleteAclsFilterResultData(
+                    error=msg.error_data(r.error),
+                    matching_acls=[msg.acl_binding_data(b) for b in r.matching],
+                )
+                for r in results
+            ]
+        )
+    )
+
+
+def describe_acls_route(image_of: Callable[[web.Request], MetadataImage]) -> web.RouteDef:
+    """``GET /v1/acls?resource_type=TOPIC&...``: DescribeAcls over the image
+    ``image_of`` gives (the controller's committed one, or a broker's own, as for
+    ``/v1/scram-credentials``). The query parameters are an ACL filter; a bad one is
+    INVALID_REQUEST for the whole request."""
+
+    async def handle(request: web.Request) -> web.Response:
+        acl_filter = msg.acl_filter_of(decode_query(request, msg.AclFilterData))
+        found = describe_acls(image_of(request), acl_filter)
+        return _answer(msg.DescribeAclsResponse(acls=[msg.acl_binding_data(b) for b in found]))
+
+    return web.get("/v1/acls", handle)
 
 
 # ---------------------------------------------------------------------------------------

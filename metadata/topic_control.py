@@ -83,6 +83,7 @@ __all__ = [
     "TOPIC_NAME_LENGTH_MAX",
     "TopicControl",
     "describe_configs",
+    "random_uuid4",
     "topic_name_problem",
 ]
 
@@ -121,7 +122,8 @@ def _collides_with(image: MetadataImage, name: str) -> str | None:
     return None
 
 
-def _random_uuid4(rng: random.Random) -> str:
+def random_uuid4(rng: random.Random) -> str:
+    """A version-4 UUID string from the command's seeded ``rng`` (topic and ACL ids)."""
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
@@ -276,7 +278,7 @@ class TopicControl:
                 f"Creating topic {name} needs {records_needed} records, more than the "
                 f"{RECORDS_PER_COMMAND_MAX - used} left in this request"
             )
-        topic_id = _random_uuid4(rng)
+        topic_id = random_uuid4(rng)
         records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
         for index, replicas in enumerate(assignment):
             records.append(self._new_partition(image, topic_id, index, replicas))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import enum
 import hashlib
 import io
 import logging
@@ -44,13 +45,21 @@ from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_res
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
 from raftka.broker.txn_verification import has_transactional_batch
+from raftka.common.acl import (
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from raftka.common.errors import KafkaError, RequestTimedOutError
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as group_api
 from raftka.common.messages import transactions as txn_api
 from raftka.common.messages.broker import ErrorObject
-from raftka.common.messages.controller import ConfigEntryData
+from raftka.common.messages.controller import AclFilterData, ConfigEntryData, acl_filter_of
+from raftka.metadata.acl_control import describe_acls
 from raftka.metadata.controller_api import ConfigEntry
 from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.scram_control import describe_user_scram_credentials
@@ -98,6 +107,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn (transaction version 1; v4+ are KIP-890's)
     28: (0, 3),  # TxnOffsetCommit
+    29: (1, 3),  # DescribeAcls (kio has no v0)
+    30: (1, 3),  # CreateAcls (kio has no v0)
+    31: (1, 3),  # DeleteAcls (kio has no v0)
     32: (1, 4),  # DescribeConfigs (kio has no v0)
     33: (0, 2),  # AlterConfigs
     35: (1, 4),  # DescribeLogDirs (kio has no v0)
@@ -344,6 +356,9 @@ class KafkaApis:
             25: self.add_offsets_to_txn,
             26: self.end_txn,
             28: self.txn_offset_commit,
+            29: self.describe_acls,
+            30: self.create_acls,
+            31: self.delete_acls,
             32: self.describe_configs,
             33: self.alter_configs,
             35: self.describe_log_dirs,
@@ -1495,6 +1510,114 @@ class KafkaApis:
             results.append(_build(result_cls, user=user, error_code=code, error_message=message))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
 
+    # ------------------------------------------------------------------ ACLs
+
+    async def describe_acls(self, request: Any, version: int, call: Call) -> Any:
+        # Answered from this broker's image, as Kafka's brokers answer it from their
+        # authorizer's copy of the metadata; a bad filter is the request's error.
+        cls = load_response_schema(29, version)
+        resource_cls = _nested(cls, "DescribeAclsResource")
+        acl_cls = _nested(cls, "AclDescription")
+        wire_filter = _acl_filter_wire(request)
+        try:
+            acl_filter = acl_filter_of(decode_value(wire_filter, AclFilterData))
+        except KafkaError as e:
+            return _build(
+                cls, throttle_time=_NO_TIME, error_code=_code(e), error_message=e.message,
+                resources=(),
+            )  # fmt: skip
+        by_pattern: dict[ResourcePattern, list[Any]] = {}
+        for b in describe_acls(self._server.manager.image, acl_filter):
+            by_pattern.setdefault(b.pattern, []).append(
+                _build(
+                    acl_cls,
+                    principal=b.entry.principal,
+                    host=b.entry.host,
+                    operation=int(b.entry.operation),
+                    permission_type=int(b.entry.permission_type),
+                )
+            )
+        resources = tuple(
+            _build(
+                resource_cls,
+                resource_type=int(p.resource_type),
+                resource_name=p.name,
+                pattern_type=int(p.pattern_type),
+                acls=tuple(acls),
+            )
+            for p, acls in by_pattern.items()
+        )
+        return _build(
+            cls,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            resources=resources,
+        )
+
+    async def create_acls(self, request: Any, version: int, call: Call) -> Any:
+        # Forwarded to the active controller's POST /v1/acls, which answers each
+        # creation in order (a code it does not know travels as a name it refuses with
+        # INVALID_REQUEST).
+        cls = load_response_schema(30, version)
+        result_cls = _nested(cls, "AclCreationResult")
+        body = {
+            "creations": [
+                _acl_wire(
+                    c.resource_type,
+                    c.resource_name,
+                    c.resource_pattern_type,
+                    c.principal,
+                    c.host,
+                    c.operation,
+                    c.permission_type,
+                )
+                for c in request.creations
+            ]
+        }
+        timeout_ms = self._server.config.request_timeout_ms
+        answer, failure = await self._forward("/v1/acls", body, timeout_ms)
+        answers = answer.get("results", [])
+        results = []
+        for i in range(len(request.creations)):
+            code, message = _controller_result(answers[i] if i < len(answers) else None, failure)
+            results.append(_build(result_cls, error_code=code, error_message=message))
+        return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
+
+    async def delete_acls(self, request: Any, version: int, call: Call) -> Any:
+        # Forwarded to the active controller's POST /v1/acls/delete: per filter, every
+        # binding it matched (and removed), or the filter's error.
+        cls = load_response_schema(31, version)
+        result_cls = _nested(cls, "DeleteAclsFilterResult")
+        matching_cls = _nested(cls, "DeleteAclsMatchingAcl")
+        body = {"filters": [_acl_filter_wire(f) for f in request.filters]}
+        timeout_ms = self._server.config.request_timeout_ms
+        answer, failure = await self._forward("/v1/acls/delete", body, timeout_ms)
+        answers = answer.get("filter_results", [])
+        results = []
+        for i in range(len(request.filters)):
+            item = answers[i] if i < len(answers) else None
+            code, message = _controller_result(item, failure)
+            matching = tuple(
+                _build(
+                    matching_cls,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    resource_type=int(ResourceType[a["resource_type"]]),
+                    resource_name=a["resource_name"],
+                    pattern_type=int(PatternType[a["pattern_type"]]),
+                    principal=a["principal"],
+                    host=a["host"],
+                    operation=int(AclOperation[a["operation"]]),
+                    permission_type=int(AclPermissionType[a["permission_type"]]),
+                )
+                for a in (item or {}).get("matching_acls", [])
+            )
+            results.append(
+                _build(result_cls, error_code=code, error_message=message, matching_acls=matching)
+            )
+        return _build(cls, throttle_time=_NO_TIME, filter_results=tuple(results))
+
     # ------------------------------------------------------------------ DeleteRecords
 
     async def delete_records(self, request: Any, version: int, call: Call) -> Any:
@@ -1995,6 +2118,49 @@ _SCRAM_MECHANISM_NAMES: Final = {code: name for name, code in SCRAM_MECHANISM_CO
 
 def _scram_mechanism(code: int) -> str:
     return _SCRAM_MECHANISM_NAMES.get(code, f"UNKNOWN({code})")
+
+
+def _acl_name(enum_type: type[enum.IntEnum], code: int) -> str:
+    """An ACL enum's name for a Kafka code; a code it lacks becomes a name the
+    controller refuses with INVALID_REQUEST."""
+    try:
+        return enum_type(int(code)).name
+    except ValueError:
+        return f"UNKNOWN({int(code)})"
+
+
+def _acl_wire(  # noqa: PLR0917  (the seven fields of Kafka's ACL schemas)
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> dict[str, Any]:
+    """A Kafka ACL binding or filter (codes) as the controller API's fields (names)."""
+    return {
+        "resource_type": _acl_name(ResourceType, resource_type),
+        "resource_name": resource_name,
+        "pattern_type": _acl_name(PatternType, pattern_type),
+        "principal": principal,
+        "host": host,
+        "operation": _acl_name(AclOperation, operation),
+        "permission_type": _acl_name(AclPermissionType, permission_type),
+    }
+
+
+def _acl_filter_wire(f: Any) -> dict[str, Any]:
+    """DescribeAcls' request or one DeleteAcls filter (the same fields) as a filter."""
+    return _acl_wire(
+        f.resource_type_filter,
+        f.resource_name_filter,
+        f.pattern_type_filter,
+        f.principal_filter,
+        f.host_filter,
+        f.operation,
+        f.permission_type,
+    )
 
 
 def _controller_result(

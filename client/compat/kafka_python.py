@@ -60,9 +60,19 @@ from raftka.client.structs import (
 )
 from raftka.client.structs import NewTopic as RaftkaNewTopic
 from raftka.client.structs import RecordMetadata as RaftkaRecordMetadata
+from raftka.common.acl import AccessControlEntry, AclBinding, AclBindingFilter, ResourceType
+from raftka.common.acl import AclOperation as ACLOperation
+from raftka.common.acl import AclPermissionType as ACLPermissionType
+from raftka.common.acl import PatternType as ACLResourcePatternType
+from raftka.common.acl import ResourcePattern as RaftkaResourcePattern
 from raftka.common.errors import IllegalStateError, KafkaError, UnknownTopicOrPartitionError
 
 __all__ = [
+    "ACL",
+    "ACLFilter",
+    "ACLOperation",
+    "ACLPermissionType",
+    "ACLResourcePatternType",
     "ConfigResource",
     "ConfigResourceType",
     "ConsumerRecord",
@@ -73,6 +83,9 @@ __all__ = [
     "KafkaProducer",
     "NewTopic",
     "RecordMetadata",
+    "ResourcePattern",
+    "ResourcePatternFilter",
+    "ResourceType",
 ]
 
 log = logging.getLogger(__name__)
@@ -1017,7 +1030,74 @@ _ADMIN_MAPPED: Final = frozenset(
 
 #: The Kafka release that brought each admin request, as kafka-python checks against
 #: ``api_version`` (the rest, metadata and ListGroups, predate 0.10).
+# ---------------------------------------------------------------------------------------
+# ACLs: kafka-python's classes (kafka.admin), with its argument orders. The enums are
+# raftka's (raftka.common.acl): the same names and Kafka's codes.
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourcePatternFilter:
+    resource_type: ResourceType
+    resource_name: str | None
+    pattern_type: ACLResourcePatternType
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourcePattern(ResourcePatternFilter):
+    pattern_type: ACLResourcePatternType = ACLResourcePatternType.LITERAL
+
+
+@dataclasses.dataclass(frozen=True)
+class ACLFilter:
+    principal: str | None
+    host: str | None
+    operation: ACLOperation
+    permission_type: ACLPermissionType
+    resource_pattern: ResourcePatternFilter
+
+    def to_raftka(self) -> AclBindingFilter:
+        p = self.resource_pattern
+        return AclBindingFilter(
+            p.resource_type,
+            p.resource_name,
+            p.pattern_type,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission_type,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ACL(ACLFilter):
+    """A concrete ACL (every field set); raftka checks it when it is sent."""
+
+    def binding(self) -> AclBinding:
+        # None (a filter's "any") becomes "", which the binding refuses by name.
+        p = self.resource_pattern
+        return AclBinding(
+            RaftkaResourcePattern(p.resource_type, p.resource_name or "", p.pattern_type),
+            AccessControlEntry(
+                self.principal or "", self.host or "", self.operation, self.permission_type
+            ),
+        )
+
+    @staticmethod
+    def of(binding: AclBinding) -> ACL:
+        p, e = binding.pattern, binding.entry
+        return ACL(
+            e.principal,
+            e.host,
+            e.operation,
+            e.permission_type,
+            ResourcePattern(p.resource_type, p.name, p.pattern_type),
+        )
+
+
 _ADMIN_SINCE: Final = {
+    "create_acls": (0, 11),
+    "describe_acls": (0, 11),
+    "delete_acls": (0, 11),
     "create_topics": (0, 10, 1),
     "delete_topics": (0, 10, 1),
     "create_partitions": (1, 0),
@@ -1143,6 +1223,51 @@ class KafkaAdminClient(ClosingOnExit):
             "cluster_id": None,
             "controller_id": -1 if cluster.controller_id is None else cluster.controller_id,
         }
+
+    # ------------------------------------------------------------------ ACLs
+
+    def create_acls(self, acls: Iterable[ACL]) -> dict[str, list[Any]]:
+        """``{"succeeded": [ACL...], "failed": [error...]}`` as kafka-python 3 returns
+        (its errors are classes, raftka's are the raised KafkaError instances, so the
+        message says which ACL failed)."""
+        self._client.require(_ADMIN_SINCE["create_acls"], "create_acls")
+        wanted = list(acls)
+        results: dict[str, list[Any]] = {"succeeded": [], "failed": []}
+        sendable: dict[AclBinding, ACL] = {}
+        for acl in wanted:
+            if not isinstance(acl, ACL):
+                raise ValueError("create_acls: acls must be ACL objects")
+            try:
+                sendable[acl.binding()] = acl
+            except KafkaError as e:
+                results["failed"].append(e)
+        outcome: Mapping[AclBinding, KafkaError | None] = dict.fromkeys(sendable)
+        try:
+            self._admin.create_acls(list(sendable))
+        except KafkaError as e:
+            outcome = getattr(e, "results", None) or dict.fromkeys(sendable, e)
+        for binding, acl in sendable.items():
+            error = outcome.get(binding)
+            if error is None:
+                results["succeeded"].append(acl)
+            else:
+                results["failed"].append(error)
+        return results
+
+    def describe_acls(self, acl_filter: ACLFilter) -> tuple[list[ACL], None]:
+        """``(acls, None)``: kafka-python returns ``(acls, NoError)``."""
+        self._client.require(_ADMIN_SINCE["describe_acls"], "describe_acls")
+        return [ACL.of(b) for b in self._admin.describe_acls(acl_filter.to_raftka())], None
+
+    def delete_acls(
+        self, acl_filters: Iterable[ACLFilter]
+    ) -> list[tuple[ACLFilter, list[ACL], KafkaError | None]]:
+        """Per filter ``(filter, deleted ACLs, None)`` as kafka-python 3 (which gives
+        NoError where raftka gives None); a filter raftka refuses raises its error."""
+        self._client.require(_ADMIN_SINCE["delete_acls"], "delete_acls")
+        wanted = list(acl_filters)
+        deleted = self._admin.delete_acls([f.to_raftka() for f in wanted])
+        return [(f, [ACL.of(b) for b in deleted[f.to_raftka()]], None) for f in wanted]
 
     # ------------------------------------------------------------------ configs
 

@@ -33,12 +33,22 @@ the quorum epoch it was given in as the header :data:`QUORUM_EPOCH_HEADER`.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
-from raftka.common.errors import KafkaError
+from raftka.common.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from raftka.common.errors import InvalidRequestError, KafkaError
 from raftka.common.messages import (
     INT32_MAX,
     INT64_MAX,
@@ -58,6 +68,10 @@ __all__ = [
     "METADATA_WAIT_MS_MAX",
     "QUORUM_EPOCH_HEADER",
     "REQUEST_ITEMS_MAX",
+    "AclBindingData",
+    "AclCreationData",
+    "AclCreationResultData",
+    "AclFilterData",
     "AllocateProducerIdsRequest",
     "AllocateProducerIdsResponse",
     "AlterConfigOp",
@@ -76,13 +90,19 @@ __all__ = [
     "CreatablePartitions",
     "CreatableTopic",
     "CreatableTopicResult",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
     "CreatePartitionsRequest",
     "CreatePartitionsResponse",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "DeleteAclsFilterResultData",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
     "DeleteTopicResult",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
+    "DescribeAclsResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
     "DescribeQuorumRequest",
@@ -115,6 +135,10 @@ __all__ = [
     "ScramCredentialUpsertionData",
     "TopicErrorResult",
     "UserScramResultData",
+    "acl_binding_data",
+    "acl_binding_of",
+    "acl_filter_data",
+    "acl_filter_of",
     "error_data",
     "query_params",
 ]
@@ -479,6 +503,155 @@ class DescribedUserScramData(Message, frozen=True, kw_only=True):
 
 class DescribeUserScramCredentialsResponse(Message, frozen=True, kw_only=True):
     results: list[DescribedUserScramData]
+
+
+# ---------------------------------------------------------------------------------------
+# ACLs (client/admin.py, raftka acls)
+#
+# Resource types, pattern types, operations and permission types travel as Kafka's enum
+# names (``TOPIC``, ``PREFIXED``, ``READ``, ``ALLOW``; see raftka.common.acl). The
+# controller refuses a name it does not know with INVALID_REQUEST, for that one binding or
+# filter, as Kafka refuses a code it does not know.
+
+
+class AclBindingData(Message, frozen=True, kw_only=True):
+    """One ACL binding, as answers carry it."""
+
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission_type: str
+
+
+class AclCreationData(AclBindingData, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One binding of a CreateAcls request (strict, as every request)."""
+
+
+class CreateAclsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/acls``: Kafka's CreateAcls."""
+
+    creations: Annotated[list[AclCreationData], _ITEMS]
+
+
+class AclCreationResultData(Message, frozen=True, kw_only=True):
+    error: ErrorData | None
+
+
+class CreateAclsResponse(Message, frozen=True, kw_only=True):
+    """One result per creation, in request order."""
+
+    results: list[AclCreationResultData]
+
+
+class AclFilterData(ControllerRequest, frozen=True, kw_only=True):
+    """An ACL binding filter (Kafka's AclBindingFilter): ``ANY`` and absent names,
+    principals and hosts match everything; ``pattern_type=MATCH`` selects whatever
+    applies to the named resource. ``GET /v1/acls`` takes these as query parameters."""
+
+    resource_type: str = "ANY"
+    resource_name: str | None = None
+    pattern_type: str = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: str = "ANY"
+    permission_type: str = "ANY"
+
+
+class DescribeAclsResponse(Message, frozen=True, kw_only=True):
+    acls: list[AclBindingData]
+
+
+class DeleteAclsRequest(ControllerRequest, frozen=True, kw_only=True):
+    """``POST /v1/acls/delete``: Kafka's DeleteAcls."""
+
+    filters: Annotated[list[AclFilterData], _ITEMS]
+
+
+class DeleteAclsFilterResultData(Message, frozen=True, kw_only=True):
+    """What one filter removed (every committed binding it matched), or its error."""
+
+    error: ErrorData | None
+    matching_acls: list[AclBindingData]
+
+
+class DeleteAclsResponse(Message, frozen=True, kw_only=True):
+    """One result per filter, in request order."""
+
+    filter_results: list[DeleteAclsFilterResultData]
+
+
+E = TypeVar("E", ResourceType, PatternType, AclOperation, AclPermissionType)
+
+
+def _acl_enum(enum_type: type[E], name: str) -> E:
+    """The member called ``name``; INVALID_REQUEST naming the choices for any other
+    name (as a Kafka code the broker does not know reads as UNKNOWN and is refused)."""
+    try:
+        return enum_type[name]
+    except KeyError:
+        choices = ", ".join(m.name for m in enum_type)
+        raise InvalidRequestError(
+            f"unknown {enum_type.__name__} {name!r}; one of {choices}"
+        ) from None
+
+
+def acl_binding_data(binding: AclBinding) -> AclCreationData:
+    """``binding`` as a message (a creation; answers carry the same fields)."""
+    p, e = binding.pattern, binding.entry
+    return AclCreationData(
+        resource_type=p.resource_type.name,
+        resource_name=p.name,
+        pattern_type=p.pattern_type.name,
+        principal=e.principal,
+        host=e.host,
+        operation=e.operation.name,
+        permission_type=e.permission_type.name,
+    )
+
+
+def acl_binding_of(data: AclBindingData) -> AclBinding:
+    """The binding ``data`` names; INVALID_REQUEST when it is not one a binding may be."""
+    return AclBinding(
+        ResourcePattern(
+            _acl_enum(ResourceType, data.resource_type),
+            data.resource_name,
+            _acl_enum(PatternType, data.pattern_type),
+        ),
+        AccessControlEntry(
+            data.principal,
+            data.host,
+            _acl_enum(AclOperation, data.operation),
+            _acl_enum(AclPermissionType, data.permission_type),
+        ),
+    )
+
+
+def acl_filter_data(acl_filter: AclBindingFilter) -> AclFilterData:
+    return AclFilterData(
+        resource_type=acl_filter.resource_type.name,
+        resource_name=acl_filter.name,
+        pattern_type=acl_filter.pattern_type.name,
+        principal=acl_filter.principal,
+        host=acl_filter.host,
+        operation=acl_filter.operation.name,
+        permission_type=acl_filter.permission_type.name,
+    )
+
+
+def acl_filter_of(data: AclFilterData) -> AclBindingFilter:
+    """The filter ``data`` names; INVALID_REQUEST for an UNKNOWN (or unknown) field."""
+    return AclBindingFilter(
+        resource_type=_acl_enum(ResourceType, data.resource_type),
+        name=data.resource_name,
+        pattern_type=_acl_enum(PatternType, data.pattern_type),
+        principal=data.principal,
+        host=data.host,
+        operation=_acl_enum(AclOperation, data.operation),
+        permission_type=_acl_enum(AclPermissionType, data.permission_type),
+    )
 
 
 # ---------------------------------------------------------------------------------------

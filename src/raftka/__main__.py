@@ -111,6 +111,11 @@ _COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "up_command",
         "Start a local cluster (3 controllers, 3 brokers) in the foreground; no config.",
     ),
+    "acls": (
+        "raftka.client.cli.acls",
+        "acls_command",
+        "Add, remove and list ACLs (like kafka-acls).",
+    ),
     "users": (
         "raftka.client.cli.users",
         "users_command",

@@ -23,8 +23,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import invoke_raftka
-from click.testing import Result
+from cli_helpers import CliCluster, ok
 from scram_helpers import scram_authenticates
 
 from raftka.common.scram import salted_password
@@ -33,24 +32,13 @@ from raftka.local.processes import http_json
 from raftka.metadata import metadata_records as mr
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
-from raftka.testing import RaftkaCluster
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 30.0
-API_TIMEOUT_MS = 20_000
 
 
-class Env(RaftkaCluster):
-    def run(self, *args: str, stdin: str | None = None) -> Result:
-        """One ``raftka`` command in-process, against this cluster."""
-        return invoke_raftka(
-            self.bootstrap_servers, args, api_timeout_ms=API_TIMEOUT_MS, stdin=stdin
-        )
-
-    def active_controller(self) -> str:
-        return self.controllers.controllers[self.controllers.wait_leader()].address
-
+class Env(CliCluster):
     def broker_credentials(self, broker_id: int) -> dict[str, dict[str, int]]:
         """{user: {mechanism: iterations}} from one broker's own image."""
         status, body = http_json(self.brokers[broker_id].address, "/v1/scram-credentials")
@@ -83,13 +71,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         yield env
 
 
-def _ok(result: Result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
-    return result.stdout
-
-
 def _add(env: Env, user: str, mechanism: str, password: str) -> None:
-    _ok(env.run("users", "add", "--user", user, "--mechanism", mechanism, "--password", password))
+    ok(env.run("users", "add", "--user", user, "--mechanism", mechanism, "--password", password))
 
 
 def _everywhere(env: Env, user: str, expected: dict[str, int] | None) -> None:
@@ -109,7 +92,7 @@ def _everywhere(env: Env, user: str, expected: dict[str, int] | None) -> None:
 
 
 def test_add_list_delete_reaches_every_broker(env: Env) -> None:
-    out = _ok(
+    out = ok(
         env.run(
             "users", "add", "--user", "alice", "--mechanism", "SCRAM-SHA-256",
             "--iterations", "8192", stdin="alice-secret\n",
@@ -118,7 +101,7 @@ def test_add_list_delete_reaches_every_broker(env: Env) -> None:
     assert out == "Completed updating config for user alice.\n"
     _add(env, "alice", "SCRAM-SHA-512", "alice-512")
     _everywhere(env, "alice", {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096})
-    assert _ok(env.run("users", "list")).splitlines() == [
+    assert ok(env.run("users", "list")).splitlines() == [
         "SCRAM credential configs for user-principal 'alice' are "
         "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096"
     ]
@@ -140,15 +123,15 @@ def test_add_list_delete_reaches_every_broker(env: Env) -> None:
     assert scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "alice", "rotated")
     assert not scram_authenticates(image.scram_credential, "SCRAM-SHA-256", "alice", "alice-secret")
 
-    out = _ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-256"))
+    out = ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-256"))
     assert out == "Completed updating config for user alice.\n"
     _everywhere(env, "alice", {"SCRAM-SHA-512": 4096})
-    _ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-512"))
+    ok(env.run("users", "delete", "--user", "alice", "--mechanism", "SCRAM-SHA-512"))
     _everywhere(env, "alice", None)
     image = env.committed_image(env.active_controller())
     assert not scram_authenticates(image.scram_credential, "SCRAM-SHA-512", "alice", "alice-512")
     assert image.scram.users() == []
-    assert _ok(env.run("users", "list")) == ""
+    assert ok(env.run("users", "list")) == ""
 
 
 def _upsertion(

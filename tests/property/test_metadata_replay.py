@@ -37,6 +37,7 @@ class _Model:
     id_counter: int = 0
     next_producer_id: int = 0
     scram: set[tuple[str, str]] = field(default_factory=set)  # (user, mechanism)
+    acls: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (principal, op)
 
 
 def _uuid(n: int) -> str:
@@ -70,6 +71,8 @@ def _step(draw: st.DrawFn, m: _Model) -> list[mr.MetadataRecord]:
                 "pid",
                 "scram_set",
                 "scram_remove",
+                "acl_create",
+                "acl_remove",
                 "noop",
             ]
         )
@@ -191,6 +194,30 @@ def _step(draw: st.DrawFn, m: _Model) -> list[mr.MetadataRecord]:
         user, mechanism = draw(st.sampled_from(sorted(m.scram)))
         m.scram.discard((user, mechanism))
         return [mr.RemoveUserScramCredentialRecord(name=user, mechanism=mechanism)]
+    if kind == "acl_create":
+        # Replay refuses a binding that exists, so the model keeps the distinct part.
+        entry = (draw(st.sampled_from(["User:alice", "User:bob"])), draw(st.sampled_from([3, 4])))
+        if entry in m.acls.values():
+            return [mr.NoOpRecord()]
+        m.id_counter += 1
+        acl_id = _uuid(10_000 + m.id_counter)
+        m.acls[acl_id] = entry
+        return [
+            mr.AccessControlEntryRecord(
+                id=acl_id,
+                resource_type=2,
+                resource_name="orders",
+                pattern_type=3,
+                principal=entry[0],
+                host="*",
+                operation=entry[1],
+                permission_type=3,
+            )
+        ]
+    if kind == "acl_remove" and m.acls:
+        acl_id = draw(st.sampled_from(sorted(m.acls)))
+        del m.acls[acl_id]
+        return [mr.RemoveAccessControlEntryRecord(id=acl_id)]
     return [mr.NoOpRecord()]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from acl_helpers import acl
 
 from raftka.common.acl import (
     AccessControlEntry,
@@ -20,22 +21,6 @@ from raftka.metadata.authorizer import AclAuthorizer, AuthorizerConfig
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 Op = AclOperation
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
-
-
-def acl(
-    principal: str,
-    operation: AclOperation,
-    name: str,
-    *,
-    permission: AclPermissionType = ALLOW,
-    resource_type: ResourceType = TOPIC,
-    pattern: PatternType = PatternType.LITERAL,
-    host: str = "*",
-) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(resource_type, name, pattern),
-        AccessControlEntry(principal, host, operation, permission),
-    )
 
 
 def authz(*bindings: AclBinding, **config: object) -> AclAuthorizer:

@@ -530,6 +530,61 @@ def test_bad_query_and_path_errors(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+def test_acl_routes_create_describe_delete(tmp_path: Path) -> None:
+    """POST /v1/acls answers per binding (a bad one fails alone with INVALID_REQUEST),
+    GET /v1/acls filters by query parameters, POST /v1/acls/delete lists what each
+    filter removed; the image follows; a strict body and a bad filter are refused."""
+
+    def acl(principal: str, operation: str = "READ", **over: str) -> dict[str, str]:
+        return {
+            "resource_type": "TOPIC",
+            "resource_name": "orders",
+            "pattern_type": "LITERAL",
+            "principal": principal,
+            "host": "*",
+            "operation": operation,
+            "permission_type": "ALLOW",
+            **over,
+        }
+
+    async def scenario(client: Any, server: ControllerServer) -> None:
+        creations = [
+            acl("User:alice"),
+            acl("User:bob", "WRITE", pattern_type="PREFIXED", resource_name="ord"),
+            acl("alice"),  # no principal type
+            acl("User:carol", "ANY"),
+            acl("User:alice"),  # repeated: a success that adds nothing
+        ]
+        status, body = await call(client, "POST", "/v1/acls", {"creations": creations})
+        assert status == 200, body
+        errors = [r["error"] and r["error"]["error"] for r in body["results"]]
+        assert errors == [None, None, "INVALID_REQUEST", "INVALID_REQUEST", None]
+        assert len(server.loader.image.acl_bindings()) == 2
+
+        status, body = await call(client, "GET", "/v1/acls?principal=User:bob")
+        assert status == 200 and body["acls"] == [creations[1]], body
+        status, body = await call(
+            client, "GET", "/v1/acls?resource_type=TOPIC&resource_name=orders&pattern_type=MATCH"
+        )
+        assert status == 200 and len(body["acls"]) == 2, body
+        status, body = await call(client, "GET", "/v1/acls?operation=Read")
+        assert status == 400 and body["error"] == "INVALID_REQUEST", body
+
+        status, body = await call(
+            client, "POST", "/v1/acls/delete", {"filters": [{"operation": "WRITE"}, {"host": "h"}]}
+        )
+        assert status == 200, body
+        assert [f["matching_acls"] for f in body["filter_results"]] == [[creations[1]], []]
+        assert [b.entry.principal for b in server.loader.image.acl_bindings()] == ["User:alice"]
+
+        status, body = await call(
+            client, "POST", "/v1/acls", {"creations": [{**acl("User:d"), "extra": 1}]}
+        )
+        assert status == 400 and "extra" in body["message"], body
+
+    run(tmp_path, scenario)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

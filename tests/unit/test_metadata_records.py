@@ -39,6 +39,17 @@ ONE_OF_EACH: list[mr.MetadataRecord] = [
         iterations=8192,
     ),
     mr.RemoveUserScramCredentialRecord(name="alice", mechanism="SCRAM-SHA-512"),
+    mr.AccessControlEntryRecord(
+        id=INC,
+        resource_type=2,
+        resource_name="orders",
+        pattern_type=4,
+        principal="User:alice",
+        host="*",
+        operation=3,
+        permission_type=3,
+    ),
+    mr.RemoveAccessControlEntryRecord(id=INC),
     mr.NoOpRecord(),
 ]
 

@@ -14,14 +14,15 @@ kcat's ``-F`` file) and Kafka's Java client names (``--command-config`` of Kafka
 
 The user itself exists only once the cluster commits its SCRAM credential:
 :func:`add_scram_user` asks for that through raftka's admin client (HTTP), which
-salts the password on the client side, so the password never travels.
+salts the password on the client side, so the password never travels;
+:func:`wait_until_brokers_know` then waits until every broker's image has it.
 """
 
 from __future__ import annotations
 
 import datetime
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,9 @@ from cryptography import x509
 from raftka.client import Admin
 from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local.certs import new_ca, write_file
+from raftka.local.processes import http_json, wait_for
 
-__all__ = ["SaslSslSetup", "add_scram_user", "sasl_ssl_setup"]
+__all__ = ["SaslSslSetup", "add_scram_user", "sasl_ssl_setup", "wait_until_brokers_know"]
 
 #: The mechanism a local secure cluster enables and its user authenticates with.
 MECHANISM = "SCRAM-SHA-512"
@@ -119,6 +121,34 @@ def add_scram_user(bootstrap_servers: str, setup: SaslSslSetup, *, timeout_ms: i
         admin.alter_user_scram_credentials(
             [UserScramCredentialUpsertion(setup.user, setup.mechanism, setup.password)]
         )
+
+
+def wait_until_brokers_know(
+    broker_addresses: Sequence[str], setup: SaslSslSetup, *, timeout_s: float
+) -> None:
+    """Wait until every broker's own metadata image (``GET /v1/scram-credentials`` on
+    its HTTP API) holds ``setup``'s user for its mechanism: a credential reaches the
+    brokers a moment after the controller commits it, and a client that authenticates
+    before that is refused."""
+
+    def knows(address: str) -> bool:
+        try:
+            status, body = http_json(address, f"/v1/scram-credentials?user={setup.user}")
+        except OSError:
+            return False
+        results = body.get("results", []) if status == 200 else []
+        return any(
+            c.get("mechanism") == setup.mechanism
+            for r in results
+            if r.get("error") is None
+            for c in r.get("credentials", [])
+        )
+
+    wait_for(
+        lambda: all(knows(a) for a in broker_addresses),
+        timeout_s=timeout_s,
+        message=f"the brokers never learnt user {setup.user!r}'s {setup.mechanism} credential",
+    )
 
 
 def _usable(certfile: Path) -> bool:

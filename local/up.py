@@ -59,7 +59,12 @@ from raftka.common.errors import KafkaError
 from raftka.console.process import ConsoleProcess
 from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
 from raftka.local.processes import LocalCluster, NodeProcess, http_json, port_in_use, wait_for
-from raftka.local.secure import SaslSslSetup, add_scram_user, sasl_ssl_setup
+from raftka.local.secure import (
+    SaslSslSetup,
+    add_scram_user,
+    sasl_ssl_setup,
+    wait_until_brokers_know,
+)
 
 __all__ = [
     "CLUSTER_FILE",
@@ -1234,6 +1239,8 @@ def _secure_user(setup: SaslSslSetup, bootstrap_servers: str, directory: Path) -
         add_scram_user(bootstrap_servers, setup, timeout_ms=int(READY_DEADLINE_S * 1000))
     except KafkaError as e:
         raise RuntimeError(f"--secure: the user {setup.user!r} was not created: {e}") from e
+    # "running" is printed only once a client can authenticate at every broker.
+    wait_until_brokers_know(bootstrap_servers.split(","), setup, timeout_s=READY_DEADLINE_S)
     librdkafka, java = setup.write_client_files(directory)
     click.echo(
         f"kafka listeners: SASL_SSL, {setup.mechanism}; user {setup.user!r}, "

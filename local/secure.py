@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from cryptography import x509
 
@@ -133,7 +134,7 @@ def wait_until_brokers_know(
 
     def knows(address: str) -> bool:
         try:
-            status, body = http_json(address, f"/v1/scram-credentials?user={setup.user}")
+            status, body = http_json(address, f"/v1/scram-credentials?user={quote(setup.user)}")
         except OSError:
             return False
         results = body.get("results", []) if status == 200 else []

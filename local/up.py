@@ -17,8 +17,9 @@ child and exits 0.
 ``--secure`` serves the brokers' Kafka listeners as SASL_SSL (:mod:`raftka.local.secure`:
 a throwaway CA and broker certificate, SCRAM-SHA-512, a user ``admin`` whose credential
 is committed once the cluster is ready and whose password is printed, client settings
-in ``<data>/secure``; a resumed cluster keeps them). raftka's HTTP API is not secured
-by it: it stays on loopback.
+in ``<data>/secure``; a resumed cluster keeps them, and resuming it without
+``--secure`` is refused rather than falling back to plaintext). raftka's HTTP API is not
+secured by it: it stays on loopback.
 
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or
@@ -1061,6 +1062,13 @@ def up_command(
         raise _Problem(
             f"--secure: the brokers of {data_dir} have no Kafka listener (a cluster.json "
             "made before raftka served Kafka's protocol); start it without --secure"
+        )
+    if not secure and existing is not None and (data_dir / SECURE_DIR).is_dir():
+        # Resuming a --secure cluster without the flag would serve its Kafka listeners
+        # as plaintext, while its users and their client settings still exist.
+        raise _Problem(
+            f"{data_dir} was started with --secure; resume it with raftka up --secure "
+            f"(or remove {data_dir / SECURE_DIR} to serve its Kafka listeners as plaintext)"
         )
     data_dir.mkdir(parents=True, exist_ok=True)
     sys.exit(

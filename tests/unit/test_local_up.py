@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from raftka.local import free_port_run
 from raftka.local.up import (
+    SECURE_DIR,
     ClusterFile,
     ClusterFileError,
     NodeEntry,
@@ -378,3 +379,16 @@ def test_the_console_port_is_checked_before_anything_starts(tmp_path: Path) -> N
     result = runner.invoke(up_command, [*args, "--console-port", "1", "--no-console"])
     assert result.exit_code == 1 and "contradict" in result.output
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_a_secure_data_dir_is_not_resumed_as_plaintext(tmp_path: Path) -> None:
+    """A data dir made with --secure (it has ``secure/``) resumed without the flag is
+    refused in one line before any node starts."""
+    runner = CliRunner()
+    base = free_port_run(9)
+    write_cluster_file(tmp_path, _plan(tmp_path, controllers=1, brokers=1, base_port=base))
+    (tmp_path / SECURE_DIR).mkdir()
+    result = runner.invoke(up_command, ["--data-dir", str(tmp_path), "--no-console"])
+    assert result.exit_code == 1, result.output
+    assert "was started with --secure; resume it with raftka up --secure" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

@@ -69,9 +69,12 @@ of the same name in ``advertised.listeners``, else its own. An SSL listener take
 TLS settings of ``raftka.server_common.tls`` (``ssl.certfile``, ``ssl.keyfile``,
 ``ssl.cafile``, ``ssl.client.auth``, ..., also as ``listener.name.ssl.ssl.*``) and
 refuses to start when its certificate cannot be loaded; ``ssl.*`` keys without an SSL
-listener are refused. A ``SASL_PLAINTEXT://`` or ``SASL_SSL://`` listener (SASL_SSL
-takes the same TLS settings, also as ``listener.name.sasl_ssl.ssl.*``) authenticates
-every connection with ``sasl.enabled.mechanisms`` (or
+listener are refused. With client certificates asked for (``ssl.client.auth``), an SSL
+listener names a connection's principal after its certificate's subject by
+``ssl.principal.mapping.rules`` (``raftka.server_common.ssl_principal``). A
+``SASL_PLAINTEXT://`` or ``SASL_SSL://`` listener (SASL_SSL takes the same TLS
+settings, also as ``listener.name.sasl_ssl.ssl.*``) authenticates every connection
+with ``sasl.enabled.mechanisms`` (or
 ``listener.name.<listener>.sasl.enabled.mechanisms``): SCRAM-SHA-256, SCRAM-SHA-512
 and PLAIN, checked against the SCRAM credentials of the metadata log (``raftka
 users``). It must be set: Kafka's default, GSSAPI, is not supported, and a SASL setting
@@ -116,7 +119,8 @@ from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
 from raftka.server_common.sasl import SASL_MECHANISMS
-from raftka.server_common.tls import server_context, tls_keys_for, tls_settings
+from raftka.server_common.ssl_principal import DEFAULT_MAPPER, SslPrincipalMapper
+from raftka.server_common.tls import ClientAuth, server_context, tls_keys_for, tls_settings
 from raftka.storage.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
     IO_BUFFER_BYTES_DEFAULT,
@@ -232,10 +236,16 @@ _SASL_KEYS: Final = frozenset(
 
 #: Keys that only a SASL listener uses: refused by name without one (never ignored).
 _SASL_ONLY_KEYS: Final = _SASL_KEYS | {"connection.failed.authentication.delay.ms"}
+#: Kafka's mTLS principal rules: only an SSL listener that asks for client certificates
+#: names its principals after them (on SASL_SSL the SASL user is the principal).
+_PRINCIPAL_RULES_KEYS: Final = frozenset(
+    {"ssl.principal.mapping.rules", "listener.name.ssl.ssl.principal.mapping.rules"}
+)
 
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
     _BROKER_TLS_KEYS
     | _SASL_KEYS
+    | _PRINCIPAL_RULES_KEYS
     | set(_INT_KEYS)
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
@@ -265,6 +275,10 @@ class KafkaListenerConfig:
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
     #: sasl.enabled.mechanisms of a SASL listener; empty: no authentication.
     sasl_mechanisms: tuple[str, ...] = ()
+    #: An SSL listener with ssl.client.auth required or requested: how a client
+    #: certificate's subject becomes the connection's principal
+    #: (ssl.principal.mapping.rules); None: no certificate principals.
+    principal_mapper: SslPrincipalMapper | None = field(default=None, compare=False)
 
 
 #: Kafka's security protocols, each served by the Kafka listener.
@@ -345,10 +359,15 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
     if stray:
         raise ConfigError(f"{stray[0]}: no listener of that name (listeners)")
     context = None
+    mapper = None
     if protocol in _TLS_PROTOCOLS:
-        context = server_context(tls_settings(props, protocol))
+        settings = tls_settings(props, protocol)
+        context = server_context(settings)
+        mapper = _principal_mapper(props, protocol, settings.client_auth)
     elif tls_given:
         raise ConfigError(f"{tls_given[0]}: no SSL listener uses it (listeners)")
+    elif rules_given := sorted(k for k in props if k in _PRINCIPAL_RULES_KEYS):
+        raise ConfigError(f"{rules_given[0]}: no SSL listener uses it (listeners)")
     mechanisms: tuple[str, ...] = ()
     if protocol.startswith("SASL_"):
         mechanisms = _sasl_mechanisms(props, protocol)
@@ -379,7 +398,36 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
         security_protocol=protocol,
         ssl_context=context,
         sasl_mechanisms=mechanisms,
+        principal_mapper=mapper,
     )
+
+
+def _principal_mapper(
+    props: Mapping[str, str], protocol: str, client_auth: ClientAuth
+) -> SslPrincipalMapper | None:
+    """The SSL listener's ssl.principal.mapping.rules (Kafka's default: DEFAULT), when
+    it asks for client certificates; the setting anywhere else is refused by name, as
+    it would name no principal."""
+    given = [
+        k
+        for k in ("listener.name.ssl.ssl.principal.mapping.rules", "ssl.principal.mapping.rules")
+        if k in props
+    ]
+    if protocol != "SSL":
+        if given:
+            raise ConfigError(
+                f"{given[0]}: a {protocol} listener's principal is its SASL user; "
+                "certificate principals are an SSL listener's"
+            )
+        return None
+    if client_auth is ClientAuth.NONE:
+        if given:
+            raise ConfigError(
+                f"{given[0]}: the SSL listener asks for no client certificate "
+                "(ssl.client.auth=none); set ssl.client.auth=required or requested"
+            )
+        return None
+    return SslPrincipalMapper.from_rules(props[given[0]], given[0]) if given else DEFAULT_MAPPER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

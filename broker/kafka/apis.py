@@ -65,6 +65,7 @@ from raftka.metadata.metadata_records import NO_LEADER
 from raftka.metadata.scram_control import describe_user_scram_credentials
 from raftka.metadata.topic_control import describe_configs
 from raftka.server_common.metrics import RequestTimer, camel_case, start_timing, stop_timing
+from raftka.server_common.ssl_principal import ANONYMOUS
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -315,15 +316,30 @@ Handler = Callable[[Any, int, "Call"], Awaitable[Any]]
 class Call:
     """What a handler knows of its request besides the body."""
 
-    __slots__ = ("auth", "client_host", "client_id")
+    __slots__ = ("auth", "client_host", "client_id", "tls_principal")
 
     def __init__(
-        self, client_id: str | None, client_host: str, auth: ConnectionAuth | None = None
+        self,
+        client_id: str | None,
+        client_host: str,
+        auth: ConnectionAuth | None = None,
+        tls_principal: str | None = None,
     ) -> None:
         self.client_id = client_id
         self.client_host = client_host
         #: The connection's SASL state on a SASL listener, else None.
         self.auth = auth
+        #: The principal of the client's certificate on an SSL listener that asked
+        #: for one (ssl.principal.mapping.rules), else None.
+        self.tls_principal = tls_principal
+
+    @property
+    def principal(self) -> str:
+        """Who sent the request: the SASL user, else the certificate's principal, else
+        Kafka's ``User:ANONYMOUS``."""
+        if self.auth is not None and self.auth.principal is not None:
+            return self.auth.principal
+        return self.tls_principal or ANONYMOUS
 
 
 class KafkaApis:
@@ -394,6 +410,7 @@ class KafkaApis:
         timer: RequestTimer,
         *,
         auth: ConnectionAuth | None = None,
+        tls_principal: str | None = None,
     ) -> Coroutine[Any, Any, bytes | None]:
         """The answer to one request frame, to be awaited (None: no answer, acks=0);
         FrameError (close the connection) for an unknown API or a version not served,
@@ -415,7 +432,7 @@ class KafkaApis:
             request, _ = entity_reader(request_cls)(frame, header.body_offset)
         except Exception as e:  # kio's decoding errors have no common base
             raise FrameError(f"api key {key} v{version}: bad body: {type(e).__name__}") from None
-        call = Call(header.client_id, host, auth)
+        call = Call(header.client_id, host, auth, tls_principal)
         return self._answer(key, version, header.correlation_id, request, call, timer=timer)
 
     async def _answer(

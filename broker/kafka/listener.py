@@ -23,6 +23,13 @@ On a SASL_PLAINTEXT or SASL_SSL listener every connection first authenticates
 ``sasl.server.max.receive.size`` until it has, and each SaslHandshake/SaslAuthenticate
 is answered before the next frame is read, so the exchange moves one step at a time;
 a failed step is answered, then the connection is closed.
+
+On an SSL listener that asks for client certificates (``ssl.client.auth=required`` or
+``requested``), a connection whose client sent one is that certificate's principal
+(:mod:`raftka.server_common.ssl_principal`, ``ssl.principal.mapping.rules``); a
+certificate no rule maps fails authentication and the connection is closed before any
+request is read, as Kafka does. Without a certificate the principal is
+``User:ANONYMOUS``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from raftka.broker.kafka.authentication import (
 from raftka.broker.kafka.framing import SIZE, FrameError, frame_size, parse_fixed
 from raftka.server_common.metrics import RequestMetrics, RequestTimer
 from raftka.server_common.sasl import ScramCredential
+from raftka.server_common.ssl_principal import NoMatchingRuleError, subject_name
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -158,7 +166,8 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) else "unknown"
         try:
-            await self._serve(reader, writer, host)
+            tls_principal = self._certificate_principal(writer, host)
+            await self._serve(reader, writer, host, tls_principal)
         except FrameError as e:
             log.info("kafka connection closed", extra={"fields": {"peer": host, "reason": str(e)}})
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -169,8 +178,31 @@ class KafkaListener:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
+    def _certificate_principal(self, writer: asyncio.StreamWriter, host: str) -> str | None:
+        """The principal of the client's certificate (None: no mapper, or no certificate
+        sent); FrameError, counted as a failed authentication, when no rule maps it."""
+        mapper = self._config.principal_mapper
+        if mapper is None:
+            return None
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return None
+        try:
+            principal = mapper.principal(subject_name(der))
+        except NoMatchingRuleError as e:
+            self.authentication_failures += 1
+            raise FrameError(f"TLS authentication failed: {e}") from None
+        self.authentication_successes += 1
+        log.debug("kafka connection authenticated", extra={"fields": {"peer": host}})
+        return principal
+
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        tls_principal: str | None = None,
     ) -> None:
         answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
         slots = asyncio.Semaphore(IN_FLIGHT_MAX)
@@ -213,7 +245,9 @@ class KafkaListener:
                     )
                 # A slot first: no coroutine is made that a close could leave unawaited.
                 await slots.acquire()
-                call = self._apis.prepare(frame, key, version, host, timer, auth=auth)
+                call = self._apis.prepare(
+                    frame, key, version, host, timer, auth=auth, tls_principal=tls_principal
+                )
                 if key == apis.PRODUCE_KEY:
                     # Produce requests of one connection append in the order sent.
                     call = _after(last_produce, call)

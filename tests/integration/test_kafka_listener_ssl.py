@@ -3,18 +3,21 @@ first listener with it), with real clients: confluent-kafka (librdkafka), kafka-
 and kcat produce and consume through it, verifying the brokers' certificates (made by
 raftka.local.certs) and their host names; a client that trusts another CA, or that
 speaks plaintext to the TLS port, gets nothing. With ``ssl.client.auth=required`` a
-client without a certificate from the brokers' CA is refused at the handshake.
+client without a certificate from the brokers' CA is refused at the handshake, and one
+whose certificate no ``ssl.principal.mapping.rules`` rule maps is refused right after it.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
@@ -32,6 +35,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     # One certificate for the three local brokers: they all listen on 127.0.0.1.
     node = ca.issue(tmp / "pki", "broker", hosts=("localhost", "127.0.0.1"))
     client = ca.issue(tmp / "pki", "alice")
+    # From the brokers' CA, but no ssl.principal.mapping.rules rule names it.
+    unmapped = ca.issue(tmp / "pki", "bob")
     stranger_ca = new_ca(tmp / "other", name="someone-else")
     stranger = stranger_ca.issue(tmp / "other", "mallory")
     props = {
@@ -39,6 +44,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "ssl.keyfile": str(node.keyfile),
         "ssl.cafile": str(ca.cafile),
         "ssl.client.auth": "required",
+        # alice's certificate (CN=alice) is User:ALICE; no other subject is mapped.
+        "ssl.principal.mapping.rules": "RULE:^CN=(alice)$/$1/U",
         "offsets.topic.num.partitions": "1",
     }
     with LocalCluster(tmp) as cluster:
@@ -56,6 +63,9 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "other_ca": str(stranger_ca.cafile),
                 "other_cert": str(stranger.certfile),
                 "other_key": str(stranger.keyfile),
+                "unmapped_cert": str(unmapped.certfile),
+                "unmapped_key": str(unmapped.keyfile),
+                "http": [b.address for b in brokers.brokers.values()],
             }
 
 
@@ -193,3 +203,47 @@ def test_a_client_that_fails_tls_gets_nothing(
 
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
+
+
+def _ssl_authentications(tls: dict[str, Any], outcome: str) -> float:
+    name = f"kafka_server_socketservermetrics_{outcome}_authentication_total"
+    total = 0.0
+    for address in tls["http"]:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            total += sum(
+                s.value
+                for s in family.samples
+                if s.name == name and s.labels == {"listener": "SSL"}
+            )
+    return total
+
+
+def test_a_certificate_no_rule_maps_is_refused(tls: dict[str, Any]) -> None:
+    """bob's certificate is from the brokers' CA, so the TLS handshake succeeds, but no
+    rule of ssl.principal.mapping.rules names him: the broker closes the connection
+    before reading a request (Kafka fails the authentication), and counts it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    failed = _ssl_authentications(tls, "failed")
+    refused = AdminClient(
+        confluent(
+            tls,
+            **{
+                "ssl.certificate.location": tls["unmapped_cert"],
+                "ssl.key.location": tls["unmapped_key"],
+            },
+        )
+    )
+    with pytest.raises(KafkaException):
+        refused.list_topics(timeout=5)
+    wait_for(
+        lambda: _ssl_authentications(tls, "failed") > failed,
+        timeout_s=DEADLINE_S,
+        message="failed_authentication_total{listener=SSL} did not count bob's certificate",
+    )
+    succeeded = _ssl_authentications(tls, "successful")
+    assert AdminClient(confluent(tls)).list_topics(timeout=DEADLINE_S).brokers
+    assert _ssl_authentications(tls, "successful") > succeeded, "alice was not counted"

@@ -211,3 +211,47 @@ def test_an_ssl_kafka_listener(tmp_path: Path) -> None:
         load_broker_config(
             _write(tmp_path, text + tls + "listener.security.protocol.map=SSL:SSL\n")
         )
+
+
+def test_ssl_principal_mapping_rules(tmp_path: Path) -> None:
+    """An SSL listener that asks for client certificates maps their subjects with
+    ssl.principal.mapping.rules (Kafka's DEFAULT when unset); the key is refused by
+    name where it would map nothing: no client certificates asked for, a SASL_SSL
+    listener (its principal is the SASL user), no TLS listener; bad rules too."""
+    from raftka.local.certs import new_ca
+
+    ca = new_ca(tmp_path / "pki")
+    node = ca.issue(tmp_path / "pki", "broker-101")
+    text = (
+        BASE.replace(
+            "listeners=PLAINTEXT://127.0.0.1:9092",
+            "listeners=HTTP://127.0.0.1:8081,SSL://127.0.0.1:9093",
+        )
+        + "log.dirs=/tmp/x\n"
+        + f"ssl.certfile={node.certfile}\nssl.keyfile={node.keyfile}\nssl.cafile={ca.cafile}\n"
+    )
+    required = text + "ssl.client.auth=required\n"
+    kafka = load_broker_config(_write(tmp_path, required)).kafka_listener
+    assert kafka is not None and kafka.principal_mapper is not None
+    assert kafka.principal_mapper.principal("CN=alice") == "User:CN=alice"
+    rules = "listener.name.ssl.ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/L,DEFAULT\n"
+    kafka = load_broker_config(_write(tmp_path, required + rules)).kafka_listener
+    assert kafka is not None and kafka.principal_mapper is not None
+    assert kafka.principal_mapper.principal("CN=Alice") == "User:alice"
+    no_client_auth = load_broker_config(_write(tmp_path, text)).kafka_listener
+    assert no_client_auth is not None and no_client_auth.principal_mapper is None
+    with pytest.raises(ConfigError, match=r"ssl\.principal\.mapping\.rules: the SSL listener"):
+        load_broker_config(_write(tmp_path, text + "ssl.principal.mapping.rules=DEFAULT\n"))
+    with pytest.raises(ConfigError, match=r"is not a regular expression"):
+        load_broker_config(_write(tmp_path, required + "ssl.principal.mapping.rules=RULE:(/x/\n"))
+    sasl_ssl = text.replace("SSL://", "SASL_SSL://") + "sasl.enabled.mechanisms=PLAIN\n"
+    with pytest.raises(ConfigError, match=r"SASL_SSL listener's principal is its SASL user"):
+        load_broker_config(_write(tmp_path, sasl_ssl + "ssl.principal.mapping.rules=DEFAULT\n"))
+    plain = BASE.replace(
+        "listeners=PLAINTEXT://127.0.0.1:9092",
+        "listeners=HTTP://127.0.0.1:8081,PLAINTEXT://127.0.0.1:9092",
+    )
+    with pytest.raises(ConfigError, match=r"ssl\.principal\.mapping\.rules: no SSL listener"):
+        load_broker_config(
+            _write(tmp_path, plain + "log.dirs=/tmp/x\nssl.principal.mapping.rules=DEFAULT\n")
+        )

@@ -4,7 +4,8 @@ hosts' addresses are consistent, and the systemd units name those files.
 Each ``deploy/config/hostN/controller.properties`` goes through
 ``raftka.server_common.node_config.load_node_config`` and each ``broker.properties`` through
 ``raftka.broker.config.load_broker_config`` (so an unknown key or a bad value fails
-here as it would at start-up). Then the addresses are checked against the table in
+here as it would at start-up), with its TLS files made by ``deploy/tls/make-certs``
+(run here with openssl, as the docs say to). Then the addresses are checked against the table in
 ``deploy/config/hosts``: every node listens on and advertises its own host's address,
 every file names the same voters, node ids are unique, and a broker's controllers are
 the voters. The units are read with configparser: ExecStart runs the installed
@@ -15,6 +16,8 @@ Restart=, LimitNOFILE= and a state directory.
 from __future__ import annotations
 
 import configparser
+import ipaddress
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,12 +58,58 @@ def test_controller_config_parses_and_uses_its_host_address(host: str) -> None:
     assert node.controller.unclean_leader_election_enable is False
 
 
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/tls/make-certs run for deploy/config/hosts, as the docs say to."""
+    out = tmp_path_factory.mktemp("deploy-tls")
+    subprocess.run([str(DEPLOY / "tls" / "make-certs"), str(out)], check=True, capture_output=True)
+    return out
+
+
+def _broker_config_with(certs: Path, host: str, tmp_path: Path) -> Path:
+    """The host's broker.properties, its /etc/raftka/tls/ files where make-certs wrote
+    them (the broker loads them while reading its config)."""
+    text = (CONFIG / host / "broker.properties").read_text()
+    assert "/etc/raftka/tls/" in text
+    path = tmp_path / "broker.properties"
+    path.write_text(text.replace("/etc/raftka/tls/", f"{certs / host}/"))
+    return path
+
+
 @pytest.mark.parametrize("host", sorted(hosts()))
-def test_broker_config_parses_and_uses_its_host_address(host: str) -> None:
-    """The broker file parses with the broker's reader, listens on and advertises this
-    host's address, has min.insync.replicas=2, and its controllers are the voters."""
+def test_make_certs_gives_each_host_a_certificate_for_its_address(certs: Path, host: str) -> None:
+    """Signed by the CA, naming the host's address (clients check it), for server and
+    client use, its key matching and readable by its owner only."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())
+    cert = x509.load_pem_x509_certificate((certs / host / "broker.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address(hosts()[host]) in names.get_values_for_type(x509.IPAddress)
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(usage)
+    key_path = certs / host / "broker-key.pem"
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    assert key.public_key() == cert.public_key()
+    assert key_path.stat().st_mode & 0o077 == 0, oct(key_path.stat().st_mode)
+
+
+@pytest.mark.parametrize("host", sorted(hosts()))
+def test_broker_config_parses_and_uses_its_host_address(
+    certs: Path, host: str, tmp_path: Path
+) -> None:
+    """The broker file parses with the broker's reader (its TLS files loaded), listens on
+    and advertises this host's address, serves Kafka's protocol as SASL_SSL with SCRAM,
+    has min.insync.replicas=2, and its controllers are the voters."""
     ip = hosts()[host]
-    broker = load_broker_config(CONFIG / host / "broker.properties")
+    broker = load_broker_config(_broker_config_with(certs, host, tmp_path))
+    kafka = broker.kafka_listener
+    assert kafka is not None and kafka.security_protocol == "SASL_SSL"
+    assert kafka.ssl_context is not None and kafka.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert (kafka.host, kafka.advertised_host) == (ip, ip)
     controller = load_node_config(CONFIG / host / "controller.properties")
     assert (broker.listen_host, broker.advertised_host) == (ip, ip)
     assert broker.min_insync_replicas == 2
@@ -69,13 +118,13 @@ def test_broker_config_parses_and_uses_its_host_address(host: str) -> None:
     assert broker.listen_port != controller.listen_port
 
 
-def test_node_ids_unique_and_voters_identical() -> None:
+def test_node_ids_unique_and_voters_identical(certs: Path, tmp_path: Path) -> None:
     """Six processes, six node ids; every file names the same quorum."""
     ids: list[int] = []
     voters = set()
     for host in hosts():
         node = load_node_config(CONFIG / host / "controller.properties")
-        broker = load_broker_config(CONFIG / host / "broker.properties")
+        broker = load_broker_config(_broker_config_with(certs, host, tmp_path))
         ids += [node.node_id, broker.node_id]
         voters.add(tuple(sorted(node.voters.items())))
         voters.add(tuple(sorted(zip(broker.controller_ids, broker.controllers, strict=True))))

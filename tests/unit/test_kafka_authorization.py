@@ -1,0 +1,127 @@
+"""The Kafka listener's per-request authorization helpers
+(raftka.broker.kafka.authorization), pure: an authorizer built from bindings, no image
+and no sockets.
+
+Checks: the principal is the SASL user, else User:ANONYMOUS; with no authorizer every
+question answers yes; the authorizer is rebuilt only when the image's ACL set is a
+different object; which topics a listing shows (DESCRIBE, implied by READ/WRITE); the
+idempotent-produce rule (IDEMPOTENT_WRITE on the cluster or WRITE on some topic, a DENY
+beating it); CREATE on the cluster or the topic; super users; what counts as an
+idempotent batch.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from acl_helpers import acl
+
+from raftka.broker.kafka.authorization import (
+    ANONYMOUS,
+    Access,
+    AuthorizerCache,
+    has_idempotent_batch,
+    request_principal,
+)
+from raftka.common.acl import CLUSTER_NAME, AclOperation, AclPermissionType, ResourceType
+from raftka.common.record.batch import Record, build_batch
+from raftka.metadata.authorizer import AclAuthorizer, AuthorizerConfig
+
+ALICE = "User:alice"
+HOST = "10.0.0.1"
+
+
+def _access(
+    *bindings: Any, principal: str = ALICE, super_users: frozenset[str] = frozenset()
+) -> Access:
+    authorizer = AclAuthorizer(AuthorizerConfig(super_users=super_users), frozenset(bindings))
+    return Access(authorizer, principal, HOST)
+
+
+def test_the_principal_is_the_sasl_user_else_anonymous() -> None:
+    """A SASL connection's authenticated user; no SASL (PLAINTEXT, SSL) or not yet
+    authenticated: User:ANONYMOUS, Kafka's default principal builder."""
+    assert request_principal(None) == ANONYMOUS == "User:ANONYMOUS"
+    assert request_principal(cast(Any, SimpleNamespace(principal=ALICE))) == ALICE
+    assert request_principal(cast(Any, SimpleNamespace(principal=None))) == ANONYMOUS
+
+
+def test_without_an_authorizer_everything_is_allowed() -> None:
+    """authorizer.class.name empty: no check refuses anything (today's behaviour)."""
+    access = Access(None, ANONYMOUS, HOST)
+    assert access.may_topic(AclOperation.WRITE, "t")
+    assert access.may_cluster(AclOperation.ALTER)
+    assert access.may_write_idempotently()
+    assert access.topics(AclOperation.READ, ["a", "b", "a"]) == {"a", "b"}
+    assert access.describable(ResourceType.TOPIC, ["b", "a"], str) == ["b", "a"]
+    cache = AuthorizerCache(None)
+    assert not cache.enabled
+    image = cast(Any, SimpleNamespace(acl_bindings=frozenset))
+    assert cache.authorizer(image) is None
+
+
+def test_the_authorizer_is_rebuilt_only_for_a_new_acl_set() -> None:
+    """Same ACL set object: the same authorizer; a new set: a new one deciding by it."""
+    config = AuthorizerConfig()
+    cache = AuthorizerCache(config)
+    first = frozenset({acl(ALICE, AclOperation.READ, "t")})
+    image = SimpleNamespace(acl_bindings=lambda: first)
+    a = cache.authorizer(cast(Any, image))
+    assert a is not None and a is cache.authorizer(cast(Any, image))
+    second = frozenset({acl(ALICE, AclOperation.WRITE, "t")})
+    b = cache.authorizer(cast(Any, SimpleNamespace(acl_bindings=lambda: second)))
+    assert b is not a and b is not None and b.bindings == second
+
+
+def test_a_listing_shows_only_what_the_principal_may_describe() -> None:
+    """Metadata for every topic lists those it may DESCRIBE (READ and WRITE imply it);
+    a DENY of DESCRIBE hides a topic a wildcard would show; others' ACLs do not count."""
+    access = _access(
+        acl(ALICE, AclOperation.READ, "orders"),
+        acl(ALICE, AclOperation.WRITE, "events"),
+        acl("User:bob", AclOperation.READ, "secret"),
+        acl(ALICE, AclOperation.DESCRIBE, "*"),
+        acl(ALICE, AclOperation.DESCRIBE, "hidden", permission=AclPermissionType.DENY),
+    )
+    names = ["events", "hidden", "orders", "secret"]
+    assert access.describable(ResourceType.TOPIC, names, str) == ["events", "orders", "secret"]
+    only_own = _access(acl(ALICE, AclOperation.READ, "orders"))
+    assert only_own.describable(ResourceType.TOPIC, names, str) == ["orders"]
+    assert only_own.topics(AclOperation.WRITE, names) == set()
+
+
+def test_the_idempotent_produce_rule() -> None:
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679); nothing, READ
+    only, or a literal '*' DENY of WRITE: refused."""
+    cluster = acl(
+        ALICE, AclOperation.IDEMPOTENT_WRITE, CLUSTER_NAME, resource_type=ResourceType.CLUSTER
+    )
+    assert _access(cluster).may_write_idempotently()
+    assert _access(acl(ALICE, AclOperation.WRITE, "t")).may_write_idempotently()
+    assert not _access().may_write_idempotently()
+    assert not _access(acl(ALICE, AclOperation.READ, "t")).may_write_idempotently()
+    deny_all = acl(ALICE, AclOperation.WRITE, "*", permission=AclPermissionType.DENY)
+    assert not _access(acl(ALICE, AclOperation.WRITE, "t"), deny_all).may_write_idempotently()
+
+
+def test_create_on_the_cluster_or_the_topic_and_super_users() -> None:
+    """CreateTopics and auto-creation: CREATE on the cluster covers every topic, on a
+    topic only that one; a super user is never refused."""
+    on_cluster = acl(ALICE, AclOperation.CREATE, CLUSTER_NAME, resource_type=ResourceType.CLUSTER)
+    assert _access(on_cluster).may_create_topic("anything")
+    on_topic = _access(acl(ALICE, AclOperation.CREATE, "new"))
+    assert on_topic.may_create_topic("new") and not on_topic.may_create_topic("other")
+    admin = _access(principal="User:admin", super_users=frozenset({"User:admin"}))
+    assert admin.may_create_topic("x") and admin.may_cluster(AclOperation.ALTER)
+    assert admin.may_group(AclOperation.READ, "g")
+    assert not _access().may_group(AclOperation.READ, "g")
+    assert not _access().may_transactional_id(AclOperation.WRITE, "tx")
+
+
+def test_an_idempotent_batch_is_one_with_a_producer_id() -> None:
+    """A batch with a producer id (idempotent or transactional) needs the idempotent
+    rule; a plain batch, and bytes that do not parse, do not."""
+    assert has_idempotent_batch(build_batch([Record(b"v")], producer_id=7, producer_epoch=0))
+    assert not has_idempotent_batch(build_batch([Record(b"v")]))
+    assert not has_idempotent_batch(b"\x00" * 10)

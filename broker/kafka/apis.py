@@ -706,6 +706,7 @@ class KafkaApis:
             whole_error = ErrorCode.transactional_id_authorization_failed
         elif (
             transactional_id is None
+            and access.authorizer is not None  # off: the batches are not even looked at
             and any(has_idempotent_batch(d) for _, _, d in entries)
             and not access.may_write_idempotently()
         ):
@@ -728,7 +729,7 @@ class KafkaApis:
                 timeout_ms=_ms(request.timeout),
                 transactional_id=transactional_id,
             )
-            if entries
+            if entries or not denied  # all refused: no service call
             else []
         )
         self._server.metrics.topics.record_produce(entries, produced)
@@ -816,7 +817,7 @@ class KafkaApis:
                 partitions=partitions,
                 isolation_level=int(getattr(request, "isolation_level", 0)),
             )
-            if partitions
+            if partitions or not denied
             else []
         )
         self._server.metrics.topics.record_fetch(results, follower=False)
@@ -1145,7 +1146,7 @@ class KafkaApis:
             failed = ErrorCode.transactional_id_authorization_failed
         elif not access.may_group(AclOperation.READ, request.group_id):
             failed = ErrorCode.group_authorization_failed
-        elif not readable:
+        elif request.topics and not readable:
             failed = ErrorCode.topic_authorization_failed
         else:
             r, failed = await self._group_results(
@@ -1177,7 +1178,7 @@ class KafkaApis:
             for tid in request.transactional_ids
             if tid not in allowed
         )
-        if not allowed:
+        if refused and not allowed:
             return _build(cls, throttle_time=_NO_TIME, transaction_states=refused)
         fields = {"transactional_ids": allowed}
         r, code = await self._txn_call(
@@ -1272,7 +1273,9 @@ class KafkaApis:
             topics.append(topic)
         body = {"topics": topics, "validate_only": bool(getattr(request, "validate_only", False))}
         answer, failure = (
-            await self._forward("/v1/topics", body, _ms(request.timeout)) if topics else ({}, None)
+            await self._forward("/v1/topics", body, _ms(request.timeout))
+            if topics or len(creatable) == len(request.topics)
+            else ({}, None)
         )
         answers = {item["name"]: item for item in answer.get("topics", [])}
         results = []
@@ -1305,7 +1308,7 @@ class KafkaApis:
             await self._forward(
                 "/v1/topics", {"names": allowed}, _ms(request.timeout), method="DELETE"
             )
-            if allowed
+            if allowed or len(allowed) == len(names)
             else ({}, None)
         )
         answers = {item.get("name"): item for item in answer.get("topics", [])}
@@ -1345,7 +1348,7 @@ class KafkaApis:
         body = {"topics": topics, "validate_only": bool(request.validate_only)}
         answer, failure = (
             await self._forward("/v1/partitions", body, _ms(request.timeout))
-            if topics
+            if topics or len(topics) == len(request.topics)
             else ({}, None)
         )
         answers = {item["name"]: item for item in answer.get("topics", [])}
@@ -1901,7 +1904,7 @@ class KafkaApis:
         allowed = [e for e in entries if e[0] in deletable]
         results = (
             await delete_records(self._server.manager, allowed, timeout_ms=_ms(request.timeout))
-            if allowed
+            if allowed or len(allowed) == len(entries)
             else []
         )
         items = _partition_results(
@@ -2308,7 +2311,7 @@ class KafkaApis:
         refused = self._group_refused(call, AclOperation.READ, request.group_id)
         if refused is not None:
             failed = refused
-        elif not readable:
+        elif request.topics and not readable:
             failed = ErrorCode.topic_authorization_failed
         else:
             r, failed = await self._group_results(
@@ -2418,7 +2421,7 @@ class KafkaApis:
         fields = {"groups": allowed}
         described: Sequence[Any] = ()
         try:
-            if allowed:
+            if allowed or len(allowed) == len(request.groups):
                 r = await self._group_call(
                     "describe_groups", fields, group_api.DescribeGroupsRequest, call
                 )
@@ -2465,7 +2468,7 @@ class KafkaApis:
         access = self._access(call)
         allowed = [g for g in names if access.may_group(AclOperation.DELETE, g)]
         r, failed = None, ErrorCode.group_authorization_failed
-        if allowed:
+        if allowed or len(allowed) == len(names):
             r, failed = await self._group_results(
                 call, "delete_groups", {"groups": allowed}, group_api.DeleteGroupsRequest
             )

@@ -7,16 +7,22 @@ question answers yes; the authorizer is rebuilt only when the image's ACL set is
 different object; which topics a listing shows (DESCRIBE, implied by READ/WRITE); the
 idempotent-produce rule (IDEMPOTENT_WRITE on the cluster or WRITE on some topic, a DENY
 beating it); CREATE on the cluster or the topic; super users; what counts as an
-idempotent batch.
+idempotent batch; and Metadata through KafkaApis over a fake image: what it lists,
+refuses and auto-creates.
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from types import SimpleNamespace
 from typing import Any, cast
 
 from acl_helpers import acl
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
 
+from raftka.broker.kafka.apis import Call, KafkaApis
 from raftka.broker.kafka.authorization import (
     ANONYMOUS,
     Access,
@@ -125,3 +131,77 @@ def test_an_idempotent_batch_is_one_with_a_producer_id() -> None:
     assert has_idempotent_batch(build_batch([Record(b"v")], producer_id=7, producer_epoch=0))
     assert not has_idempotent_batch(build_batch([Record(b"v")]))
     assert not has_idempotent_batch(b"\x00" * 10)
+
+
+class _Channel:
+    """The controller channel, recording the topics Metadata asks it to create."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    async def post(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        names = [t["name"] for t in body["topics"]]
+        self.created += names
+        return {"topics": [{"name": n} for n in names]}
+
+
+def _metadata(bindings: frozenset[Any], topics: list[str] | None) -> tuple[Any, list[str]]:
+    """KafkaApis.metadata as alice, the authorizer on, over an image holding topics
+    ``orders`` and ``secret`` and the ACLs ``bindings``; the answer and what it
+    auto-created."""
+    image = SimpleNamespace(
+        topics=SimpleNamespace(
+            by_name={n: SimpleNamespace(topic_id=None, partitions={}) for n in ("orders", "secret")}
+        ),
+        cluster=SimpleNamespace(live_brokers=list),
+        acl_bindings=lambda: bindings,
+    )
+    channel = _Channel()
+    server = SimpleNamespace(
+        manager=SimpleNamespace(image=image),
+        channel=channel,
+        config=SimpleNamespace(
+            authorizer=AuthorizerConfig(),
+            auto_create_topics_enable=True,
+            request_timeout_ms=1000,
+            node_id=1,
+            controller_ids=(1,),
+            controllers=("h:9093",),
+        ),
+    )
+    cls = load_request_schema(3, 12)
+    topic_cls = sys.modules[cls.__module__].MetadataRequestTopic
+    request = cls(
+        topics=None if topics is None else tuple(topic_cls(topic_id=None, name=n) for n in topics),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    call = Call("c", HOST, cast(Any, SimpleNamespace(principal=ALICE)))
+    response = asyncio.run(KafkaApis(cast(Any, server)).metadata(request, 12, call))
+    return response, channel.created
+
+
+def test_metadata_lists_and_creates_only_what_the_acls_allow() -> None:
+    """Every topic: only those alice may DESCRIBE. Named: one she may not see is
+    TOPIC_AUTHORIZATION_FAILED whether or not it exists, and never auto-created; a
+    missing one she may see but not CREATE is refused too; with CREATE it is created."""
+    bindings = frozenset(
+        {
+            acl(ALICE, AclOperation.READ, "orders"),
+            acl(ALICE, AclOperation.DESCRIBE, "seen"),
+            acl(ALICE, AclOperation.DESCRIBE, "made"),
+            acl(ALICE, AclOperation.CREATE, "made"),
+        }
+    )
+    response, created = _metadata(bindings, None)
+    assert [(t.name, t.error_code) for t in response.topics] == [("orders", ErrorCode.none)]
+    response, created = _metadata(bindings, ["secret", "hidden", "seen", "made", "orders"])
+    errors = {t.name: t.error_code for t in response.topics}
+    assert errors == {
+        "secret": ErrorCode.topic_authorization_failed,
+        "hidden": ErrorCode.topic_authorization_failed,
+        "seen": ErrorCode.topic_authorization_failed,
+        "made": ErrorCode.leader_not_available,  # being created
+        "orders": ErrorCode.none,
+    }
+    assert created == ["made"]

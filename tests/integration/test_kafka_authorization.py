@@ -84,7 +84,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 )
             for user in PASSWORDS:
                 wait_for(
-                    lambda u=user: all(_knows_user(a, u) for a in http),  # type: ignore[misc]
+                    lambda u=user: all(_knows_user(a, u) for a in http),
                     timeout_s=DEADLINE_S,
                     message=f"the brokers never learnt user {user!r}",
                 )

@@ -54,6 +54,9 @@ connections.max.idle.ms                    600000      idle Kafka connections cl
 connection.failed.authentication.delay.ms  100         SASL failure answered, then close
 max.connections                            2147483647  open Kafka connections at most
 auto.create.topics.enable                  true        Metadata creates unknown topics
+authorizer.class.name                      (empty)     StandardAuthorizer: enforce ACLs
+super.users                                (empty)     ;-separated principals never denied
+allow.everyone.if.no.acl.found             false       allow a resource no ACL names
 num.io.threads                             8           I/O worker threads (disk work)
 queued.max.requests                        500         disk jobs waiting for a worker
 log.flush.scheduler.interval.ms            1000        flush.ms check period (see below)
@@ -98,6 +101,12 @@ whole dedupe buffer is its own); any other value is refused by name rather than
 accepted and ignored. ``log.cleaner.io.max.bytes.per.second`` (throttling) is not
 implemented and so not accepted.
 
+The authorizer (``raftka.broker.kafka.authorization``) guards the Kafka listener only:
+``authorizer.class.name`` accepts Kafka's KRaft
+``org.apache.kafka.metadata.authorizer.StandardAuthorizer`` (any other class is
+refused), and ``super.users`` or ``allow.everyone.if.no.acl.found`` without it are
+refused by name rather than accepted and ignored.
+
 ``controlled.shutdown.timeout.ms`` is raftka's: Kafka's KRaft broker waits for the
 controller without a bound of its own; a process manager's stop timeout bounds it.
 """
@@ -113,8 +122,10 @@ from pathlib import Path
 from typing import Final
 
 from raftka.broker.replication.partition_state import ReplicationConfig
-from raftka.common.errors import InvalidConfigError
+from raftka.common.acl import parse_principal
+from raftka.common.errors import InvalidConfigError, KafkaError
 from raftka.common.record.header import HEADER_SIZE
+from raftka.metadata.authorizer import AuthorizerConfig
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
@@ -242,6 +253,12 @@ _PRINCIPAL_RULES_KEYS: Final = frozenset(
     {"ssl.principal.mapping.rules", "listener.name.ssl.ssl.principal.mapping.rules"}
 )
 
+#: Kafka's KRaft authorizer, the one value ``authorizer.class.name`` accepts.
+STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+#: Keys that only the authorizer uses: refused by name without it (never ignored).
+_AUTHORIZER_ONLY_KEYS: Final = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+_AUTHORIZER_KEYS: Final = _AUTHORIZER_ONLY_KEYS | {"authorizer.class.name"}
+
 BROKER_KEYS: Final[frozenset[str]] = frozenset(
     _BROKER_TLS_KEYS
     | _SASL_KEYS
@@ -250,6 +267,7 @@ BROKER_KEYS: Final[frozenset[str]] = frozenset(
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
     | {"auto.create.topics.enable", "transaction.partition.verification.enable"}
+    | _AUTHORIZER_KEYS
 )
 
 
@@ -494,6 +512,9 @@ class BrokerConfig:
     # The Kafka binary-protocol listener: None when ``listeners`` names none.
     kafka_listener: KafkaListenerConfig | None = None
     auto_create_topics_enable: bool = True
+    # authorizer.class.name, super.users, allow.everyone.if.no.acl.found: None when no
+    # authorizer is configured (every Kafka request is allowed, Kafka's default).
+    authorizer: AuthorizerConfig | None = None
     # KIP-890 part 1: verify a producer's first transactional batch at a partition with
     # the transaction coordinator (broker/txn_verification.py).
     transaction_partition_verification_enable: bool = True
@@ -606,11 +627,47 @@ def _transaction_settings(props: Mapping[str, str]) -> dict[str, int]:
     return settings
 
 
+def authorizer_config(props: Mapping[str, str]) -> AuthorizerConfig | None:
+    """The Kafka listener's authorizer settings; None when ``authorizer.class.name`` is
+    empty (the default). ConfigError naming the key for another class, a malformed
+    principal, or a setting given without the authorizer (it would do nothing)."""
+    name = props.get("authorizer.class.name", "").strip()
+    if not name:
+        given = sorted(k for k in props if k in _AUTHORIZER_ONLY_KEYS)
+        if given:
+            raise ConfigError(f"{given[0]}: no authorizer uses it (authorizer.class.name)")
+        return None
+    if name != STANDARD_AUTHORIZER:
+        raise ConfigError(
+            f"authorizer.class.name: only {STANDARD_AUTHORIZER} is supported, got {name!r}"
+        )
+    super_users = [p.strip() for p in props.get("super.users", "").split(";") if p.strip()]
+    for principal in super_users:
+        try:
+            parse_principal(principal)
+        except KafkaError:
+            raise ConfigError(
+                f"super.users: {principal!r} is not a principal (<type>:<name>, e.g. User:admin)"
+            ) from None
+    return AuthorizerConfig(
+        super_users=frozenset(super_users),
+        allow_everyone_if_no_acl_found=_bool(props, "allow.everyone.if.no.acl.found", False),
+    )
+
+
 def broker_config(node: NodeConfig) -> BrokerConfig:
     """The broker's view of a parsed node config; ConfigError when a value is wrong."""
     props = node.properties
     if "broker" not in node.process_roles:
         raise ConfigError("process.roles does not include broker")
+    kafka_listener = kafka_listener_config(props)
+    authorizer = authorizer_config(props)
+    if authorizer is not None and kafka_listener is None:
+        # It guards the Kafka listener only: without one it would guard nothing.
+        raise ConfigError(
+            "authorizer.class.name: no Kafka listener to guard (listeners); "
+            "raftka's HTTP API is not authorized"
+        )
     raw_dirs = props.get("log.dirs", "")
     log_dirs = tuple(Path(d.strip()) for d in raw_dirs.split(",") if d.strip())
     if not log_dirs:
@@ -681,8 +738,9 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms"),
         num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir"),
         log_level=node.log_level,
-        kafka_listener=kafka_listener_config(props),
+        kafka_listener=kafka_listener,
         auto_create_topics_enable=_bool(props, "auto.create.topics.enable", True),
+        authorizer=authorizer,
         transaction_partition_verification_enable=_bool(
             props, "transaction.partition.verification.enable", True
         ),

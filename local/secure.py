@@ -9,8 +9,9 @@ throwaway CA (:mod:`raftka.local.certs`), one certificate every broker presents 
 for ``localhost`` and ``127.0.0.1``, where local brokers listen), and a password for
 the user, kept in a file with mode 0600 so that a resumed cluster keeps its user. From
 those it gives the brokers' properties (``sasl.enabled.mechanisms``, ``ssl.certfile``,
-``ssl.keyfile``) and the clients' settings: librdkafka's names (confluent-kafka, and
-kcat's ``-F`` file) and Kafka's Java client names (``--command-config`` of Kafka's tools).
+``ssl.keyfile``, and the authorizer on with the user as its one super user) and the
+clients' settings: librdkafka's names (confluent-kafka, and kcat's ``-F`` file) and
+Kafka's Java client names (``--command-config`` of Kafka's tools).
 
 The user itself exists only once the cluster commits its SCRAM credential:
 :func:`add_scram_user` asks for that through raftka's admin client (HTTP), which
@@ -29,6 +30,7 @@ from urllib.parse import quote
 
 from cryptography import x509
 
+from raftka.broker.config import STANDARD_AUTHORIZER
 from raftka.client import Admin
 from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local.certs import new_ca, write_file
@@ -60,6 +62,9 @@ class SaslSslSetup:
             "sasl.enabled.mechanisms": self.mechanism,
             "ssl.certfile": str(self.certfile),
             "ssl.keyfile": str(self.keyfile),
+            # ACLs enforced; the setup's own user may do anything, others what ACLs say.
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": f"User:{self.user}",
         }
 
     @property

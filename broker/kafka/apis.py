@@ -10,7 +10,10 @@ version lacks reads as its default), calls the service the HTTP API calls for th
 thing (the ReplicaManager and its DeleteRecords, the group coordinator, the
 producer-id manager, the metadata image's config describe, the controller channel for
 what only the active controller decides) and builds the answer with :func:`_build`,
-which keeps the fields the answer's version has. No semantics live here.
+which keeps the fields the answer's version has. No semantics live here. Before a
+service is called, each handler asks the request's :class:`Access` what the ACLs allow
+(``raftka.broker.kafka.authorization``; with no authorizer configured, everything) and
+answers what is refused with Kafka's AUTHORIZATION_FAILED errors itself.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from raftka.broker.kafka.authentication import (
     SASL_HANDSHAKE_KEY,
     ConnectionAuth,
 )
+from raftka.broker.kafka.authorization import Access, AuthorizerCache, has_idempotent_batch
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
@@ -52,7 +56,12 @@ from raftka.common.acl import (
     ResourcePattern,
     ResourceType,
 )
-from raftka.common.errors import KafkaError, RequestTimedOutError
+from raftka.common.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    RequestTimedOutError,
+)
 from raftka.common.messages import Message, decode_value
 from raftka.common.messages import broker as broker_api
 from raftka.common.messages import coordinator as group_api
@@ -154,10 +163,14 @@ CONFIG_TYPES: Final[dict[str, int]] = {
     "CLASS": 8,
     "PASSWORD": 9,
 }
-#: "Authorized operations not computed" (no ACLs in raftka).
+#: "Authorized operations not computed" (KIP-430's bit sets are not built, even with
+#: the authorizer on).
 _NO_OPERATIONS: Final = -2147483648
 
 _NO_TIME: Final = datetime.timedelta(0)
+_TXN_ID_REFUSED: Final = ErrorCode.transactional_id_authorization_failed
+#: Every request's access with no authorizer configured.
+_ALLOW_ALL: Final = Access(None, ANONYMOUS, "")
 
 
 def _code(error: KafkaError | ErrorObject | None) -> ErrorCode:
@@ -262,6 +275,22 @@ def _partition_results(
         )
         for r in results
     )
+
+
+def _refused_partitions(
+    partition_cls: type[Any],
+    entries: Iterable[tuple[str, int]],
+    code: ErrorCode,
+    *,
+    index_field: str = "partition_index",
+    **fields: Any,
+) -> list[tuple[str, Any]]:
+    """(topic, ``partition_cls``) answers of partitions refused before any service saw
+    them (an authorization failure), with the empty values ``fields``."""
+    return [
+        (t, _build(partition_cls, **{index_field: i}, error_code=code, **fields))
+        for t, i in entries
+    ]
 
 
 def _resource_result(
@@ -394,8 +423,19 @@ class KafkaApis:
             66: self.list_transactions,
         }
         assert set(self._handlers) == set(SUPPORTED)
+        # Built at the first request: the server's config is read then, not here.
+        self._authorizers: AuthorizerCache | None = None
         # RequestMetrics' request label: the handler's name in CamelCase is the API's.
         self._names = {key: camel_case(h.__name__) for key, h in self._handlers.items()}
+
+    def _access(self, call: Call) -> Access:
+        """What ``call``'s principal may do under the current image's ACLs."""
+        if self._authorizers is None:
+            self._authorizers = AuthorizerCache(self._server.config.authorizer)
+        if not self._authorizers.enabled:
+            return _ALLOW_ALL  # off: neither the image nor the call is looked at
+        authorizer = self._authorizers.authorizer(self._server.manager.image)
+        return Access(authorizer, call.principal, call.client_host)
 
     def _cluster_id(self) -> str:
         config = self._server.config
@@ -559,22 +599,34 @@ class KafkaApis:
         if request.topics is not None and (version > 0 or request.topics):
             wanted = [t.name for t in request.topics if t.name is not None]
         image = server.manager.image
-        missing = [n for n in (wanted or []) if n not in image.topics.by_name]
+        access = self._access(call)
+        # A topic the principal may not DESCRIBE: left out of a listing of every topic,
+        # TOPIC_AUTHORIZATION_FAILED when named (and never auto-created).
+        hidden = set(wanted or ()) - access.topics(AclOperation.DESCRIBE, wanted or ())
+        missing = [n for n in (wanted or []) if n not in image.topics.by_name and n not in hidden]
         auto_create = server.config.auto_create_topics_enable and getattr(
             request, "allow_auto_topic_creation", True
         )
+        if auto_create:
+            hidden.update(n for n in missing if not access.may_create_topic(n))
+            missing = [n for n in missing if n not in hidden]
         created = await self._auto_create(missing) if missing and auto_create else set()
         brokers = _kafka_brokers(image, broker_cls, id_field="node_id")
         topics = []
-        names = sorted(image.topics.by_name) if wanted is None else wanted
+        names = (
+            access.describable(ResourceType.TOPIC, sorted(image.topics.by_name), str)
+            if wanted is None
+            else wanted
+        )
         for name in names:
             topic = image.topics.by_name.get(name)
-            if topic is None:
-                error = (
-                    ErrorCode.leader_not_available
-                    if name in created
-                    else (ErrorCode.unknown_topic_or_partition)
-                )
+            if topic is None or name in hidden:
+                if name in hidden:
+                    error = ErrorCode.topic_authorization_failed
+                elif name in created:
+                    error = ErrorCode.leader_not_available
+                else:
+                    error = ErrorCode.unknown_topic_or_partition
                 topics.append(
                     _build(
                         topic_cls,
@@ -653,24 +705,51 @@ class KafkaApis:
             for p in t.partition_data
         ]
         transactional_id = request.transactional_id
+        access = self._access(call)
+        whole_error = None
         if transactional_id is None and any(has_transactional_batch(d) for _, _, d in entries):
             # Kafka: transactional batches need an authorized transactional_id (its
             # authorizer finds none to authorize), answered for every partition.
-            error = ErrorCode.transactional_id_authorization_failed
-            return self._produce_response(cls, [(t, i, error, None) for t, i, _ in entries])
+            whole_error = ErrorCode.transactional_id_authorization_failed
+        elif transactional_id is not None and not access.may_transactional_id(
+            AclOperation.WRITE, transactional_id
+        ):
+            whole_error = ErrorCode.transactional_id_authorization_failed
+        elif (
+            transactional_id is None
+            and access.authorizer is not None  # off: the batches are not even looked at
+            and any(has_idempotent_batch(d) for _, _, d in entries)
+            and not access.may_write_idempotently()
+        ):
+            whole_error = ErrorCode.cluster_authorization_failed
+        if whole_error is not None:
+            return self._produce_response(cls, [(t, i, whole_error, None) for t, i, _ in entries])
+        writable = access.topics(AclOperation.WRITE, (t for t, _, _ in entries))
+        denied = [
+            (t, i, ErrorCode.topic_authorization_failed, None)
+            for t, i, _ in entries
+            if t not in writable
+        ]
+        entries = [e for e in entries if e[0] in writable]
         # The HTTP API's produce: a transactional id's batches are verified with its
         # transaction coordinator first (KIP-890 part 1, broker/txn_verification.py).
-        produced = await self._server.produce(
-            entries,
-            acks=int(request.acks),
-            timeout_ms=_ms(request.timeout),
-            transactional_id=transactional_id,
+        produced = (
+            await self._server.produce(
+                entries,
+                acks=int(request.acks),
+                timeout_ms=_ms(request.timeout),
+                transactional_id=transactional_id,
+            )
+            if entries or not denied  # all refused: no service call
+            else []
         )
         self._server.metrics.topics.record_produce(entries, produced)
         if request.acks == 0:
             return None
         return self._produce_response(
-            cls, [(r.topic, r.partition, _fenced(_code(r.error), 0, version), r) for r in produced]
+            cls,
+            [(r.topic, r.partition, _fenced(_code(r.error), 0, version), r) for r in produced]
+            + denied,
         )
 
     @staticmethod
@@ -733,15 +812,24 @@ class KafkaApis:
             for t in request.topics
             for p in t.partitions
         ]
-        results = await self._server.manager.fetch(
-            # Every Kafka-protocol fetch is a consumer's: followers fetch over HTTP.
-            replica_id=-1,
-            broker_epoch=-1,
-            max_wait_ms=_ms(request.max_wait),
-            min_bytes=int(request.min_bytes),
-            max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
-            partitions=partitions,
-            isolation_level=int(getattr(request, "isolation_level", 0)),
+        readable = self._access(call).topics(AclOperation.READ, (p.topic for p in partitions))
+        denied = [(p.topic, p.partition) for p in partitions if p.topic not in readable]
+        partitions = [p for p in partitions if p.topic in readable]
+        # Nothing readable: answered at once (a long poll on no partitions would only
+        # delay the authorization error).
+        results = (
+            await self._server.manager.fetch(
+                # Every Kafka-protocol fetch is a consumer's: followers fetch over HTTP.
+                replica_id=-1,
+                broker_epoch=-1,
+                max_wait_ms=_ms(request.max_wait),
+                min_bytes=int(request.min_bytes),
+                max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
+                partitions=partitions,
+                isolation_level=int(getattr(request, "isolation_level", 0)),
+            )
+            if partitions or not denied
+            else []
         )
         self._server.metrics.topics.record_fetch(results, follower=False)
         partition_cls = _nested(cls, "PartitionData")
@@ -765,6 +853,18 @@ class KafkaApis:
                 "records": r.records,
             },
         )
+        refused = _refused_partitions(
+            partition_cls,
+            denied,
+            ErrorCode.topic_authorization_failed,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        )
+        items = [*items, *refused]
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -779,12 +879,14 @@ class KafkaApis:
 
     async def list_offsets(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(2, version)
+        wanted = [
+            (t.name, int(p.partition_index), int(p.timestamp))
+            for t in request.topics
+            for p in t.partitions
+        ]
+        describable = self._access(call).topics(AclOperation.DESCRIBE, (w[0] for w in wanted))
         results = self._server.manager.list_offsets(
-            [
-                (t.name, int(p.partition_index), int(p.timestamp))
-                for t in request.topics
-                for p in t.partitions
-            ],
+            [w for w in wanted if w[0] in describable],
             isolation_level=int(getattr(request, "isolation_level", 0)),
         )
         partition_cls = _nested(cls, "ListOffsetsPartitionResponse")
@@ -798,7 +900,15 @@ class KafkaApis:
                 "leader_epoch": r.leader_epoch,
             },
         )
-        return _topics_response(cls, topic_cls, items)
+        refused = _refused_partitions(
+            partition_cls,
+            [(t, i) for t, i, _ in wanted if t not in describable],
+            ErrorCode.topic_authorization_failed,
+            timestamp=-1,
+            offset=-1,
+            leader_epoch=-1,
+        )
+        return _topics_response(cls, topic_cls, [*items, *refused])
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
 
@@ -808,12 +918,14 @@ class KafkaApis:
         cls = load_response_schema(23, version)
         partition_cls = _nested(cls, "EpochEndOffset")
         topic_cls = _nested(cls, "OffsetForLeaderTopicResult")
+        wanted = [
+            (t.topic, int(p.partition), int(p.current_leader_epoch), int(p.leader_epoch))
+            for t in request.topics
+            for p in t.partitions
+        ]
+        describable = self._access(call).topics(AclOperation.DESCRIBE, (w[0] for w in wanted))
         results = self._server.manager.offsets_for_leader_epoch(
-            [
-                (t.topic, int(p.partition), int(p.current_leader_epoch), int(p.leader_epoch))
-                for t in request.topics
-                for p in t.partitions
-            ]
+            [w for w in wanted if w[0] in describable]
         )
         items = _partition_results(
             partition_cls,
@@ -821,7 +933,15 @@ class KafkaApis:
             lambda r: {"leader_epoch": r.leader_epoch, "end_offset": r.end_offset},
             index_field="partition",
         )
-        return _topics_response(cls, topic_cls, items, name_field="topic")
+        refused = _refused_partitions(
+            partition_cls,
+            [(w[0], w[1]) for w in wanted if w[0] not in describable],
+            ErrorCode.topic_authorization_failed,
+            index_field="partition",
+            leader_epoch=-1,
+            end_offset=-1,
+        )
+        return _topics_response(cls, topic_cls, [*items, *refused], name_field="topic")
 
     # ------------------------------------------------------------------ InitProducerId
 
@@ -837,6 +957,13 @@ class KafkaApis:
                 producer_epoch=producer_epoch,
             )
 
+        access = self._access(call)
+        if request.transactional_id is not None and not access.may_transactional_id(
+            AclOperation.WRITE, request.transactional_id
+        ):
+            return answer(ErrorCode.transactional_id_authorization_failed)
+        if request.transactional_id is None and not access.may_write_idempotently():
+            return answer(ErrorCode.cluster_authorization_failed)
         if request.transactional_id is not None:
             # The transactional id's coordinator answers (as POST /v1/init-producer-id).
             fields = {
@@ -904,17 +1031,35 @@ class KafkaApis:
                 {"name": t.name, "partitions": [int(p) for p in t.partitions]} for t in topics
             ],
         }
-        r, failed = await self._txn_call(
-            call,
-            "add_partitions_to_txn",
-            fields,
-            txn_api.AddPartitionsToTxnRequest,
-            key=24,
-            version=version,
-        )
+        access = self._access(call)
+        writable = access.topics(AclOperation.WRITE, (t.name for t in topics))
+        r: Any = None
+        if not access.may_transactional_id(
+            AclOperation.WRITE, request.v3_and_below_transactional_id
+        ):
+            failed = ErrorCode.transactional_id_authorization_failed
+        elif len(writable) < len({t.name for t in topics}):
+            # Kafka's: nothing is added when a topic is refused; the others were not tried.
+            failed = ErrorCode.operation_not_attempted
+        else:
+            r, failed = await self._txn_call(
+                call,
+                "add_partitions_to_txn",
+                fields,
+                txn_api.AddPartitionsToTxnRequest,
+                key=24,
+                version=version,
+            )
         if failed is ErrorCode.none:
             failed = ErrorCode.unknown_server_error  # a partition it did not answer for
         answers = {} if r is None else _txn_errors(r.results, 24, version)
+        if failed is ErrorCode.operation_not_attempted:
+            answers = {
+                (t.name, int(p)): ErrorCode.topic_authorization_failed
+                for t in topics
+                if t.name not in writable
+                for p in t.partitions
+            }
         results = tuple(
             _build(
                 topic_cls,
@@ -939,14 +1084,20 @@ class KafkaApis:
             "producer_epoch": int(request.producer_epoch),
             "group_id": request.group_id,
         }
-        _, code = await self._txn_call(
-            call,
-            "add_offsets_to_txn",
-            fields,
-            txn_api.AddOffsetsToTxnRequest,
-            key=25,
-            version=version,
-        )
+        access = self._access(call)
+        if not access.may_transactional_id(AclOperation.WRITE, request.transactional_id):
+            code = ErrorCode.transactional_id_authorization_failed
+        elif not access.may_group(AclOperation.READ, request.group_id):
+            code = ErrorCode.group_authorization_failed
+        else:
+            _, code = await self._txn_call(
+                call,
+                "add_offsets_to_txn",
+                fields,
+                txn_api.AddOffsetsToTxnRequest,
+                key=25,
+                version=version,
+            )
         return _build(load_response_schema(25, version), throttle_time=_NO_TIME, error_code=code)
 
     async def end_txn(self, request: Any, version: int, call: Call) -> Any:
@@ -959,15 +1110,22 @@ class KafkaApis:
             "committed": bool(request.committed),
             "transaction_version": 2 if version >= 5 else 1,
         }
-        _, code = await self._txn_call(
-            call, "end_txn", fields, txn_api.EndTxnRequest, key=26, version=version
-        )
+        if not self._access(call).may_transactional_id(
+            AclOperation.WRITE, request.transactional_id
+        ):
+            code = ErrorCode.transactional_id_authorization_failed
+        else:
+            _, code = await self._txn_call(
+                call, "end_txn", fields, txn_api.EndTxnRequest, key=26, version=version
+            )
         return _build(load_response_schema(26, version), throttle_time=_NO_TIME, error_code=code)
 
     async def txn_offset_commit(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(28, version)
         partition_cls = _nested(cls, "TxnOffsetCommitResponsePartition")
         topic_cls = _nested(cls, "TxnOffsetCommitResponseTopic")
+        access = self._access(call)
+        readable = access.topics(AclOperation.READ, (t.name for t in request.topics))
         fields = {
             "transactional_id": request.transactional_id,
             "group_id": request.group_id,
@@ -991,13 +1149,25 @@ class KafkaApis:
                     ],
                 }
                 for t in request.topics
+                if t.name in readable
             ],
         }
-        r, failed = await self._group_results(
-            call, "txn_offset_commit", fields, txn_api.TxnOffsetCommitRequest
-        )
+        r: Any = None
+        if not access.may_transactional_id(AclOperation.WRITE, request.transactional_id):
+            failed = ErrorCode.transactional_id_authorization_failed
+        elif not access.may_group(AclOperation.READ, request.group_id):
+            failed = ErrorCode.group_authorization_failed
+        elif request.topics and not readable:
+            failed = ErrorCode.topic_authorization_failed
+        else:
+            r, failed = await self._group_results(
+                call, "txn_offset_commit", fields, txn_api.TxnOffsetCommitRequest
+            )
         failed = _fenced(failed, 28, version)
         answers = {} if r is None else _txn_errors(r.topics, 28, version)
+        if r is not None:
+            # The topics refused before the coordinator saw them.
+            answers.update(_topic_errors(request.topics, readable))
         return _commit_answer(
             cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
         )
@@ -1006,7 +1176,22 @@ class KafkaApis:
         cls = load_response_schema(65, version)
         state_cls = _nested(cls, "TransactionState")
         topic_cls = _nested(cls, "TopicData")
-        fields = {"transactional_ids": list(request.transactional_ids)}
+        access = self._access(call)
+        allowed = [
+            tid
+            for tid in request.transactional_ids
+            if access.may_transactional_id(AclOperation.DESCRIBE, tid)
+        ]
+        refused = tuple(
+            _describe_state(
+                state_cls, topic_cls, tid, ErrorCode.transactional_id_authorization_failed
+            )
+            for tid in request.transactional_ids
+            if tid not in allowed
+        )
+        if refused and not allowed:
+            return _build(cls, throttle_time=_NO_TIME, transaction_states=refused)
+        fields = {"transactional_ids": allowed}
         r, code = await self._txn_call(
             call,
             "describe_transactions",
@@ -1021,9 +1206,9 @@ class KafkaApis:
                 cls,
                 throttle_time=_NO_TIME,
                 transaction_states=tuple(
-                    _describe_state(state_cls, topic_cls, tid, code)
-                    for tid in request.transactional_ids
-                ),
+                    _describe_state(state_cls, topic_cls, tid, code) for tid in allowed
+                )
+                + refused,
             )
         return _build(
             cls,
@@ -1031,7 +1216,8 @@ class KafkaApis:
             transaction_states=tuple(
                 _describe_state(state_cls, topic_cls, s.transactional_id, _code(s.error), s)
                 for s in r.transaction_states
-            ),
+            )
+            + refused,
         )
 
     async def list_transactions(self, request: Any, version: int, call: Call) -> Any:
@@ -1065,7 +1251,11 @@ class KafkaApis:
                     producer_id=s.producer_id,
                     transaction_state=s.transaction_state,
                 )
-                for s in r.transaction_states
+                for s in self._access(call).describable(
+                    ResourceType.TRANSACTIONAL_ID,
+                    r.transaction_states,
+                    lambda s: str(s.transactional_id),
+                )
             ),
         )
 
@@ -1074,8 +1264,12 @@ class KafkaApis:
     async def create_topics(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(19, version)
         result_cls = _nested(cls, "CreatableTopicResult")
+        access = self._access(call)
+        creatable = {t.name for t in request.topics if access.may_create_topic(t.name)}
         topics = []
         for t in request.topics:
+            if t.name not in creatable:
+                continue
             topic: dict[str, Any] = {
                 "name": t.name,
                 "num_partitions": int(t.num_partitions),
@@ -1089,12 +1283,18 @@ class KafkaApis:
                 topic["configs"] = {c.name: c.value for c in t.configs if c.value is not None}
             topics.append(topic)
         body = {"topics": topics, "validate_only": bool(getattr(request, "validate_only", False))}
-        answer, failure = await self._forward("/v1/topics", body, _ms(request.timeout))
+        answer, failure = (
+            await self._forward("/v1/topics", body, _ms(request.timeout))
+            if topics or len(creatable) == len(request.topics)
+            else ({}, None)
+        )
         answers = {item["name"]: item for item in answer.get("topics", [])}
         results = []
         for t in request.topics:
             item = answers.get(t.name)
             error_code, message = _controller_result(item, failure)
+            if t.name not in creatable:
+                item, error_code, message = None, ErrorCode.topic_authorization_failed, None
             results.append(
                 _build(
                     result_cls,
@@ -1113,13 +1313,21 @@ class KafkaApis:
         cls = load_response_schema(20, version)
         result_cls = _nested(cls, "DeletableTopicResult")
         names = list(request.topic_names)
-        answer, failure = await self._forward(
-            "/v1/topics", {"names": names}, _ms(request.timeout), method="DELETE"
+        deletable = self._access(call).topics(AclOperation.DELETE, names)
+        allowed = [n for n in names if n in deletable]
+        answer, failure = (
+            await self._forward(
+                "/v1/topics", {"names": allowed}, _ms(request.timeout), method="DELETE"
+            )
+            if allowed or len(allowed) == len(names)
+            else ({}, None)
         )
         answers = {item.get("name"): item for item in answer.get("topics", [])}
         results = []
         for name in names:
             code, message = _controller_result(answers.get(name), failure)
+            if name not in deletable:
+                code, message = ErrorCode.topic_authorization_failed, None
             results.append(_build(result_cls, name=name, error_code=code, error_message=message))
         return _build(cls, throttle_time=_NO_TIME, responses=tuple(results))
 
@@ -1139,18 +1347,27 @@ class KafkaApis:
     async def create_partitions(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(37, version)
         result_cls = _nested(cls, "CreatePartitionsTopicResult")
+        alterable = self._access(call).topics(AclOperation.ALTER, (t.name for t in request.topics))
         topics = []
         for t in request.topics:
+            if t.name not in alterable:
+                continue
             topic: dict[str, Any] = {"name": t.name, "count": int(t.count)}
             if t.assignments is not None:
                 topic["assignments"] = [list(a.broker_ids) for a in t.assignments]
             topics.append(topic)
         body = {"topics": topics, "validate_only": bool(request.validate_only)}
-        answer, failure = await self._forward("/v1/partitions", body, _ms(request.timeout))
+        answer, failure = (
+            await self._forward("/v1/partitions", body, _ms(request.timeout))
+            if topics or len(topics) == len(request.topics)
+            else ({}, None)
+        )
         answers = {item["name"]: item for item in answer.get("topics", [])}
         results = []
         for t in request.topics:
             code, message = _controller_result(answers.get(t.name), failure)
+            if t.name not in alterable:
+                code, message = ErrorCode.topic_authorization_failed, None
             results.append(_build(result_cls, name=t.name, error_code=code, error_message=message))
         return _build(cls, throttle_time=_NO_TIME, results=tuple(results))
 
@@ -1161,12 +1378,14 @@ class KafkaApis:
         result_cls = _nested(cls, "ReplicaElectionResult")
         partition_cls = _nested(cls, "PartitionResult")
         election_type = int(getattr(request, "election_type", 0))
-        if election_type not in (0, 1):
+        refused = None
+        if not self._access(call).may_cluster(AclOperation.ALTER):
+            refused = ErrorCode.cluster_authorization_failed
+        elif election_type not in (0, 1):
+            refused = ErrorCode.invalid_request
+        if refused is not None:
             return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.invalid_request,
-                replica_election_results=(),
+                cls, throttle_time=_NO_TIME, error_code=refused, replica_election_results=()
             )
         body: dict[str, Any] = {
             "election_type": "preferred" if election_type == 0 else "unclean",
@@ -1220,6 +1439,14 @@ class KafkaApis:
         topic_cls = _nested(cls, "ReassignableTopicResponse")
         partition_cls = _nested(cls, "ReassignablePartitionResponse")
         allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+        if not self._access(call).may_cluster(AclOperation.ALTER):
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message=None,
+                responses=(),
+            )
         image = self._server.manager.image
         refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
         forward = []
@@ -1279,9 +1506,14 @@ class KafkaApis:
         cls = load_response_schema(46, version)
         topic_cls = _nested(cls, "OngoingTopicReassignment")
         partition_cls = _nested(cls, "OngoingPartitionReassignment")
-        answer, failure = await self._forward(
-            "/v1/reassignments", {}, _ms(request.timeout), method="GET"
-        )
+        answer: dict[str, Any] = {}
+        failure: KafkaError | None = None
+        if self._access(call).may_cluster(AclOperation.DESCRIBE):
+            answer, failure = await self._forward(
+                "/v1/reassignments", {}, _ms(request.timeout), method="GET"
+            )
+        else:
+            failure = ClusterAuthorizationFailedError("DESCRIBE on the cluster is needed")
         if failure is not None:
             return _build(
                 cls,
@@ -1323,6 +1555,7 @@ class KafkaApis:
         result_cls = _nested(cls, "DescribeConfigsResult")
         entry_cls = _nested(cls, "DescribeConfigsResourceResult")
         image = self._server.manager.image
+        access = self._access(call)
         results = []
         for resource in request.resources:
             kind = RESOURCE_TYPES.get(int(resource.resource_type))
@@ -1330,7 +1563,10 @@ class KafkaApis:
             # The controller's rows (topics) and the broker's (brokers) share their fields.
             found: Sequence[ConfigEntry | ConfigEntryData] = ()
             code, message = ErrorCode.none, None
-            if kind == "topic":
+            denied = _config_access(access, AclOperation.DESCRIBE_CONFIGS, kind, resource)
+            if denied is not None:
+                code = denied
+            elif kind == "topic":
                 described = describe_configs(image, resource.resource_name, keys or None)
                 code, message = _code(described.error), _message(described.error)
                 found = described.entries
@@ -1381,7 +1617,7 @@ class KafkaApis:
                 out.append({"name": c.name, "op": op, "value": c.value})
             return out
 
-        return await self._alter_configs(44, request, version, ops)
+        return await self._alter_configs(44, request, version, ops, self._access(call))
 
     async def alter_configs(self, request: Any, version: int, call: Call) -> Any:
         # AlterConfigs replaces a resource's whole set of overrides: SET what is given,
@@ -1406,7 +1642,7 @@ class KafkaApis:
             out += [{"name": k, "op": "DELETE"} for k in sorted(current) if k not in given]
             return out
 
-        return await self._alter_configs(33, request, version, ops)
+        return await self._alter_configs(33, request, version, ops, self._access(call))
 
     async def _alter_configs(
         self,
@@ -1414,6 +1650,7 @@ class KafkaApis:
         request: Any,
         version: int,
         ops_of: Callable[[Any], list[dict[str, Any]] | str],
+        access: Access,
     ) -> Any:
         """(Incremental)AlterConfigs: the resources as the controller's
         ``POST /v1/configs`` operations (``ops_of``: one resource's, or why it is
@@ -1425,11 +1662,14 @@ class KafkaApis:
         for i, resource in enumerate(request.resources):
             kind = RESOURCE_TYPES.get(int(resource.resource_type))
             ops = ops_of(resource)
+            denied = _config_access(access, AclOperation.ALTER_CONFIGS, kind, resource)
             if kind is None:
                 refused[i] = (
                     ErrorCode.invalid_request,
                     f"altering resource type {int(resource.resource_type)} is not supported",
                 )
+            elif denied is not None:
+                refused[i] = (denied, None)
             elif isinstance(ops, str):
                 refused[i] = (ErrorCode.invalid_request, ops)
             else:
@@ -1466,6 +1706,14 @@ class KafkaApis:
         cls = load_response_schema(50, version)
         result_cls = _nested(cls, "DescribeUserScramCredentialsResult")
         info_cls = _nested(cls, "CredentialInfo")
+        if not self._access(call).may_cluster(AclOperation.DESCRIBE):
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message=None,
+                results=(),
+            )
         users = None if request.users is None else [u.name for u in request.users]
         described = describe_user_scram_credentials(self._server.manager.image, users)
         results = tuple(
@@ -1516,7 +1764,12 @@ class KafkaApis:
             ],
         }
         timeout_ms = self._server.config.request_timeout_ms
-        answer, failure = await self._forward("/v1/scram-credentials", body, timeout_ms)
+        answer: dict[str, Any] = {}
+        failure: KafkaError | None = ClusterAuthorizationFailedError(
+            "ALTER on the cluster is needed"
+        )
+        if self._access(call).may_cluster(AclOperation.ALTER):
+            answer, failure = await self._forward("/v1/scram-credentials", body, timeout_ms)
         answers = {item.get("user"): item for item in answer.get("results", [])}
         users = dict.fromkeys(
             [d.name for d in request.deletions] + [u.name for u in request.upsertions]
@@ -1537,6 +1790,8 @@ class KafkaApis:
         acl_cls = _nested(cls, "AclDescription")
         wire_filter = _acl_filter_wire(request)
         try:
+            if not self._access(call).may_cluster(AclOperation.DESCRIBE):
+                raise ClusterAuthorizationFailedError("DESCRIBE on the cluster is needed")
             acl_filter = acl_filter_of(decode_value(wire_filter, AclFilterData))
         except KafkaError as e:
             return _build(
@@ -1593,7 +1848,12 @@ class KafkaApis:
             ]
         }
         timeout_ms = self._server.config.request_timeout_ms
-        answer, failure = await self._forward("/v1/acls", body, timeout_ms)
+        answer: dict[str, Any] = {}
+        failure: KafkaError | None = ClusterAuthorizationFailedError(
+            "ALTER on the cluster is needed"
+        )
+        if self._access(call).may_cluster(AclOperation.ALTER):
+            answer, failure = await self._forward("/v1/acls", body, timeout_ms)
         answers = answer.get("results", [])
         results = []
         for i in range(len(request.creations)):
@@ -1609,7 +1869,12 @@ class KafkaApis:
         matching_cls = _nested(cls, "DeleteAclsMatchingAcl")
         body = {"filters": [_acl_filter_wire(f) for f in request.filters]}
         timeout_ms = self._server.config.request_timeout_ms
-        answer, failure = await self._forward("/v1/acls/delete", body, timeout_ms)
+        answer: dict[str, Any] = {}
+        failure: KafkaError | None = ClusterAuthorizationFailedError(
+            "ALTER on the cluster is needed"
+        )
+        if self._access(call).may_cluster(AclOperation.ALTER):
+            answer, failure = await self._forward("/v1/acls/delete", body, timeout_ms)
         answers = answer.get("filter_results", [])
         results = []
         for i in range(len(request.filters)):
@@ -1646,13 +1911,23 @@ class KafkaApis:
             for t in request.topics
             for p in t.partitions
         ]
-        results = await delete_records(
-            self._server.manager, entries, timeout_ms=_ms(request.timeout)
+        deletable = self._access(call).topics(AclOperation.DELETE, (e[0] for e in entries))
+        allowed = [e for e in entries if e[0] in deletable]
+        results = (
+            await delete_records(self._server.manager, allowed, timeout_ms=_ms(request.timeout))
+            if allowed or len(allowed) == len(entries)
+            else []
         )
         items = _partition_results(
             partition_cls, results, lambda r: {"low_watermark": r.low_watermark}
         )
-        return _topics_response(cls, topic_cls, items)
+        refused = _refused_partitions(
+            partition_cls,
+            [(t, i) for t, i, _ in entries if t not in deletable],
+            ErrorCode.topic_authorization_failed,
+            low_watermark=-1,
+        )
+        return _topics_response(cls, topic_cls, [*items, *refused])
 
     # ------------------------------------------------------------------ DescribeProducers
 
@@ -1672,14 +1947,29 @@ class KafkaApis:
                 ),
             }
 
-        results = self._server.manager.describe_producers(entries)
+        readable = self._access(call).topics(AclOperation.READ, (t for t, _ in entries))
+        results = self._server.manager.describe_producers([e for e in entries if e[0] in readable])
         items = _partition_results(partition_cls, results, fields)
-        return _topics_response(cls, topic_cls, items)
+        refused = _refused_partitions(
+            partition_cls,
+            [e for e in entries if e[0] not in readable],
+            ErrorCode.topic_authorization_failed,
+            error_message=None,
+            active_producers=(),
+        )
+        return _topics_response(cls, topic_cls, [*items, *refused])
 
     # ------------------------------------------------------------------ DescribeLogDirs
 
     async def describe_log_dirs(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(35, version)
+        if not self._access(call).may_cluster(AclOperation.DESCRIBE):
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.cluster_authorization_failed,
+                results=(),
+            )
         result_cls = _nested(cls, "DescribeLogDirsResult")
         topic_cls = _nested(cls, "DescribeLogDirsTopic")
         partition_cls = _nested(cls, "DescribeLogDirsPartition")
@@ -1723,6 +2013,18 @@ class KafkaApis:
     async def describe_cluster(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(60, version)
         broker_cls = _nested(cls, "DescribeClusterBroker")
+        if not self._access(call).may_cluster(AclOperation.DESCRIBE):
+            return _build(
+                cls,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message=None,
+                endpoint_type=getattr(request, "endpoint_type", 1),
+                cluster_id=self._cluster_id(),
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=_NO_OPERATIONS,
+            )
         if getattr(request, "endpoint_type", 1) != 1:
             # Endpoint type 2 asks for controllers (KIP-919): clients do not reach
             # raftka's controllers over Kafka's protocol.
@@ -1753,6 +2055,15 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ groups
 
+    def _group_refused(
+        self, call: Call, operation: AclOperation, group_id: str
+    ) -> ErrorCode | None:
+        """GROUP_AUTHORIZATION_FAILED unless ``call``'s principal may do ``operation``
+        on the group."""
+        if self._access(call).may_group(operation, group_id):
+            return None
+        return ErrorCode.group_authorization_failed
+
     def _context(self, call: Call) -> RequestContext:
         return RequestContext(client_host=f"/{call.client_host}")
 
@@ -1782,11 +2093,15 @@ class KafkaApis:
         message_type: type[Message],
         *,
         answer: Callable[[Any], dict[str, Any]],
+        refused: ErrorCode | None = None,
         **failed: Any,
     ) -> Any:
         """A group API whose answer has one error code: ``cls`` built from ``answer``'s
         fields of the service's answer, or, when the call raised, from its error and the
-        empty values ``failed``."""
+        empty values ``failed``; ``refused`` (an authorization failure): that error and
+        ``failed``, without calling the service."""
+        if refused is not None:
+            return _build(cls, throttle_time=_NO_TIME, error_code=refused, **failed)
         try:
             r = await self._group_call(method, fields, message_type, call)
         except KafkaError as e:
@@ -1821,6 +2136,13 @@ class KafkaApis:
             )
 
         fields = {"key": request.key, "key_type": int(getattr(request, "key_type", 0))}
+        access = self._access(call)
+        if fields["key_type"] == 0 and not access.may_group(AclOperation.DESCRIBE, request.key):
+            return answer(ErrorCode.group_authorization_failed, None)
+        if fields["key_type"] == 1 and not access.may_transactional_id(
+            AclOperation.DESCRIBE, request.key
+        ):
+            return answer(ErrorCode.transactional_id_authorization_failed, None)
         try:
             found = await self._group_call(
                 "find_coordinator", fields, group_api.FindCoordinatorRequest, call
@@ -1882,6 +2204,7 @@ class KafkaApis:
             fields,
             group_api.JoinGroupRequest,
             answer=answer,
+            refused=self._group_refused(call, AclOperation.READ, request.group_id),
             generation_id=-1,
             protocol_type=None,
             protocol_name="" if version < 7 else None,
@@ -1916,6 +2239,7 @@ class KafkaApis:
             fields,
             group_api.SyncGroupRequest,
             answer=answer,
+            refused=self._group_refused(call, AclOperation.READ, request.group_id),
             assignment=b"",
         )
 
@@ -1923,7 +2247,13 @@ class KafkaApis:
         cls = load_response_schema(12, version)
         fields = self._member_fields(request)
         return await self._group_answer(
-            cls, call, "heartbeat", fields, group_api.HeartbeatRequest, answer=lambda r: {}
+            cls,
+            call,
+            "heartbeat",
+            fields,
+            group_api.HeartbeatRequest,
+            answer=lambda r: {},
+            refused=self._group_refused(call, AclOperation.READ, request.group_id),
         )
 
     async def leave_group(self, request: Any, version: int, call: Call) -> Any:
@@ -1948,7 +2278,14 @@ class KafkaApis:
             }
 
         return await self._group_answer(
-            cls, call, "leave_group", fields, group_api.LeaveGroupRequest, answer=answer, members=()
+            cls,
+            call,
+            "leave_group",
+            fields,
+            group_api.LeaveGroupRequest,
+            answer=answer,
+            refused=self._group_refused(call, AclOperation.READ, request.group_id),
+            members=(),
         )
 
     async def offset_commit(self, request: Any, version: int, call: Call) -> Any:
@@ -1957,6 +2294,7 @@ class KafkaApis:
         topic_cls = _nested(cls, "OffsetCommitResponseTopic")
         retention = getattr(request, "retention_time", None)
         retention_ms = None if retention is None else _ms(retention)
+        readable = self._access(call).topics(AclOperation.READ, (t.name for t in request.topics))
         fields = {
             "group_id": request.group_id,
             "generation_id": int(getattr(request, "generation_id_or_member_epoch", -1)),
@@ -1977,16 +2315,26 @@ class KafkaApis:
                     ],
                 }
                 for t in request.topics
+                if t.name in readable
             ],
         }
-        r, failed = await self._group_results(
-            call, "offset_commit", fields, group_api.OffsetCommitRequest
-        )
+        r: Any = None
+        refused = self._group_refused(call, AclOperation.READ, request.group_id)
+        if refused is not None:
+            failed = refused
+        elif request.topics and not readable:
+            failed = ErrorCode.topic_authorization_failed
+        else:
+            r, failed = await self._group_results(
+                call, "offset_commit", fields, group_api.OffsetCommitRequest
+            )
         answers = (
             {}
             if r is None
             else {(t.name, p.partition): _code(p.error) for t in r.topics for p in t.partitions}
         )
+        if r is not None:
+            answers.update(_topic_errors(request.topics, readable))
         return _commit_answer(
             cls, partition_cls, topic_cls, request.topics, answers=answers, failed=failed
         )
@@ -2016,8 +2364,26 @@ class KafkaApis:
                 error_code=_code(p.error),
             )
 
+        access = self._access(call)
+
+        def refused(topic: str, p: Any) -> Any:
+            return _build(
+                partition_cls,
+                partition_index=p.partition,
+                committed_offset=-1,
+                committed_leader_epoch=-1,
+                metadata="",
+                error_code=ErrorCode.topic_authorization_failed,
+            )
+
         def answer(r: Any) -> dict[str, Any]:
-            return {"topics": _topic_tree(topic_cls, r.topics, partition)}
+            # Topics it may not DESCRIBE: left out of "every topic"; named, refused.
+            allowed = access.describable(ResourceType.TOPIC, r.topics, lambda t: str(t.name))
+            shown = _topic_tree(topic_cls, allowed, partition)
+            if request.topics is not None:
+                hidden = [t for t in r.topics if t not in allowed]
+                shown += _topic_tree(topic_cls, hidden, refused)
+            return {"topics": shown}
 
         return await self._group_answer(
             cls,
@@ -2026,6 +2392,7 @@ class KafkaApis:
             fields,
             group_api.OffsetFetchRequest,
             answer=answer,
+            refused=self._group_refused(call, AclOperation.READ, request.group_id),
             topics=(),
         )
 
@@ -2041,28 +2408,53 @@ class KafkaApis:
             fields,
             group_api.ListGroupsRequest,
             answer=lambda r: {
-                "groups": tuple(_copy(group_cls, g, group_state=g.state) for g in r.groups)
+                "groups": tuple(
+                    _copy(group_cls, g, group_state=g.state) for g in self._listed_groups(call, r)
+                )
             },
             groups=(),
         )
+
+    def _listed_groups(self, call: Call, r: Any) -> list[Any]:
+        """ListGroups' groups ``call``'s principal may see: all with DESCRIBE on the
+        cluster, else those it may DESCRIBE."""
+        access = self._access(call)
+        if access.may_cluster(AclOperation.DESCRIBE):
+            return list(r.groups)
+        return access.describable(ResourceType.GROUP, r.groups, lambda g: str(g.group_id))
 
     async def describe_groups(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(15, version)
         group_cls = _nested(cls, "DescribedGroup")
         member_cls = _nested(cls, "DescribedGroupMember")
-        fields = {"groups": list(request.groups)}
+        access = self._access(call)
+        allowed = [g for g in request.groups if access.may_group(AclOperation.DESCRIBE, g)]
+        fields = {"groups": allowed}
+        described: Sequence[Any] = ()
         try:
-            r = await self._group_call(
-                "describe_groups", fields, group_api.DescribeGroupsRequest, call
-            )
-            described = r.groups
+            if allowed or len(allowed) == len(request.groups):
+                r = await self._group_call(
+                    "describe_groups", fields, group_api.DescribeGroupsRequest, call
+                )
+                described = r.groups
         except KafkaError as e:
             described = tuple(
                 group_api.DescribedGroup(
                     group_id=g, error=ErrorObject(error=e.name, error_code=e.code)
                 )
-                for g in request.groups
+                for g in allowed
             )
+        denied = GroupAuthorizationFailedError("DESCRIBE on the group is needed")
+        described = [
+            *described,
+            *(
+                group_api.DescribedGroup(
+                    group_id=g, error=ErrorObject(error=denied.name, error_code=denied.code)
+                )
+                for g in request.groups
+                if g not in allowed
+            ),
+        ]
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -2084,10 +2476,15 @@ class KafkaApis:
         cls = load_response_schema(42, version)
         result_cls = _nested(cls, "DeletableGroupResult")
         names = list(request.groups_names)
-        r, failed = await self._group_results(
-            call, "delete_groups", {"groups": names}, group_api.DeleteGroupsRequest
-        )
+        access = self._access(call)
+        allowed = [g for g in names if access.may_group(AclOperation.DELETE, g)]
+        r, failed = None, ErrorCode.group_authorization_failed
+        if allowed or len(allowed) == len(names):
+            r, failed = await self._group_results(
+                call, "delete_groups", {"groups": allowed}, group_api.DeleteGroupsRequest
+            )
         answers = {} if r is None else {g.group_id: _code(g.error) for g in r.results}
+        answers.update({g: ErrorCode.group_authorization_failed for g in names if g not in allowed})
         return _build(
             cls,
             throttle_time=_NO_TIME,
@@ -2100,6 +2497,7 @@ class KafkaApis:
         cls = load_response_schema(47, version)
         partition_cls = _nested(cls, "OffsetDeleteResponsePartition")
         topic_cls = _nested(cls, "OffsetDeleteResponseTopic")
+        readable = self._access(call).topics(AclOperation.READ, (t.name for t in request.topics))
         fields = {
             "group_id": request.group_id,
             "topics": [
@@ -2108,12 +2506,21 @@ class KafkaApis:
                     "partitions": [{"partition": int(p.partition_index)} for p in t.partitions],
                 }
                 for t in request.topics
+                if t.name in readable
             ],
         }
 
         def partition(topic: str, p: Any) -> Any:
             return _build(partition_cls, partition_index=p.partition, error_code=_code(p.error))
 
+        def refused(topic: str, p: Any) -> Any:
+            return _build(
+                partition_cls,
+                partition_index=p.partition_index,
+                error_code=ErrorCode.topic_authorization_failed,
+            )
+
+        hidden = [t for t in request.topics if t.name not in readable]
         return await self._group_answer(
             cls,
             call,
@@ -2122,8 +2529,10 @@ class KafkaApis:
             group_api.OffsetDeleteRequest,
             answer=lambda r: {
                 "error_code": _code(r.error),
-                "topics": _topic_tree(topic_cls, r.topics, partition),
+                "topics": _topic_tree(topic_cls, r.topics, partition)
+                + _topic_tree(topic_cls, hidden, refused),
             },
+            refused=self._group_refused(call, AclOperation.DELETE, request.group_id),
             topics=(),
         )
 
@@ -2180,6 +2589,18 @@ def _acl_filter_wire(f: Any) -> dict[str, Any]:
     )
 
 
+def _config_access(
+    access: Access, operation: AclOperation, kind: str | None, resource: Any
+) -> ErrorCode | None:
+    """The authorization error of a config resource (a topic's: on the topic; a
+    broker's: on the cluster), or None when allowed or of a type not served."""
+    if kind == "topic" and not access.may_topic(operation, resource.resource_name):
+        return ErrorCode.topic_authorization_failed
+    if kind == "broker" and not access.may_cluster(operation):
+        return ErrorCode.cluster_authorization_failed
+    return None
+
+
 def _controller_result(
     item: dict[str, Any] | None, failure: KafkaError | None
 ) -> tuple[ErrorCode, str | None]:
@@ -2222,6 +2643,19 @@ def _txn_errors(topics: Iterable[Any], key: int, version: int) -> dict[tuple[str
     return {
         (t.name, p.partition_index): _fenced(_code(p.error), key, version)
         for t in topics
+        for p in t.partitions
+    }
+
+
+def _topic_errors(
+    topics: Iterable[Any], allowed: set[str], *, index_field: str = "partition_index"
+) -> dict[tuple[str, int], ErrorCode]:
+    """TOPIC_AUTHORIZATION_FAILED for every requested partition (``topics``' items, each
+    with a ``name`` and ``partitions``) of a topic not in ``allowed``."""
+    return {
+        (t.name, int(getattr(p, index_field))): ErrorCode.topic_authorization_failed
+        for t in topics
+        if t.name not in allowed
         for p in t.partitions
     }
 

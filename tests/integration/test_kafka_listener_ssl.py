@@ -4,7 +4,8 @@ and kcat produce and consume through it, verifying the brokers' certificates (ma
 raftka.local.certs) and their host names; a client that trusts another CA, or that
 speaks plaintext to the TLS port, gets nothing. With ``ssl.client.auth=required`` a
 client without a certificate from the brokers' CA is refused at the handshake, and one
-whose certificate no ``ssl.principal.mapping.rules`` rule maps is refused right after it.
+whose certificate no ``ssl.principal.mapping.rules`` rule maps is refused right after it;
+the principal a certificate maps to is what the authorizer decides for.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from raftka.broker.config import STANDARD_AUTHORIZER
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.local.certs import new_ca
@@ -37,6 +39,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     client = ca.issue(tmp / "pki", "alice")
     # From the brokers' CA, but no ssl.principal.mapping.rules rule names it.
     unmapped = ca.issue(tmp / "pki", "bob")
+    # Mapped (User:CAROL), but not a super user and granted nothing.
+    carol = ca.issue(tmp / "pki", "carol")
     stranger_ca = new_ca(tmp / "other", name="someone-else")
     stranger = stranger_ca.issue(tmp / "other", "mallory")
     props = {
@@ -44,8 +48,11 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "ssl.keyfile": str(node.keyfile),
         "ssl.cafile": str(ca.cafile),
         "ssl.client.auth": "required",
-        # alice's certificate (CN=alice) is User:ALICE; no other subject is mapped.
-        "ssl.principal.mapping.rules": "RULE:^CN=(alice)$/$1/U",
+        # CN=alice is User:ALICE, CN=carol User:CAROL; no other subject is mapped.
+        "ssl.principal.mapping.rules": "RULE:^CN=(alice|carol)$/$1/U",
+        # ACLs enforced: ALICE (the clients of the other tests) may do anything.
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:ALICE",
         "offsets.topic.num.partitions": "1",
     }
     with LocalCluster(tmp) as cluster:
@@ -65,6 +72,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "other_key": str(stranger.keyfile),
                 "unmapped_cert": str(unmapped.certfile),
                 "unmapped_key": str(unmapped.keyfile),
+                "carol_cert": str(carol.certfile),
+                "carol_key": str(carol.keyfile),
                 "http": [b.address for b in brokers.brokers.values()],
             }
 
@@ -247,3 +256,26 @@ def test_a_certificate_no_rule_maps_is_refused(tls: dict[str, Any]) -> None:
     succeeded = _ssl_authentications(tls, "successful")
     assert AdminClient(confluent(tls)).list_topics(timeout=DEADLINE_S).brokers
     assert _ssl_authentications(tls, "successful") > succeeded, "alice was not counted"
+
+
+def test_a_certificate_principal_is_what_the_acls_decide_for(tls: dict[str, Any]) -> None:
+    """carol's certificate maps to User:CAROL, who is no super user and has no ACL: her
+    produce is refused with TOPIC_AUTHORIZATION_FAILED (her certificate authenticated
+    her; the authorizer refused her), while User:ALICE's succeeds."""
+    from confluent_kafka import KafkaError, Producer
+
+    carol = Producer(
+        confluent(
+            tls,
+            **{
+                "ssl.certificate.location": tls["carol_cert"],
+                "ssl.key.location": tls["carol_key"],
+                "message.timeout.ms": 5000,
+            },
+        )
+    )
+    outcome: list[Any] = []
+    carol.produce("carol-topic", b"x", on_delivery=lambda e, m: outcome.append(e))
+    carol.flush(10)
+    assert outcome and outcome[0] is not None, "User:CAROL had a record acknowledged"
+    assert outcome[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, outcome[0]

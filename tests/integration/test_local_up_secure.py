@@ -1,8 +1,9 @@
 """``raftka up --secure`` as a real process: its brokers' Kafka listeners are SASL_SSL
-with a throwaway CA and a SCRAM-SHA-512 user ``admin``; the client settings it writes
-work unchanged with confluent-kafka (produce, then consume) and with kcat's ``-F``; a
-client that skips TLS, or gives a wrong password, gets nothing; a resumed cluster keeps
-the same CA and password."""
+with a throwaway CA and a SCRAM-SHA-512 user ``admin``, the authorizer's super user; the
+client settings it writes work unchanged with confluent-kafka (produce, then consume)
+and with kcat's ``-F``; another user gets TOPIC_AUTHORIZATION_FAILED and sees no topic
+until an ACL grants it; a client that skips TLS, gives a wrong password, or trusts
+another CA gets nothing; a resumed cluster keeps the same CA and password."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import orjson
 import pytest
 
 from raftka.local import free_port_run, wait_for
+from raftka.local.certs import new_ca
 
 pytestmark = pytest.mark.slow
 
@@ -85,13 +87,55 @@ def _produce_and_consume(config: dict[str, Any]) -> list[bytes]:
         message = consumer.poll(1.0)
         if message is not None and message.error() is None:
             got.append(message.value())
-        return bool(got)
+        return b"secret" in got
 
     try:
-        wait_for(read, timeout_s=DEADLINE_S, message="nothing consumed over SASL_SSL")
+        wait_for(read, timeout_s=DEADLINE_S, message="the record was not consumed over SASL_SSL")
     finally:
         consumer.close()
     return got
+
+
+def _raftka(*args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raftka", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+def _produce_once(config: dict[str, Any]) -> Any:
+    """One record to secure-topic: None when acknowledged, else the delivery error."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**config, "message.timeout.ms": 5000})
+    outcome: list[Any] = []
+    producer.produce("secure-topic", b"x", on_delivery=lambda e, m: outcome.append(e))
+    producer.flush(10)
+    return outcome[0] if outcome else "no delivery report"
+
+
+def _topic_authorization_failed(config: dict[str, Any]) -> bool:
+    """Wait (the new user reaches every broker with the metadata log) until a produce
+    is refused with TOPIC_AUTHORIZATION_FAILED; True then."""
+    from confluent_kafka import KafkaError
+
+    def refused() -> bool:
+        error = _produce_once(config)
+        assert error is not None, "a user without an ACL had a record acknowledged"
+        return getattr(error, "code", lambda: None)() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    wait_for(refused, timeout_s=DEADLINE_S, message="no TOPIC_AUTHORIZATION_FAILED for bob")
+    return True
+
+
+def _topics(config: dict[str, Any]) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient(config).list_topics(timeout=DEADLINE_S).topics)
 
 
 def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -> None:
@@ -117,15 +161,56 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
             for broker in kafka.split(","):
                 listed = _kcat_list(kcat, secure / "client.properties", broker)
                 assert listed.returncode == 0 and "3 brokers:" in listed.stdout, listed.stderr
-        assert _produce_and_consume(config)[0] == b"secret"
+        assert _produce_and_consume(config) == [b"secret"]
         if kcat is not None:
             listed = _kcat_list(kcat, secure / "client.properties", kafka)
             assert listed.returncode == 0 and "secure-topic" in listed.stdout, listed.stderr
 
-        # No TLS (a SASL_PLAINTEXT client) and a wrong password: nothing delivered.
+        # The authorizer is on, admin its super user: another user gets only what ACLs
+        # grant. bob, without an ACL, is refused the topic and does not see it listed.
+        http = cluster["bootstrap_servers"]
+        _raftka(
+            "users",
+            "add",
+            "--user",
+            "bob",
+            "--mechanism",
+            "SCRAM-SHA-512",
+            "--password",
+            "bob-secret",
+            "--bootstrap-server",
+            http,
+        )
+        bob = {**config, "sasl.username": "bob", "sasl.password": "bob-secret"}
+        refused = _topic_authorization_failed(bob)
+        assert "secure-topic" not in _topics(bob), "bob saw a topic he may not describe"
+        assert refused
+        _raftka(
+            "acls",
+            "add",
+            "--allow-principal",
+            "User:bob",
+            "--operation",
+            "Write",
+            "--topic",
+            "secure-topic",
+            "--bootstrap-server",
+            http,
+        )
+        wait_for(
+            lambda: _produce_once(bob) is None,
+            timeout_s=DEADLINE_S,
+            message="bob's record was not acknowledged once WRITE was granted",
+        )
+        assert "secure-topic" in _topics(bob)  # WRITE implies DESCRIBE
+
+        # No TLS (a SASL_PLAINTEXT client), a wrong password, and a client that trusts
+        # another CA (so not the brokers' certificate): nothing delivered.
+        other_ca = new_ca(tmp_path / "other-ca", name="someone-else")
         for wrong in (
             {**config, "security.protocol": "SASL_PLAINTEXT"},
             {**config, "sasl.password": "not-it"},
+            {**config, "ssl.ca.location": str(other_ca.cafile)},
         ):
             errors: list[Any] = []
             producer = Producer({**wrong, "message.timeout.ms": 3000, "error_cb": errors.append})

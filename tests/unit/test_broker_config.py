@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.config import load_broker_config
+from raftka.broker.config import STANDARD_AUTHORIZER, load_broker_config
+from raftka.metadata.authorizer import AuthorizerConfig
 from raftka.server_common.process_config import ConfigError
 
 BASE = (
@@ -255,3 +256,51 @@ def test_ssl_principal_mapping_rules(tmp_path: Path) -> None:
         load_broker_config(
             _write(tmp_path, plain + "log.dirs=/tmp/x\nssl.principal.mapping.rules=DEFAULT\n")
         )
+
+
+def test_the_authorizer_settings(tmp_path: Path) -> None:
+    """authorizer.class.name: empty is off (no authorizer config), Kafka's
+    StandardAuthorizer turns it on with super.users (;-separated principals) and
+    allow.everyone.if.no.acl.found; another class, a malformed principal, a bad boolean,
+    either setting without the authorizer, and the authorizer without a Kafka listener
+    (it would guard nothing) are refused naming the key."""
+    text = (
+        BASE.replace(
+            "listeners=PLAINTEXT://127.0.0.1:9092",
+            "listeners=HTTP://127.0.0.1:8081,PLAINTEXT://127.0.0.1:9092",
+        )
+        + "log.dirs=/tmp/x\n"
+    )
+    http_only = BASE + "log.dirs=/tmp/x\n" + f"authorizer.class.name={STANDARD_AUTHORIZER}\n"
+    with pytest.raises(ConfigError, match=r"authorizer\.class\.name: no Kafka listener to guard"):
+        load_broker_config(_write(tmp_path, http_only))
+    assert load_broker_config(_write(tmp_path, text)).authorizer is None
+    assert (
+        load_broker_config(_write(tmp_path, text + "authorizer.class.name=\n")).authorizer is None
+    )
+    on = text + f"authorizer.class.name={STANDARD_AUTHORIZER}\n"
+    config = load_broker_config(_write(tmp_path, on)).authorizer
+    assert config == AuthorizerConfig()  # no super users, deny when no ACL is found
+    config = load_broker_config(
+        _write(
+            tmp_path,
+            on + "super.users=User:admin; User:ops\nallow.everyone.if.no.acl.found=true\n",
+        )
+    ).authorizer
+    assert config is not None
+    assert config.super_users == frozenset({"User:admin", "User:ops"})
+    assert config.allow_everyone_if_no_acl_found is True
+    with pytest.raises(ConfigError, match=r"authorizer\.class\.name: only .*StandardAuthorizer"):
+        load_broker_config(
+            _write(
+                tmp_path, text + "authorizer.class.name=kafka.security.authorizer.AclAuthorizer\n"
+            )
+        )
+    with pytest.raises(ConfigError, match=r"super\.users: 'admin' is not a principal"):
+        load_broker_config(_write(tmp_path, on + "super.users=admin\n"))
+    with pytest.raises(ConfigError, match=r"allow\.everyone\.if\.no\.acl\.found must be true"):
+        load_broker_config(_write(tmp_path, on + "allow.everyone.if.no.acl.found=maybe\n"))
+    for setting in ("super.users=User:admin", "allow.everyone.if.no.acl.found=true"):
+        key = setting.partition("=")[0].replace(".", r"\.")
+        with pytest.raises(ConfigError, match=rf"{key}: no authorizer uses it"):
+            load_broker_config(_write(tmp_path, text + setting + "\n"))

@@ -292,7 +292,11 @@ def config_apis(channel: FakeChannel, overrides: dict[str, str]) -> Any:
         channel=channel,
         manager=SimpleNamespace(image=SimpleNamespace(configs=configs)),
         config=SimpleNamespace(
-            request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
+            authorizer=None,
+            request_timeout_ms=1000,
+            node_id=1,
+            controller_ids=(1,),
+            controllers=("h:9093",),
         ),
     )
     return KafkaApis(cast(Any, server))
@@ -526,7 +530,11 @@ def test_admin_answers_encode_in_every_version_served(tmp_path: Path) -> None:
             offsets_for_leader_epoch=lambda entries: [EpochEndOffsetResult("t", 0, None, 3, 10)],
         ),
         config=SimpleNamespace(
-            request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
+            authorizer=None,
+            request_timeout_ms=1000,
+            node_id=1,
+            controller_ids=(1,),
+            controllers=("h:9093",),
         ),
         metrics=BrokerMetrics(new_registry()),
     )

@@ -141,7 +141,11 @@ def _apis() -> tuple[KafkaApis, Transactions, Groups]:
         transactions=transactions,
         coordinator=groups,
         config=SimpleNamespace(
-            request_timeout_ms=1000, node_id=1, controller_ids=(1,), controllers=("h:9093",)
+            authorizer=None,
+            request_timeout_ms=1000,
+            node_id=1,
+            controller_ids=(1,),
+            controllers=("h:9093",),
         ),
     )
     return KafkaApis(cast(Any, server)), transactions, groups

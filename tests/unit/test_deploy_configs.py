@@ -102,13 +102,15 @@ def test_broker_config_parses_and_uses_its_host_address(
     certs: Path, host: str, tmp_path: Path
 ) -> None:
     """The broker file parses with the broker's reader (its TLS files loaded), listens on
-    and advertises this host's address, serves Kafka's protocol as SASL_SSL with SCRAM,
-    has min.insync.replicas=2, and its controllers are the voters."""
+    and advertises this host's address, serves Kafka's protocol as SASL_SSL with SCRAM
+    and ACLs enforced, has min.insync.replicas=2, and its controllers are the voters."""
     ip = hosts()[host]
     broker = load_broker_config(_broker_config_with(certs, host, tmp_path))
     kafka = broker.kafka_listener
     assert kafka is not None and kafka.security_protocol == "SASL_SSL"
     assert kafka.ssl_context is not None and kafka.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert broker.authorizer is not None and broker.authorizer.super_users == {"User:admin"}
+    assert broker.authorizer.allow_everyone_if_no_acl_found is False
     assert (kafka.host, kafka.advertised_host) == (ip, ip)
     controller = load_node_config(CONFIG / host / "controller.properties")
     assert (broker.listen_host, broker.advertised_host) == (ip, ip)

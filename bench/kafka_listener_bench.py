@@ -14,7 +14,9 @@ Prints one JSON line per run and the medians.
 
 ``--sasl-ssl`` (issue #17's benchmark): a second cluster whose Kafka listeners are
 SASL_SSL (``raftka.local.secure``, as ``raftka up --secure``: a throwaway CA,
-SCRAM-SHA-512, a user made with the admin client) runs beside the PLAINTEXT one; the
+SCRAM-SHA-512, the authorizer on) runs beside the PLAINTEXT one, its clients a user
+``bench`` that is no super user and may do what two ACLs grant (``BENCH_ACLS``), so
+each request pays the authorizer's check; the
 repeats alternate between the two, so both see the same machine, and the medians'
 ratios SASL_SSL / PLAINTEXT are printed.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -34,9 +37,20 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from raftka.client import Admin
+from raftka.common.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
-from raftka.local.secure import add_scram_user, sasl_ssl_setup
+from raftka.local.processes import http_json
+from raftka.local.secure import add_scram_user, sasl_ssl_setup, wait_until_brokers_know
 
 RECORD_SIZE = 100
 PARTITIONS = 3
@@ -99,6 +113,35 @@ def run(
     }
 
 
+#: What the benchmark's user "bench" is granted: everything on its topics (create,
+#: write, read, describe) and READ on its consumers' groups.
+BENCH_ACLS = (
+    AclBinding(
+        ResourcePattern(ResourceType.TOPIC, "bench-", PatternType.PREFIXED),
+        AccessControlEntry("User:bench", "*", AclOperation.ALL, AclPermissionType.ALLOW),
+    ),
+    AclBinding(
+        ResourcePattern(ResourceType.GROUP, "bench-", PatternType.PREFIXED),
+        AccessControlEntry("User:bench", "*", AclOperation.READ, AclPermissionType.ALLOW),
+    ),
+)
+
+
+def _grant_bench(brokers: LocalBrokers) -> None:
+    """BENCH_ACLS committed, and in every broker's image (they reach it a moment later)."""
+    with Admin(bootstrap_servers=brokers.bootstrap_servers) as admin:
+        admin.create_acls(BENCH_ACLS)
+
+    def everywhere() -> bool:
+        for node in brokers.nodes():
+            status, body = http_json(node.address, "/v1/acls?principal=User:bench")
+            if status != 200 or len(body.get("acls", [])) < len(BENCH_ACLS):
+                return False
+        return True
+
+    wait_for(everywhere, timeout_s=60, message="the brokers never learnt bench's ACLs")
+
+
 def _medians(results: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in results) for k in results[0]}
 
@@ -115,9 +158,16 @@ def main() -> None:
         for protocol in ("PLAINTEXT", "SASL_SSL") if args.sasl_ssl else ("PLAINTEXT",):
             props: dict[str, str] = {}
             security: dict[str, str] = {}
-            setup = sasl_ssl_setup(tmp / "pki", user="bench") if protocol == "SASL_SSL" else None
-            if setup is not None:
-                props, security = setup.broker_properties, setup.client_config
+            # The brokers' super user is "admin"; the clients are "bench", who may do only
+            # what ACLs grant it, so every request goes through the authorizer's rule.
+            setup = sasl_ssl_setup(tmp / "pki", user="admin") if protocol == "SASL_SSL" else None
+            client = (
+                dataclasses.replace(setup, user="bench", password="bench-secret")
+                if setup is not None
+                else None
+            )
+            if setup is not None and client is not None:
+                props, security = setup.broker_properties, client.client_config
             cluster = stack.enter_context(LocalCluster(tmp / protocol))
             cluster.start()
             cluster.wait_leader()
@@ -130,8 +180,10 @@ def main() -> None:
                 )
             )
             brokers.start()
-            if setup is not None:
-                add_scram_user(brokers.bootstrap_servers, setup, timeout_ms=60_000)
+            if client is not None:
+                add_scram_user(brokers.bootstrap_servers, client, timeout_ms=60_000)
+                _grant_bench(brokers)
+                wait_until_brokers_know([b.address for b in brokers.nodes()], client, timeout_s=60)
             pids = [b.popen.pid for b in brokers.nodes() if b.popen is not None]
             setups.append((protocol, brokers.kafka_bootstrap_servers, pids, security))
         results: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in setups}

@@ -293,6 +293,18 @@ def _refused_partitions(
     ]
 
 
+def _cluster_refused(cls: type[Any], **empty: Any) -> Any:
+    """A whole answer refused CLUSTER_AUTHORIZATION_FAILED, its lists empty (``empty``:
+    the answer's other fields)."""
+    return _build(
+        cls,
+        throttle_time=_NO_TIME,
+        error_code=ErrorCode.cluster_authorization_failed,
+        error_message=None,
+        **empty,
+    )
+
+
 def _resource_result(
     result_cls: type[Any], resource: Any, code: ErrorCode, message: str | None, **fields: Any
 ) -> Any:
@@ -1440,13 +1452,7 @@ class KafkaApis:
         partition_cls = _nested(cls, "ReassignablePartitionResponse")
         allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
         if not self._access(call).may_cluster(AclOperation.ALTER):
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.cluster_authorization_failed,
-                error_message=None,
-                responses=(),
-            )
+            return _cluster_refused(cls, responses=())
         image = self._server.manager.image
         refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
         forward = []
@@ -1707,13 +1713,7 @@ class KafkaApis:
         result_cls = _nested(cls, "DescribeUserScramCredentialsResult")
         info_cls = _nested(cls, "CredentialInfo")
         if not self._access(call).may_cluster(AclOperation.DESCRIBE):
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.cluster_authorization_failed,
-                error_message=None,
-                results=(),
-            )
+            return _cluster_refused(cls, results=())
         users = None if request.users is None else [u.name for u in request.users]
         described = describe_user_scram_credentials(self._server.manager.image, users)
         results = tuple(
@@ -1964,12 +1964,7 @@ class KafkaApis:
     async def describe_log_dirs(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(35, version)
         if not self._access(call).may_cluster(AclOperation.DESCRIBE):
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.cluster_authorization_failed,
-                results=(),
-            )
+            return _cluster_refused(cls, results=())
         result_cls = _nested(cls, "DescribeLogDirsResult")
         topic_cls = _nested(cls, "DescribeLogDirsTopic")
         partition_cls = _nested(cls, "DescribeLogDirsPartition")
@@ -2014,11 +2009,8 @@ class KafkaApis:
         cls = load_response_schema(60, version)
         broker_cls = _nested(cls, "DescribeClusterBroker")
         if not self._access(call).may_cluster(AclOperation.DESCRIBE):
-            return _build(
+            return _cluster_refused(
                 cls,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.cluster_authorization_failed,
-                error_message=None,
                 endpoint_type=getattr(request, "endpoint_type", 1),
                 cluster_id=self._cluster_id(),
                 controller_id=-1,

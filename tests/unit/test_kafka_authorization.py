@@ -208,3 +208,39 @@ def test_metadata_lists_and_creates_only_what_the_acls_allow() -> None:
         "orders": ErrorCode.none,
     }
     assert created == ["made"]
+
+
+def test_cluster_apis_refuse_a_principal_without_cluster_acls() -> None:
+    """DescribeCluster, DescribeLogDirs, AlterPartitionReassignments and
+    DescribeUserScramCredentials need DESCRIBE (ALTER) on the cluster: alice, granted
+    only a topic, gets CLUSTER_AUTHORIZATION_FAILED and empty lists; with DESCRIBE and
+    ALTER on the cluster she passes the check."""
+    image = SimpleNamespace(acl_bindings=lambda: bindings)
+    server = SimpleNamespace(
+        manager=SimpleNamespace(image=image),
+        config=SimpleNamespace(
+            authorizer=AuthorizerConfig(), controller_ids=(1,), controllers=("h:9093",)
+        ),
+    )
+    apis = KafkaApis(cast(Any, server))
+    call = Call("c", HOST, cast(Any, SimpleNamespace(principal=ALICE)))
+    requests = [
+        (apis.describe_cluster, 60, 1, {"include_cluster_authorized_operations": False}),
+        (apis.describe_log_dirs, 35, 4, {"topics": None}),
+        (apis.alter_partition_reassignments, 45, 0, {"topics": ()}),
+        (apis.describe_user_scram_credentials, 50, 0, {"users": ()}),
+    ]
+    bindings = frozenset({acl(ALICE, AclOperation.ALL, "orders")})
+    for handler, key, version, fields in requests:
+        request = load_request_schema(key, version)(**fields)
+        response = asyncio.run(handler(request, version, call))
+        assert response.error_code == ErrorCode.cluster_authorization_failed, handler.__name__
+    cluster = ResourceType.CLUSTER
+    bindings = frozenset(
+        {
+            acl(ALICE, AclOperation.DESCRIBE, CLUSTER_NAME, resource_type=cluster),
+            acl(ALICE, AclOperation.ALTER, CLUSTER_NAME, resource_type=cluster),
+        }
+    )
+    access = apis._access(call)
+    assert access.may_cluster(AclOperation.DESCRIBE) and access.may_cluster(AclOperation.ALTER)

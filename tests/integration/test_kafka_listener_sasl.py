@@ -15,20 +15,17 @@ with the enabled ones.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import socket
 import struct
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-from prometheus_client.parser import text_string_to_metric_families
+from kafka_wire_helpers import authentications as listener_authentications
+from kafka_wire_helpers import closed, kafka_request, read_answer, read_exactly
 
 from raftka.common.messages.controller import (
     AlterUserScramCredentialsRequest,
@@ -103,20 +100,8 @@ def produce_until_acked(producer: Any, topic: str, what: str) -> None:
 
 
 def authentications(sasl: dict[str, Any], outcome: str) -> float:
-    """Kafka's ``successful``/``failed-authentication-total`` of the SASL_PLAINTEXT
-    listener, summed over the brokers' ``/metrics``."""
-    name = f"kafka_server_socketservermetrics_{outcome}_authentication_total"
-    total = 0.0
-    for address in sasl["http"]:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        for family in text_string_to_metric_families(text):
-            total += sum(
-                s.value
-                for s in family.samples
-                if s.name == name and s.labels == {"listener": "SASL_PLAINTEXT"}
-            )
-    return total
+    """Kafka's authentication counters of the SASL_PLAINTEXT listener, all brokers."""
+    return listener_authentications(sasl["http"], "SASL_PLAINTEXT", outcome)
 
 
 def confluent(sasl: dict[str, Any], mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
@@ -199,83 +184,44 @@ def _host_port(sasl: dict[str, Any]) -> tuple[str, int]:
     return host, int(port)
 
 
-def _request(key: int, version: int, correlation_id: int, **fields: Any) -> bytes:
-    cls = load_request_schema(key, version)
-    body = io.BytesIO()
-    entity_writer(cls)(body, cls(**fields))
-    # Request header v1 (v2 for flexible versions: one empty tagged-field byte more).
-    client = b"\x00\x04test"
-    header = struct.pack(">hhi", key, version, correlation_id) + client
-    if cls.__flexible__:
-        header += b"\x00"
-    frame = header + body.getvalue()
-    return struct.pack(">i", len(frame)) + frame
-
-
-def _read_answer(sock: socket.socket, key: int, version: int) -> Any:
-    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-    frame = _read_exactly(sock, size)
-    cls = load_response_schema(key, version)
-    offset = 4 + (1 if cls.__flexible__ else 0)  # correlation id (+ tagged fields)
-    answer, _ = entity_reader(cls)(frame, offset)
-    return answer
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return out
-
-
-def _closed(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(1) == b""
-    except ConnectionError:
-        return True
-
-
 def test_requests_out_of_turn_and_big_frames_close_the_connection(
     sasl: dict[str, Any],
 ) -> None:
     addr = _host_port(sasl)
     # Metadata before authenticating: closed, unanswered.
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(3, 1, 1, topics=None))
-        assert _closed(s)
+        s.sendall(kafka_request(3, 1, 1, topics=None))
+        assert closed(s)
     # A declared frame above sasl.server.max.receive.size before authenticating.
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
         s.sendall(struct.pack(">i", 600_000) + b"\x00" * 64)
-        assert _closed(s)
+        assert closed(s)
     # A mechanism that is not enabled: answered with the enabled ones, then closed.
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(17, 1, 2, mechanism="GSSAPI"))
-        answer = _read_answer(s, 17, 1)
+        s.sendall(kafka_request(17, 1, 2, mechanism="GSSAPI"))
+        answer = read_answer(s, 17, 1)
         assert answer.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
         assert tuple(answer.mechanisms) == tuple(MECHANISMS.split(","))
-        assert _closed(s)
+        assert closed(s)
     # A wrong PLAIN password: SASL_AUTHENTICATION_FAILED, then closed; and ApiVersions
     # is allowed before the handshake.
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(18, 0, 3))
-        assert _read_answer(s, 18, 0).error_code == 0
-        s.sendall(_request(17, 1, 4, mechanism="PLAIN"))
-        assert _read_answer(s, 17, 1).error_code == 0
-        s.sendall(_request(36, 2, 5, auth_bytes=b"\x00alice\x00nope"))
-        answer = _read_answer(s, 36, 2)
+        s.sendall(kafka_request(18, 0, 3))
+        assert read_answer(s, 18, 0).error_code == 0
+        s.sendall(kafka_request(17, 1, 4, mechanism="PLAIN"))
+        assert read_answer(s, 17, 1).error_code == 0
+        s.sendall(kafka_request(36, 2, 5, auth_bytes=b"\x00alice\x00nope"))
+        answer = read_answer(s, 36, 2)
         assert answer.error_code == 58, answer  # SASL_AUTHENTICATION_FAILED
-        assert _closed(s)
+        assert closed(s)
     # The right one: authenticated, and then Metadata is answered.
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(17, 1, 6, mechanism="PLAIN"))
-        assert _read_answer(s, 17, 1).error_code == 0
-        s.sendall(_request(36, 2, 7, auth_bytes=b"\x00alice\x00" + PASSWORD.encode()))
-        assert _read_answer(s, 36, 2).error_code == 0
-        s.sendall(_request(3, 1, 8, topics=None))
-        assert _read_answer(s, 3, 1).brokers
+        s.sendall(kafka_request(17, 1, 6, mechanism="PLAIN"))
+        assert read_answer(s, 17, 1).error_code == 0
+        s.sendall(kafka_request(36, 2, 7, auth_bytes=b"\x00alice\x00" + PASSWORD.encode()))
+        assert read_answer(s, 36, 2).error_code == 0
+        s.sendall(kafka_request(3, 1, 8, topics=None))
+        assert read_answer(s, 3, 1).brokers
 
 
 def test_handshake_v0_takes_unframed_tokens(sasl: dict[str, Any]) -> None:
@@ -283,19 +229,19 @@ def test_handshake_v0_takes_unframed_tokens(sasl: dict[str, Any]) -> None:
     and are answered bare; a wrong one closes the connection with no answer."""
     addr = _host_port(sasl)
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(17, 0, 1, mechanism="PLAIN"))
-        assert _read_answer(s, 17, 0).error_code == 0
+        s.sendall(kafka_request(17, 0, 1, mechanism="PLAIN"))
+        assert read_answer(s, 17, 0).error_code == 0
         token = b"\x00alice\x00" + PASSWORD.encode()
         s.sendall(struct.pack(">i", len(token)) + token)
-        assert _read_exactly(s, 4) == b"\x00\x00\x00\x00"  # PLAIN's empty answer
-        s.sendall(_request(3, 1, 2, topics=None))
-        assert _read_answer(s, 3, 1).brokers
+        assert read_exactly(s, 4) == b"\x00\x00\x00\x00"  # PLAIN's empty answer
+        s.sendall(kafka_request(3, 1, 2, topics=None))
+        assert read_answer(s, 3, 1).brokers
     with socket.create_connection(addr, timeout=DEADLINE_S) as s:
-        s.sendall(_request(17, 0, 3, mechanism="PLAIN"))
-        assert _read_answer(s, 17, 0).error_code == 0
+        s.sendall(kafka_request(17, 0, 3, mechanism="PLAIN"))
+        assert read_answer(s, 17, 0).error_code == 0
         token = b"\x00alice\x00nope"
         s.sendall(struct.pack(">i", len(token)) + token)
-        assert _closed(s)
+        assert closed(s)
 
 
 def test_kcat_authenticates_with_each_mechanism(sasl: dict[str, Any]) -> None:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from kafka_wire_helpers import authentications
 
 from raftka.broker.config import STANDARD_AUTHORIZER
 from raftka.local import LocalCluster, wait_for
@@ -215,18 +214,7 @@ def test_a_client_that_fails_tls_gets_nothing(
 
 
 def _ssl_authentications(tls: dict[str, Any], outcome: str) -> float:
-    name = f"kafka_server_socketservermetrics_{outcome}_authentication_total"
-    total = 0.0
-    for address in tls["http"]:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        for family in text_string_to_metric_families(text):
-            total += sum(
-                s.value
-                for s in family.samples
-                if s.name == name and s.labels == {"listener": "SSL"}
-            )
-    return total
+    return authentications(tls["http"], "SSL", outcome)
 
 
 def test_a_certificate_no_rule_maps_is_refused(tls: dict[str, Any]) -> None:

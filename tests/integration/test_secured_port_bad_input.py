@@ -13,12 +13,9 @@ Not covered here: a TLS handshake that stalls half-way is closed by asyncio's
 
 from __future__ import annotations
 
-import io
 import os
 import socket
 import ssl
-import struct
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +23,7 @@ from typing import Any
 
 import pytest
 import scramp
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-from prometheus_client.parser import text_string_to_metric_families
+from kafka_wire_helpers import authentications, closed, kafka_request, read_answer
 
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
@@ -86,46 +81,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 # ------------------------------------------------------------------ raw Kafka frames
 
 
-def _request(key: int, version: int, correlation_id: int, **fields: Any) -> bytes:
-    cls = load_request_schema(key, version)
-    body = io.BytesIO()
-    entity_writer(cls)(body, cls(**fields))
-    header = struct.pack(">hhi", key, version, correlation_id) + b"\x00\x04test"
-    if cls.__flexible__:
-        header += b"\x00"  # request header v2's empty tagged fields
-    frame = header + body.getvalue()
-    return struct.pack(">i", len(frame)) + frame
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return out
-
-
-def _answer(sock: socket.socket, key: int, version: int) -> Any:
-    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-    frame = _read_exactly(sock, size)
-    cls = load_response_schema(key, version)
-    answer, _ = entity_reader(cls)(frame, 4 + (1 if cls.__flexible__ else 0))
-    return answer
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the peer closed (or reset) the connection, waiting at most the socket's
-    timeout: a timeout means it is still open."""
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionError, ssl.SSLError):
-        return True
-    except TimeoutError:
-        return False
-
-
 def _tls(env: Env) -> ssl.SSLSocket:
     context = ssl.create_default_context(cafile=str(env.setup.cafile))
     raw = socket.create_connection((env.host, env.port), timeout=DEADLINE_S)
@@ -135,28 +90,23 @@ def _tls(env: Env) -> ssl.SSLSocket:
 def _scram_start(sock: ssl.SSLSocket, env: Env) -> tuple[scramp.ScramClient, bytes]:
     """SaslHandshake and the client-first message; returns the client and the
     server-first message."""
-    sock.sendall(_request(SASL_HANDSHAKE, 1, 1, mechanism=env.setup.mechanism))
-    assert _answer(sock, SASL_HANDSHAKE, 1).error_code == 0
+    sock.sendall(kafka_request(SASL_HANDSHAKE, 1, 1, mechanism=env.setup.mechanism))
+    assert read_answer(sock, SASL_HANDSHAKE, 1).error_code == 0
     client = scramp.ScramClient([env.setup.mechanism], env.setup.user, env.setup.password)
-    sock.sendall(_request(SASL_AUTHENTICATE, 2, 2, auth_bytes=client.get_client_first().encode()))
-    first = _answer(sock, SASL_AUTHENTICATE, 2)
+    sock.sendall(
+        kafka_request(SASL_AUTHENTICATE, 2, 2, auth_bytes=client.get_client_first().encode())
+    )
+    first = read_answer(sock, SASL_AUTHENTICATE, 2)
     assert first.error_code == 0, first
     return client, bytes(first.auth_bytes)
 
 
-def _metric(env: Env, name: str) -> float:
-    with urllib.request.urlopen(f"http://{env.http}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and s.labels == {"listener": "SASL_SSL"}
-    )
+def _metric(env: Env, outcome: str) -> float:
+    return authentications([env.http], "SASL_SSL", outcome)
 
 
 def _successes(env: Env) -> float:
-    return _metric(env, "kafka_server_socketservermetrics_successful_authentication_total")
+    return _metric(env, "successful")
 
 
 def _rss_bytes(pid: int) -> int:
@@ -172,14 +122,14 @@ def _rss_bytes(pid: int) -> int:
 def _garbage_before_tls(env: Env) -> None:
     with socket.create_connection((env.host, env.port), timeout=DEADLINE_S) as s:
         s.sendall(os.urandom(4096))
-        assert _closed(s), "garbage instead of a ClientHello left the connection open"
+        assert closed(s), "garbage instead of a ClientHello left the connection open"
 
 
 def _garbage_inside_tls(env: Env) -> None:
     # A TLS handshake record header claiming 512 bytes, then junk for its body.
     with socket.create_connection((env.host, env.port), timeout=DEADLINE_S) as s:
         s.sendall(b"\x16\x03\x01\x02\x00" + os.urandom(512))
-        assert _closed(s), "a junk handshake record left the connection open"
+        assert closed(s), "a junk handshake record left the connection open"
 
 
 def _cut_exchange(env: Env) -> None:
@@ -189,16 +139,16 @@ def _cut_exchange(env: Env) -> None:
 
 def _oversized_token(env: Env) -> None:
     with _tls(env) as s:
-        s.sendall(_request(SASL_HANDSHAKE, 1, 1, mechanism=env.setup.mechanism))
-        assert _answer(s, SASL_HANDSHAKE, 1).error_code == 0
+        s.sendall(kafka_request(SASL_HANDSHAKE, 1, 1, mechanism=env.setup.mechanism))
+        assert read_answer(s, SASL_HANDSHAKE, 1).error_code == 0
         # Above sasl.server.max.receive.size (524288): refused by its declared size
         # alone, so the broker may close while the rest is still being sent.
         token = b"n,,n=alice,r=" + b"x" * 600_000
         try:
-            s.sendall(_request(SASL_AUTHENTICATE, 2, 2, auth_bytes=token))
+            s.sendall(kafka_request(SASL_AUTHENTICATE, 2, 2, auth_bytes=token))
         except (ssl.SSLError, ConnectionError):
             return
-        assert _closed(s), "an oversized SASL token left the connection open"
+        assert closed(s), "an oversized SASL token left the connection open"
 
 
 def test_bad_input_is_refused_bounded_and_authenticates_nobody(env: Env) -> None:
@@ -225,19 +175,17 @@ def test_a_replayed_client_final_is_refused(env: Env) -> None:
         client, server_first = _scram_start(s, env)
         client.set_server_first(server_first.decode())
         captured = client.get_client_final().encode()
-        s.sendall(_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=captured))
-        assert _answer(s, SASL_AUTHENTICATE, 2).error_code == 0
-    failed = _metric(env, "kafka_server_socketservermetrics_failed_authentication_total")
+        s.sendall(kafka_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=captured))
+        assert read_answer(s, SASL_AUTHENTICATE, 2).error_code == 0
+    failed = _metric(env, "failed")
     with _tls(env) as s:
         _scram_start(s, env)
-        s.sendall(_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=captured))
-        answer = _answer(s, SASL_AUTHENTICATE, 2)
+        s.sendall(kafka_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=captured))
+        answer = read_answer(s, SASL_AUTHENTICATE, 2)
         assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
-        assert _closed(s), "the connection stayed open after a replayed client-final"
+        assert closed(s), "the connection stayed open after a replayed client-final"
     wait_for(
-        lambda: (
-            _metric(env, "kafka_server_socketservermetrics_failed_authentication_total") > failed
-        ),
+        lambda: _metric(env, "failed") > failed,
         timeout_s=DEADLINE_S,
         message="failed_authentication_total did not count the replayed client-final",
     )
@@ -251,12 +199,14 @@ def test_a_good_client_still_works_after_the_bad_ones(env: Env) -> None:
     with _tls(env) as s:
         client, server_first = _scram_start(s, env)
         client.set_server_first(server_first.decode())
-        s.sendall(_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=client.get_client_final().encode()))
-        final = _answer(s, SASL_AUTHENTICATE, 2)
+        s.sendall(
+            kafka_request(SASL_AUTHENTICATE, 2, 3, auth_bytes=client.get_client_final().encode())
+        )
+        final = read_answer(s, SASL_AUTHENTICATE, 2)
         assert final.error_code == 0, final
         client.set_server_final(bytes(final.auth_bytes).decode())  # the server's proof
-        s.sendall(_request(METADATA, 1, 4, topics=None))
-        assert _answer(s, METADATA, 1).brokers
+        s.sendall(kafka_request(METADATA, 1, 4, topics=None))
+        assert read_answer(s, METADATA, 1).brokers
     producer = Producer({"bootstrap.servers": env.bootstrap, **env.setup.client_config})
 
     def acked() -> bool:

@@ -284,8 +284,9 @@ def test_kcat_authenticates_with_each_mechanism(sasl: dict[str, Any]) -> None:
 
 def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
     """SASL_SSL: TLS first (the client checks the broker's certificate), then SCRAM;
-    confluent-kafka produces through it."""
+    confluent-kafka produces through it and kafka-python reads the record back."""
     from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
 
     setup = sasl_ssl_setup(tmp_path / "pki", user="alice")
     props = {**setup.broker_properties, "offsets.topic.num.partitions": "1"}
@@ -301,3 +302,19 @@ def test_sasl_ssl_with_scram(tmp_path: Path) -> None:
                 {"bootstrap.servers": brokers.kafka_bootstrap_servers, **setup.client_config}
             )
             produce_until_acked(producer, "secure", "over SASL_SSL with SCRAM-SHA-512")
+            consumer = KafkaConsumer(
+                bootstrap_servers=brokers.kafka_bootstrap_servers,
+                security_protocol="SASL_SSL",
+                ssl_cafile=str(setup.cafile),
+                sasl_mechanism=setup.mechanism,
+                sasl_plain_username="alice",
+                sasl_plain_password=setup.password,
+                consumer_timeout_ms=10_000,
+            )
+            try:
+                tp = TopicPartition("secure", 0)
+                consumer.assign([tp])
+                consumer.seek_to_beginning(tp)
+                assert b"hello" in [m.value for m in consumer]
+            finally:
+                consumer.close()

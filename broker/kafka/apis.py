@@ -50,6 +50,7 @@ from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
 from raftka.broker.txn_verification import has_transactional_batch
 from raftka.common.acl import (
+    CLUSTER_NAME,
     AclOperation,
     AclPermissionType,
     PatternType,
@@ -673,6 +674,11 @@ class KafkaApis:
                     topic_id=_uuid(topic.topic_id),
                     is_internal=name == OFFSETS_TOPIC,
                     partitions=partitions,
+                    topic_authorized_operations=(
+                        access.authorized_operations(ResourceType.TOPIC, name)
+                        if getattr(request, "include_topic_authorized_operations", False)
+                        else _NO_OPERATIONS
+                    ),
                 )
             )
         # Admin requests may go to any broker: this one forwards them to the active
@@ -684,6 +690,12 @@ class KafkaApis:
             cluster_id=self._cluster_id(),
             controller_id=server.config.node_id,
             topics=tuple(topics),
+            # v8-10 only (KIP-700 moved it to DescribeCluster).
+            cluster_authorized_operations=(
+                access.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                if getattr(request, "include_cluster_authorized_operations", False)
+                else _NO_OPERATIONS
+            ),
         )
 
     async def _auto_create(self, names: Sequence[str]) -> set[str]:
@@ -2042,7 +2054,11 @@ class KafkaApis:
             # As Metadata: this broker forwards admin requests to the active controller.
             controller_id=self._server.config.node_id,
             brokers=brokers,
-            cluster_authorized_operations=_NO_OPERATIONS,
+            cluster_authorized_operations=(
+                self._access(call).authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                if request.include_cluster_authorized_operations
+                else _NO_OPERATIONS
+            ),
         )
 
     # ------------------------------------------------------------------ groups
@@ -2458,7 +2474,12 @@ class KafkaApis:
                     group_state=g.state,
                     protocol_data=g.protocol,
                     members=tuple(_copy(member_cls, m) for m in g.members),
-                    authorized_operations=_NO_OPERATIONS,
+                    authorized_operations=(
+                        access.authorized_operations(ResourceType.GROUP, g.group_id)
+                        if g.error is None
+                        and getattr(request, "include_authorized_operations", False)
+                        else _NO_OPERATIONS
+                    ),
                 )
                 for g in described
             ),

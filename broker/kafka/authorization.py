@@ -23,9 +23,9 @@ so a request pays one identity check, not a rebuild.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from raftka.common.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 from raftka.common.errors import KafkaError
@@ -35,9 +35,35 @@ from raftka.metadata.authorizer import AclAuthorizer, AuthorizerConfig
 if TYPE_CHECKING:
     from raftka.metadata.image import MetadataImage
 
-__all__ = ["Access", "AuthorizerCache", "has_idempotent_batch"]
+__all__ = ["SUPPORTED_OPERATIONS", "Access", "AuthorizerCache", "has_idempotent_batch"]
 
 _T = TypeVar("_T")
+
+_O = AclOperation
+#: The operations each resource type supports (Kafka's ``supportedOperations``), the
+#: ones KIP-430's authorized-operations answers report on.
+SUPPORTED_OPERATIONS: Final[Mapping[ResourceType, tuple[AclOperation, ...]]] = {
+    ResourceType.TOPIC: (
+        _O.READ,
+        _O.WRITE,
+        _O.CREATE,
+        _O.DELETE,
+        _O.ALTER,
+        _O.DESCRIBE,
+        _O.DESCRIBE_CONFIGS,
+        _O.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (_O.READ, _O.DESCRIBE, _O.DELETE),
+    ResourceType.CLUSTER: (
+        _O.CREATE,
+        _O.CLUSTER_ACTION,
+        _O.DESCRIBE_CONFIGS,
+        _O.ALTER_CONFIGS,
+        _O.IDEMPOTENT_WRITE,
+        _O.ALTER,
+        _O.DESCRIBE,
+    ),
+}
 
 
 class AuthorizerCache:
@@ -111,6 +137,16 @@ class Access:
         """The ``items`` whose resource (named ``name(item)``) the principal may
         DESCRIBE, in order: what a listing shows."""
         return [i for i in items if self.may(AclOperation.DESCRIBE, resource_type, name(i))]
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """KIP-430's bit set (bit ``1 << code``) of the operations the resource type
+        supports that the principal may do on ``name``; with the authorizer off, all of
+        them, as Kafka answers without an authorizer."""
+        return sum(
+            1 << op
+            for op in SUPPORTED_OPERATIONS[resource_type]
+            if self.may(op, resource_type, name)
+        )
 
 
 def has_idempotent_batch(data: bytes | bytearray | memoryview) -> bool:

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -231,6 +238,17 @@ def test_granted_alice_produces_consumes_and_commits(env: dict[str, Any]) -> Non
         assert committed.error is None and committed.offset == message.offset() + 1
     finally:
         consumer.close()
+    # KIP-430: what alice may do on the topic, as the admin client asks for it (READ and
+    # WRITE granted, DESCRIBE implied), and on the group.
+    alice = AdminClient(_client_config(env, "alice"))
+    [topic] = alice.describe_topics(
+        TopicCollection([TOPIC]), include_authorized_operations=True
+    ).values()
+    operations = {op.name for op in topic.result(DEADLINE_S).authorized_operations}
+    assert operations == {"READ", "WRITE", "DESCRIBE"}, operations
+    [group] = alice.describe_consumer_groups([GROUP], include_authorized_operations=True).values()
+    operations = {op.name for op in group.result(DEADLINE_S).authorized_operations}
+    assert operations == {"READ", "DESCRIBE"}, operations
 
 
 def test_a_deny_beats_the_allow(env: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.kafka.apis import Call, KafkaApis
 from raftka.broker.kafka.authorization import (
+    SUPPORTED_OPERATIONS,
     Access,
     AuthorizerCache,
     has_idempotent_batch,
@@ -244,3 +245,30 @@ def test_cluster_apis_refuse_a_principal_without_cluster_acls() -> None:
     )
     access = apis._access(call)
     assert access.may_cluster(AclOperation.DESCRIBE) and access.may_cluster(AclOperation.ALTER)
+
+
+def test_authorized_operations_bit_sets() -> None:
+    """KIP-430: bit ``1 << code`` of each operation the resource type supports that the
+    principal may do; with the authorizer off, every supported one (Kafka's answer
+    without an authorizer). READ implies DESCRIBE; an operation the type does not
+    support (IDEMPOTENT_WRITE on a topic) is never reported."""
+
+    def bits(*ops: AclOperation) -> int:
+        return sum(1 << op for op in ops)
+
+    everything = Access(None, ALICE, HOST)
+    assert everything.authorized_operations(ResourceType.GROUP, "g") == bits(
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+    )
+    access = _access(
+        acl(ALICE, AclOperation.READ, "orders"),
+        acl(ALICE, AclOperation.ALL, "orders", permission=AclPermissionType.DENY, host="10.9.9.9"),
+    )
+    assert access.authorized_operations(ResourceType.TOPIC, "orders") == bits(
+        AclOperation.READ, AclOperation.DESCRIBE
+    )
+    assert access.authorized_operations(ResourceType.TOPIC, "other") == 0
+    assert access.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) == 0
+    topic_ops = everything.authorized_operations(ResourceType.TOPIC, "t")
+    assert not topic_ops & bits(AclOperation.IDEMPOTENT_WRITE)
+    assert topic_ops == sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])

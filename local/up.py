@@ -15,11 +15,11 @@ controllers still run to move their leaderships), then the controllers, waits fo
 child and exits 0.
 
 ``--secure`` serves the brokers' Kafka listeners as SASL_SSL (:mod:`raftka.local.secure`:
-a throwaway CA and broker certificate, SCRAM-SHA-512, a user ``admin`` whose credential
-is committed once the cluster is ready and whose password is printed, client settings
-in ``<data>/secure``; a resumed cluster keeps them, and resuming it without
-``--secure`` is refused rather than falling back to plaintext). raftka's HTTP API is not
-secured by it: it stays on loopback.
+a throwaway CA and broker certificate, SCRAM-SHA-512, ACLs enforced, a user ``admin``
+(the authorizer's super user) whose credential is committed once the cluster is ready
+and whose password is printed, client settings in ``<data>/secure``; a resumed cluster
+keeps them, and resuming it without ``--secure`` is refused rather than falling back to
+plaintext). raftka's HTTP API is not secured by it: it stays on loopback.
 
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or
@@ -1004,7 +1004,8 @@ def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
     is_flag=True,
     help="Serve the brokers' Kafka listeners as SASL_SSL (a throwaway CA, SCRAM-SHA-512 "
     "user 'admin' whose password is printed, client settings written in "
-    "<data-dir>/secure); raftka's HTTP API stays open, on loopback.",
+    "<data-dir>/secure) with ACLs enforced ('admin' is the super user); raftka's HTTP "
+    "API stays open, on loopback.",
 )
 def up_command(
     *,

@@ -23,7 +23,8 @@ skips all of this (the core then gets no guards and checks nothing).
 
 A produce with transactional batches but no ``transactional_id`` is refused whole:
 Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (its authorizer finds no id to
-authorize); raftka has no authorizer and answers INVALID_REQUEST on its HTTP API.
+authorize); raftka's HTTP API has no authorizer and answers INVALID_REQUEST there (the
+Kafka listener answers Kafka's error).
 """
 
 from __future__ import annotations

@@ -72,7 +72,9 @@ def is_empty(value: Any) -> bool:
 
 
 NO_TLS: Final = "raftka's client speaks plain HTTP/1.1 (no TLS)"
-NO_SASL: Final = "raftka has no SASL authentication"
+NO_SASL: Final = (
+    "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's"
+)
 
 #: Security options, the same in kafka-python and aiokafka.
 SECURITY: Final[Mapping[str, Refusal]] = {

@@ -55,7 +55,10 @@ GETONE_POLL_TIMEOUT_MS: Final = 500
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **SECURITY,
     # aiokafka's default, unused unless security_protocol is SASL_*.
-    "sasl_mechanism": Refusal(equals("PLAIN"), "raftka has no SASL authentication"),
+    "sasl_mechanism": Refusal(
+        equals("PLAIN"),
+        "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's",
+    ),
     "loop": Refusal(is_none, "the client uses the running event loop (aiokafka >= 0.7 too)"),
 }
 #: aiokafka's options about versions that the adapter honours itself.

@@ -102,7 +102,10 @@ NO_AUTO_CREATE: Final = (
 
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **SECURITY,
-    "sasl_mechanism": Refusal(is_none, "raftka has no SASL authentication"),
+    "sasl_mechanism": Refusal(
+        is_none,
+        "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's",
+    ),
 }
 
 

@@ -36,7 +36,13 @@ from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local.certs import new_ca, write_file
 from raftka.local.processes import http_json, wait_for
 
-__all__ = ["SaslSslSetup", "add_scram_user", "sasl_ssl_setup", "wait_until_brokers_know"]
+__all__ = [
+    "SaslSslSetup",
+    "add_scram_user",
+    "sasl_ssl_setup",
+    "wait_until_brokers_know",
+    "wait_until_brokers_know_user",
+]
 
 #: The mechanism a local secure cluster enables and its user authenticates with.
 MECHANISM = "SCRAM-SHA-512"
@@ -132,19 +138,26 @@ def add_scram_user(bootstrap_servers: str, setup: SaslSslSetup, *, timeout_ms: i
 def wait_until_brokers_know(
     broker_addresses: Sequence[str], setup: SaslSslSetup, *, timeout_s: float
 ) -> None:
-    """Wait until every broker's own metadata image (``GET /v1/scram-credentials`` on
-    its HTTP API) holds ``setup``'s user for its mechanism: a credential reaches the
-    brokers a moment after the controller commits it, and a client that authenticates
-    before that is refused."""
+    """Wait until every broker's own metadata image holds ``setup``'s user for its
+    mechanism: a credential reaches the brokers a moment after the controller commits
+    it, and a client that authenticates before that is refused."""
+    wait_until_brokers_know_user(broker_addresses, setup.user, setup.mechanism, timeout_s=timeout_s)
+
+
+def wait_until_brokers_know_user(
+    broker_addresses: Sequence[str], user: str, mechanism: str, *, timeout_s: float
+) -> None:
+    """Wait until ``GET /v1/scram-credentials`` on every broker's HTTP API lists
+    ``user``'s ``mechanism`` credential."""
 
     def knows(address: str) -> bool:
         try:
-            status, body = http_json(address, f"/v1/scram-credentials?user={quote(setup.user)}")
+            status, body = http_json(address, f"/v1/scram-credentials?user={quote(user)}")
         except OSError:
             return False
         results = body.get("results", []) if status == 200 else []
         return any(
-            c.get("mechanism") == setup.mechanism
+            c.get("mechanism") == mechanism
             for r in results
             if r.get("error") is None
             for c in r.get("credentials", [])
@@ -153,7 +166,7 @@ def wait_until_brokers_know(
     wait_for(
         lambda: all(knows(a) for a in broker_addresses),
         timeout_s=timeout_s,
-        message=f"the brokers never learnt user {setup.user!r}'s {setup.mechanism} credential",
+        message=f"the brokers never learnt user {user!r}'s {mechanism} credential",
     )
 
 

@@ -2020,7 +2020,8 @@ class KafkaApis:
     async def describe_cluster(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(60, version)
         broker_cls = _nested(cls, "DescribeClusterBroker")
-        if not self._access(call).may_cluster(AclOperation.DESCRIBE):
+        access = self._access(call)
+        if not access.may_cluster(AclOperation.DESCRIBE):
             return _cluster_refused(
                 cls,
                 endpoint_type=getattr(request, "endpoint_type", 1),
@@ -2055,7 +2056,7 @@ class KafkaApis:
             controller_id=self._server.config.node_id,
             brokers=brokers,
             cluster_authorized_operations=(
-                self._access(call).authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                access.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
                 if request.include_cluster_authorized_operations
                 else _NO_OPERATIONS
             ),

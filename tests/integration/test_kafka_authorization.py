@@ -47,6 +47,7 @@ from raftka.client.admin import UserScramCredentialUpsertion
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.local.processes import http_json
+from raftka.local.secure import wait_until_brokers_know_user
 
 pytestmark = pytest.mark.slow
 
@@ -90,24 +91,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     [UserScramCredentialUpsertion(u, MECHANISM, p) for u, p in PASSWORDS.items()]
                 )
             for user in PASSWORDS:
-                wait_for(
-                    lambda u=user: all(_knows_user(a, u) for a in http),
-                    timeout_s=DEADLINE_S,
-                    message=f"the brokers never learnt user {user!r}",
-                )
+                wait_until_brokers_know_user(http, user, MECHANISM, timeout_s=DEADLINE_S)
             env = {"bootstrap": brokers.kafka_bootstrap_servers, "http": http}
             admin_client = AdminClient(_client_config(env, "admin"))
             futures = admin_client.create_topics([NewTopic(TOPIC, 1, 3), NewTopic(TXN_TOPIC, 1, 3)])
             for future in futures.values():
                 future.result(timeout=DEADLINE_S)
             yield {**env, "admin": admin_client}
-
-
-def _knows_user(address: str, user: str) -> bool:
-    status, body = http_json(address, f"/v1/scram-credentials?user={user}")
-    return status == 200 and any(
-        r.get("error") is None and r.get("credentials") for r in body.get("results", [])
-    )
 
 
 def _client_config(env: dict[str, Any], user: str) -> dict[str, Any]:

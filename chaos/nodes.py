@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -271,12 +272,22 @@ class ChaosCluster:
 
     def close(self) -> None:
         errors: list[str] = []
-        for node in self.nodes.values():
-            if node.proc is not None:
-                try:
-                    stop_process(node.proc)
-                except Exception as exc:  # keep stopping the others
-                    errors.append(f"{node.name}: {exc!r}")
+
+        def stop(node: Node) -> None:
+            assert node.proc is not None
+            try:
+                stop_process(node.proc)
+            except Exception as exc:  # keep stopping the others
+                errors.append(f"{node.name}: {exc!r}")
+
+        # Brokers first, all at once, while the controllers are still there to answer
+        # their controlled shutdown; then the controllers, all at once. One at a time,
+        # controllers first, each broker waited out its controlled.shutdown.timeout.ms
+        # for a quorum that was gone: most of a fault module's teardown.
+        for names in (self.broker_names, self.controller_names):
+            running = [self.nodes[n] for n in names if self.nodes[n].proc is not None]
+            with ThreadPoolExecutor(max_workers=max(1, len(running))) as pool:
+                list(pool.map(stop, running))
         if self.netns is not None:
             self.netns.close()
         if errors:

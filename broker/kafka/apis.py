@@ -1206,15 +1206,21 @@ class KafkaApis:
             for tid in request.transactional_ids
             if access.may_transactional_id(AclOperation.DESCRIBE, tid)
         ]
-        refused = tuple(
-            _describe_state(
+        refused = {
+            tid: _describe_state(
                 state_cls, topic_cls, tid, ErrorCode.transactional_id_authorization_failed
             )
             for tid in request.transactional_ids
             if tid not in allowed
-        )
+        }
+
+        def in_request_order(states: dict[str, Any]) -> tuple[Any, ...]:
+            # Kafka answers each id in the order asked, refused or not.
+            answers = {**states, **refused}
+            return tuple(answers[t] for t in request.transactional_ids if t in answers)
+
         if refused and not allowed:
-            return _build(cls, throttle_time=_NO_TIME, transaction_states=refused)
+            return _build(cls, throttle_time=_NO_TIME, transaction_states=in_request_order({}))
         fields = {"transactional_ids": allowed}
         r, code = await self._txn_call(
             call,
@@ -1226,23 +1232,15 @@ class KafkaApis:
         )
         if r is None:
             # The request did not check out: every id gets its error.
-            return _build(
-                cls,
-                throttle_time=_NO_TIME,
-                transaction_states=tuple(
-                    _describe_state(state_cls, topic_cls, tid, code) for tid in allowed
+            states = {tid: _describe_state(state_cls, topic_cls, tid, code) for tid in allowed}
+        else:
+            states = {
+                s.transactional_id: _describe_state(
+                    state_cls, topic_cls, s.transactional_id, _code(s.error), s
                 )
-                + refused,
-            )
-        return _build(
-            cls,
-            throttle_time=_NO_TIME,
-            transaction_states=tuple(
-                _describe_state(state_cls, topic_cls, s.transactional_id, _code(s.error), s)
                 for s in r.transaction_states
-            )
-            + refused,
-        )
+            }
+        return _build(cls, throttle_time=_NO_TIME, transaction_states=in_request_order(states))
 
     async def list_transactions(self, request: Any, version: int, call: Call) -> Any:
         cls = load_response_schema(66, version)
@@ -2454,8 +2452,8 @@ class KafkaApis:
                 for g in allowed
             )
         denied = GroupAuthorizationFailedError("DESCRIBE on the group is needed")
+        # Kafka's order: the refused groups first, then the coordinator's answers.
         described = [
-            *described,
             *(
                 group_api.DescribedGroup(
                     group_id=g, error=ErrorObject(error=denied.name, error_code=denied.code)
@@ -2463,6 +2461,7 @@ class KafkaApis:
                 for g in request.groups
                 if g not in allowed
             ),
+            *described,
         ]
         return _build(
             cls,

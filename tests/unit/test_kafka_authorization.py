@@ -30,6 +30,8 @@ from raftka.broker.kafka.authorization import (
     has_idempotent_batch,
 )
 from raftka.common.acl import CLUSTER_NAME, AclOperation, AclPermissionType, ResourceType
+from raftka.common.messages import coordinator as group_api
+from raftka.common.messages import transactions as txn_api
 from raftka.common.record.batch import Record, build_batch
 from raftka.metadata.authorizer import AclAuthorizer, AuthorizerConfig
 from raftka.server_common.ssl_principal import ANONYMOUS
@@ -277,3 +279,51 @@ def test_authorized_operations_bit_sets() -> None:
     topic_ops = everything.authorized_operations(ResourceType.TOPIC, "t")
     assert not topic_ops & bits(AclOperation.IDEMPOTENT_WRITE)
     assert topic_ops == sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+
+
+def test_refused_ids_are_answered_in_kafkas_order() -> None:
+    """Kafka's order of answers when some ids are refused: DescribeTransactions answers
+    every id where the request named it; DescribeGroups lists the refused groups first,
+    then the coordinator's answers. alice may DESCRIBE only ``t2`` and ``g2``."""
+    bindings = frozenset(
+        {
+            acl(ALICE, AclOperation.DESCRIBE, "t2", resource_type=ResourceType.TRANSACTIONAL_ID),
+            acl(ALICE, AclOperation.DESCRIBE, "g2", resource_type=ResourceType.GROUP),
+        }
+    )
+    server = SimpleNamespace(
+        manager=SimpleNamespace(image=SimpleNamespace(acl_bindings=lambda: bindings)),
+        config=SimpleNamespace(authorizer=AuthorizerConfig()),
+    )
+    apis = KafkaApis(cast(Any, server))
+    asked: list[list[str]] = []
+
+    async def txn_call(call: Any, method: str, fields: dict[str, Any], *a: Any, **k: Any) -> Any:
+        asked.append(list(fields["transactional_ids"]))
+        states = [txn_api.DescribedTransactionState(transactional_id=t) for t in asked[-1]]
+        return SimpleNamespace(transaction_states=states), ErrorCode.none
+
+    async def group_call(method: str, fields: dict[str, Any], *a: Any) -> Any:
+        asked.append(list(fields["groups"]))
+        return SimpleNamespace(groups=[group_api.DescribedGroup(group_id=g) for g in asked[-1]])
+
+    apis._txn_call = txn_call  # type: ignore[method-assign]
+    apis._group_call = group_call  # type: ignore[method-assign]
+    call = Call("c", HOST, cast(Any, SimpleNamespace(principal=ALICE)))
+    request = load_request_schema(65, 0)(transactional_ids=("t1", "t2", "t3"))
+    response = asyncio.run(apis.describe_transactions(request, 0, call))
+    assert [(s.transactional_id, s.error_code) for s in response.transaction_states] == [
+        ("t1", ErrorCode.transactional_id_authorization_failed),
+        ("t2", ErrorCode.none),
+        ("t3", ErrorCode.transactional_id_authorization_failed),
+    ]
+    request = load_request_schema(15, 5)(
+        groups=("g1", "g2", "g3"), include_authorized_operations=False
+    )
+    response = asyncio.run(apis.describe_groups(request, 5, call))
+    assert [(g.group_id, g.error_code) for g in response.groups] == [
+        ("g1", ErrorCode.group_authorization_failed),
+        ("g3", ErrorCode.group_authorization_failed),
+        ("g2", ErrorCode.none),
+    ]
+    assert asked == [["t2"], ["g2"]], "a refused id reached a coordinator"

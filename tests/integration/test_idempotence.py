@@ -274,7 +274,7 @@ def test_leader_kills_and_a_paused_follower_write_each_record_once(env: Env) -> 
 
 
 def _produce_with_delays(env: Env, topic: str, *, idempotent: bool) -> list[bytes]:
-    """200 records, one at a time, while every produce answer arrives after the
+    """20 records, one at a time, while every produce answer arrives after the
     client's request timeout; then read back."""
     env.proxy.delay_s = (REQUEST_TIMEOUT_MS + 2_500) / 1000
     try:

@@ -242,7 +242,13 @@ def test_generate_cancel_and_refusals(env: RaftkaCluster, tmp_path: Path) -> Non
     assert "INVALID_REPLICA_ASSIGNMENT" in refused.output, refused.output
     # Back on the original brokers (a cancel keeps Kafka's order: the target's
     # replicas first, then those that were to leave; the preferred leader may change).
-    assert sorted(_replicas(env, "plan")[0]) == sorted(current)
+    # Waited for: the admin client may ask the broker that was just resumed, whose
+    # metadata catches up with the committed cancel only after it is running again.
+    wait_for(
+        lambda: sorted(_replicas(env, "plan")[0]) == sorted(current),
+        timeout_s=DEADLINE_S,
+        message=f"plan-0 did not go back to {sorted(current)} after the cancel",
+    )
     nothing = _run(env, "--verify")
     assert nothing.exit_code == 2 and "--reassignment-json-file" in nothing.output
 

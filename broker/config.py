@@ -83,8 +83,10 @@ and PLAIN, checked against the SCRAM credentials of the metadata log (``raftka
 users``). It must be set: Kafka's default, GSSAPI, is not supported, and a SASL setting
 without a SASL listener is refused. ``listener.security.protocol.map`` is refused (the
 listener's name is its protocol, Kafka's default map). A single-entry ``listeners``
-has no Kafka listener (the configs written before it existed keep their meaning). The
-HTTP API, the controllers and the traffic between nodes have no TLS yet.
+has no Kafka listener (the configs written before it existed keep their meaning). A
+first entry named ``HTTPS`` serves the HTTP API over TLS with client certificates, and
+the broker then talks HTTPS to every other node (``raftka.server_common.node_http``:
+``listener.name.https.ssl.*``, ``super.users`` as the node principals).
 
 ``num.io.threads`` and ``queued.max.requests`` size the broker's I/O workers
 (broker/io_workers.py): log recovery at start-up, fsyncs, retention, producer-state
@@ -101,11 +103,13 @@ whole dedupe buffer is its own); any other value is refused by name rather than
 accepted and ignored. ``log.cleaner.io.max.bytes.per.second`` (throttling) is not
 implemented and so not accepted.
 
-The authorizer (``raftka.broker.kafka.authorization``) guards the Kafka listener only:
-``authorizer.class.name`` accepts Kafka's KRaft
+The authorizer (``raftka.broker.kafka.authorization``) checks ACLs on the Kafka
+listener: ``authorizer.class.name`` accepts Kafka's KRaft
 ``org.apache.kafka.metadata.authorizer.StandardAuthorizer`` (any other class is
-refused), and ``super.users`` or ``allow.everyone.if.no.acl.found`` without it are
-refused by name rather than accepted and ignored.
+refused), and ``super.users`` (unless the HTTP API is HTTPS, which reads it too) or
+``allow.everyone.if.no.acl.found`` without it are refused by name rather than accepted
+and ignored. With it on, an HTTPS HTTP API (which checks no ACLs) serves ``super.users``
+only.
 
 ``controlled.shutdown.timeout.ms`` is raftka's: Kafka's KRaft broker waits for the
 controller without a bound of its own; a process manager's stop timeout bounds it.
@@ -122,12 +126,12 @@ from pathlib import Path
 from typing import Final
 
 from raftka.broker.replication.partition_state import ReplicationConfig
-from raftka.common.acl import parse_principal
-from raftka.common.errors import InvalidConfigError, KafkaError
+from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.authorizer import AuthorizerConfig
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp, parse_super_users
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
 from raftka.server_common.sasl import SASL_MECHANISMS
 from raftka.server_common.ssl_principal import DEFAULT_MAPPER, SslPrincipalMapper
@@ -520,6 +524,8 @@ class BrokerConfig:
     transaction_partition_verification_enable: bool = True
     # Broker-wide log defaults under the topic keys LogConfig reads.
     log_defaults: Mapping[str, str] = field(default_factory=dict)
+    # The HTTP API's scheme, TLS contexts and node principals (server_common/node_http.py).
+    http: NodeHttp = PLAIN_HTTP
     # Every property as given (the properties file, flattened): what DescribeConfigs
     # of this broker answers as its static configs.
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -627,13 +633,16 @@ def _transaction_settings(props: Mapping[str, str]) -> dict[str, int]:
     return settings
 
 
-def authorizer_config(props: Mapping[str, str]) -> AuthorizerConfig | None:
+def authorizer_config(props: Mapping[str, str], *, https: bool = False) -> AuthorizerConfig | None:
     """The Kafka listener's authorizer settings; None when ``authorizer.class.name`` is
     empty (the default). ConfigError naming the key for another class, a malformed
     principal, or a setting given without the authorizer (it would do nothing)."""
     name = props.get("authorizer.class.name", "").strip()
     if not name:
-        given = sorted(k for k in props if k in _AUTHORIZER_ONLY_KEYS)
+        # An HTTPS API reads super.users too (its node principals).
+        given = sorted(
+            k for k in props if k in _AUTHORIZER_ONLY_KEYS and not (https and k == "super.users")
+        )
         if given:
             raise ConfigError(f"{given[0]}: no authorizer uses it (authorizer.class.name)")
         return None
@@ -641,16 +650,8 @@ def authorizer_config(props: Mapping[str, str]) -> AuthorizerConfig | None:
         raise ConfigError(
             f"authorizer.class.name: only {STANDARD_AUTHORIZER} is supported, got {name!r}"
         )
-    super_users = [p.strip() for p in props.get("super.users", "").split(";") if p.strip()]
-    for principal in super_users:
-        try:
-            parse_principal(principal)
-        except KafkaError:
-            raise ConfigError(
-                f"super.users: {principal!r} is not a principal (<type>:<name>, e.g. User:admin)"
-            ) from None
     return AuthorizerConfig(
-        super_users=frozenset(super_users),
+        super_users=parse_super_users(props),
         allow_everyone_if_no_acl_found=_bool(props, "allow.everyone.if.no.acl.found", False),
     )
 
@@ -661,7 +662,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
     if "broker" not in node.process_roles:
         raise ConfigError("process.roles does not include broker")
     kafka_listener = kafka_listener_config(props)
-    authorizer = authorizer_config(props)
+    authorizer = authorizer_config(props, https=node.http.secure)
     if authorizer is not None and kafka_listener is None:
         # It guards the Kafka listener only: without one it would guard nothing.
         raise ConfigError(
@@ -745,6 +746,8 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
             props, "transaction.partition.verification.enable", True
         ),
         log_defaults=log_defaults,
+        # With the authorizer on, only super.users may use an HTTPS API (it checks no ACLs).
+        http=node.http.with_node_paths((), nodes_only=authorizer is not None),
         properties=dict(props),
     )
 

@@ -36,6 +36,7 @@ from raftka.common.messages import broker as api
 from raftka.common.messages import decode, encode
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 
 __all__ = ["LATEST_TIMESTAMP", "LeaderHighWatermarks"]
 
@@ -67,7 +68,9 @@ class LeaderHighWatermarks:
         timeout_s: float = TIMEOUT_S_DEFAULT,
         max_age_s: float = MAX_AGE_S_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
+        self._http = http
         self._image = image
         self._address_of = address_of
         self._session = session
@@ -134,7 +137,7 @@ class LeaderHighWatermarks:
         )
         try:
             async with session.post(
-                f"http://{address}/v1/list-offsets",
+                self._http.url(address, "/v1/list-offsets"),
                 data=encode(request),
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),

@@ -55,6 +55,7 @@ from raftka.common.messages.controller import (
 )
 from raftka.common.time import monotonic_ms
 from raftka.server_common.metrics import add_remote
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 
 __all__ = ["BrokerLifecycle", "ControllerChannel"]
 
@@ -111,8 +112,10 @@ class ControllerChannel:
         *,
         attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
         failure_memory_ms: int = FAILURE_MEMORY_MS,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
         assert controllers
+        self._http = http
         assert attempt_timeout_ms > 0, attempt_timeout_ms
         assert failure_memory_ms >= 0, failure_memory_ms
         self._controllers = list(controllers)
@@ -183,7 +186,7 @@ class ControllerChannel:
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         async with self._session.request(
             method,
-            f"http://{address}{path}",
+            self._http.url(address, path),
             data=body,
             headers={"Content-Type": "application/json"},
             timeout=timeout,

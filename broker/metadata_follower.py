@@ -52,6 +52,7 @@ from raftka.metadata.delta import LocalReplicaChanges
 from raftka.metadata.image import FrozenMap, MetadataImage, PartitionRegistration, TopicIdPartition
 from raftka.metadata.loader import image_from_snapshot, replay_payload
 from raftka.server_common.http_errors import PEER_REQUEST_ERRORS
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 
 __all__ = [
     "METADATA_WAIT_MS",
@@ -238,8 +239,10 @@ class MetadataFollower:
         catch_up_to: Callable[[], int] = lambda: -1,
         active_controller: Callable[[], str | None] = lambda: None,
         attempt_margin_ms: int = ATTEMPT_MARGIN_MS,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
         assert controllers
+        self._http = http
         # A broker starts from nothing: it catches up before acting (MetadataApplier).
         self.applier = MetadataApplier(broker_id, catch_up_first=True, catch_up_to=catch_up_to)
         self._controllers = list(controllers)
@@ -304,7 +307,7 @@ class MetadataFollower:
             total=(request.max_wait_ms + self._attempt_margin_ms) / 1000
         )
         async with self._session.get(
-            f"http://{address}/v1/metadata", params=query_params(request), timeout=timeout
+            self._http.url(address, "/v1/metadata"), params=query_params(request), timeout=timeout
         ) as response:
             raw = await response.read()
             if response.status != 200:

@@ -77,6 +77,7 @@ from raftka.metadata.routes import describe_acls_route, describe_scram_credentia
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
 from raftka.server_common.metrics import metrics_route, new_registry
+from raftka.server_common.node_http import require_node
 from raftka.server_common.supervision import (
     Supervisor,
     install_process_fatal,
@@ -95,6 +96,8 @@ REQUEST_BYTES_MAX: Final = 64 * 1024 * 1024
 _STATUS: Final = {
     "UNKNOWN_SERVER_ERROR": 500,
     "REQUEST_TIMED_OUT": 503,
+    # A follower fetch or verification from a principal that is not a node (HTTPS).
+    "CLUSTER_AUTHORIZATION_FAILED": 403,
 }
 
 
@@ -151,12 +154,14 @@ class BrokerServer:
             address_of=self.address_of,
             session=lambda: self._session,
             wanted=self._lag_partitions_elsewhere,
+            http=config.http,
         )
         # KIP-890 part 1 on produce (broker/txn_verification.py).
         self.txn_verifier = TxnVerifier(
             image=lambda: self.manager.image,
             address_of=self.address_of,
             session=lambda: self._session,
+            http=config.http,
         )
         if config.transaction_partition_verification_enable:
             # TxnOffsetCommit's batches are verified like a producer's (KIP-890 part 1).
@@ -218,13 +223,14 @@ class BrokerServer:
         config = self.config
         self.supervisor.spawn("loop-lag", self.loop_lag.run)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=config.http.connector(limit=0),
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
         self.channel = ControllerChannel(
             config.controllers,
             self._session,
             attempt_timeout_ms=config.controller_quorum_request_timeout_ms,
+            http=config.http,
         )
         channel = self.channel
 
@@ -262,6 +268,7 @@ class BrokerServer:
             address_of=self.address_of,
             broker_epoch=self._broker_epoch,
             spawn=self._spawn_fetcher,
+            http=config.http,
         )
         self.manager.fetch_targets = self.fetchers
         self.manager.alter_partition = self._send_alter_partition
@@ -274,10 +281,17 @@ class BrokerServer:
             # The first image must include our registration (its offset is the epoch).
             catch_up_to=self._broker_epoch,
             active_controller=lambda: channel.active_address,
+            http=config.http,
         )
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, config.listen_host, config.listen_port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            config.listen_host,
+            config.listen_port,
+            reuse_address=True,
+            ssl_context=config.http.server_ssl,
+        )
         await site.start()
         log.info(
             "broker listening",
@@ -402,14 +416,12 @@ class BrokerServer:
     # ------------------------------------------------------------------ routes
 
     def _build_app(self) -> web.Application:
-        app = web.Application(
-            # The request metrics outermost: they time the error answers too.
-            middlewares=[
-                self.metrics.requests.middleware(),
-                error_middleware(_error_response, log),
-            ],
-            client_max_size=REQUEST_BYTES_MAX,
-        )
+        # The request metrics outermost: they time the error answers too.
+        middlewares = [self.metrics.requests.middleware(), error_middleware(_error_response, log)]
+        if self.config.http.secure:
+            # Innermost: handlers see only authenticated requests (node_http.py).
+            middlewares.append(self.config.http.middleware())
+        app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
         app[_SERVER_KEY] = self
         app.add_routes(
             [
@@ -656,6 +668,9 @@ def _fetch_response(r: FetchResult) -> api.FetchPartitionResponse:
 
 async def _fetch(request: web.Request) -> web.Response:
     fetch = decode(await request.read(), api.FetchRequest)
+    if fetch.replica_id >= 0:
+        # A follower's fetch (Kafka checks CLUSTER_ACTION): nodes only over HTTPS.
+        require_node(request, "a fetch naming a replica_id")
     server = _server(request)
     results = await server.manager.fetch(
         replica_id=fetch.replica_id,

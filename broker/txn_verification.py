@@ -54,6 +54,7 @@ from raftka.common.messages.transactions import (
 from raftka.common.record.header import iter_batches
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = [
@@ -117,7 +118,9 @@ class TxnVerifier:
         image: Callable[[], MetadataImage],
         address_of: Callable[[int], str | None],
         session: Callable[[], aiohttp.ClientSession | None],
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
+        self._http = http
         self._image = image
         self._address_of = address_of
         self._session = session
@@ -191,7 +194,7 @@ class TxnVerifier:
         )
         try:
             async with session.post(
-                f"http://{address}/v1/add-partitions-to-txn",
+                self._http.url(address, "/v1/add-partitions-to-txn"),
                 data=encode(request),
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=max(timeout_ms, 1) / 1000),

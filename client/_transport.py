@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
@@ -37,6 +38,7 @@ import orjson
 from aiohappyeyeballs import AddrInfoType
 
 from raftka.client.structs import Node, PartitionInfo, TopicPartition
+from raftka.common.client_tls import SSL_CLOSE_LEAKS
 from raftka.common.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -132,8 +134,12 @@ class Transport:
         idle_ms: int,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._client_id = client_id
+        #: security_protocol=SSL: https with this context (its client certificate).
+        self._tls = tls
+        self._scheme = "http" if tls is None else "https"
         self._request_timeout_ms = request_timeout_ms
         self._idle_ms = idle_ms
         #: setsockopt arguments for every new connection (-1 sizes: the OS default).
@@ -157,6 +163,11 @@ class Transport:
                 limit_per_host=CONNECTIONS_PER_HOST_MAX,
                 keepalive_timeout=self._idle_ms / 1000,
                 socket_factory=self._new_socket if self._socket_options else None,
+                ssl=self._tls if self._tls is not None else True,
+                # A TLS connection closed while its shutdown is still under way leaks
+                # its socket on Pythons before CPython's fix (gh-118960, 3.12.8):
+                # aiohttp then aborts those at close.
+                enable_cleanup_closed=self._tls is not None and SSL_CLOSE_LEAKS,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -222,7 +233,7 @@ class Transport:
         try:
             async with session.request(
                 method,
-                f"http://{address}{path}",
+                f"{self._scheme}://{address}{path}",
                 data=data,
                 headers=headers,
                 params=query or None,
@@ -380,6 +391,7 @@ class ConnectionConfig(Protocol):
     def send_buffer_bytes(self) -> int: ...
     @property
     def receive_buffer_bytes(self) -> int: ...
+    def ssl_context(self) -> ssl.SSLContext | None: ...
 
 
 def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]:
@@ -390,6 +402,7 @@ def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]
         idle_ms=config.connections_max_idle_ms,
         send_buffer_bytes=config.send_buffer_bytes,
         receive_buffer_bytes=config.receive_buffer_bytes,
+        tls=config.ssl_context(),
     )
     metadata = MetadataCache(
         transport,

@@ -26,7 +26,7 @@ import asyncio
 import secrets
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, Unpack, cast
 
 import msgspec
 
@@ -41,7 +41,7 @@ from raftka.client._transport import (
     list_offsets,
     monotonic_ms,
 )
-from raftka.client.config import AdminConfig
+from raftka.client.config import AdminConfig, SecurityOptions
 from raftka.client.structs import (
     NewPartitions,
     NewTopic,
@@ -215,6 +215,7 @@ class AsyncAdmin(AdminClientBase):
         connections_max_idle_ms: int = 540_000,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         super().__init__(
             AdminConfig(
@@ -228,6 +229,7 @@ class AsyncAdmin(AdminClientBase):
                 connections_max_idle_ms=connections_max_idle_ms,
                 send_buffer_bytes=send_buffer_bytes,
                 receive_buffer_bytes=receive_buffer_bytes,
+                **security,
             )
         )
         self._active_controller: str | None = None

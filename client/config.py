@@ -9,10 +9,12 @@ raftka's default differs from Kafka's the field says why.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict
 
+from raftka.common.client_tls import ClientTls
 from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import Compression
 
@@ -22,6 +24,7 @@ __all__ = [
     "ClientConfigError",
     "ConsumerConfig",
     "ProducerConfig",
+    "SecurityOptions",
     "parse_bootstrap",
 ]
 
@@ -73,6 +76,20 @@ def _check_callable(option: str, value: object) -> None:
         raise _fail(option, value, "expected a callable or None")
 
 
+class SecurityOptions(TypedDict, total=False):
+    """Kafka's client security settings every client takes (see _CommonConfig)."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL"]
+    ssl_cafile: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    ssl_password: str | None
+    ssl_check_hostname: bool
+
+
+_SSL_OPTIONS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _CommonConfig:
     bootstrap_servers: tuple[str, ...]
@@ -85,6 +102,17 @@ class _CommonConfig:
     #: send.buffer.bytes / receive.buffer.bytes, whose -1 means the same).
     send_buffer_bytes: int = -1
     receive_buffer_bytes: int = -1
+    #: Kafka's security.protocol: PLAINTEXT, or SSL for nodes whose HTTP API is HTTPS
+    #: (server_common/node_http.py), where the client presents ``ssl_certfile`` (its
+    #: principal) and checks the node against ``ssl_cafile`` (the system's CAs when
+    #: None) and, unless ``ssl_check_hostname`` is False, its host name. The HTTP API
+    #: has no SASL: SASL_PLAINTEXT and SASL_SSL are refused by name.
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = None
+    ssl_check_hostname: bool = True
 
     def _check_common(self) -> None:
         object.__setattr__(
@@ -100,6 +128,54 @@ class _CommonConfig:
         _check_int("connections_max_idle_ms", self.connections_max_idle_ms, 1)
         _check_int("send_buffer_bytes", self.send_buffer_bytes, -1, INT32_MAX)
         _check_int("receive_buffer_bytes", self.receive_buffer_bytes, -1, INT32_MAX)
+        self._check_security()
+
+    def _check_security(self) -> None:
+        protocol = self.security_protocol
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise _fail(
+                "security_protocol",
+                protocol,
+                "raftka's HTTP API has no SASL (it authenticates by client certificate: "
+                "use SSL); SASL is on the Kafka listener, for Kafka clients",
+            )
+        if protocol not in ("PLAINTEXT", "SSL"):
+            raise _fail("security_protocol", protocol, "expected PLAINTEXT or SSL")
+        for option in _SSL_OPTIONS:
+            value = getattr(self, option)
+            if value is not None and not isinstance(value, str):
+                raise _fail(option, value, "expected a file name (str) or None")
+            if value is not None and protocol == "PLAINTEXT":
+                raise _fail(option, value, "security_protocol is PLAINTEXT: nothing uses it")
+        if not isinstance(self.ssl_check_hostname, bool):
+            raise _fail("ssl_check_hostname", self.ssl_check_hostname, "expected a bool")
+        if not self.ssl_check_hostname and protocol == "PLAINTEXT":
+            raise _fail("ssl_check_hostname", False, "security_protocol is PLAINTEXT")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise _fail("ssl_keyfile", self.ssl_keyfile, "ssl_certfile and ssl_keyfile go together")
+        if protocol == "SSL" and self.ssl_certfile is None:
+            raise _fail(
+                "ssl_certfile",
+                None,
+                "an HTTPS API authenticates clients by certificate: give ssl_certfile and "
+                "ssl_keyfile",
+            )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of security_protocol=SSL (None for PLAINTEXT); reads the
+        files now, ClientConfigError naming the option that cannot be loaded."""
+        tls = ClientTls(
+            protocol=self.security_protocol,
+            cafile=self.ssl_cafile,
+            certfile=self.ssl_certfile,
+            keyfile=self.ssl_keyfile,
+            password=self.ssl_password,
+            check_hostname=self.ssl_check_hostname,
+        )
+        try:
+            return tls.context(cafile_name="ssl_cafile", certfile_name="ssl_certfile")
+        except InvalidConfigError as e:
+            raise ClientConfigError(e.message) from None
 
     def replace(self, **changes: Any) -> Any:
         """A copy with ``changes`` applied and validated again."""

@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import orjson
 
@@ -33,7 +33,7 @@ from raftka.client._transport import (
     list_offsets,
     monotonic_ms,
 )
-from raftka.client.config import AdminConfig
+from raftka.client.config import AdminConfig, SecurityOptions
 from raftka.client.consumer.assignors import decode_assignment
 from raftka.client.consumer.coordinator_client import offset_commit_topics
 from raftka.common.errors import (
@@ -122,6 +122,7 @@ class AsyncGroupAdmin(AdminClientBase):
         retry_backoff_ms: int = 100,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         super().__init__(
             AdminConfig(
@@ -132,6 +133,7 @@ class AsyncGroupAdmin(AdminClientBase):
                 retry_backoff_ms=retry_backoff_ms,
                 send_buffer_bytes=send_buffer_bytes,
                 receive_buffer_bytes=receive_buffer_bytes,
+                **security,
             )
         )
 

@@ -16,6 +16,7 @@ start the LocalCluster with a short one (for example 2000) when a test kills bro
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -64,11 +65,13 @@ class LocalBrokers(NodeGroup):
         kafka_ports: Sequence[int] | None = None,
         kafka_listener: bool = False,
         kafka_security_protocol: str = "PLAINTEXT",
+        https: ssl.SSLContext | None = None,
     ) -> None:
         """``kafka_listener`` (or ``kafka_ports``, one per broker) gives every broker a
         Kafka binary-protocol listener beside its HTTP API (free ports if not given),
         named ``kafka_security_protocol`` (PLAINTEXT, or SSL with ``ssl.*`` settings in
-        ``extra_properties``)."""
+        ``extra_properties``). ``https``: the brokers' HTTP API is HTTPS (as
+        LocalCluster's), reached with this client context."""
         assert count >= 1
         assert ports is None or len(ports) == count
         self.cluster = cluster
@@ -86,12 +89,12 @@ class LocalBrokers(NodeGroup):
         for offset, port in enumerate(ports):
             broker_id = first_id + offset
             node_dir = base / f"broker-{broker_id}"
-            listeners = f"PLAINTEXT://{host}:{port}"
+            api = "PLAINTEXT" if https is None else "HTTPS"
+            listeners = f"{api}://{host}:{port}"
             if kafka_ports is not None:
                 # The first listener is the HTTP API; the one after it speaks Kafka.
-                listeners = (
-                    f"HTTP://{host}:{port},{kafka_security_protocol}://{host}:{kafka_ports[offset]}"
-                )
+                api = "HTTP" if https is None else "HTTPS"
+                listeners = f"{api}://{host}:{port},{kafka_security_protocol}://{host}:{kafka_ports[offset]}"
                 self.kafka_addresses[broker_id] = f"{host}:{kafka_ports[offset]}"
             props = {
                 "node.id": str(broker_id),
@@ -105,6 +108,7 @@ class LocalBrokers(NodeGroup):
             self.brokers[broker_id] = configured_node(
                 "broker", node_id=broker_id, host=host, port=port, node_dir=node_dir, props=props
             )
+            self.brokers[broker_id].tls = https
 
     def nodes(self) -> Iterable[NodeProcess]:
         return self.brokers.values()
@@ -152,7 +156,8 @@ class LocalBrokers(NodeGroup):
     def metadata(self, broker_id: int) -> dict[str, Any] | None:
         """GET /v1/metadata of one broker, or None if it does not answer."""
         try:
-            status, body = http_json(self.brokers[broker_id].address, "/v1/metadata", timeout_s=2.0)
+            node = self.brokers[broker_id]
+            status, body = http_json(node.address, "/v1/metadata", timeout_s=2.0, tls=node.tls)
         except OSError:
             return None
         return body if status == 200 and isinstance(body, dict) else None

@@ -23,6 +23,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -181,15 +182,18 @@ def http_json(
     method: str = "GET",
     body: object = None,
     timeout_s: float = 5.0,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, Any]:
-    """One request to a raftka process: (HTTP status, decoded JSON). Raises OSError
-    when the process does not answer."""
+    """One request to a raftka process: (HTTP status, decoded JSON); over HTTPS with
+    ``tls`` (a client context with a certificate). Raises OSError when the process does
+    not answer."""
     data = None if body is None else orjson.dumps(body)
-    request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+    scheme = "http" if tls is None else "https"
+    request = urllib.request.Request(f"{scheme}://{address}{path}", data=data, method=method)
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=tls) as response:
             return response.status, orjson.loads(response.read())
     except http.client.HTTPException as e:
         # Not an HTTP answer (a connection to itself, a half-started server): the
@@ -204,15 +208,22 @@ def http_json(
 
 
 def http_post(
-    address: str, path: str, body: bytes, content_type: str, timeout_s: float = 5.0
+    address: str,
+    path: str,
+    body: bytes,
+    content_type: str,
+    timeout_s: float = 5.0,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes, str]:
     """One POST of raw ``body`` to a raftka process: (HTTP status, the answer's bytes,
-    its content type), error statuses included. Raises OSError when the process does
-    not answer."""
-    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
+    its content type), error statuses included; over HTTPS with ``tls``. Raises OSError
+    when the process does not answer."""
+    scheme = "http" if tls is None else "https"
+    request = urllib.request.Request(f"{scheme}://{address}{path}", data=body, method="POST")
     request.add_header("Content-Type", content_type)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=tls) as response:
             return response.status, response.read(), response.headers.get_content_type()
     except urllib.error.HTTPError as e:
         return e.code, e.read(), e.headers.get_content_type()
@@ -231,6 +242,8 @@ class NodeProcess:
     popen: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
+    #: A client context (with a certificate) when the node's HTTP API is HTTPS.
+    tls: ssl.SSLContext | None = None
     _log: Any = field(default=None, repr=False)
 
     @property
@@ -265,7 +278,9 @@ class NodeProcess:
     def health(self) -> dict[str, Any] | None:
         """The /health answer, or None if the process does not answer 200."""
         try:
-            status, body = http_json(self.address, "/health", timeout_s=HEALTH_TIMEOUT_S)
+            status, body = http_json(
+                self.address, "/health", timeout_s=HEALTH_TIMEOUT_S, tls=self.tls
+            )
         except OSError:
             return None
         return body if status == 200 and isinstance(body, dict) else None
@@ -406,7 +421,11 @@ class LocalCluster(NodeGroup):
         host: str = "127.0.0.1",
         engine: str = "native",
         extra_properties: Mapping[str, str] | None = None,
+        https: ssl.SSLContext | None = None,
     ) -> None:
+        """``https``: the controllers' HTTP API is HTTPS (listener ``HTTPS``, its
+        ``listener.name.https.ssl.*`` settings in ``extra_properties``), reached with
+        this client context."""
         assert controllers >= 1
         assert ports is None or (len(ports) == controllers and base_port is None)
         self.data_dir = Path(data_dir)
@@ -425,7 +444,7 @@ class LocalCluster(NodeGroup):
                 "node.id": str(node_id),
                 "process.roles": "controller",
                 "controller.quorum.voters": self.voters,
-                "listeners": f"CONTROLLER://{host}:{port}",
+                "listeners": f"{'CONTROLLER' if https is None else 'HTTPS'}://{host}:{port}",
                 "metadata.log.dir": str(node_dir / "metadata"),
                 "quorum.engine": engine,
                 **LOCAL_QUORUM_PROPERTIES,
@@ -434,6 +453,7 @@ class LocalCluster(NodeGroup):
             self.controllers[node_id] = configured_node(
                 "controller", node_id=node_id, host=host, port=port, node_dir=node_dir, props=props
             )
+            self.controllers[node_id].tls = https
 
     def nodes(self) -> Iterable[NodeProcess]:
         return self.controllers.values()

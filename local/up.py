@@ -66,6 +66,7 @@ from raftka.local.secure import (
     sasl_ssl_setup,
     wait_until_brokers_know,
 )
+from raftka.metadata.cli import command_config_option, command_tls
 
 __all__ = [
     "CLUSTER_FILE",
@@ -754,7 +755,7 @@ def brokers_from_metadata_records(records: Sequence[Mapping[str, Any]]) -> dict[
 
 def _probe(address: str, path: str) -> Answer:
     try:
-        return http_json(address, path, timeout_s=PROBE_TIMEOUT_S)
+        return http_json(address, path, timeout_s=PROBE_TIMEOUT_S, tls=command_tls())
     except OSError:
         return None
 
@@ -1294,6 +1295,7 @@ def _with_file_pids(
     help="Ask this broker (host:port, comma-separated) for the controllers, then as "
     "--bootstrap-controller.",
 )
+@command_config_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
 @click.option(
     "--wait",

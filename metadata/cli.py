@@ -13,10 +13,11 @@ Errors print one line on stderr and exit with status 1; never a traceback.
 
 from __future__ import annotations
 
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -24,7 +25,8 @@ import click
 import msgspec
 import orjson
 
-from raftka.common.errors import InvalidRequestError
+from raftka.common.client_tls import read_command_config
+from raftka.common.errors import InvalidRequestError, KafkaError
 from raftka.common.messages import decode, encode
 from raftka.common.messages.controller import (
     METADATA_RECORDS_MAX,
@@ -36,7 +38,13 @@ from raftka.common.messages.controller import (
 from raftka.server_common.cli import CommandError, config_file_option, load_config
 from raftka.server_common.node_config import load_node_config
 
-__all__ = ["controller_command", "metadata_group", "quorum_group"]
+__all__ = [
+    "command_config_option",
+    "command_tls",
+    "controller_command",
+    "metadata_group",
+    "quorum_group",
+]
 
 DEFAULT_CONTROLLER: Final = "127.0.0.1:9093"
 HTTP_TIMEOUT_S: Final = 10.0
@@ -53,9 +61,10 @@ def _get(
     """The controller's answer to ``GET path?params`` as ``answer_type``."""
     if params:
         path = f"{path}?{urllib.parse.urlencode(params, doseq=True)}"
-    url = f"http://{address}{path}"
+    tls = command_tls()
+    url = f"{'http' if tls is None else 'https'}://{address}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S, context=tls) as response:
             data = response.read()
     except urllib.error.HTTPError as e:
         try:
@@ -104,13 +113,48 @@ def controller_command(config_path: Path) -> None:
 # ---------------------------------------------------------------------------------------
 # raftka quorum status
 
-_bootstrap = click.option(
+_bootstrap_controller = click.option(
     "--bootstrap-controller",
     "bootstrap",
     default=DEFAULT_CONTROLLER,
     show_default=True,
     help="host:port of one or more controllers, comma-separated.",
 )
+_TLS_KEY: Final = "raftka.command_tls"
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _read_command_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    try:
+        ctx.meta[_TLS_KEY] = read_command_config(value).context()
+    except KafkaError as e:
+        raise click.BadParameter(e.message, ctx=ctx, param_hint="--command-config") from None
+
+
+#: ``--command-config FILE`` of the tools that ask nodes directly (common/client_tls.py):
+#: over HTTPS with its client certificate; read back with :func:`command_tls`.
+command_config_option = click.option(
+    "--command-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    expose_value=False,
+    callback=_read_command_config,
+    help="For HTTPS nodes: a properties file of security.protocol=SSL, ssl.cafile, "
+    "ssl.certfile, ssl.keyfile (a certificate of super.users), ssl.key.password.",
+)
+
+
+def command_tls() -> ssl.SSLContext | None:
+    """This command's ``--command-config`` TLS context (None: plain HTTP)."""
+    ctx = click.get_current_context(silent=True)
+    found = None if ctx is None else ctx.meta.get(_TLS_KEY)
+    return found if isinstance(found, ssl.SSLContext) else None
+
+
+def _bootstrap(f: _F) -> _F:
+    return _bootstrap_controller(command_config_option(f))
 
 
 @click.group("quorum")

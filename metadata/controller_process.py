@@ -69,7 +69,11 @@ class ControllerServer(ControllerEventLoop):
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self.config.listen_host, self.config.listen_port, reuse_address=True
+            self._runner,
+            self.config.listen_host,
+            self.config.listen_port,
+            reuse_address=True,
+            ssl_context=self.config.http.server_ssl,
         )
         await site.start()
 
@@ -84,7 +88,7 @@ def create_engine(config: NodeConfig) -> QuorumEngine:
     if config.quorum_engine == "native":
         module = importlib.import_module("raftka.raft.quorum.native")
         engine = module.NativeQuorumEngine(
-            config.node_id, voters, config.metadata_log_dir, config.quorum
+            config.node_id, voters, config.metadata_log_dir, config.quorum, http=config.http
         )
     else:
         module = importlib.import_module("raftka.raft.quorum.pysyncobj_engine")

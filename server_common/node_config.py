@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from raftka.server_common.controller_config import ControllerConfig
+from raftka.server_common.node_http import HTTPS_KEYS, PLAIN_HTTP, NodeHttp, node_http
 from raftka.server_common.process_config import (
     ConfigError,
     int_property,
@@ -76,7 +77,11 @@ NODE_KEYS: Final[frozenset[str]] = frozenset(
         "unclean.leader.election.enable",
         "auto.leader.rebalance.enable",
         "leader.imbalance.check.interval.seconds",
+        # The HTTPS API's node principals (server_common/node_http.py); a broker's
+        # authorizer reads it too.
+        "super.users",
     }
+    | HTTPS_KEYS
     | {"controller.quorum." + name.replace("_", ".") for name in QuorumConfig.__dataclass_fields__}
 )
 
@@ -109,6 +114,9 @@ class NodeConfig:
     log_level: str = "INFO"
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
+    #: The HTTP API's scheme, TLS contexts and node principals (HTTP unless the first
+    #: listener is named HTTPS).
+    http: NodeHttp = PLAIN_HTTP
     properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -204,6 +212,18 @@ def node_config_from_properties(
     except (ValueError, AssertionError) as e:
         detail = str(e) or "a value is out of range"
         raise ConfigError(f"{source}: {detail}") from None
+    try:
+        http = node_http(props)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    if http.secure and engine == "pysyncobj":
+        raise ConfigError(
+            f"{source}: quorum.engine=pysyncobj: its peer port has no TLS; an HTTPS API "
+            "needs quorum.engine=native"
+        )
+    if not http.secure and "broker" not in roles and "super.users" in props:
+        # A broker's authorizer reads it; a controller only with an HTTPS API.
+        raise ConfigError(f"{source}: super.users: no HTTPS API or authorizer uses it")
     return NodeConfig(
         node_id=node_id,
         process_roles=roles,
@@ -222,6 +242,7 @@ def node_config_from_properties(
         log_level=level,
         quorum=quorum,
         controller=controller,
+        http=http,
         properties=dict(props),
     )
 

@@ -20,6 +20,7 @@ from raftka.broker.coordinator.service import GroupCoordinatorService, RequestCo
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
 from raftka.common.messages import transactions as txn_api
+from raftka.server_common.node_http import require_node
 
 __all__ = ["ROUTES", "Route", "bound_routes", "coordinator_routes", "route_handler"]
 
@@ -66,6 +67,10 @@ def route_handler(
 
     async def handle(request: web.Request) -> web.Response:
         message = decode(await request.read(), request_type)
+        if getattr(message, "verify_only", False):
+            # AddPartitionsToTxn's verification is a partition leader's call (Kafka
+            # checks CLUSTER_ACTION): nodes only over HTTPS.
+            require_node(request, "AddPartitionsToTxn with verify_only")
         context = RequestContext(client_host=f"/{request.remote or 'unknown'}")
         answer = await method(service, message, context)
         return web.Response(body=encode(answer), content_type="application/json")

@@ -185,6 +185,7 @@ class TransactionCoordinatorService:
             request_timeout_ms=config.request_timeout_ms,
             backoff_ms=marker_backoff_ms,
             backoff_max_ms=marker_backoff_max_ms,
+            http=config.http,
         )
         #: __transaction_state partitions the core owns -> the leader epoch loaded.
         self._owned: dict[int, int] = {}

@@ -61,6 +61,7 @@ from raftka.common.messages.transactions import (
 from raftka.common.structs import TopicPartition
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_records import NO_LEADER
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 
 __all__ = ["MarkerOutcome", "TxnMarkerSender", "marker_request", "route_markers"]
 
@@ -187,7 +188,9 @@ class TxnMarkerSender:
         request_timeout_ms: int,
         backoff_ms: int = 100,
         backoff_max_ms: int = 5_000,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
+        self._http = http
         self._image = image
         self._address_of = address_of
         self._session = session
@@ -311,7 +314,7 @@ class TxnMarkerSender:
             return f"broker {leader} has no address"
         try:
             async with session.post(
-                f"http://{address}{WRITE_TXN_MARKERS_PATH}",
+                self._http.url(address, WRITE_TXN_MARKERS_PATH),
                 data=encode(request),
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=self._request_timeout_ms / 1000),

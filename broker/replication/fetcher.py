@@ -45,6 +45,7 @@ from raftka.common.structs import EpochEndOffset
 from raftka.common.time import monotonic_ms, wait_event
 from raftka.common.wire import FRAME_CONTENT_TYPE
 from raftka.server_common.http_errors import PEER_REQUEST_ERRORS
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 from raftka.storage.log_manager import PartitionKey
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]
@@ -79,6 +80,7 @@ class _FetcherLinks:
     address_of: Callable[[int], str | None]
     broker_epoch: Callable[[], int]
     spawn: Spawn
+    http: NodeHttp
 
 
 class ReplicaFetcher:
@@ -91,6 +93,7 @@ class ReplicaFetcher:
         self._backoff_until: dict[PartitionKey, int] = {}
         self._manager = links.manager
         self._session = links.session
+        self._http = links.http
         self._address_of = links.address_of
         self._broker_epoch = links.broker_epoch
         self._wake = asyncio.Event()
@@ -199,7 +202,7 @@ class ReplicaFetcher:
         )
         timeout = aiohttp.ClientTimeout(total=(wait_ms + FETCH_SLACK_MS) / 1000)
         async with self._session.post(
-            f"http://{address}/v1/fetch",
+            self._http.url(address, "/v1/fetch"),
             data=encode(request),
             headers={"Content-Type": "application/json"},
             timeout=timeout,
@@ -298,8 +301,9 @@ class ReplicaFetcherManager:
         address_of: Callable[[int], str | None],
         broker_epoch: Callable[[], int],
         spawn: Spawn = _plain_spawn,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
-        self._links = _FetcherLinks(manager, session, address_of, broker_epoch, spawn)
+        self._links = _FetcherLinks(manager, session, address_of, broker_epoch, spawn, http)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
 

@@ -28,15 +28,16 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar, cast
 
 import click
 import orjson
 
 from raftka.client.admin import Admin
-from raftka.client.config import ClientConfigError
+from raftka.client.config import ClientConfigError, SecurityOptions
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import TopicDescription
+from raftka.common.client_tls import read_command_config
 from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
 from raftka.common.structs import TopicPartition
 
@@ -59,6 +60,7 @@ __all__ = [
     "one_line_errors",
     "one_name",
     "plain_connection_error",
+    "security_options",
     "topic_name_callback",
 ]
 
@@ -90,13 +92,61 @@ def default_bootstrap_servers(*, env: Mapping[str, str], cwd: Path) -> str:
     return servers if isinstance(servers, str) and servers else DEFAULT_BOOTSTRAP_SERVERS
 
 
-bootstrap_option = click.option(
+_bootstrap_server_option = click.option(
     "--bootstrap-server",
     "bootstrap_server",
     default=lambda: default_bootstrap_servers(env=os.environ, cwd=Path.cwd()),
     show_default=f"${BOOTSTRAP_ENV}, else ./{CLUSTER_FILE}'s, else {DEFAULT_BOOTSTRAP_SERVERS}",
     help="Brokers to bootstrap from, host:port[,host:port...].",
 )
+_SECURITY_KEY: Final = "raftka.security"
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _read_command_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    try:
+        tls = read_command_config(value)
+    except KafkaError as e:
+        raise click.BadParameter(e.message, ctx=ctx, param_hint="--command-config") from None
+    options: SecurityOptions = {"security_protocol": "PLAINTEXT"}
+    if tls.protocol == "SSL":
+        options = {
+            "security_protocol": "SSL",
+            "ssl_cafile": tls.cafile,
+            "ssl_certfile": tls.certfile,
+            "ssl_keyfile": tls.keyfile,
+            "ssl_password": tls.password,
+            "ssl_check_hostname": tls.check_hostname,
+        }
+    ctx.meta[_SECURITY_KEY] = options
+
+
+_command_config_option = click.option(
+    "--command-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    expose_value=False,
+    callback=_read_command_config,
+    help="Client settings for an HTTPS cluster, as Kafka's tools take them: a properties "
+    "file of security.protocol=SSL, ssl.cafile, ssl.certfile, ssl.keyfile, "
+    "ssl.key.password, ssl.endpoint.identification.algorithm.",
+)
+
+
+def bootstrap_option(f: _F) -> _F:
+    """``--bootstrap-server`` and ``--command-config`` (read by :func:`security_options`)."""
+    return _bootstrap_server_option(_command_config_option(f))
+
+
+def security_options() -> SecurityOptions:
+    """The clients' security settings of this command's ``--command-config`` (none
+    given: PLAINTEXT, the clients' default)."""
+    ctx = click.get_current_context(silent=True)
+    found = None if ctx is None else ctx.find_root().meta.get(_SECURITY_KEY)
+    return cast(SecurityOptions, found) if found is not None else {}
+
 
 api_timeout_option = click.option(
     "--api-timeout-ms",
@@ -154,7 +204,6 @@ def error_line(error: BaseException) -> str:
 # Topic and group names: Kafka's options, raftka's positionals as aliases
 
 NameKind = Literal["topic", "group"]
-_F = TypeVar("_F", bound=Callable[..., object])
 # Bound, not constrained: subclasses (TransactionAdmin) keep their own type.
 AdminT = TypeVar("AdminT", bound=Admin | GroupAdmin)
 
@@ -241,6 +290,7 @@ def command_admin(cls: type[AdminT], bootstrap_servers: str, api_timeout_ms: int
         bootstrap_servers=bootstrap_servers,
         default_api_timeout_ms=api_timeout_ms,
         request_timeout_ms=min(api_timeout_ms, 30_000),
+        **security_options(),
     )
 
 

@@ -39,6 +39,7 @@ from raftka.client.cli._common import (
     name_options,
     one_line_errors,
     one_name,
+    security_options,
 )
 from raftka.client.consumer.consumer import Consumer
 from raftka.client.structs import ConsumerRecord, TopicPartition
@@ -151,6 +152,7 @@ def consume_command(
             auto_offset_reset="earliest" if from_beginning else "latest",
             default_api_timeout_ms=api_timeout_ms,
             request_timeout_ms=min(api_timeout_ms, 30_000),
+            **security_options(),
         )
         try:
             if group is not None:

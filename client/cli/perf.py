@@ -39,6 +39,7 @@ from raftka.client.cli._common import (
     DEFAULT_BOOTSTRAP_SERVERS,
     bootstrap_option,
     default_bootstrap_servers,
+    security_options,
     topic_name_callback,
 )
 from raftka.client.config import ClientConfigError
@@ -301,6 +302,7 @@ def produce_command(
         # Idempotence (Kafka's default) requires acks=all, so it is on only for acks=all.
         producer = AsyncProducer(
             bootstrap_servers=bootstrap_server,
+            **security_options(),
             acks=acks,
             batch_size=batch_size,
             linger_ms=linger_ms,
@@ -331,7 +333,7 @@ def produce_command(
 
 async def ensure_topic(bootstrap_servers: str, topic: str) -> bool:
     """Create ``topic`` with the cluster's defaults unless it exists; True if created."""
-    async with AsyncAdmin(bootstrap_servers=bootstrap_servers) as admin:
+    async with AsyncAdmin(bootstrap_servers=bootstrap_servers, **security_options()) as admin:
         if topic in await admin.list_topics():
             return False
         try:
@@ -482,6 +484,7 @@ async def run_consume(
     reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
     async with AsyncConsumer(
         bootstrap_servers=bootstrap_servers,
+        **security_options(),
         auto_offset_reset=reset,
         fetch_max_bytes=fetch_max_bytes,
         max_partition_fetch_bytes=max_partition_fetch_bytes,

@@ -50,6 +50,7 @@ from raftka.client.cli._common import (
     name_options,
     one_line_errors,
     one_name,
+    security_options,
 )
 from raftka.client.producer.accumulator import RECORD_OVERHEAD_MAX
 from raftka.client.producer.producer import Producer
@@ -306,6 +307,7 @@ def produce_command(
             )
         producer = Producer(
             bootstrap_servers=bootstrap_server,
+            **security_options(),
             acks=acks,
             compression_type=compression_type,
             linger_ms=linger_ms,

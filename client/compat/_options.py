@@ -71,7 +71,10 @@ def is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, list | tuple) and not value)
 
 
-NO_TLS: Final = "raftka's client speaks plain HTTP/1.1 (no TLS)"
+NO_TLS: Final = (
+    "the adapter passes no TLS settings on (for an HTTPS cluster use raftka.client's "
+    "security_protocol='SSL' and ssl_* options)"
+)
 NO_SASL: Final = (
     "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's"
 )

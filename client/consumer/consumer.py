@@ -37,7 +37,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, Unpack
 
 from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -50,7 +50,7 @@ from raftka.client._transport import (
     monotonic_ms,
     open_connection,
 )
-from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer
+from raftka.client.config import ClientConfigError, ConsumerConfig, Deserializer, SecurityOptions
 from raftka.client.consumer.assignors import DEFAULT_ASSIGNMENT_STRATEGY
 from raftka.client.consumer.coordinator_client import ConsumerCoordinator
 from raftka.client.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED, Fetcher
@@ -113,6 +113,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
         partition_assignment_strategy: Sequence[str] = DEFAULT_ASSIGNMENT_STRATEGY,
         group_instance_id: str | None = None,
         interceptors: Sequence[ConsumerInterceptor] = (),
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self._interceptors: tuple[ConsumerInterceptor, ...] = check_interceptors(
             "interceptors", interceptors, ConsumerInterceptor
@@ -137,6 +138,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
             receive_buffer_bytes=receive_buffer_bytes,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
+            **security,
         )
         if type(default_api_timeout_ms) is not int or default_api_timeout_ms < 1:
             raise ClientConfigError(

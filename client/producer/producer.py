@@ -37,7 +37,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Unpack
 
 from raftka.client._closing import AsyncStartedOnEnter
 from raftka.client._sync import ClosingOnExit, LoopThread
@@ -48,7 +48,13 @@ from raftka.client._transport import (
     monotonic_ms,
     open_connection,
 )
-from raftka.client.config import INT32_MAX, ClientConfigError, ProducerConfig, Serializer
+from raftka.client.config import (
+    INT32_MAX,
+    ClientConfigError,
+    ProducerConfig,
+    SecurityOptions,
+    Serializer,
+)
 from raftka.client.consumer.listener import ConsumerGroupMetadata
 from raftka.client.interceptors import (
     ProducerInterceptor,
@@ -145,6 +151,7 @@ class AsyncProducer(AsyncStartedOnEnter):
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
         rng: random.Random | None = None,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self.config = ProducerConfig(
             bootstrap_servers=bootstrap_servers,  # type: ignore[arg-type]  # normalised
@@ -171,6 +178,7 @@ class AsyncProducer(AsyncStartedOnEnter):
             value_serializer=value_serializer,
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
+            **security,
         )
         #: The transaction state machine (None without a transactional_id); created
         #: here so that a call in the wrong state fails the same before start().

@@ -72,6 +72,7 @@ from raftka.raft.quorum.quorum_state_file import load_quorum_state, write_quorum
 from raftka.raft.quorum.segment_raft_log import SegmentRaftLog
 from raftka.raft.quorum.state import QuorumRole, QuorumState
 from raftka.raft.quorum.transport import RaftTransport
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 from raftka.server_common.quorum_config import QuorumConfig
 from raftka.server_common.supervision import process_fatal
 
@@ -126,6 +127,7 @@ class NativeQuorumEngine:
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] | None = None,
         tick_interval_ms: int = TICK_INTERVAL_MS_DEFAULT,
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
         assert voters, "a quorum needs voters"
         assert tick_interval_ms > 0
@@ -145,6 +147,7 @@ class NativeQuorumEngine:
             allowed_senders=set(self._voters) | set(self._observers),
             request_timeout_ms=config.request_timeout_ms,
             deliver=self._on_message,
+            http=http,
         )
         self._core: QuorumCore | None = None
         self._log: SegmentRaftLog | None = None

@@ -33,6 +33,7 @@ from aiohttp import web
 
 from raftka.common.errors import InconsistentVoterSetError, InvalidRequestError, KafkaError
 from raftka.raft.quorum.messages import Message, decode_message, encode_message
+from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp
 
 MESSAGE_PATH: Final = "/v1/raft/message"
 # Messages waiting for one peer; beyond it the oldest are dropped.
@@ -82,8 +83,10 @@ class RaftTransport:
         allowed_senders: Collection[int],
         request_timeout_ms: int,
         deliver: Callable[[Message], None],
+        http: NodeHttp = PLAIN_HTTP,
     ) -> None:
         self._node_id = node_id
+        self._http = http
         self._peers = dict(peers)
         self._allowed = frozenset(allowed_senders)
         self._timeout = aiohttp.ClientTimeout(
@@ -105,7 +108,7 @@ class RaftTransport:
         assert self._session is None
         self._session = aiohttp.ClientSession(
             timeout=self._timeout,
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            connector=self._http.connector(limit=0, keepalive_timeout=60),
         )
 
     def send(self, destination: int, message: Message) -> None:
@@ -132,7 +135,7 @@ class RaftTransport:
 
     async def _sender(self, destination: int) -> None:
         host, port = self._peers[destination]
-        url = f"http://{host}:{port}{MESSAGE_PATH}"
+        url = self._http.url(f"{host}:{port}", MESSAGE_PATH)
         queue = self._queues[destination]
         ready = self._ready[destination]
         while True:

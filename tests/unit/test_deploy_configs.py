@@ -46,11 +46,15 @@ def test_hosts_table_has_three_distinct_addresses() -> None:
 
 
 @pytest.mark.parametrize("host", sorted(hosts()))
-def test_controller_config_parses_and_uses_its_host_address(host: str) -> None:
-    """The controller file parses with the controller's reader, listens on and
-    advertises this host's address, and is this host's voter."""
+def test_controller_config_parses_and_uses_its_host_address(
+    certs: Path, host: str, tmp_path: Path
+) -> None:
+    """The controller file parses with the controller's reader (its TLS files loaded),
+    listens on and advertises this host's address over HTTPS with the nodes and the
+    operators' certificate as super.users, and is this host's voter."""
     ip = hosts()[host]
-    node = load_node_config(CONFIG / host / "controller.properties")
+    node = load_node_config(_config_with(certs, host, "controller", tmp_path))
+    assert node.http.secure and node.http.node_principals == NODE_PRINCIPALS
     assert node.process_roles == ("controller",)
     assert (node.listen_host, node.advertised_host) == (ip, ip)
     assert node.voters[node.node_id] == (ip, node.listen_port)
@@ -66,14 +70,23 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _broker_config_with(certs: Path, host: str, tmp_path: Path) -> Path:
-    """The host's broker.properties, its /etc/raftka/tls/ files where make-certs wrote
-    them (the broker loads them while reading its config)."""
-    text = (CONFIG / host / "broker.properties").read_text()
+#: The principals of the hosts' certificates and of the operators' (make-certs).
+NODE_PRINCIPALS = {"User:CN=host1", "User:CN=host2", "User:CN=host3", "User:CN=raftka-admin"}
+
+
+def _config_with(certs: Path, host: str, role: str, tmp_path: Path) -> Path:
+    """The host's ``role``.properties, its /etc/raftka/tls/ files where make-certs wrote
+    them (the process loads them while reading its config)."""
+    text = (CONFIG / host / f"{role}.properties").read_text()
     assert "/etc/raftka/tls/" in text
-    path = tmp_path / "broker.properties"
+    path = tmp_path / f"{role}.properties"
+    text = text.replace("/etc/raftka/tls/ca.pem", f"{certs}/ca.pem")
     path.write_text(text.replace("/etc/raftka/tls/", f"{certs / host}/"))
     return path
+
+
+def _broker_config_with(certs: Path, host: str, tmp_path: Path) -> Path:
+    return _config_with(certs, host, "broker", tmp_path)
 
 
 @pytest.mark.parametrize("host", sorted(hosts()))
@@ -85,13 +98,13 @@ def test_make_certs_gives_each_host_a_certificate_for_its_address(certs: Path, h
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     ca = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())
-    cert = x509.load_pem_x509_certificate((certs / host / "broker.pem").read_bytes())
+    cert = x509.load_pem_x509_certificate((certs / host / "node.pem").read_bytes())
     cert.verify_directly_issued_by(ca)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.ip_address(hosts()[host]) in names.get_values_for_type(x509.IPAddress)
     usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(usage)
-    key_path = certs / host / "broker-key.pem"
+    key_path = certs / host / "node-key.pem"
     key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     assert key.public_key() == cert.public_key()
     assert key_path.stat().st_mode & 0o077 == 0, oct(key_path.stat().st_mode)
@@ -109,10 +122,12 @@ def test_broker_config_parses_and_uses_its_host_address(
     kafka = broker.kafka_listener
     assert kafka is not None and kafka.security_protocol == "SASL_SSL"
     assert kafka.ssl_context is not None and kafka.sasl_mechanisms == ("SCRAM-SHA-512",)
-    assert broker.authorizer is not None and broker.authorizer.super_users == {"User:admin"}
+    assert broker.authorizer is not None
+    assert broker.authorizer.super_users == {"User:admin"} | NODE_PRINCIPALS
+    assert broker.http.secure and broker.http.nodes_only
     assert broker.authorizer.allow_everyone_if_no_acl_found is False
     assert (kafka.host, kafka.advertised_host) == (ip, ip)
-    controller = load_node_config(CONFIG / host / "controller.properties")
+    controller = load_node_config(_config_with(certs, host, "controller", tmp_path))
     assert (broker.listen_host, broker.advertised_host) == (ip, ip)
     assert broker.min_insync_replicas == 2
     voters = sorted(controller.voters.items())
@@ -125,7 +140,7 @@ def test_node_ids_unique_and_voters_identical(certs: Path, tmp_path: Path) -> No
     ids: list[int] = []
     voters = set()
     for host in hosts():
-        node = load_node_config(CONFIG / host / "controller.properties")
+        node = load_node_config(_config_with(certs, host, "controller", tmp_path))
         broker = load_broker_config(_broker_config_with(certs, host, tmp_path))
         ids += [node.node_id, broker.node_id]
         voters.add(tuple(sorted(node.voters.items())))
@@ -136,7 +151,7 @@ def test_node_ids_unique_and_voters_identical(certs: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("role", ["controller", "broker"])
-def test_systemd_unit(role: str) -> None:
+def test_systemd_unit(certs: Path, role: str, tmp_path: Path) -> None:
     """The unit runs ``raftka ROLE --config /etc/raftka/ROLE.properties`` as the raftka
     user, restarts on failure, raises the open-file limit and owns /var/lib/raftka, the
     parent of the data directories the configs name."""
@@ -154,7 +169,8 @@ def test_systemd_unit(role: str) -> None:
     assert int(service["LimitNOFILE"]) >= 65536
     assert service["StateDirectory"] == "raftka"
     assert service["KillSignal"] == "SIGTERM"
-    node = load_node_config(CONFIG / "host1" / f"{role}.properties", extra_keys=BROKER_KEYS)
+    config = _config_with(certs, "host1", role, tmp_path)
+    node = load_node_config(config, extra_keys=BROKER_KEYS)
     data = node.metadata_log_dir if role == "controller" else Path(node.properties["log.dirs"])
     assert data.is_relative_to("/var/lib/raftka"), data
     assert "StartLimitIntervalSec" in unit["Unit"]

@@ -1,0 +1,160 @@
+"""A client's TLS to raftka's HTTPS API, shared by the client library and the tools.
+
+Theory of operation
+-------------------
+A node whose HTTP API is HTTPS (``listeners=HTTPS://...``, server_common/node_http.py)
+authenticates every request by the client's certificate. Everything that calls that
+API from outside the nodes (the raftka client, ``raftka status``, ``raftka quorum``,
+the client commands) needs the same few settings, with Kafka's client names:
+``security.protocol`` (PLAINTEXT or SSL), the CA to trust, the client's certificate
+and key (PEM files, as Python's ``ssl`` module takes them) and the key's password,
+and whether to check the node's host name (Kafka's
+``ssl.endpoint.identification.algorithm``: ``https``, the default, or empty).
+
+:func:`read_command_config` reads them from a properties file, as Kafka's tools take
+``--command-config FILE``::
+
+    security.protocol=SSL
+    ssl.cafile=/etc/raftka/tls/ca.pem
+    ssl.certfile=/etc/raftka/tls/admin.pem
+    ssl.keyfile=/etc/raftka/tls/admin-key.pem
+    # ssl.key.password=...                 (when the key file is encrypted)
+    # ssl.endpoint.identification.algorithm=   (empty: no host-name check)
+
+Any other key is refused by name (Java key store names with the PEM name to use), and
+SASL is refused: the HTTP API has none (it is on the Kafka listener).
+"""
+
+from __future__ import annotations
+
+import ssl
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from raftka.common.errors import InvalidConfigError
+
+__all__ = ["COMMAND_CONFIG_KEYS", "SSL_CLOSE_LEAKS", "ClientTls", "read_command_config"]
+
+#: CPython leaks the socket of an asyncio TLS connection closed before its shutdown
+#: finished, until 3.12.8 and in 3.13.0 (gh-118960): aiohttp's
+#: ``TCPConnector(enable_cleanup_closed=True)`` aborts those at close (and warns where
+#: the fix is in, so it is asked for only where needed).
+SSL_CLOSE_LEAKS: Final = sys.version_info < (3, 12, 8) or (
+    (3, 13, 0) <= sys.version_info < (3, 13, 1)
+)
+
+#: The keys a ``--command-config`` file may hold.
+COMMAND_CONFIG_KEYS: Final = (
+    "security.protocol",
+    "ssl.cafile",
+    "ssl.certfile",
+    "ssl.keyfile",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+)
+_JAVA_ONLY: Final = {
+    "ssl.truststore.location": "ssl.cafile",
+    "ssl.keystore.location": "ssl.certfile and ssl.keyfile",
+    "ssl.truststore.type": "ssl.cafile",
+    "ssl.keystore.type": "ssl.certfile and ssl.keyfile",
+}
+_FILE_BYTES_MAX: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """One client's settings; ``protocol`` PLAINTEXT leaves every file None."""
+
+    protocol: str = "PLAINTEXT"
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    password: str | None = None
+    check_hostname: bool = True
+
+    def context(
+        self, *, cafile_name: str = "ssl.cafile", certfile_name: str = "ssl.certfile"
+    ) -> ssl.SSLContext | None:
+        """The TLS context of SSL (None for PLAINTEXT), its files read now;
+        InvalidConfigError naming the setting (by the caller's names for them) whose
+        file cannot be loaded."""
+        if self.protocol != "SSL":
+            return None
+        try:
+            context = ssl.create_default_context(cafile=self.cafile)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidConfigError(f"{cafile_name} {self.cafile}: cannot load it: {e}") from None
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = self.check_hostname
+        if self.certfile is not None:
+            try:
+                context.load_cert_chain(self.certfile, self.keyfile, password=self.password)
+            except (OSError, ssl.SSLError) as e:
+                raise InvalidConfigError(
+                    f"{certfile_name} {self.certfile}: cannot load it: {e}"
+                ) from None
+        return context
+
+
+def read_command_config(path: Path | str) -> ClientTls:
+    """The settings of a ``--command-config`` properties file (``key=value`` lines,
+    ``#`` and ``!`` comments); InvalidConfigError naming the file and the key."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(_FILE_BYTES_MAX + 1)
+    except OSError as e:
+        raise InvalidConfigError(f"{path}: {e.strerror or e}") from None
+    if len(raw) > _FILE_BYTES_MAX:
+        raise InvalidConfigError(f"{path}: larger than {_FILE_BYTES_MAX} bytes")
+    values: dict[str, str] = {}
+    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            raise InvalidConfigError(f"{path}:{number}: expected key=value, got {text!r}")
+        if key in _JAVA_ONLY:
+            raise InvalidConfigError(
+                f"{path}: {key} is not supported (Java key store); use {_JAVA_ONLY[key]}"
+            )
+        if key.startswith("sasl."):
+            raise InvalidConfigError(
+                f"{path}: {key}: raftka's HTTP API has no SASL (it authenticates by "
+                "certificate); SASL is on the Kafka listener"
+            )
+        if key not in COMMAND_CONFIG_KEYS:
+            raise InvalidConfigError(
+                f"{path}: unknown key {key!r} (known: {', '.join(COMMAND_CONFIG_KEYS)})"
+            )
+        values[key] = value
+    protocol = values.pop("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL"):
+        raise InvalidConfigError(
+            f"{path}: security.protocol={protocol}: expected PLAINTEXT or SSL (raftka's "
+            "HTTP API has no SASL)"
+        )
+    if protocol == "PLAINTEXT" and values:
+        raise InvalidConfigError(
+            f"{path}: {sorted(values)[0]}: security.protocol is PLAINTEXT, nothing uses it"
+        )
+    algorithm = values.get("ssl.endpoint.identification.algorithm", "https").lower()
+    if algorithm not in ("https", ""):
+        raise InvalidConfigError(
+            f"{path}: ssl.endpoint.identification.algorithm must be https or empty"
+        )
+    tls = ClientTls(
+        protocol=protocol,
+        cafile=values.get("ssl.cafile") or None,
+        certfile=values.get("ssl.certfile") or None,
+        keyfile=values.get("ssl.keyfile") or None,
+        password=values.get("ssl.key.password") or None,
+        check_hostname=algorithm == "https",
+    )
+    if (tls.certfile is None) != (tls.keyfile is None):
+        raise InvalidConfigError(f"{path}: ssl.certfile and ssl.keyfile go together")
+    return tls

@@ -1,0 +1,261 @@
+"""raftka's HTTP API over TLS, with client certificates, for controllers and brokers.
+
+Theory of operation
+-------------------
+Every node serves raftka's HTTP API on the first entry of ``listeners``. When that
+entry is named ``HTTPS`` (``listeners=HTTPS://host:port``, on a controller, a broker
+or a combined node) the API is served over TLS 1.2+ and every connection must present
+a client certificate signed by the listener's CA: the HTTP API has no SASL, so the
+certificate is how a request is authenticated. Its settings are the TLS settings of
+:mod:`raftka.server_common.tls` under Kafka's per-listener prefix
+``listener.name.https.`` (``listener.name.https.ssl.certfile``, ``...ssl.keyfile``,
+``...ssl.cafile``; ``...ssl.client.auth`` may only be ``required``), and
+``listener.name.https.ssl.principal.mapping.rules`` names each request's principal
+after its certificate's subject (Kafka's rules, :mod:`raftka.server_common.ssl_principal`;
+a subject no rule maps is refused with SASL_AUTHENTICATION_FAILED, HTTP 401).
+
+The node principals are Kafka's ``super.users``: the routes only nodes call (Raft
+messages, broker registration and heartbeats, AlterPartition, producer-id blocks, the
+brokers' metadata fetch, WriteTxnMarkers, and a fetch that names a replica id) answer
+any other principal CLUSTER_AUTHORIZATION_FAILED (HTTP 403), as Kafka checks
+CLUSTER_ACTION on them. The other routes serve any authenticated principal, unless
+the broker runs the authorizer (``authorizer.class.name``): the HTTP API has no ACL
+checks, so there only ``super.users`` may use it and applications governed by ACLs use
+the Kafka listener.
+
+A node whose API is HTTPS talks HTTPS to every other node, presenting its own
+certificate (``ssl.certfile``) and checking the peer's against ``ssl.cafile`` and, unless
+``ssl.endpoint.identification.algorithm`` is empty, its host name: the whole cluster
+is HTTPS or none of it is. :class:`NodeHttp` carries the scheme and the contexts to
+every place that builds a peer's URL or an aiohttp session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ssl
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from raftka.common.acl import parse_principal
+from raftka.common.client_tls import SSL_CLOSE_LEAKS
+from raftka.common.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaError,
+    SaslAuthenticationFailedError,
+)
+from raftka.server_common.http_errors import Handler, json_response
+from raftka.server_common.process_config import ConfigError
+from raftka.server_common.ssl_principal import (
+    NoMatchingRuleError,
+    SslPrincipalMapper,
+    subject_name,
+)
+from raftka.server_common.tls import (
+    TLS_KEYS,
+    ClientAuth,
+    client_context,
+    server_context,
+    tls_settings,
+)
+
+__all__ = [
+    "HTTPS_KEYS",
+    "HTTPS_LISTENER",
+    "PLAIN_HTTP",
+    "PRINCIPAL_KEY",
+    "NodeHttp",
+    "api_listener_name",
+    "node_http",
+    "parse_super_users",
+    "require_node",
+]
+
+#: The name of the first ``listeners`` entry that turns TLS on for the HTTP API.
+HTTPS_LISTENER: Final = "HTTPS"
+_PREFIX: Final = "listener.name.https."
+_RULES_KEY: Final = _PREFIX + "ssl.principal.mapping.rules"
+#: The keys only an HTTPS HTTP API reads (refused by name on a plain one).
+HTTPS_KEYS: Final = frozenset({_PREFIX + k for k in TLS_KEYS} | {_RULES_KEY})
+
+#: Where the middleware leaves a request's principal (``User:...``).
+PRINCIPAL_KEY: Final = web.RequestKey("raftka.principal", str)
+_NODE_KEY: Final = web.RequestKey("raftka.is_node", bool)
+
+#: Paths only nodes call (a fetch naming a replica id is checked by its handler).
+_NODE_PATHS: Final = frozenset(
+    {
+        "/v1/brokers/register",
+        "/v1/brokers/heartbeat",
+        "/v1/alter-partition",
+        "/v1/producer-ids",
+        "/v1/write-txn-markers",
+    }
+)
+# Paths any authenticated principal may read even where the API is for nodes only:
+# a liveness probe and the Prometheus scrape.
+_OPEN_PATHS: Final = frozenset({"/health", "/metrics"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHttp:
+    """How a node serves its HTTP API and reaches its peers': the scheme, the TLS
+    contexts, the principal mapping and the node principals (all empty for HTTP)."""
+
+    scheme: str = "http"
+    server_ssl: ssl.SSLContext | None = None
+    client_ssl: ssl.SSLContext | None = None
+    mapper: SslPrincipalMapper | None = None
+    node_principals: frozenset[str] = frozenset()
+    #: Paths besides :data:`_NODE_PATHS` that only nodes call (the engine's peer route).
+    node_paths: frozenset[str] = field(default_factory=frozenset)
+    #: True on a broker running the authorizer: only node principals use the HTTP API.
+    nodes_only: bool = False
+
+    @property
+    def secure(self) -> bool:
+        return self.server_ssl is not None
+
+    def url(self, address: str, path: str) -> str:
+        """A peer's URL: ``address`` is ``host:port``, ``path`` starts with ``/``."""
+        return f"{self.scheme}://{address}{path}"
+
+    def connector(self, **kwargs: Any) -> aiohttp.TCPConnector:
+        """A connector for sessions to peers (presenting this node's certificate)."""
+        if self.client_ssl is not None:
+            kwargs["ssl"] = self.client_ssl
+            # See SSL_CLOSE_LEAKS: aiohttp then aborts such connections at close.
+            kwargs["enable_cleanup_closed"] = SSL_CLOSE_LEAKS
+        return aiohttp.TCPConnector(**kwargs)
+
+    def with_node_paths(self, paths: Collection[str], *, nodes_only: bool = False) -> NodeHttp:
+        return dataclasses.replace(
+            self, node_paths=self.node_paths | frozenset(paths), nodes_only=nodes_only
+        )
+
+    def middleware(self) -> Middleware:
+        """Authenticates each request by its certificate and keeps node routes for
+        nodes (see the module doc)."""
+        mapper = self.mapper
+        assert mapper is not None, "only an HTTPS API authenticates"
+        node_paths = _NODE_PATHS | self.node_paths
+
+        @web.middleware
+        async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+            transport = request.transport
+            ssl_object = None if transport is None else transport.get_extra_info("ssl_object")
+            der = None if ssl_object is None else ssl_object.getpeercert(binary_form=True)
+            if der is None:
+                # The context requires a certificate, so only a connection TLS did not
+                # cover gets here; refuse it all the same.
+                return _refuse(SaslAuthenticationFailedError("no client certificate"), 401)
+            try:
+                principal = mapper.principal(subject_name(der))
+            except NoMatchingRuleError as e:
+                return _refuse(SaslAuthenticationFailedError(str(e)), 401)
+            is_node = principal in self.node_principals
+            request[PRINCIPAL_KEY] = principal
+            request[_NODE_KEY] = is_node
+            if not is_node and request.path not in _OPEN_PATHS:
+                if request.path in node_paths:
+                    return _refuse(
+                        ClusterAuthorizationFailedError(
+                            f"{principal} is not a node (super.users): {request.path} is "
+                            "for nodes only"
+                        ),
+                        403,
+                    )
+                if self.nodes_only:
+                    return _refuse(
+                        ClusterAuthorizationFailedError(
+                            f"{principal}: with the authorizer on, raftka's HTTP API serves "
+                            "super.users only (use the Kafka listener)"
+                        ),
+                        403,
+                    )
+            return await handler(request)
+
+        return authenticate
+
+
+#: A plain-HTTP node (the default).
+PLAIN_HTTP: Final = NodeHttp()
+
+
+def _refuse(error: KafkaError, status: int) -> web.Response:
+    return json_response(error.to_wire(), status)
+
+
+def require_node(request: web.Request, what: str) -> None:
+    """Raise CLUSTER_AUTHORIZATION_FAILED unless the request came from a node principal
+    over HTTPS (a plain-HTTP API authenticates nobody and so refuses nobody)."""
+    if request.get(PRINCIPAL_KEY) is not None and not request.get(_NODE_KEY, False):
+        raise ClusterAuthorizationFailedError(
+            f"{request[PRINCIPAL_KEY]} is not a node (super.users): {what} is for nodes only"
+        )
+
+
+def api_listener_name(props: Mapping[str, str]) -> str:
+    """The upper-case name of the first ``listeners`` entry ("" when unnamed or unset)."""
+    first = props.get("listeners", "").split(",", maxsplit=1)[0].strip()
+    return first.split("://", 1)[0].strip().upper() if "://" in first else ""
+
+
+def parse_super_users(props: Mapping[str, str]) -> frozenset[str]:
+    """``super.users`` (``;``-separated principals); ConfigError for a malformed one."""
+    users = [p.strip() for p in props.get("super.users", "").split(";") if p.strip()]
+    for principal in users:
+        try:
+            parse_principal(principal)
+        except KafkaError:
+            raise ConfigError(
+                f"super.users: {principal!r} is not a principal (<type>:<name>, e.g. User:admin)"
+            ) from None
+    return frozenset(users)
+
+
+def node_http(props: Mapping[str, str]) -> NodeHttp:
+    """The node's :class:`NodeHttp` from its flattened config (loading the certificate
+    files now, so that a listener that cannot load them refuses to start); ConfigError
+    naming the key when a setting is wrong or given without an HTTPS API."""
+    if api_listener_name(props) != HTTPS_LISTENER:
+        given = sorted(k for k in props if k in HTTPS_KEYS)
+        if given:
+            raise ConfigError(
+                f"{given[0]}: the HTTP API is not HTTPS (name the first listeners entry "
+                "HTTPS://host:port to serve it over TLS)"
+            )
+        return PLAIN_HTTP
+    settings = tls_settings(props, "https")
+    # Only the prefixed key counts: a broker's plain ssl.client.auth is its Kafka SSL
+    # listener's, which may ask for less.
+    auth_key = _PREFIX + "ssl.client.auth"
+    if auth_key in props and settings.client_auth is not ClientAuth.REQUIRED:
+        raise ConfigError(
+            f"{auth_key}={settings.client_auth.value}: the HTTPS API authenticates every "
+            "client by its certificate, so it must be required"
+        )
+    settings = dataclasses.replace(settings, client_auth=ClientAuth.REQUIRED)
+    if settings.certfile is None or settings.cafile is None:
+        raise ConfigError(
+            f"listeners: an HTTPS API needs {_PREFIX}ssl.certfile, {_PREFIX}ssl.keyfile "
+            f"and {_PREFIX}ssl.cafile"
+        )
+    nodes = parse_super_users(props)
+    if not nodes:
+        raise ConfigError(
+            "super.users: an HTTPS API needs the nodes' principals (e.g. User:CN=broker-1), "
+            "or no node could reach another"
+        )
+    return NodeHttp(
+        scheme="https",
+        server_ssl=server_context(settings),
+        client_ssl=client_context(settings),
+        mapper=SslPrincipalMapper.from_rules(props.get(_RULES_KEY, "DEFAULT"), key=_RULES_KEY),
+        node_principals=nodes,
+    )

@@ -1,0 +1,236 @@
+"""The HTTPS HTTP API's settings and its request policy (server_common/node_http.py),
+and the raftka client's ``security_protocol`` (client/config.py).
+
+Config: every wrong or useless setting is refused with a message naming the key. The
+policy: an aiohttp app behind the middleware is served on a real TLS socket on
+127.0.0.1 and asked with real certificates: a node principal reaches a node route; an
+application principal gets CLUSTER_AUTHORIZATION_FAILED there (and everywhere but
+/health and /metrics when the node serves nodes only); a certificate no
+``ssl.principal.mapping.rules`` rule maps gets SASL_AUTHENTICATION_FAILED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from raftka.client.config import ClientConfigError, ProducerConfig
+from raftka.common.errors import KafkaError
+from raftka.local.certs import CertificateAuthority, IssuedCertificate, new_ca
+from raftka.server_common.http_errors import Handler
+from raftka.server_common.node_config import node_config_from_properties
+from raftka.server_common.node_http import (
+    PLAIN_HTTP,
+    PRINCIPAL_KEY,
+    NodeHttp,
+    node_http,
+    require_node,
+)
+from raftka.server_common.process_config import ConfigError
+
+VOTERS = "1@127.0.0.1:9093"
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> CertificateAuthority:
+    return new_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def node_cert(ca: CertificateAuthority) -> IssuedCertificate:
+    return ca.issue(ca.cafile.parent, "node-1")
+
+
+@pytest.fixture(scope="module")
+def app_cert(ca: CertificateAuthority) -> IssuedCertificate:
+    return ca.issue(ca.cafile.parent, "app")
+
+
+def _https(ca: CertificateAuthority, cert: IssuedCertificate, **more: str) -> dict[str, str]:
+    return {
+        "listeners": "HTTPS://127.0.0.1:9093",
+        "listener.name.https.ssl.certfile": str(cert.certfile),
+        "listener.name.https.ssl.keyfile": str(cert.keyfile),
+        "listener.name.https.ssl.cafile": str(ca.cafile),
+        "super.users": "User:CN=node-1",
+        **more,
+    }
+
+
+def _controller(props: dict[str, str]) -> dict[str, str]:
+    return {
+        "node.id": "1",
+        "controller.quorum.voters": VOTERS,
+        "metadata.log.dir": "/tmp/unused",
+        **props,
+    }
+
+
+def test_an_https_listener_builds_contexts_and_https_urls(
+    ca: CertificateAuthority, node_cert: IssuedCertificate
+) -> None:
+    config = node_config_from_properties(_controller(_https(ca, node_cert)))
+    http = config.http
+    assert http.secure and http.scheme == "https"
+    assert http.url("127.0.0.1:9094", "/v1/metadata") == "https://127.0.0.1:9094/v1/metadata"
+    assert http.server_ssl is not None and http.server_ssl.verify_mode is ssl.CERT_REQUIRED
+    assert http.client_ssl is not None and http.client_ssl.check_hostname
+    assert http.node_principals == {"User:CN=node-1"}
+    plain = node_config_from_properties(_controller({}))
+    assert plain.http is PLAIN_HTTP and plain.http.url("h:1", "/x") == "http://h:1/x"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"listener.name.https.ssl.client.auth": "requested"}, "ssl.client.auth=requested"),
+        ({"listener.name.https.ssl.client.auth": "none"}, "ssl.client.auth=none"),
+        ({"super.users": ""}, "super.users"),
+        ({"super.users": "node-1"}, "super.users"),
+        ({"listener.name.https.ssl.certfile": "/nonexistent.pem"}, "ssl.certfile"),
+        ({"listener.name.https.ssl.cafile": ""}, "ssl.cafile"),
+        ({"quorum.engine": "pysyncobj"}, "quorum.engine=pysyncobj"),
+        ({"listeners": "CONTROLLER://127.0.0.1:9093"}, "listener.name.https.ssl.cafile"),
+    ],
+)
+def test_wrong_or_useless_https_settings_are_refused_by_name(
+    ca: CertificateAuthority, node_cert: IssuedCertificate, change: dict[str, str], named: str
+) -> None:
+    props = _controller(_https(ca, node_cert, **change))
+    with pytest.raises(ConfigError) as caught:
+        node_config_from_properties(props)
+    assert named in str(caught.value), caught.value
+
+
+def test_super_users_on_a_plain_controller_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"super\.users: no HTTPS API or authorizer uses it"):
+        node_config_from_properties(_controller({"super.users": "User:CN=node-1"}))
+
+
+def _client(ca: CertificateAuthority, cert: IssuedCertificate) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca.cafile))
+    context.load_cert_chain(str(cert.certfile), str(cert.keyfile))
+    return context
+
+
+async def _ask(
+    http: NodeHttp, client: ssl.SSLContext, paths: list[tuple[str, str]]
+) -> list[tuple[int, str]]:
+    """Serve a tiny app behind ``http``'s middleware over TLS; ask each (method, path)."""
+
+    async def echo(request: web.Request) -> web.Response:
+        if request.path == "/v1/fetch":
+            require_node(request, "a follower fetch")
+        return web.json_response({"principal": request[PRINCIPAL_KEY]})
+
+    app = web.Application(middlewares=[_render_kafka_errors, http.middleware()])
+    app.add_routes([web.route("*", "/{tail:.*}", echo)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=http.server_ssl)
+    await site.start()
+    port = runner.addresses[0][1]
+    out: list[tuple[int, str]] = []
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as s:
+            for method, path in paths:
+                async with s.request(method, f"https://127.0.0.1:{port}{path}") as r:
+                    body = await r.json()
+                    out.append((r.status, body.get("error") or body["principal"]))
+    finally:
+        await runner.cleanup()
+    return out
+
+
+@web.middleware
+async def _render_kafka_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # What the servers' error middleware does for require_node's refusal.
+    try:
+        return await handler(request)
+    except KafkaError as e:
+        return web.json_response(e.to_wire(), status=403)
+
+
+def test_node_routes_serve_node_principals_only(
+    ca: CertificateAuthority, node_cert: IssuedCertificate, app_cert: IssuedCertificate
+) -> None:
+    http = node_http(_https(ca, node_cert))
+    paths = [
+        ("POST", "/v1/brokers/register"),
+        ("POST", "/v1/fetch"),
+        ("POST", "/v1/produce"),
+        ("GET", "/health"),
+    ]
+    as_node = asyncio.run(_ask(http, _client(ca, node_cert), paths))
+    assert as_node == [(200, "User:CN=node-1")] * 4
+    as_app = asyncio.run(_ask(http, _client(ca, app_cert), paths))
+    assert as_app == [
+        (403, "CLUSTER_AUTHORIZATION_FAILED"),
+        (403, "CLUSTER_AUTHORIZATION_FAILED"),
+        (200, "User:CN=app"),
+        (200, "User:CN=app"),
+    ]
+    nodes_only = http.with_node_paths((), nodes_only=True)
+    as_app = asyncio.run(_ask(nodes_only, _client(ca, app_cert), paths))
+    assert [status for status, _ in as_app] == [403, 403, 403, 200]
+
+
+def test_a_certificate_no_rule_maps_is_refused(
+    ca: CertificateAuthority, node_cert: IssuedCertificate, app_cert: IssuedCertificate
+) -> None:
+    rules = "RULE:^CN=(node-[0-9]+)$/$1/"
+    http = node_http(
+        _https(ca, node_cert, **{"listener.name.https.ssl.principal.mapping.rules": rules})
+    )
+    http = NodeHttp(**{**_fields(http), "node_principals": frozenset({"User:node-1"})})
+    assert asyncio.run(_ask(http, _client(ca, node_cert), [("GET", "/v1/produce")])) == [
+        (200, "User:node-1")
+    ]
+    assert asyncio.run(_ask(http, _client(ca, app_cert), [("GET", "/health")])) == [
+        (401, "SASL_AUTHENTICATION_FAILED")
+    ]
+
+
+def _fields(http: NodeHttp) -> dict[str, object]:
+    return {name: getattr(http, name) for name in NodeHttp.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"security_protocol": "SASL_SSL"}, "security_protocol='SASL_SSL'"),
+        ({"security_protocol": "TLS"}, "security_protocol='TLS'"),
+        ({"ssl_cafile": "ca.pem"}, "ssl_cafile='ca.pem'"),
+        ({"security_protocol": "SSL"}, "ssl_certfile=None"),
+        ({"security_protocol": "SSL", "ssl_certfile": "c.pem"}, "ssl_keyfile=None"),
+    ],
+)
+def test_client_security_options_are_checked_by_name(options: dict[str, str], named: str) -> None:
+    with pytest.raises(ClientConfigError) as caught:
+        ProducerConfig(bootstrap_servers=("h:1",), **options)  # type: ignore[arg-type]
+    assert caught.value.message.startswith(named), caught.value
+
+
+def test_client_ssl_files_that_cannot_be_loaded_are_named(
+    tmp_path: Path, ca: CertificateAuthority, app_cert: IssuedCertificate
+) -> None:
+    good = {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(ca.cafile),
+        "ssl_certfile": str(app_cert.certfile),
+        "ssl_keyfile": str(app_cert.keyfile),
+    }
+    context = ProducerConfig(bootstrap_servers=("h:1",), **good).ssl_context()  # type: ignore[arg-type]
+    assert context is not None and context.verify_mode is ssl.CERT_REQUIRED
+    for option in ("ssl_cafile", "ssl_certfile"):
+        config = ProducerConfig(
+            bootstrap_servers=("h:1",),
+            **{**good, option: str(tmp_path / "missing.pem")},  # type: ignore[arg-type]
+        )
+        with pytest.raises(ClientConfigError, match=f"INVALID_CONFIG: {option} "):
+            config.ssl_context()

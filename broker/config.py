@@ -52,6 +52,7 @@ log.cleaner.threads                        1           only 1 (refused otherwise
 socket.request.max.bytes                   104857600   largest Kafka-protocol request
 connections.max.idle.ms                    600000      idle Kafka connections close
 connection.failed.authentication.delay.ms  100         SASL failure answered, then close
+connections.max.reauth.ms                  0           SASL session lifetime (KIP-368)
 max.connections                            2147483647  open Kafka connections at most
 auto.create.topics.enable                  true        Metadata creates unknown topics
 authorizer.class.name                      (empty)     StandardAuthorizer: enforce ACLs
@@ -227,6 +228,8 @@ _INT_KEYS: Final[Mapping[str, tuple[int, int]]] = {
     "socket.request.max.bytes": (104_857_600, 1),
     "connections.max.idle.ms": (600_000, 1),
     "connection.failed.authentication.delay.ms": (100, 0),
+    # KIP-368: 0 (Kafka's default) never asks a SASL client to re-authenticate.
+    "connections.max.reauth.ms": (0, 0),
     "max.connections": (2**31 - 1, 1),
     # The I/O workers (broker/io_workers.py) and the flush.ms timer.
     "num.io.threads": (8, 1),
@@ -250,7 +253,10 @@ _SASL_KEYS: Final = frozenset(
 )
 
 #: Keys that only a SASL listener uses: refused by name without one (never ignored).
-_SASL_ONLY_KEYS: Final = _SASL_KEYS | {"connection.failed.authentication.delay.ms"}
+_SASL_ONLY_KEYS: Final = _SASL_KEYS | {
+    "connection.failed.authentication.delay.ms",
+    "connections.max.reauth.ms",
+}
 #: Kafka's mTLS principal rules: only an SSL listener that asks for client certificates
 #: names its principals after them (on SASL_SSL the SASL user is the principal).
 _PRINCIPAL_RULES_KEYS: Final = frozenset(
@@ -290,6 +296,9 @@ class KafkaListenerConfig:
     #: How long a SASL connection whose authentication failed stays open after the
     #: failure's answer (Kafka's connection.failed.authentication.delay.ms).
     failed_authentication_delay_ms: int = 100
+    #: KIP-368's session lifetime of a SASL connection (connections.max.reauth.ms; 0:
+    #: none): a client must re-authenticate within it to go on using the connection.
+    connections_max_reauth_ms: int = 0
     #: The listener's name, which is its security protocol (Kafka's default map).
     security_protocol: str = "PLAINTEXT"
     #: The TLS context of an SSL or SASL_SSL listener, built (and its files loaded) at
@@ -416,6 +425,7 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
         socket_request_max_bytes=_int(props, "socket.request.max.bytes"),
         connections_max_idle_ms=_int(props, "connections.max.idle.ms"),
         failed_authentication_delay_ms=_int(props, "connection.failed.authentication.delay.ms"),
+        connections_max_reauth_ms=_int(props, "connections.max.reauth.ms"),
         max_connections=_int(props, "max.connections"),
         security_protocol=protocol,
         ssl_context=context,

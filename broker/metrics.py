@@ -231,6 +231,17 @@ class BrokerCollector(StateCollector):
                 "Connections closed at once because max.connections were open.",
                 kafka.connections_refused,
             ),
+            (
+                "successful_reauthentication",
+                "SASL re-authentications (KIP-368) completed on open connections.",
+                kafka.reauthentication_successes,
+            ),
+            (
+                "expired_connections_killed",
+                "Connections closed for a request after their SASL session expired "
+                "(KIP-368, connections.max.reauth.ms).",
+                kafka.expired_connections_killed,
+            ),
         ):
             family = CounterMetricFamily(prefix + metric, doc, labels=["listener"])
             family.add_metric(name, value)

@@ -62,7 +62,13 @@ def closed(sock: socket.socket) -> bool:
 def authentications(http_addresses: Iterable[str], listener: str, outcome: str) -> float:
     """Kafka's ``successful``/``failed-authentication-total`` of one listener, summed
     over the brokers' ``/metrics``."""
-    name = f"kafka_server_socketservermetrics_{outcome}_authentication_total"
+    return socket_server_counter(http_addresses, listener, f"{outcome}_authentication")
+
+
+def socket_server_counter(http_addresses: Iterable[str], listener: str, counter: str) -> float:
+    """One of Kafka's ``socket-server-metrics`` counters of one listener (e.g.
+    ``successful_reauthentication``), summed over the brokers' ``/metrics``."""
+    name = f"kafka_server_socketservermetrics_{counter}_total"
     total = 0.0
     for address in http_addresses:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:

@@ -578,7 +578,7 @@ class KafkaApis:
                 **extra,
             )
         try:
-            answer = call.auth.authenticate(request.auth_bytes)
+            answer = call.auth.authenticate(request.auth_bytes, version=version)
         except KafkaError as e:
             return _build(
                 cls, error_code=_code(e), error_message=_message(e), auth_bytes=b"", **extra
@@ -591,6 +591,10 @@ class KafkaApis:
                 auth_bytes=b"",
                 **extra,
             )
+        if version >= 1:
+            # KIP-368: the session lifetime, on the exchange's last answer (else 0).
+            lifetime_ms = call.auth.session_lifetime_ms if call.auth.authenticated else 0
+            extra = {"session_lifetime": datetime.timedelta(milliseconds=lifetime_ms)}
         return _build(
             cls, error_code=ErrorCode.none, error_message=None, auth_bytes=answer, **extra
         )

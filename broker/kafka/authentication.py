@@ -25,16 +25,30 @@ has no error to carry, so the connection just closes, as Kafka's does. Both are 
 because librdkafka enables SASL only when the broker's SaslHandshake range includes
 v0, even though it then uses v1 (kcat on Debian 12 refuses a v1-only broker).
 
-Re-authentication (KIP-368) is not served: a second SaslHandshake on an authenticated
-connection closes it, and SaslAuthenticate answers a session lifetime of 0 (none).
+Re-authentication (KIP-368): with ``connections.max.reauth.ms`` above 0, the last
+SaslAuthenticate of an exchange (v1 or later: a v0 client cannot be told) answers that
+session lifetime, and the session expires after it. An expired connection may still
+re-authenticate, but any other request closes it (the listener checks
+:meth:`ConnectionAuth.expired`), as Kafka's broker does. A client re-authenticates on
+the same connection, at any time, with a SaslHandshake (v1: tokens inside requests) of
+the same mechanism and a new exchange, as the same principal: a different mechanism
+closes the connection with ILLEGAL_SASL_STATE, a different principal with
+SASL_AUTHENTICATION_FAILED. Until the new exchange completes, only SaslAuthenticate
+may come, and requests keep the principal of the session being renewed.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Final
 
-from raftka.common.errors import IllegalSaslStateError, UnsupportedSaslMechanismError
+from raftka.common.errors import (
+    IllegalSaslStateError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from raftka.common.time import monotonic_ms
 from raftka.server_common.sasl import TOKEN_BYTES_MAX, CredentialLookup, SaslServerSession
 
 __all__ = [
@@ -64,15 +78,30 @@ class ConnectionAuth:
     """The SASL state of one connection (see the module doc)."""
 
     def __init__(
-        self, mechanisms: tuple[str, ...], lookup: CredentialLookup, *, secret: bytes
+        self,
+        mechanisms: tuple[str, ...],
+        lookup: CredentialLookup,
+        *,
+        secret: bytes,
+        reauth_ms: int = 0,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.mechanisms = mechanisms
         self._lookup = lookup
         self._secret = secret
+        self._reauth_ms = reauth_ms
+        self._clock_ms = clock_ms
         self._stage = _Stage.HANDSHAKE
         self._session: SaslServerSession | None = None
-        #: ``User:<name>`` once authenticated.
+        self._mechanism: str | None = None
+        #: When the session expires (None: never), on ``clock_ms``.
+        self._expires_ms: int | None = None
+        #: ``User:<name>`` once authenticated (kept while re-authenticating).
         self.principal: str | None = None
+        #: The session lifetime the last completed exchange answered (0: none).
+        self.session_lifetime_ms = 0
+        #: Completed re-authentications (KIP-368) of this connection.
+        self.reauthentications = 0
 
     @property
     def authenticated(self) -> bool:
@@ -88,14 +117,24 @@ class ConnectionAuth:
         return self._stage is _Stage.AUTHENTICATE_UNFRAMED
 
     def allows(self, api_key: int) -> bool:
-        """Whether a request of ``api_key`` may come now (else: close the connection)."""
+        """Whether a request of ``api_key`` may come now (else: close the connection).
+        After authentication a SaslHandshake starts a re-authentication."""
         if self._stage is _Stage.HANDSHAKE:
             return api_key in (_API_VERSIONS_KEY, SASL_HANDSHAKE_KEY)
         if self._stage is _Stage.AUTHENTICATE:
             return api_key == SASL_AUTHENTICATE_KEY
         if self._stage is _Stage.DONE:
-            return api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+            return api_key != SASL_AUTHENTICATE_KEY
         return False
+
+    def expired(self) -> bool:
+        """Whether the session outlived its lifetime (KIP-368): the connection may only
+        re-authenticate now."""
+        return (
+            self._stage is _Stage.DONE
+            and self._expires_ms is not None
+            and self._clock_ms() >= self._expires_ms
+        )
 
     def frame_limit(self, socket_request_max_bytes: int) -> tuple[int, str]:
         """The largest frame accepted now, and the setting that says so."""
@@ -107,9 +146,11 @@ class ConnectionAuth:
         """SaslHandshake: start ``mechanism``'s exchange (its tokens unframed after
         ``version`` 0), or raise Kafka's error (the connection then closes after the
         answer)."""
-        if self._stage is not _Stage.HANDSHAKE:
+        if self._stage is _Stage.DONE:
+            self._reauthentication(mechanism, version)
+        elif self._stage is not _Stage.HANDSHAKE:
             self._stage = _Stage.FAILED
-            raise IllegalSaslStateError("SaslHandshake is only accepted once, first")
+            raise IllegalSaslStateError("SaslHandshake out of turn")
         if mechanism not in self.mechanisms:
             self._stage = _Stage.FAILED
             raise UnsupportedSaslMechanismError(
@@ -117,11 +158,25 @@ class ConnectionAuth:
                 f"(sasl.enabled.mechanisms: {', '.join(self.mechanisms)})"
             )
         self._session = SaslServerSession(mechanism, self._lookup, secret=self._secret)
+        self._mechanism = mechanism
         self._stage = _Stage.AUTHENTICATE if version >= 1 else _Stage.AUTHENTICATE_UNFRAMED
 
-    def authenticate(self, token: bytes) -> bytes:
-        """SaslAuthenticate: the server's token for the client's, or raise Kafka's
-        error (the connection then closes after the answer)."""
+    def _reauthentication(self, mechanism: str, version: int) -> None:
+        """A SaslHandshake on an authenticated connection (KIP-368): the same mechanism,
+        tokens inside SaslAuthenticate requests."""
+        if version < 1:
+            self._stage = _Stage.FAILED
+            raise IllegalSaslStateError("re-authentication needs SaslHandshake v1 or later")
+        if mechanism != self._mechanism:
+            self._stage = _Stage.FAILED
+            raise IllegalSaslStateError(
+                f"re-authentication must use the session's mechanism {self._mechanism}, "
+                f"not {mechanism}"
+            )
+
+    def authenticate(self, token: bytes, *, version: int = 0) -> bytes:
+        """SaslAuthenticate (of ``version``): the server's token for the client's, or
+        raise Kafka's error (the connection then closes after the answer)."""
         stages = (_Stage.AUTHENTICATE, _Stage.AUTHENTICATE_UNFRAMED)
         if self._stage not in stages or self._session is None:
             self._stage = _Stage.FAILED
@@ -132,6 +187,20 @@ class ConnectionAuth:
             self._stage = _Stage.FAILED
             raise
         if self._session.complete:
-            self.principal = self._session.principal
+            principal = self._session.principal
+            if self.principal is not None:
+                if principal != self.principal:
+                    self._stage = _Stage.FAILED
+                    raise SaslAuthenticationFailedError(
+                        f"re-authentication may not change the principal ({self.principal})"
+                    )
+                self.reauthentications += 1
+            self.principal = principal
             self._stage = _Stage.DONE
+            # SaslAuthenticate v0 has no field to tell the client, which then could not
+            # know to re-authenticate: its session never expires (Kafka's rule).
+            self.session_lifetime_ms = self._reauth_ms if version >= 1 else 0
+            self._expires_ms = (
+                self._clock_ms() + self.session_lifetime_ms if self.session_lifetime_ms else None
+            )
         return answer

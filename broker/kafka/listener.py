@@ -84,6 +84,11 @@ class KafkaListener:
         self.connections_refused = 0
         self.authentication_failures = 0
         self.authentication_successes = 0
+        # KIP-368: completed re-authentications, and connections closed for using an
+        # expired session (Kafka's successful-reauthentication-total and
+        # expired-connections-killed-count).
+        self.reauthentication_successes = 0
+        self.expired_connections_killed = 0
         # SCRAM's stand-in credential for unknown users derives from this (sasl.py), so
         # a prober sees the same salt for a user on every try against this broker.
         self._sasl_secret = os.urandom(32)
@@ -106,7 +111,12 @@ class KafkaListener:
     def _new_auth(self) -> ConnectionAuth | None:
         if not self._config.sasl_mechanisms:
             return None
-        return ConnectionAuth(self._config.sasl_mechanisms, self._lookup, secret=self._sasl_secret)
+        return ConnectionAuth(
+            self._config.sasl_mechanisms,
+            self._lookup,
+            secret=self._sasl_secret,
+            reauth_ms=self._config.connections_max_reauth_ms,
+        )
 
     @property
     def port(self) -> int:
@@ -237,6 +247,15 @@ class KafkaListener:
                         return
                     continue
                 key, version, _ = parse_fixed(frame)
+                if auth is not None and key != SASL_HANDSHAKE_KEY and auth.expired():
+                    # KIP-368: only a re-authentication may use an expired session.
+                    self.expired_connections_killed += 1
+                    log.info(
+                        "kafka connection closed: its SASL session expired",
+                        extra={"fields": {"peer": host, "api_key": key}},
+                    )
+                    ended = True
+                    return
                 if auth is not None and not auth.allows(key):
                     self.authentication_failures += 1
                     raise FrameError(
@@ -282,8 +301,11 @@ class KafkaListener:
         """Wait for one SASL step (the state it leaves decides how the next frame is
         read) and count its outcome; False when it failed and the connection ends."""
         was_authenticated = auth.authenticated
+        reauthentications = auth.reauthentications
         await asyncio.wait({task})
-        if auth.authenticated and not was_authenticated:
+        if auth.reauthentications > reauthentications:
+            self.reauthentication_successes += 1
+        elif auth.authenticated and not was_authenticated:
             self.authentication_successes += 1
         if not auth.failed:
             return True

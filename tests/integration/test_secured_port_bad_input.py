@@ -5,6 +5,13 @@ SASL token. Each is refused by closing the connection (or with
 SASL_AUTHENTICATION_FAILED), none is counted as authenticated, the broker's memory stays
 bounded across hundreds of them, and a well-behaved client still works afterwards.
 
+Re-authentication (KIP-368, ``connections.max.reauth.ms`` = 2 s on this broker): the
+last SaslAuthenticate answers the session lifetime; the same user re-authenticates on
+the same connection and goes on; another user's re-authentication is refused and the
+connection closed; a request on an expired session closes the connection; and
+confluent-kafka (librdkafka re-authenticates on its own) produces across several
+lifetimes, the broker counting its re-authentications.
+
 Covered elsewhere: requests out of turn, an unknown mechanism and a wrong PLAIN password
 (test_kafka_listener_sasl.py); clients that fail TLS (test_kafka_listener_ssl.py).
 Not covered here: a TLS handshake that stalls half-way is closed by asyncio's
@@ -16,24 +23,37 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import scramp
-from kafka_wire_helpers import authentications, closed, kafka_request, read_answer
+from kafka_wire_helpers import (
+    authentications,
+    closed,
+    kafka_request,
+    read_answer,
+    socket_server_counter,
+)
 
 from raftka.local import LocalCluster, wait_for
 from raftka.local.brokers import LocalBrokers
-from raftka.local.secure import SaslSslSetup, add_scram_user, sasl_ssl_setup
+from raftka.local.secure import (
+    SaslSslSetup,
+    add_scram_user,
+    sasl_ssl_setup,
+    wait_until_brokers_know,
+)
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 30.0
 SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA = 17, 36, 3
 SASL_AUTHENTICATION_FAILED = 58
+REAUTH_MS = 2_000
 #: How much the broker's resident memory may grow over all the bad connections.
 RSS_GROWTH_MAX_BYTES = 32 * 1024 * 1024
 
@@ -52,7 +72,11 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp: Path = tmp_path_factory.mktemp("secured-bad-input")
     setup = sasl_ssl_setup(tmp / "pki", user="alice")
-    props = {**setup.broker_properties, "offsets.topic.num.partitions": "1"}
+    props = {
+        **setup.broker_properties,
+        "offsets.topic.num.partitions": "1",
+        "connections.max.reauth.ms": str(REAUTH_MS),
+    }
     with LocalCluster(tmp / "c", controllers=1) as cluster:
         cluster.start()
         cluster.wait_leader()
@@ -121,7 +145,10 @@ def _rss_bytes(pid: int) -> int:
 
 def _garbage_before_tls(env: Env) -> None:
     with socket.create_connection((env.host, env.port), timeout=DEADLINE_S) as s:
-        s.sendall(os.urandom(4096))
+        # Not a TLS record's first byte (no content type, high bit clear): random
+        # bytes starting 0x80-0xff then 0x01 read as an SSLv2 ClientHello header
+        # announcing up to 32 KiB, which the server then rightly waits for.
+        s.sendall(b"\x00" + os.urandom(4095))
         assert closed(s), "garbage instead of a ClientHello left the connection open"
 
 
@@ -216,3 +243,92 @@ def test_a_good_client_still_works_after_the_bad_ones(env: Env) -> None:
         return bool(results) and results[0] is None
 
     wait_for(acked, timeout_s=DEADLINE_S, message="no record acknowledged after the bad inputs")
+
+
+# ------------------------------------------------------------------ KIP-368
+
+
+def _authenticate(s: ssl.SSLSocket, env: Env, user: str, password: str, correlation: int) -> Any:
+    """A whole SCRAM exchange (SaslHandshake v1, SaslAuthenticate v2); the last answer."""
+    s.sendall(kafka_request(SASL_HANDSHAKE, 1, correlation, mechanism=env.setup.mechanism))
+    assert read_answer(s, SASL_HANDSHAKE, 1).error_code == 0
+    client = scramp.ScramClient([env.setup.mechanism], user, password)
+    s.sendall(
+        kafka_request(
+            SASL_AUTHENTICATE, 2, correlation + 1, auth_bytes=client.get_client_first().encode()
+        )
+    )
+    first = read_answer(s, SASL_AUTHENTICATE, 2)
+    assert first.error_code == 0, first
+    client.set_server_first(bytes(first.auth_bytes).decode())
+    s.sendall(
+        kafka_request(
+            SASL_AUTHENTICATE, 2, correlation + 2, auth_bytes=client.get_client_final().encode()
+        )
+    )
+    return read_answer(s, SASL_AUTHENTICATE, 2)
+
+
+def _metadata_answered(s: ssl.SSLSocket, correlation: int) -> bool:
+    s.sendall(kafka_request(METADATA, 1, correlation, topics=None))
+    return bool(read_answer(s, METADATA, 1).brokers)
+
+
+def _past(deadline: float) -> None:
+    """Wait until the monotonic clock passes ``deadline`` (a session's end)."""
+    wait_for(
+        lambda: time.monotonic() > deadline,
+        timeout_s=DEADLINE_S,
+        message="the clock did not pass the session's end",
+    )
+
+
+def test_a_session_is_renewed_by_reauthentication_and_expires_without(env: Env) -> None:
+    with _tls(env) as s:
+        final = _authenticate(s, env, env.setup.user, env.setup.password, 1)
+        started = time.monotonic()
+        assert final.error_code == 0, final
+        assert final.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        assert _metadata_answered(s, 4)
+        # Re-authenticate on the same connection: a new session of the same lifetime.
+        again = _authenticate(s, env, env.setup.user, env.setup.password, 5)
+        renewed = time.monotonic()
+        assert again.error_code == 0 and again.session_lifetime == final.session_lifetime
+        _past(started + REAUTH_MS / 1000 + 0.2)  # the first session's end, not the second's
+        if time.monotonic() < renewed + REAUTH_MS / 1000:
+            assert _metadata_answered(s, 8), "the renewed session was treated as expired"
+        _past(renewed + REAUTH_MS / 1000 + 0.2)
+        s.sendall(kafka_request(METADATA, 1, 9, topics=None))
+        assert closed(s), "a request on an expired session left the connection open"
+
+
+def test_reauthentication_as_another_user_is_refused(env: Env) -> None:
+    other = "mallory"
+    setup = replace(env.setup, user=other, password="mallory-password")
+    add_scram_user(env.http, setup, timeout_ms=int(DEADLINE_S * 1000))
+    wait_until_brokers_know([env.http], setup, timeout_s=DEADLINE_S)
+    with _tls(env) as s:
+        assert _authenticate(s, env, env.setup.user, env.setup.password, 1).error_code == 0
+        answer = _authenticate(s, env, other, "mallory-password", 4)
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
+        assert closed(s), "a re-authentication as another user left the connection open"
+
+
+def test_confluent_kafka_reauthenticates_on_its_own(env: Env) -> None:
+    from confluent_kafka import Producer
+
+    before = socket_server_counter([env.http], "SASL_SSL", "successful_reauthentication")
+    killed = socket_server_counter([env.http], "SASL_SSL", "expired_connections_killed")
+    producer = Producer({"bootstrap.servers": env.bootstrap, **env.setup.client_config})
+    failures: list[Any] = []
+    end = time.monotonic() + 3 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < end:
+        producer.produce("reauth", b"%d" % sent, on_delivery=lambda e, m: failures.append(e))
+        sent += 1
+        producer.flush(5)
+    assert sent > 0 and all(e is None for e in failures) and len(failures) == sent
+    reauths = socket_server_counter([env.http], "SASL_SSL", "successful_reauthentication") - before
+    assert reauths >= 1, "librdkafka never re-authenticated across three session lifetimes"
+    expired = socket_server_counter([env.http], "SASL_SSL", "expired_connections_killed")
+    assert expired == killed, "librdkafka's connection was closed for an expired session"

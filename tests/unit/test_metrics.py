@@ -135,6 +135,8 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
             authentication_failures=6,
             authentication_successes=11,
             connections_refused=1,
+            reauthentication_successes=3,
+            expired_connections_killed=2,
             connection_count=4,
         ),
     )
@@ -199,6 +201,8 @@ def test_broker_collector_reads_replicas_purgatories_and_groups() -> None:
     assert at(found, ssm + "failed_authentication_total", listener="SASL_SSL") == 6
     assert at(found, ssm + "successful_authentication_total", listener="SASL_SSL") == 11
     assert at(found, ssm + "connections_refused_total", listener="SASL_SSL") == 1
+    assert at(found, ssm + "successful_reauthentication_total", listener="SASL_SSL") == 3
+    assert at(found, ssm + "expired_connections_killed_total", listener="SASL_SSL") == 2
     assert at(found, ssm + "connection_count", listener="SASL_SSL") == 4
     assert at(found, "raftka_broker_eventloop_lag_ms", quantile="0.99") == 12.0
     assert at(found, "raftka_broker_ioworkers_queuesize") == 4

@@ -11,7 +11,9 @@ the nodes' principal.
   TLS handshake); the application principal on the node-only routes (a Raft message, a
   follower fetch, WriteTxnMarkers) and on a controller (which checks no ACLs):
   CLUSTER_AUTHORIZATION_FAILED, HTTP 403.
-- A broker whose certificate another CA signed never registers.
+- A broker whose certificate another CA signed never registers, and a controller
+  restarted with such a certificate falls behind the quorum's high watermark until it
+  is given its own certificate back (then it catches up).
 - Bad input on the HTTPS port (garbage instead of a ClientHello, a junk handshake
   record, a TLS connection without a certificate that sends a request anyway): each
   connection is closed, the node's memory stays bounded over many, and it still serves.
@@ -22,6 +24,7 @@ the nodes' principal.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import ssl
@@ -57,6 +60,7 @@ class Pki:
     app: IssuedCertificate
     #: Same common name as the nodes', signed by another CA.
     impostor: IssuedCertificate
+    impostor_cafile: Path
 
 
 def _context(pki: Pki, cert: IssuedCertificate | None) -> ssl.SSLContext:
@@ -102,6 +106,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         node=ca.issue(root / "ca", NODE),
         app=ca.issue(root / "ca", "app"),
         impostor=other.issue(root / "other", NODE),
+        impostor_cafile=other.cafile,
     )
     props = _props(pki.cafile, pki.node)
     nodes = _context(pki, pki.node)
@@ -333,3 +338,84 @@ def test_bad_input_on_the_https_port_is_closed_and_bounded(env: Env) -> None:
     assert growth < 32 * 1024 * 1024, f"broker RSS grew by {growth} bytes over 120 bad inputs"
     status, _ = http_json(broker.address, "/health", tls=_context(env.pki, env.pki.app))
     assert status == 200
+
+
+def _voter_behind(env: Env, node_id: int) -> tuple[int, int] | None:
+    """(voter's log end offset, high watermark) from the active controller, when the
+    voter is behind."""
+    tls = _context(env.pki, env.pki.node)
+    for node in env.controllers.nodes():
+        if node.node_id == node_id:
+            continue
+        try:
+            status, body = http_json(node.address, "/v1/quorum", tls=tls)
+        except OSError:
+            continue
+        if status != 200 or body.get("role") != "leader":
+            continue
+        voter = next(v for v in body["voters"] if v["node_id"] == node_id)
+        leo = voter["log_end_offset"] or 0
+        return (leo, body["high_watermark"]) if leo < body["high_watermark"] else None
+    return None
+
+
+def _leader_epoch(env: Env) -> int:
+    tls = _context(env.pki, env.pki.node)
+    for node in env.controllers.nodes():
+        with contextlib.suppress(OSError):
+            status, body = http_json(node.address, "/v1/quorum", tls=tls)
+            if status == 200 and body.get("role") == "leader":
+                return int(body["epoch"])
+    raise AssertionError("no controller says it leads")
+
+
+def _role(address: str, cafile: Path, cert: IssuedCertificate) -> str | None:
+    """A node's quorum role from its /health, trusting ``cafile`` for its certificate."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    context.load_cert_chain(str(cert.certfile), str(cert.keyfile))
+    try:
+        status, body = http_json(address, "/health", tls=context)
+    except OSError:
+        return None
+    return body.get("role") if status == 200 else None
+
+
+def test_a_controller_with_a_certificate_from_another_ca_cannot_follow(env: Env) -> None:
+    node = max(env.controllers.nodes(), key=lambda n: n.node_id)
+    original = node.config_path.read_text()
+    mine, theirs = env.pki.node, env.pki.impostor
+    options = _client_options(env.pki, env.pki.node)
+    node.kill()
+    node.config_path.write_text(
+        original.replace(str(mine.certfile), str(theirs.certfile)).replace(
+            str(mine.keyfile), str(theirs.keyfile)
+        )
+    )
+    try:
+        node.start()
+        # New records for the quorum: the impostor cannot fetch them.
+        with Admin(bootstrap_servers=env.brokers.bootstrap_servers, **options) as admin:
+            admin.create_topics([NewTopic("while-impostor", 1, 1)])
+        epoch = _leader_epoch(env)
+        # Its own view (asked trusting its CA): cut off from the leader, it becomes a
+        # prospective candidate, whose pre-votes reach no one.
+        wait_for(
+            lambda: (
+                _role(node.address, env.pki.impostor_cafile, env.pki.node)
+                in ("prospective", "candidate")
+            ),
+            timeout_s=DEADLINE_S,
+            message=lambda: f"the impostor kept following; log:\n{node.tail()}",
+        )
+        assert _voter_behind(env, node.node_id) is not None, "the impostor caught up"
+        assert _leader_epoch(env) == epoch, "the impostor disturbed the leader"
+    finally:
+        node.kill()
+        node.config_path.write_text(original)
+        node.start()
+    # Its own certificate back: it follows again (the gap was the certificate's doing).
+    wait_for(
+        lambda: _voter_behind(env, node.node_id) is None,
+        timeout_s=DEADLINE_S,
+        message="the controller did not catch up with its own certificate back",
+    )

@@ -11,9 +11,11 @@ runs a controller and a broker on one event loop, each on its own listener::
 
 The controller listener is the one named by ``controller.listener.names`` (default
 ``CONTROLLER``); its port must be this node's voter port. The broker listener is the
-first other one. The broker reaches the quorum over HTTP exactly as a separate broker
-process would (its own controller is one of ``controller.quorum.voters``): one code
-path, and the controller API stays the only way in. ``metadata.log.dir`` defaults to
+first other one. A broker listener named ``HTTPS`` makes the controller's HTTPS too,
+with the same ``listener.name.https.ssl.*`` settings (a cluster is HTTPS throughout).
+The broker reaches the quorum over HTTP(S) exactly as a separate broker process would
+(its own controller is one of ``controller.quorum.voters``): one code path, and the
+controller API stays the only way in. ``metadata.log.dir`` defaults to
 ``<first log dir>/__cluster_metadata``, a name the broker never takes for a partition
 directory (those are ``<topic>-<partition>``).
 
@@ -36,6 +38,7 @@ import click
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
 from raftka.server_common.cli import CommandError, config_file_option
 from raftka.server_common.node_config import NodeConfig, node_config_from_properties
+from raftka.server_common.node_http import HTTPS_LISTENER, api_listener_name
 from raftka.server_common.process_config import ConfigError, read_config_file
 
 __all__ = ["combined_configs", "server_command", "split_listeners"]
@@ -90,6 +93,10 @@ def combined_configs(
             f"{source}: listeners must name a controller listener ({names}) and a broker "
             f"listener, got {props['listeners']!r}"
         )
+    if api_listener_name({"listeners": broker_listener}) == HTTPS_LISTENER:
+        # The whole cluster is HTTPS or none of it (server_common/node_http.py): the
+        # controller half serves its listener with the same TLS settings.
+        controller_listener = f"{HTTPS_LISTENER}://{controller_listener.split('://', 1)[-1]}"
     log_dirs = [d.strip() for d in props.get("log.dirs", "").split(",") if d.strip()]
     if not log_dirs:
         raise ConfigError(f"{source}: log.dirs is required for a broker")

@@ -22,6 +22,7 @@ from aiohttp import web
 from raftka.client.config import ClientConfigError, ProducerConfig
 from raftka.common.errors import KafkaError
 from raftka.local.certs import CertificateAuthority, IssuedCertificate, new_ca
+from raftka.server_cli import combined_configs
 from raftka.server_common.http_errors import Handler
 from raftka.server_common.node_config import node_config_from_properties
 from raftka.server_common.node_http import (
@@ -234,3 +235,20 @@ def test_client_ssl_files_that_cannot_be_loaded_are_named(
         )
         with pytest.raises(ClientConfigError, match=f"INVALID_CONFIG: {option} "):
             config.ssl_context()
+
+
+def test_a_combined_process_serves_both_listeners_over_https(
+    ca: CertificateAuthority, node_cert: IssuedCertificate, tmp_path: Path
+) -> None:
+    props = {
+        **_https(ca, node_cert),
+        "node.id": "1",
+        "process.roles": "controller,broker",
+        "controller.quorum.voters": VOTERS,
+        "listeners": "HTTPS://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        "log.dirs": str(tmp_path / "logs"),
+    }
+    controller, broker = combined_configs(props)
+    assert controller is not None and broker is not None
+    assert controller.http.secure and broker.http.secure
+    assert controller.listen_port == 9093 and broker.listen_port == 9092

@@ -84,7 +84,9 @@ and PLAIN, checked against the SCRAM credentials of the metadata log (``raftka
 users``). It must be set: Kafka's default, GSSAPI, is not supported, and a SASL setting
 without a SASL listener is refused. ``listener.security.protocol.map`` is refused (the
 listener's name is its protocol, Kafka's default map). A single-entry ``listeners``
-has no Kafka listener (the configs written before it existed keep their meaning). A
+has no Kafka listener (the configs written before it existed keep their meaning).
+``inter.broker.listener.name`` may only name that first listener: the nodes talk to
+each other over the HTTP API, never over the Kafka listener. A
 first entry named ``HTTPS`` serves the HTTP API over TLS with client certificates, and
 the broker then talks HTTPS to every other node (``raftka.server_common.node_http``:
 ``listener.name.https.ssl.*``, ``super.users`` as the node principals).
@@ -277,6 +279,7 @@ BROKER_KEYS: Final[frozenset[str]] = frozenset(
     | set(_LOG_KEYS)
     | {"controlled.shutdown.enable", "broker.rack", "log.cleaner.enable"}
     | {"auto.create.topics.enable", "transaction.partition.verification.enable"}
+    | {"inter.broker.listener.name"}
     | _AUTHORIZER_KEYS
 )
 
@@ -666,12 +669,28 @@ def authorizer_config(props: Mapping[str, str], *, https: bool = False) -> Autho
     )
 
 
+def _check_inter_broker_listener(props: Mapping[str, str]) -> None:
+    """Kafka's ``inter.broker.listener.name``: the nodes talk to each other over
+    raftka's HTTP API, the first listener, so only its name is accepted."""
+    name = props.get("inter.broker.listener.name")
+    if name is None:
+        return
+    first = props.get("listeners", "").split(",", maxsplit=1)[0].strip()
+    api = first.split("://", 1)[0].strip().upper() if "://" in first else ""
+    if name.strip().upper() != api:
+        raise ConfigError(
+            f"inter.broker.listener.name={name}: the nodes talk to each other over raftka's "
+            f"HTTP API, the first listener ({api or 'unnamed'}); name it or leave the key out"
+        )
+
+
 def broker_config(node: NodeConfig) -> BrokerConfig:
     """The broker's view of a parsed node config; ConfigError when a value is wrong."""
     props = node.properties
     if "broker" not in node.process_roles:
         raise ConfigError("process.roles does not include broker")
     kafka_listener = kafka_listener_config(props)
+    _check_inter_broker_listener(props)
     authorizer = authorizer_config(props, https=node.http.secure)
     if authorizer is not None and kafka_listener is None:
         # It guards the Kafka listener only: without one it would guard nothing.

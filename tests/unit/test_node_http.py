@@ -252,3 +252,20 @@ def test_a_combined_process_serves_both_listeners_over_https(
     assert controller is not None and broker is not None
     assert controller.http.secure and broker.http.secure
     assert controller.listen_port == 9093 and broker.listen_port == 9092
+
+
+def test_inter_broker_listener_name_may_only_name_the_http_api(
+    ca: CertificateAuthority, node_cert: IssuedCertificate, tmp_path: Path
+) -> None:
+    base = {
+        **_https(ca, node_cert),
+        "node.id": "101",
+        "process.roles": "broker",
+        "controller.quorum.voters": VOTERS,
+        "listeners": "HTTPS://127.0.0.1:9092,PLAINTEXT://127.0.0.1:9094",
+        "log.dirs": str(tmp_path / "logs"),
+    }
+    _, broker = combined_configs({**base, "inter.broker.listener.name": "HTTPS"})
+    assert broker is not None and broker.http.secure
+    with pytest.raises(ConfigError, match=r"inter\.broker\.listener\.name=PLAINTEXT: the nodes"):
+        combined_configs({**base, "inter.broker.listener.name": "PLAINTEXT"})

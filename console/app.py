@@ -24,9 +24,11 @@ import aiohttp
 from aiohttp import web
 
 from raftka.client.admin import AsyncAdmin
+from raftka.client.config import SecurityOptions
 from raftka.client.consumer.consumer import AsyncConsumer
 from raftka.client.group_admin import AsyncGroupAdmin
 from raftka.client.structs import ConsumerRecord, TopicDescription, TopicPartition
+from raftka.common.client_tls import SSL_CLOSE_LEAKS
 from raftka.common.errors import InvalidRequestError, KafkaError, NetworkError
 from raftka.common.messages import decode
 from raftka.common.messages.controller import DescribeQuorumResponse
@@ -51,11 +53,18 @@ class ConsoleSettings:
     """What ``raftka console`` was given."""
 
     def __init__(
-        self, *, bootstrap_servers: str, api_timeout_ms: int, reports_dir: Path | None = None
+        self,
+        *,
+        bootstrap_servers: str,
+        api_timeout_ms: int,
+        reports_dir: Path | None = None,
+        security: SecurityOptions | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.api_timeout_ms = api_timeout_ms
         self.reports_dir = reports_dir
+        #: The clients' security settings (``--command-config``; empty: PLAINTEXT).
+        self.security: SecurityOptions = security or {}
 
 
 class _Clients:
@@ -68,10 +77,20 @@ class _Clients:
             "client_id": "raftka-console",
             "default_api_timeout_ms": settings.api_timeout_ms,
             "request_timeout_ms": min(settings.api_timeout_ms, 30_000),
+            **settings.security,
         }
         self.admin = AsyncAdmin(**common)
         self.groups = AsyncGroupAdmin(**common)
-        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=QUORUM_TIMEOUT_S))
+        # The controllers' /v1/quorum, over HTTPS with the clients' certificate if set.
+        tls = self.admin.config.ssl_context()
+        self._scheme = "http" if tls is None else "https"
+        self.http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=QUORUM_TIMEOUT_S),
+            connector=aiohttp.TCPConnector(
+                ssl=True if tls is None else tls,
+                enable_cleanup_closed=tls is not None and SSL_CLOSE_LEAKS,
+            ),
+        )
 
     async def close(self) -> None:
         await self.admin.close()
@@ -102,7 +121,7 @@ class _Clients:
         raise NetworkError("; ".join(errors) or "no controller is known")
 
     async def _quorum_at(self, address: str) -> DescribeQuorumResponse:
-        async with self.http.get(f"http://{address}/v1/quorum") as response:
+        async with self.http.get(f"{self._scheme}://{address}/v1/quorum") as response:
             body = await response.read()
             if response.status != 200:
                 raise InvalidRequestError(f"HTTP {response.status} from /v1/quorum")
@@ -243,6 +262,7 @@ async def _browse(
         request_timeout_ms=min(timeout, 30_000),
         fetch_max_wait_ms=200,
         max_poll_records=limit,
+        **settings.security,
     )
     try:
         consumer.assign([tp])

@@ -8,7 +8,7 @@ from typing import Final
 import click
 from aiohttp import web
 
-from raftka.client.cli._common import api_timeout_option, bootstrap_option
+from raftka.client.cli._common import api_timeout_option, bootstrap_option, security_options
 from raftka.console.app import ConsoleSettings, make_app
 
 __all__ = ["DEFAULT_CONSOLE_PORT", "console_command"]
@@ -44,6 +44,7 @@ def console_command(
         bootstrap_servers=bootstrap_server,
         api_timeout_ms=api_timeout_ms,
         reports_dir=None if reports_dir is None else reports_dir.resolve(),
+        security=security_options(),
     )
     url = f"http://{host}:{port}/"
     try:

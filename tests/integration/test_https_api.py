@@ -20,6 +20,7 @@ the nodes' principal.
 - The command line with ``--command-config`` (security.protocol=SSL and a certificate):
   ``raftka topics``, ``produce``/``consume``, ``quorum status`` and ``status`` work with a
   node principal's certificate; the admin command with the application's is refused.
+- ``raftka console --command-config`` (a real process) shows the quorum and the brokers.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ import contextlib
 import os
 import socket
 import ssl
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from click.testing import CliRunner
 from kafka_wire_helpers import closed
@@ -41,7 +47,7 @@ from raftka.client import Admin, Consumer, NewTopic, Producer
 from raftka.common.errors import ClusterAuthorizationFailedError
 from raftka.common.messages import encode
 from raftka.common.messages.broker import FetchPartition, FetchRequest
-from raftka.local import wait_for
+from raftka.local import free_ports, wait_for
 from raftka.local.brokers import LocalBrokers
 from raftka.local.certs import IssuedCertificate, new_ca
 from raftka.local.processes import LocalCluster, http_json, http_post
@@ -419,3 +425,51 @@ def test_a_controller_with_a_certificate_from_another_ca_cannot_follow(env: Env)
         timeout_s=DEADLINE_S,
         message="the controller did not catch up with its own certificate back",
     )
+
+
+def test_the_console_takes_a_command_config(env: Env, tmp_path: Path) -> None:
+    admin = _command_config(tmp_path / "admin.properties", env.pki, env.pki.node)
+    (port,) = free_ports(1)
+    log = (tmp_path / "console.log").open("wb")
+    console = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raftka",
+            "console",
+            "--port",
+            str(port),
+            "--bootstrap-server",
+            env.brokers.bootstrap_servers,
+            "--command-config",
+            admin,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def overview() -> dict[str, Any] | None:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/api/cluster", timeout=10
+                ) as answer:
+                    found = orjson.loads(answer.read())["overview"]
+            except OSError:
+                return None
+            return found if found["quorum_error"] is None and found["brokers"] else None
+
+        shown = wait_for(
+            overview,
+            timeout_s=DEADLINE_S,
+            message=lambda: (
+                "the console did not show the HTTPS cluster: "
+                + (tmp_path / "console.log").read_text(errors="replace")[-2000:]
+            ),
+        )
+        assert shown["active_controller"] is not None
+        assert {b["id"] for b in shown["brokers"]} >= set(env.brokers.ids)
+    finally:
+        console.terminate()
+        console.wait(timeout=DEADLINE_S)
+        log.close()

@@ -90,7 +90,9 @@ def produce(
     profile: Path | None = None,
     throughput: float = -1,
     idempotence: bool | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, float]:
+    """``extra``: more options of the command (``--command-config FILE``)."""
     prefix = ("-m", "cProfile", "-o", str(profile)) if profile else ()
     cmd = [
         "perf",
@@ -110,13 +112,15 @@ def produce(
     ]
     if idempotence is not None:
         cmd.append("--enable-idempotence" if idempotence else "--disable-idempotence")
-    stdout = _run(_raftka(*cmd, prefix=prefix))
+    stdout = _run(_raftka(*cmd, *extra, prefix=prefix))
     m = _SUMMARY.search(stdout.strip().splitlines()[-1])
     assert m is not None, stdout[-500:]
     return {k: float(v) for k, v in m.groupdict().items()}
 
 
-def consume(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+def consume(
+    bootstrap: str, topic: str, records: int, extra: tuple[str, ...] = ()
+) -> dict[str, float]:
     # 16 KB per partition fetch: client/_transport.py reads a response with one
     # StreamReader.read(n), which returns what is buffered (often a partial body) for
     # large answers; small fetches sidestep that until it is fixed.
@@ -132,6 +136,7 @@ def consume(bootstrap: str, topic: str, records: int) -> dict[str, float]:
             str(FETCH_PARTITION_BYTES),
             "--bootstrap-server",
             bootstrap,
+            *extra,
         )
     )
     row = [c.strip() for c in stdout.strip().splitlines()[-1].split(",")]

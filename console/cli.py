@@ -9,6 +9,7 @@ import click
 from aiohttp import web
 
 from raftka.client.cli._common import api_timeout_option, bootstrap_option, security_options
+from raftka.client.config import AdminConfig, ClientConfigError
 from raftka.console.app import ConsoleSettings, make_app
 
 __all__ = ["DEFAULT_CONSOLE_PORT", "console_command"]
@@ -40,11 +41,18 @@ def console_command(
     bootstrap_server: str, host: str, port: int, reports_dir: Path | None, api_timeout_ms: int
 ) -> None:
     """Serve the web console (overview, topics, groups, messages, chaos reports)."""
+    security = security_options()
+    try:
+        # The certificate files are read here, so a bad one is one line, not a
+        # traceback from the app's start-up.
+        AdminConfig(bootstrap_servers=bootstrap_server, **security).ssl_context()  # type: ignore[arg-type]
+    except ClientConfigError as e:
+        raise click.ClickException(str(e)) from None
     settings = ConsoleSettings(
         bootstrap_servers=bootstrap_server,
         api_timeout_ms=api_timeout_ms,
         reports_dir=None if reports_dir is None else reports_dir.resolve(),
-        security=security_options(),
+        security=security,
     )
     url = f"http://{host}:{port}/"
     try:

@@ -114,7 +114,8 @@ class NodeHttp:
     node_principals: frozenset[str] = frozenset()
     #: Paths besides :data:`_NODE_PATHS` that only nodes call (the engine's peer route).
     node_paths: frozenset[str] = field(default_factory=frozenset)
-    #: True on a broker running the authorizer: only node principals use the HTTP API.
+    #: Only node principals use this HTTP API at all: a controller's (it checks no
+    #: ACLs), and a broker's when it runs the authorizer.
     nodes_only: bool = False
 
     @property
@@ -173,8 +174,9 @@ class NodeHttp:
                 if self.nodes_only:
                     return _refuse(
                         ClusterAuthorizationFailedError(
-                            f"{principal}: with the authorizer on, raftka's HTTP API serves "
-                            "super.users only (use the Kafka listener)"
+                            f"{principal} is not in super.users: this node's HTTP API checks "
+                            "no ACLs, so it serves super.users only (applications use a "
+                            "broker's Kafka listener)"
                         ),
                         403,
                     )

@@ -134,7 +134,12 @@ from raftka.common.record.header import HEADER_SIZE
 from raftka.metadata.authorizer import AuthorizerConfig
 from raftka.metadata.topic_config import parse_bool
 from raftka.server_common.node_config import NodeConfig, load_node_config
-from raftka.server_common.node_http import PLAIN_HTTP, NodeHttp, parse_super_users
+from raftka.server_common.node_http import (
+    PLAIN_HTTP,
+    NodeHttp,
+    api_listener_name,
+    parse_super_users,
+)
 from raftka.server_common.process_config import ConfigError, int_property, parse_host_port
 from raftka.server_common.sasl import SASL_MECHANISMS
 from raftka.server_common.ssl_principal import DEFAULT_MAPPER, SslPrincipalMapper
@@ -675,8 +680,7 @@ def _check_inter_broker_listener(props: Mapping[str, str]) -> None:
     name = props.get("inter.broker.listener.name")
     if name is None:
         return
-    first = props.get("listeners", "").split(",", maxsplit=1)[0].strip()
-    api = first.split("://", 1)[0].strip().upper() if "://" in first else ""
+    api = api_listener_name(props)
     if name.strip().upper() != api:
         raise ConfigError(
             f"inter.broker.listener.name={name}: the nodes talk to each other over raftka's "
@@ -776,7 +780,7 @@ def broker_config(node: NodeConfig) -> BrokerConfig:
         ),
         log_defaults=log_defaults,
         # With the authorizer on, only super.users may use an HTTPS API (it checks no ACLs).
-        http=node.http.with_node_paths((), nodes_only=authorizer is not None),
+        http=node.http.serving_nodes_only(authorizer is not None),
         properties=dict(props),
     )
 

@@ -99,16 +99,13 @@ def build_controller_app(
         # Outermost: the error answers are timed too.
         middlewares.insert(0, metrics.requests.middleware())
     http = events.config.http
-    peer_routes = list(events.engine.routes())
     if http.secure:
         # Innermost: a refusal is still timed, and a handler sees only authenticated
-        # requests. The engine's peer routes and the metadata log are for nodes only.
-        node_paths = {route.path for route in peer_routes}
-        # A controller checks no ACLs, so its other routes (admin) serve node
-        # principals (super.users) only too: a certificate for the Kafka listener must
-        # not reach around the brokers' authorizer.
-        secured = http.with_node_paths({*node_paths, "/v1/metadata"}, nodes_only=True)
-        middlewares.append(secured.middleware())
+        # requests. A controller checks no ACLs, so every route but /health and
+        # /metrics (its peer routes, the metadata log and admin alike) serves node
+        # principals (super.users) only: a certificate for the Kafka listener must not
+        # reach around the brokers' authorizer.
+        middlewares.append(http.serving_nodes_only(True).middleware())
     app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
     app[_EVENTS_KEY] = events
 
@@ -119,7 +116,7 @@ def build_controller_app(
         response.headers[QUORUM_EPOCH_HEADER] = str(events.engine.epoch)
 
     app.on_response_prepare.append(stamp_epoch)
-    app.add_routes(peer_routes)
+    app.add_routes(list(events.engine.routes()))
     if metrics is not None:
         app.add_routes([metrics_route(metrics.registry)])
     app.add_routes(

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
@@ -112,8 +112,6 @@ class NodeHttp:
     client_ssl: ssl.SSLContext | None = None
     mapper: SslPrincipalMapper | None = None
     node_principals: frozenset[str] = frozenset()
-    #: Paths besides :data:`_NODE_PATHS` that only nodes call (the engine's peer route).
-    node_paths: frozenset[str] = field(default_factory=frozenset)
     #: Only node principals use this HTTP API at all: a controller's (it checks no
     #: ACLs), and a broker's when it runs the authorizer.
     nodes_only: bool = False
@@ -134,17 +132,15 @@ class NodeHttp:
             kwargs["enable_cleanup_closed"] = SSL_CLOSE_LEAKS
         return aiohttp.TCPConnector(**kwargs)
 
-    def with_node_paths(self, paths: Collection[str], *, nodes_only: bool = False) -> NodeHttp:
-        return dataclasses.replace(
-            self, node_paths=self.node_paths | frozenset(paths), nodes_only=nodes_only
-        )
+    def serving_nodes_only(self, nodes_only: bool) -> NodeHttp:
+        """This, serving only node principals when ``nodes_only``."""
+        return dataclasses.replace(self, nodes_only=nodes_only)
 
     def middleware(self) -> Middleware:
         """Authenticates each request by its certificate and keeps node routes for
         nodes (see the module doc)."""
         mapper = self.mapper
         assert mapper is not None, "only an HTTPS API authenticates"
-        node_paths = _NODE_PATHS | self.node_paths
 
         @web.middleware
         async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -163,7 +159,7 @@ class NodeHttp:
             request[PRINCIPAL_KEY] = principal
             request[_NODE_KEY] = is_node
             if not is_node and request.path not in _OPEN_PATHS:
-                if request.path in node_paths:
+                if request.path in _NODE_PATHS:
                     return _refuse(
                         ClusterAuthorizationFailedError(
                             f"{principal} is not a node (super.users): {request.path} is "

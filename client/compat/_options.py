@@ -8,7 +8,8 @@
   socket buffer sizes go onto the sockets, reconnect back-off onto ``retry_backoff_ms``,
   ``metrics_enabled`` onto ``metrics()``) or refuses the value by name where raftka
   cannot honour it (``None`` socket buffer sizes: the OS default, as in kafka-python).
-- *refused unless honourable*: a feature raftka does not have (TLS, SASL,
+- *refused unless honourable*: a feature the adapters do not offer (TLS settings,
+  which only raftka.client's own options take; SASL, which the HTTP API lacks;
   transactions, topic auto-creation, ...). The keyword is accepted only with a value
   that asks for nothing raftka lacks (``security_protocol="PLAINTEXT"``,
   ``ssl_cafile=None``, ...); any other value raises :class:`ClientConfigError`

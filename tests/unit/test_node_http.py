@@ -176,7 +176,7 @@ def test_node_routes_serve_node_principals_only(
         (200, "User:CN=app"),
         (200, "User:CN=app"),
     ]
-    nodes_only = http.with_node_paths((), nodes_only=True)
+    nodes_only = http.serving_nodes_only(True)
     as_app = asyncio.run(_ask(nodes_only, _client(ca, app_cert), paths))
     assert [status for status, _ in as_app] == [403, 403, 403, 200]
 

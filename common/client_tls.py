@@ -29,13 +29,24 @@ from __future__ import annotations
 
 import ssl
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
+
+import click
 
 from raftka.common.errors import InvalidConfigError
+from raftka.common.properties import PropertiesError, parse_properties
 
-__all__ = ["COMMAND_CONFIG_KEYS", "SSL_CLOSE_LEAKS", "ClientTls", "read_command_config"]
+__all__ = [
+    "COMMAND_CONFIG_KEYS",
+    "SSL_CLOSE_LEAKS",
+    "ClientTls",
+    "command_config",
+    "command_config_option",
+    "read_command_config",
+]
 
 #: CPython leaks the socket of an asyncio TLS connection closed before its shutdown
 #: finished, until 3.12.8 and in 3.13.0 (gh-118960): aiohttp's
@@ -99,8 +110,8 @@ class ClientTls:
 
 
 def read_command_config(path: Path | str) -> ClientTls:
-    """The settings of a ``--command-config`` properties file (``key=value`` lines,
-    ``#`` and ``!`` comments); InvalidConfigError naming the file and the key."""
+    """The settings of a ``--command-config`` file (Kafka's properties syntax,
+    raftka.common.properties); InvalidConfigError naming the file and the key."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -109,15 +120,11 @@ def read_command_config(path: Path | str) -> ClientTls:
         raise InvalidConfigError(f"{path}: {e.strerror or e}") from None
     if len(raw) > _FILE_BYTES_MAX:
         raise InvalidConfigError(f"{path}: larger than {_FILE_BYTES_MAX} bytes")
-    values: dict[str, str] = {}
-    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
-        text = line.strip()
-        if not text or text[0] in "#!":
-            continue
-        key, sep, value = text.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            raise InvalidConfigError(f"{path}:{number}: expected key=value, got {text!r}")
+    try:
+        values = parse_properties(raw.decode("utf-8", "replace"), source=str(path))
+    except PropertiesError as e:
+        raise InvalidConfigError(str(e)) from None
+    for key in values:
         if key in _JAVA_ONLY:
             raise InvalidConfigError(
                 f"{path}: {key} is not supported (Java key store); use {_JAVA_ONLY[key]}"
@@ -131,7 +138,6 @@ def read_command_config(path: Path | str) -> ClientTls:
             raise InvalidConfigError(
                 f"{path}: unknown key {key!r} (known: {', '.join(COMMAND_CONFIG_KEYS)})"
             )
-        values[key] = value
     protocol = values.pop("security.protocol", "PLAINTEXT").upper()
     if protocol not in ("PLAINTEXT", "SSL"):
         raise InvalidConfigError(
@@ -158,3 +164,38 @@ def read_command_config(path: Path | str) -> ClientTls:
     if (tls.certfile is None) != (tls.keyfile is None):
         raise InvalidConfigError(f"{path}: ssl.certfile and ssl.keyfile go together")
     return tls
+
+
+_META_KEY: Final = "raftka.command_config"
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _read_option(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    try:
+        tls = read_command_config(value)
+        tls.context()  # its files are read now: a bad one is a usage error, before any call
+    except InvalidConfigError as e:
+        raise click.BadParameter(e.message, ctx=ctx, param_hint="--command-config") from None
+    ctx.meta[_META_KEY] = tls
+
+
+def command_config_option(help_text: str) -> Callable[[_F], _F]:
+    """A click ``--command-config FILE`` option whose settings :func:`command_config`
+    returns; shared by the client commands and the tools that ask nodes directly."""
+    return click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        expose_value=False,
+        callback=_read_option,
+        help=help_text,
+    )
+
+
+def command_config() -> ClientTls | None:
+    """The running command's ``--command-config`` settings (None when not given)."""
+    ctx = click.get_current_context(silent=True)
+    found = None if ctx is None else ctx.meta.get(_META_KEY)  # meta is shared by subcontexts
+    return found if isinstance(found, ClientTls) else None

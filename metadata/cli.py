@@ -25,8 +25,8 @@ import click
 import msgspec
 import orjson
 
-from raftka.common.client_tls import read_command_config
-from raftka.common.errors import InvalidRequestError, KafkaError
+from raftka.common import client_tls
+from raftka.common.errors import InvalidRequestError
 from raftka.common.messages import decode, encode
 from raftka.common.messages.controller import (
     METADATA_RECORDS_MAX,
@@ -120,37 +120,21 @@ _bootstrap_controller = click.option(
     show_default=True,
     help="host:port of one or more controllers, comma-separated.",
 )
-_TLS_KEY: Final = "raftka.command_tls"
 _F = TypeVar("_F", bound=Callable[..., object])
-
-
-def _read_command_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
-    if value is None:
-        return
-    try:
-        ctx.meta[_TLS_KEY] = read_command_config(value).context()
-    except KafkaError as e:
-        raise click.BadParameter(e.message, ctx=ctx, param_hint="--command-config") from None
 
 
 #: ``--command-config FILE`` of the tools that ask nodes directly (common/client_tls.py):
 #: over HTTPS with its client certificate; read back with :func:`command_tls`.
-command_config_option = click.option(
-    "--command-config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    expose_value=False,
-    callback=_read_command_config,
-    help="For HTTPS nodes: a properties file of security.protocol=SSL, ssl.cafile, "
-    "ssl.certfile, ssl.keyfile (a certificate of super.users), ssl.key.password.",
+command_config_option = client_tls.command_config_option(
+    "For HTTPS nodes: a properties file of security.protocol=SSL, ssl.cafile, "
+    "ssl.certfile, ssl.keyfile (a certificate of super.users), ssl.key.password."
 )
 
 
 def command_tls() -> ssl.SSLContext | None:
     """This command's ``--command-config`` TLS context (None: plain HTTP)."""
-    ctx = click.get_current_context(silent=True)
-    found = None if ctx is None else ctx.meta.get(_TLS_KEY)
-    return found if isinstance(found, ssl.SSLContext) else None
+    tls = client_tls.command_config()
+    return None if tls is None else tls.context()
 
 
 def _bootstrap(f: _F) -> _F:

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from raftka.common import properties
+
 __all__ = [
     "ConfigError",
     "flatten_toml",
@@ -49,39 +51,11 @@ class ConfigError(ValueError):
 
 
 def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
-    """Kafka's .properties syntax: ``key=value`` / ``key: value`` / ``key value``.
-
-    Comments start with ``#`` or ``!``; a line ending in an odd number of backslashes
-    continues on the next. Escapes other than line continuation are not interpreted
-    (Kafka configs do not need them). A key given twice is an error.
-    """
-    out: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        start = i + 1
-        line = lines[i].strip()
-        i += 1
-        while line.endswith("\\") and (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            line = line[:-1] + (lines[i].strip() if i < len(lines) else "")
-            i += 1
-        if not line or line[0] in "#!":
-            continue
-        cut = len(line)
-        for sep in ("=", ":", " ", "\t"):
-            at = line.find(sep)
-            if at != -1 and at < cut:
-                cut = at
-        key = line[:cut].strip()
-        value = line[cut + 1 :].strip() if cut < len(line) else ""
-        if value[:1] in ("=", ":") and line[cut] in " \t":
-            value = value[1:].strip()
-        if not key:
-            raise ConfigError(f"{source}:{start}: a line with no key: {lines[start - 1]!r}")
-        if key in out:
-            raise ConfigError(f"{source}:{start}: {key} is set twice")
-        out[key] = value
-    return out
+    """Kafka's .properties syntax (raftka.common.properties); ConfigError on a bad line."""
+    try:
+        return properties.parse_properties(text, source=source)
+    except properties.PropertiesError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _toml_value(value: object, key: str, source: str) -> str:

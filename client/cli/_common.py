@@ -28,7 +28,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Final, Literal, TypeVar, cast
+from typing import Final, Literal, TypeVar
 
 import click
 import orjson
@@ -37,7 +37,7 @@ from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError, SecurityOptions
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import TopicDescription
-from raftka.common.client_tls import read_command_config
+from raftka.common.client_tls import command_config, command_config_option
 from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
 from raftka.common.structs import TopicPartition
 
@@ -99,39 +99,13 @@ _bootstrap_server_option = click.option(
     show_default=f"${BOOTSTRAP_ENV}, else ./{CLUSTER_FILE}'s, else {DEFAULT_BOOTSTRAP_SERVERS}",
     help="Brokers to bootstrap from, host:port[,host:port...].",
 )
-_SECURITY_KEY: Final = "raftka.security"
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
-def _read_command_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
-    if value is None:
-        return
-    try:
-        tls = read_command_config(value)
-    except KafkaError as e:
-        raise click.BadParameter(e.message, ctx=ctx, param_hint="--command-config") from None
-    options: SecurityOptions = {"security_protocol": "PLAINTEXT"}
-    if tls.protocol == "SSL":
-        options = {
-            "security_protocol": "SSL",
-            "ssl_cafile": tls.cafile,
-            "ssl_certfile": tls.certfile,
-            "ssl_keyfile": tls.keyfile,
-            "ssl_password": tls.password,
-            "ssl_check_hostname": tls.check_hostname,
-        }
-    ctx.meta[_SECURITY_KEY] = options
-
-
-_command_config_option = click.option(
-    "--command-config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    expose_value=False,
-    callback=_read_command_config,
-    help="Client settings for an HTTPS cluster, as Kafka's tools take them: a properties "
+_command_config_option = command_config_option(
+    "Client settings for an HTTPS cluster, as Kafka's tools take them: a properties "
     "file of security.protocol=SSL, ssl.cafile, ssl.certfile, ssl.keyfile, "
-    "ssl.key.password, ssl.endpoint.identification.algorithm.",
+    "ssl.key.password, ssl.endpoint.identification.algorithm."
 )
 
 
@@ -143,9 +117,19 @@ def bootstrap_option(f: _F) -> _F:
 def security_options() -> SecurityOptions:
     """The clients' security settings of this command's ``--command-config`` (none
     given: PLAINTEXT, the clients' default)."""
-    ctx = click.get_current_context(silent=True)
-    found = None if ctx is None else ctx.find_root().meta.get(_SECURITY_KEY)
-    return cast(SecurityOptions, found) if found is not None else {}
+    tls = command_config()
+    if tls is None:
+        return {}
+    if tls.protocol != "SSL":
+        return {"security_protocol": "PLAINTEXT"}
+    return {
+        "security_protocol": "SSL",
+        "ssl_cafile": tls.cafile,
+        "ssl_certfile": tls.certfile,
+        "ssl_keyfile": tls.keyfile,
+        "ssl_password": tls.password,
+        "ssl_check_hostname": tls.check_hostname,
+    }
 
 
 api_timeout_option = click.option(

@@ -33,7 +33,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from raftka.broker.coordinator.group import GroupState
 from raftka.broker.replication.partition_state import ReplicaRole
 from raftka.common.record.header import HEADER_SIZE, peek_batch_size
-from raftka.server_common.metrics import RequestMetrics, StateCollector, counter, gauge
+from raftka.server_common.metrics import (
+    RequestMetrics,
+    StateCollector,
+    counter,
+    gauge,
+    https_api_metrics,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -150,6 +156,7 @@ class BrokerCollector(StateCollector):
         yield from self._replica_manager()
         yield from self._purgatories()
         yield from self._kafka_listener()
+        yield from https_api_metrics(self._server.config.http)
         yield from self._loop_and_workers()
         yield from self._groups()
 

@@ -31,6 +31,7 @@ from raftka.server_common.metrics import (
     StateCollector,
     counter,
     gauge,
+    https_api_metrics,
 )
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ class ControllerCollector(StateCollector):
             "Registered brokers not fenced.",
             sum(not b.fenced for b in brokers),
         )
+        yield from https_api_metrics(events.config.http)
         if not events.started:
             return  # the engine's numbers mean nothing before it starts
         info = events.engine.describe()

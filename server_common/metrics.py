@@ -45,6 +45,8 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
+    from raftka.server_common.node_http import NodeHttp
+
 __all__ = [
     "LATENCY_BUCKETS_MS",
     "STAGE_BUCKETS_MS",
@@ -56,6 +58,7 @@ __all__ = [
     "camel_case",
     "counter",
     "gauge",
+    "https_api_metrics",
     "metrics_route",
     "new_registry",
     "start_timing",
@@ -87,6 +90,33 @@ def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
     """One unlabelled counter read from state (``_total`` is added), for a collector."""
     return CounterMetricFamily(name, documentation, value=value)
+
+
+def https_api_metrics(http: NodeHttp) -> Iterator[Metric]:
+    """The refusals of an HTTPS API (none for plain HTTP), labelled ``listener="HTTPS"``
+    as Kafka labels its socket-server metrics. Kafka counts a connection's failed
+    authentication; here it is a request's (the API is HTTP, one certificate per
+    connection), and a TLS handshake refused outright is not counted (see HttpsRefusals)."""
+    if not http.secure:
+        return
+    prefix = "kafka_server_socketservermetrics_"
+    for name, doc, value in (
+        (
+            prefix + "failed_authentication",
+            "HTTPS API requests refused (401) because no ssl.principal.mapping.rules "
+            "rule maps the client certificate's subject.",
+            http.refusals.failed_authentication,
+        ),
+        (
+            "raftka_https_cluster_authorization_failed",
+            "HTTPS API requests refused (403) because the principal is not a node "
+            "(super.users) on a route for nodes only.",
+            http.refusals.cluster_authorization_failed,
+        ),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["listener"])
+        family.add_metric(["HTTPS"], value)
+        yield family
 
 
 def camel_case(name: str) -> str:

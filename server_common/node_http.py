@@ -69,6 +69,7 @@ __all__ = [
     "HTTPS_LISTENER",
     "PLAIN_HTTP",
     "PRINCIPAL_KEY",
+    "HttpsRefusals",
     "NodeHttp",
     "api_listener_name",
     "node_http",
@@ -86,6 +87,21 @@ HTTPS_KEYS: Final = frozenset({_PREFIX + k for k in TLS_KEYS} | {_RULES_KEY})
 #: Where the middleware leaves a request's principal (``User:...``).
 PRINCIPAL_KEY: Final = web.RequestKey("raftka.principal", str)
 _NODE_KEY: Final = web.RequestKey("raftka.is_node", bool)
+
+
+@dataclass(slots=True)
+class HttpsRefusals:
+    """Requests an HTTPS API refused, for ``/metrics``. Every copy of a NodeHttp shares
+    one. A connection TLS itself refuses (no certificate, another CA) never becomes a
+    request, so it is not counted here (asyncio drops it before aiohttp sees it)."""
+
+    #: 401: a certificate no ``ssl.principal.mapping.rules`` rule maps.
+    failed_authentication: int = 0
+    #: 403: a principal that is not a node on a node route or a nodes-only API.
+    cluster_authorization_failed: int = 0
+
+
+_REFUSALS_KEY: Final = web.RequestKey("raftka.https_refusals", HttpsRefusals)
 
 #: Paths only nodes call (a fetch naming a replica id is checked by its handler).
 _NODE_PATHS: Final = frozenset(
@@ -115,6 +131,7 @@ class NodeHttp:
     #: Only node principals use this HTTP API at all: a controller's (it checks no
     #: ACLs), and a broker's when it runs the authorizer.
     nodes_only: bool = False
+    refusals: HttpsRefusals = dataclasses.field(default_factory=HttpsRefusals, compare=False)
 
     @property
     def secure(self) -> bool:
@@ -141,6 +158,7 @@ class NodeHttp:
         nodes (see the module doc)."""
         mapper = self.mapper
         assert mapper is not None, "only an HTTPS API authenticates"
+        refusals = self.refusals
 
         @web.middleware
         async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -150,15 +168,20 @@ class NodeHttp:
             if der is None:
                 # The context requires a certificate, so only a connection TLS did not
                 # cover gets here; refuse it all the same.
+                refusals.failed_authentication += 1
                 return _refuse(SaslAuthenticationFailedError("no client certificate"), 401)
             try:
                 principal = mapper.principal(subject_name(der))
             except NoMatchingRuleError as e:
+                refusals.failed_authentication += 1
                 return _refuse(SaslAuthenticationFailedError(str(e)), 401)
             is_node = principal in self.node_principals
             request[PRINCIPAL_KEY] = principal
             request[_NODE_KEY] = is_node
+            request[_REFUSALS_KEY] = refusals
             if not is_node and request.path not in _OPEN_PATHS:
+                if self.nodes_only or request.path in _NODE_PATHS:
+                    refusals.cluster_authorization_failed += 1
                 if request.path in _NODE_PATHS:
                     return _refuse(
                         ClusterAuthorizationFailedError(
@@ -193,6 +216,7 @@ def require_node(request: web.Request, what: str) -> None:
     """Raise CLUSTER_AUTHORIZATION_FAILED unless the request came from a node principal
     over HTTPS (a plain-HTTP API authenticates nobody and so refuses nobody)."""
     if request.get(PRINCIPAL_KEY) is not None and not request.get(_NODE_KEY, False):
+        request[_REFUSALS_KEY].cluster_authorization_failed += 1
         raise ClusterAuthorizationFailedError(
             f"{request[PRINCIPAL_KEY]} is not a node (super.users): {what} is for nodes only"
         )

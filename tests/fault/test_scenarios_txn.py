@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from raftka.chaos.nodes import ChaosCluster
-from raftka.chaos.runner import RunResult, ScheduledFault, run_on
+from raftka.chaos.runner import RunResult, ScheduledFault, measure_recovery, run_on
 from raftka.chaos.txn_workload import TxnConfig
 
 SEED = 20261121  # any fixed seed: the schedule is given, the seed only draws values
+RECOVERY_TIMEOUT_S = 60.0
 
 pytestmark = pytest.mark.slow
 
@@ -66,19 +67,29 @@ def test_txn_partition_leader_killed(
 def test_checker_bites_read_uncommitted_readers(cluster: ChaosCluster, tmp_path: Path) -> None:
     """Negative control: the same workload with read_uncommitted readers (and final
     read) must be reported as aborted reads, or the zero above would prove nothing."""
+    # CI once failed here (2026-11-29) with no transaction at all in the 8 s run: the
+    # broker killed by the test before was still catching up (ISR full only 6 s after
+    # this run ended), and no init_transactions finished inside the window, so there
+    # was nothing for the checker to catch. Wait for the cluster to recover first, and
+    # give the transactions longer before and after the pipeline's kill.
+    internal = ["__transaction_state", "__consumer_offsets"]
+    recovered = measure_recovery(cluster, internal, RECOVERY_TIMEOUT_S)
+    # Informational (a partition short of its full ISR still takes transactions with
+    # min.insync.replicas=2): it goes into the messages below.
+    before = f"before the run: {recovered}"
     out = tmp_path / "uncommitted"
     result = run_on(
         cluster,
         nemeses=["kill-pipeline"],
-        duration_s=8.0,
+        duration_s=12.0,
         seed=SEED,
         out_dir=out,
-        schedule=[ScheduledFault(1.5, "kill-pipeline", (), 3.0)],
+        schedule=[ScheduledFault(4.0, "kill-pipeline", (), 3.0)],
         topic="txnuncommitted",
         workload="txn",
         txn_config=TxnConfig(reader_isolation="read_uncommitted"),
     )
     print(f"\nuncommitted ({cluster.placement}): {result.summary()}")
-    assert result.txn is not None and result.txn.stats.aborted > 0, result.summary()
-    assert result.txn.counts["aborted_read"] > 0, result.summary()
+    assert result.txn is not None and result.txn.stats.aborted > 0, f"{result.summary()}; {before}"
+    assert result.txn.counts["aborted_read"] > 0, f"{result.summary()}; {before}"
     assert not result.valid

@@ -41,6 +41,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from kafka_wire_helpers import closed
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.__main__ import cli
 from raftka.client import Admin, Consumer, NewTopic, Producer
@@ -172,6 +173,7 @@ def test_the_application_principal_cannot_act_as_a_node(env: Env) -> None:
         replica_id=max(env.brokers.ids) + 1,
         partitions=(FetchPartition(topic="secured", partition=0, fetch_offset=0),),
     )
+    before = [_refused(a, app) for a in (controller.address, broker.address)]
     for address, path, body in (
         (controller.address, MESSAGE_PATH, b"{}"),
         (controller.address, "/v1/brokers/register", b"{}"),
@@ -182,6 +184,9 @@ def test_the_application_principal_cannot_act_as_a_node(env: Env) -> None:
         status, raw, _ = http_post(address, path, body, "application/json", tls=app)
         assert status == 403, (path, raw)
         assert b"CLUSTER_AUTHORIZATION_FAILED" in raw, (path, raw)
+    # Each refusal is counted where it happened (the broker's fetch by require_node).
+    after = [_refused(a, app) for a in (controller.address, broker.address)]
+    assert [b - a for a, b in zip(before, after, strict=True)] == [3, 2]
     with (
         Admin(
             bootstrap_servers=env.brokers.bootstrap_servers,
@@ -190,6 +195,17 @@ def test_the_application_principal_cannot_act_as_a_node(env: Env) -> None:
         pytest.raises(ClusterAuthorizationFailedError),
     ):
         admin.create_topics([NewTopic("not-allowed", num_partitions=1, replication_factor=1)])
+
+
+def _refused(address: str, tls: ssl.SSLContext) -> float:
+    """The node's raftka_https_cluster_authorization_failed_total (its /metrics)."""
+    with urllib.request.urlopen(f"https://{address}/metrics", context=tls, timeout=10) as r:
+        text = r.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "raftka_https_cluster_authorization_failed_total":
+                return sample.value
+    raise AssertionError(f"{address}: no raftka_https_cluster_authorization_failed_total")
 
 
 def test_a_broker_with_a_certificate_from_another_ca_never_registers(env: Env) -> None:

@@ -44,6 +44,7 @@ from raftka.server_common.metrics import (
     start_timing,
     stop_timing,
 )
+from raftka.server_common.node_http import PLAIN_HTTP
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -126,6 +127,7 @@ def _broker(partitions: dict[tuple[str, int], Any], core: Any) -> Any:
     # answered, one did not.
     leader_hws = {("elsewhere", 0): 12}
     return SimpleNamespace(
+        config=SimpleNamespace(http=PLAIN_HTTP),  # HTTPS refusals: tests/unit/test_node_http.py
         manager=manager,
         loop_lag=loop_lag,
         coordinator=SimpleNamespace(core=core),
@@ -263,6 +265,7 @@ def _events(*, active: bool, started: bool = True) -> Any:
     return SimpleNamespace(
         started=started,
         is_active=active,
+        config=SimpleNamespace(http=PLAIN_HTTP),
         stats=SimpleNamespace(activations=2, elections=3),
         loader=SimpleNamespace(image=image),
         engine=SimpleNamespace(describe=lambda: info),

@@ -24,10 +24,12 @@ from raftka.common.errors import KafkaError
 from raftka.local.certs import CertificateAuthority, IssuedCertificate, new_ca
 from raftka.server_cli import combined_configs
 from raftka.server_common.http_errors import Handler
+from raftka.server_common.metrics import https_api_metrics
 from raftka.server_common.node_config import node_config_from_properties
 from raftka.server_common.node_http import (
     PLAIN_HTTP,
     PRINCIPAL_KEY,
+    HttpsRefusals,
     NodeHttp,
     node_http,
     require_node,
@@ -176,9 +178,17 @@ def test_node_routes_serve_node_principals_only(
         (200, "User:CN=app"),
         (200, "User:CN=app"),
     ]
+    assert http.refusals.cluster_authorization_failed == 2  # the route's and require_node's
     nodes_only = http.serving_nodes_only(True)
     as_app = asyncio.run(_ask(nodes_only, _client(ca, app_cert), paths))
     assert [status for status, _ in as_app] == [403, 403, 403, 200]
+    # The copy counts into the same place, which /metrics reads.
+    assert http.refusals == HttpsRefusals(failed_authentication=0, cluster_authorization_failed=5)
+    scraped = {m.name: m.samples[0] for m in https_api_metrics(nodes_only)}
+    refused = scraped["raftka_https_cluster_authorization_failed"]
+    assert (refused.labels, refused.value) == ({"listener": "HTTPS"}, 5)
+    assert scraped["kafka_server_socketservermetrics_failed_authentication"].value == 0
+    assert list(https_api_metrics(PLAIN_HTTP)) == []
 
 
 def test_a_certificate_no_rule_maps_is_refused(
@@ -195,6 +205,7 @@ def test_a_certificate_no_rule_maps_is_refused(
     assert asyncio.run(_ask(http, _client(ca, app_cert), [("GET", "/health")])) == [
         (401, "SASL_AUTHENTICATION_FAILED")
     ]
+    assert http.refusals.failed_authentication == 1
 
 
 def _fields(http: NodeHttp) -> dict[str, object]:

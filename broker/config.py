@@ -82,8 +82,10 @@ with ``sasl.enabled.mechanisms`` (or
 ``listener.name.<listener>.sasl.enabled.mechanisms``): SCRAM-SHA-256, SCRAM-SHA-512
 and PLAIN, checked against the SCRAM credentials of the metadata log (``raftka
 users``). It must be set: Kafka's default, GSSAPI, is not supported, and a SASL setting
-without a SASL listener is refused. ``listener.security.protocol.map`` is refused (the
-listener's name is its protocol, Kafka's default map). A single-entry ``listeners``
+without a SASL listener is refused. Without ``listener.security.protocol.map`` a
+listener's name is its protocol (Kafka's default map); with it, listeners are named
+freely and renamed to these names before any of this is read
+(``raftka.server_common.listener_map``). A single-entry ``listeners``
 has no Kafka listener (the configs written before it existed keep their meaning).
 ``inter.broker.listener.name`` may only name that first listener: the nodes talk to
 each other over the HTTP API, never over the Kafka listener. A
@@ -376,11 +378,6 @@ def kafka_listener_config(props: Mapping[str, str]) -> KafkaListenerConfig | Non
         if sasl_given:
             raise ConfigError(f"{sasl_given[0]}: no SASL listener uses it (listeners)")
         return None
-    if "listener.security.protocol.map" in props:
-        raise ConfigError(
-            "listener.security.protocol.map is not supported: name the Kafka listener "
-            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map)"
-        )
     if len(entries) > 1:
         raise ConfigError("listeners: one Kafka listener after the HTTP API, not several")
     protocol, host, port = entries[0]
@@ -689,7 +686,15 @@ def _check_inter_broker_listener(props: Mapping[str, str]) -> None:
 
 
 def broker_config(node: NodeConfig) -> BrokerConfig:
-    """The broker's view of a parsed node config; ConfigError when a value is wrong."""
+    """The broker's view of a parsed node config; ConfigError when a value is wrong
+    (naming the keys as the config file spells them)."""
+    try:
+        return _broker_config(node)
+    except ConfigError as e:
+        raise ConfigError(node.explain(str(e))) from None
+
+
+def _broker_config(node: NodeConfig) -> BrokerConfig:
     props = node.properties
     if "broker" not in node.process_roles:
         raise ConfigError("process.roles does not include broker")

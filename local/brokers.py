@@ -66,12 +66,15 @@ class LocalBrokers(NodeGroup):
         kafka_listener: bool = False,
         kafka_security_protocol: str = "PLAINTEXT",
         https: ssl.SSLContext | None = None,
+        listener_names: tuple[str, str] | None = None,
     ) -> None:
         """``kafka_listener`` (or ``kafka_ports``, one per broker) gives every broker a
         Kafka binary-protocol listener beside its HTTP API (free ports if not given),
         named ``kafka_security_protocol`` (PLAINTEXT, or SSL with ``ssl.*`` settings in
         ``extra_properties``). ``https``: the brokers' HTTP API is HTTPS (as
-        LocalCluster's), reached with this client context."""
+        LocalCluster's), reached with this client context. ``listener_names`` (the
+        API's, the Kafka listener's) names them freely, Kafka's way: their protocols
+        then come from a ``listener.security.protocol.map`` written beside them."""
         assert count >= 1
         assert ports is None or len(ports) == count
         self.cluster = cluster
@@ -91,12 +94,21 @@ class LocalBrokers(NodeGroup):
             node_dir = base / f"broker-{broker_id}"
             api = "PLAINTEXT" if https is None else "HTTPS"
             listeners = f"{api}://{host}:{port}"
+            names: dict[str, str] = {}
             if kafka_ports is not None:
                 # The first listener is the HTTP API; the one after it speaks Kafka.
                 api = "HTTP" if https is None else "HTTPS"
-                listeners = f"{api}://{host}:{port},{kafka_security_protocol}://{host}:{kafka_ports[offset]}"
+                kafka_name = kafka_security_protocol
+                if listener_names is not None:
+                    api_protocol = "PLAINTEXT" if https is None else "SSL"
+                    (api, kafka_name) = listener_names
+                    names["listener.security.protocol.map"] = (
+                        f"{api}:{api_protocol},{kafka_name}:{kafka_security_protocol}"
+                    )
+                listeners = f"{api}://{host}:{port},{kafka_name}://{host}:{kafka_ports[offset]}"
                 self.kafka_addresses[broker_id] = f"{host}:{kafka_ports[offset]}"
             props = {
+                **names,
                 "node.id": str(broker_id),
                 "process.roles": "broker",
                 "controller.quorum.voters": cluster.voters,

@@ -24,12 +24,14 @@ example ``CONTROLLER://0.0.0.0:9093``) but not the port.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
 from raftka.server_common.controller_config import ControllerConfig
+from raftka.server_common.listener_map import MAP_KEY, Renamed, apply_protocol_map
 from raftka.server_common.node_http import HTTPS_KEYS, PLAIN_HTTP, NodeHttp, node_http
 from raftka.server_common.process_config import (
     ConfigError,
@@ -61,6 +63,7 @@ NODE_KEYS: Final[frozenset[str]] = frozenset(
         "process.roles",
         "controller.quorum.voters",
         "controller.listener.names",
+        MAP_KEY,
         "listeners",
         "advertised.listeners",
         "metadata.log.dir",
@@ -118,6 +121,13 @@ class NodeConfig:
     #: listener is named HTTPS).
     http: NodeHttp = PLAIN_HTTP
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: Listeners renamed by listener.security.protocol.map (server_common/listener_map.py):
+    #: canonical name -> the config's, for messages about ``properties``.
+    renamed_listeners: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def explain(self, message: str) -> str:
+        """A message about ``properties`` in the config's own listener names."""
+        return Renamed({}, self.renamed_listeners).explain(message)
 
     @property
     def is_controller(self) -> bool:
@@ -160,7 +170,20 @@ def _listener(text: str, key: str) -> tuple[str, int]:
 def node_config_from_properties(
     props: Mapping[str, str], *, source: str = "config", extra_keys: Collection[str] = ()
 ) -> NodeConfig:
-    """Check and build a NodeConfig from flattened Kafka-style keys."""
+    """Check and build a NodeConfig from flattened Kafka-style keys (listeners renamed
+    by listener.security.protocol.map first; errors in the config's own names)."""
+    try:
+        renamed = apply_protocol_map(props)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    try:
+        node = _node_config(renamed.props, source, extra_keys)
+    except ConfigError as e:
+        raise ConfigError(renamed.explain(str(e))) from None
+    return dataclasses.replace(node, renamed_listeners=renamed.names)
+
+
+def _node_config(props: Mapping[str, str], source: str, extra_keys: Collection[str]) -> NodeConfig:
     unknown = sorted(k for k in props if k not in NODE_KEYS and k not in extra_keys)
     if unknown:
         raise ConfigError(

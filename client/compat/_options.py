@@ -8,8 +8,9 @@
   socket buffer sizes go onto the sockets, reconnect back-off onto ``retry_backoff_ms``,
   ``metrics_enabled`` onto ``metrics()``) or refuses the value by name where raftka
   cannot honour it (``None`` socket buffer sizes: the OS default, as in kafka-python).
-- *refused unless honourable*: a feature the adapters do not offer (TLS settings,
-  which only raftka.client's own options take; SASL, which the HTTP API lacks;
+- *refused unless honourable*: a feature the adapters do not offer (aiokafka's
+  ``ssl_context``: raftka's client reads PEM files, which kafka-python's adapter maps;
+  SASL, which the HTTP API lacks;
   transactions, topic auto-creation, ...). The keyword is accepted only with a value
   that asks for nothing raftka lacks (``security_protocol="PLAINTEXT"``,
   ``ssl_cafile=None``, ...); any other value raises :class:`ClientConfigError`
@@ -35,6 +36,7 @@ from raftka.common.errors import UnsupportedVersionError
 __all__ = [
     "CLIENT_OPTIONS",
     "DEFAULT_PORT",
+    "TLS_MAPPED",
     "ClientOptions",
     "Refusal",
     "bootstrap_with_ports",
@@ -42,6 +44,7 @@ __all__ = [
     "sort_client_options",
     "sort_options",
     "take_client_options",
+    "tls_options",
 ]
 
 #: kafka-python and aiokafka add Kafka's port to a bootstrap host given without one.
@@ -73,24 +76,39 @@ def is_empty(value: Any) -> bool:
 
 
 NO_TLS: Final = (
-    "the adapter passes no TLS settings on (for an HTTPS cluster use raftka.client's "
-    "security_protocol='SSL' and ssl_* options)"
+    "raftka's client reads its TLS settings from PEM files (security_protocol='SSL', "
+    "ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname)"
 )
 NO_SASL: Final = (
     "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's"
 )
 
-#: Security options, the same in kafka-python and aiokafka.
+#: kafka-python's TLS options that raftka's client takes under the same names and
+#: honours the same way (its HTTPS API: server_common/node_http.py); security_protocol
+#: SASL_* is refused by the client itself, by name.
+TLS_MAPPED: Final = frozenset(
+    {
+        "security_protocol",
+        "ssl_cafile",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_check_hostname",
+    }
+)
+
+#: Security options, the same in kafka-python and aiokafka; the kafka-python adapter
+#: maps TLS_MAPPED instead of refusing them.
 SECURITY: Final[Mapping[str, Refusal]] = {
-    "security_protocol": Refusal(equals("PLAINTEXT"), NO_TLS + " and no SASL"),
-    "ssl_context": Refusal(is_none, NO_TLS),
+    "security_protocol": Refusal(equals("PLAINTEXT"), NO_TLS + "; and no SASL"),
+    "ssl_context": Refusal(is_none, NO_TLS + ", not an SSLContext"),
     "ssl_check_hostname": Refusal(equals(True), NO_TLS),
     "ssl_cafile": Refusal(is_none, NO_TLS),
     "ssl_certfile": Refusal(is_none, NO_TLS),
     "ssl_keyfile": Refusal(is_none, NO_TLS),
-    "ssl_crlfile": Refusal(is_none, NO_TLS),
+    "ssl_crlfile": Refusal(is_none, "raftka's client checks no certificate revocation list"),
     "ssl_password": Refusal(is_none, NO_TLS),
-    "ssl_ciphers": Refusal(is_none, NO_TLS),
+    "ssl_ciphers": Refusal(is_none, "raftka's client takes Python's default TLS 1.2+ ciphers"),
     "sasl_plain_username": Refusal(is_none, NO_SASL),
     "sasl_plain_password": Refusal(is_none, NO_SASL),
     "sasl_kerberos_name": Refusal(is_none, NO_SASL),
@@ -102,6 +120,12 @@ SECURITY: Final[Mapping[str, Refusal]] = {
     "kafka_client": Refusal(is_none, "raftka's client has its own transport"),
     "metric_reporters": Refusal(is_empty, "raftka has no metric reporters; read metrics() instead"),
 }
+
+
+def tls_options(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The TLS_MAPPED options of ``opts``, for the clients an adapter makes besides its
+    own (an admin client for ``topics()``, a group admin)."""
+    return {k: v for k, v in opts.items() if k in TLS_MAPPED}
 
 
 def bootstrap_with_ports(value: Any) -> str | list[str]:

@@ -24,6 +24,7 @@ from raftka.client.compat._options import (
     NO_HEADERS,
     SECURITY,
     STATIC_MEMBERSHIP_SINCE,
+    TLS_MAPPED,
     ZSTD_SINCE,
     ClientOptions,
     Refusal,
@@ -52,8 +53,15 @@ __all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "ConsumerRecord", "RecordMeta
 #: getone / ``async for`` poll at most this long at a time.
 GETONE_POLL_TIMEOUT_MS: Final = 500
 
+#: aiokafka takes TLS as an ``ssl_context``, and raftka's client reads PEM files: this
+#: adapter passes no TLS on (kafka-python's adapter maps its ssl_* file options).
+AIO_NO_TLS: Final = (
+    "the aiokafka adapter passes no TLS settings on (raftka's client reads PEM files, "
+    "not an ssl_context): use raftka.client's ssl_* options or the kafka-python adapter"
+)
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **SECURITY,
+    **{key: Refusal(SECURITY[key].honourable, AIO_NO_TLS) for key in TLS_MAPPED | {"ssl_context"}},
     # aiokafka's default, unused unless security_protocol is SASL_*.
     "sasl_mechanism": Refusal(
         equals("PLAIN"),

@@ -35,6 +35,7 @@ from raftka.client.compat._options import (
     OFFSETS_FOR_TIMES_SINCE,
     SECURITY,
     STATIC_MEMBERSHIP_SINCE,
+    TLS_MAPPED,
     ZSTD_SINCE,
     ClientOptions,
     Refusal,
@@ -44,6 +45,7 @@ from raftka.client.compat._options import (
     is_none,
     ms_from_s,
     sort_client_options,
+    tls_options,
 )
 from raftka.client.compat.errors import TopicMetadataTimeoutError
 from raftka.client.config import ClientConfigError
@@ -238,6 +240,7 @@ _PRODUCER_MAPPED: Final = frozenset(
         "transactional_id",
         "value_serializer",
     }
+    | TLS_MAPPED
 )
 _PRODUCER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
@@ -321,6 +324,7 @@ class KafkaProducer(ClosingOnExit):
             request_timeout_ms=self._producer.config.request_timeout_ms,
             default_api_timeout_ms=self._producer.config.request_timeout_ms,
             client_id=self._producer.config.client_id,
+            **tls_options(opts),
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -552,7 +556,7 @@ def listener_for(listener: Any) -> ConsumerRebalanceListener | None:
 
 
 # consumer_timeout_ms stays in: the adapter's iterator, not raftka's Consumer, uses it.
-_CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"}
+_CONSUMER_MAPPED: Final = CONSUMER_MAPPED | {"consumer_timeout_ms"} | TLS_MAPPED
 _CONSUMER_REFUSED: Final[Mapping[str, Refusal]] = {
     **REFUSED_COMMON,
     "allow_auto_create_topics": Refusal(equals(False), NO_AUTO_CREATE),
@@ -714,6 +718,7 @@ class KafkaConsumer(ClosingOnExit, _AssignedPartitions):
             request_timeout_ms=self._consumer.config.request_timeout_ms,
             default_api_timeout_ms=self._consumer.config.request_timeout_ms,
             client_id=self._consumer.config.client_id,
+            **tls_options(opts),
         )
         # A subscription without a group: resolved to partitions at the first poll.
         self._groupless: tuple[frozenset[str], str | None] | None = None
@@ -1028,6 +1033,7 @@ _ADMIN_MAPPED: Final = frozenset(
         "request_timeout_ms",
         "retry_backoff_ms",
     }
+    | TLS_MAPPED
 )
 
 
@@ -1143,6 +1149,7 @@ class KafkaAdminClient(ClosingOnExit):
             if k in opts
         }
         self._group_options["default_api_timeout_ms"] = opts["default_api_timeout_ms"]
+        self._group_options.update(tls_options(opts))
         self._lock = threading.Lock()
         self._closed = False
 

@@ -150,6 +150,40 @@ def test_client_with_a_certificate_produces_and_consumes_over_https(env: Env) ->
     assert sorted(seen) == sorted(b"v%d" % i for i in range(20))
 
 
+def test_the_kafka_python_adapter_takes_kafka_pythons_tls_options(env: Env) -> None:
+    """kafka-python's own keywords (security_protocol, ssl_cafile, ssl_certfile,
+    ssl_keyfile) reach every client the adapter makes: its producer and consumer, the
+    admin behind partitions_for, and KafkaAdminClient's group admin."""
+    from raftka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from raftka.admin import NewTopic as KpNewTopic
+
+    servers = env.brokers.bootstrap_servers.split(",")
+    node = _client_options(env.pki, env.pki.node)
+    app = _client_options(env.pki, env.pki.app)
+    admin = KafkaAdminClient(bootstrap_servers=servers, **node)
+    try:
+        admin.create_topics([KpNewTopic("kp-secured", 1, 2)])
+        assert admin.list_consumer_groups() is not None  # the group admin's own client
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", **app)
+    try:
+        assert producer.partitions_for("kp-secured") == {0}
+        assert producer.bootstrap_connected()  # asks through the adapter's own admin
+        producer.send("kp-secured", b"adapter over https").get(timeout=DEADLINE_S)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=servers, auto_offset_reset="earliest", consumer_timeout_ms=20_000, **app
+    )
+    try:
+        consumer.assign([TopicPartition("kp-secured", 0)])
+        assert next(iter(consumer)).value == b"adapter over https"
+        assert "kp-secured" in consumer.topics()
+    finally:
+        consumer.close()
+
+
 def test_connections_without_a_trusted_certificate_are_refused(env: Env) -> None:
     broker = next(iter(env.brokers.nodes()))
     for tls in (

@@ -26,6 +26,7 @@ from raftka.client.structs import TopicPartition
 __all__ = [
     "DEFAULT_MAX_TRIGGER_DELAY_MS",
     "DEFAULT_POLL_TIMEOUT_MS",
+    "SECURITY_SETTINGS",
     "OffsetsSpec",
     "SinkOptions",
     "SourceOptions",
@@ -106,6 +107,41 @@ PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
     "enable.idempotence": ("enable_idempotence", _bool),
     "transaction.timeout.ms": ("transaction_timeout_ms", _int),
 }
+
+
+def _upper(text: str) -> str:
+    return text.strip().upper()
+
+
+def _hostname_check(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("https", ""):
+        raise ValueError("expected https or empty (no host-name check)")
+    return lowered == "https"
+
+
+#: TLS to an HTTPS cluster (server_common/node_http.py), given to every client the
+#: connector makes (admin, consumers, producers), with the names of ``--command-config``
+#: (common/client_tls.py): PEM files, as Python's ssl module reads them. The files must
+#: be at these paths on the driver and on every executor.
+SECURITY_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
+    "security.protocol": ("security_protocol", _upper),
+    "ssl.cafile": ("ssl_cafile", _str),
+    "ssl.certfile": ("ssl_certfile", _str),
+    "ssl.keyfile": ("ssl_keyfile", _str),
+    "ssl.key.password": ("ssl_password", _str),
+    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname", _hostname_check),
+}
+#: Spark's Java TLS settings, each refused with the PEM setting to use instead.
+_JAVA_TLS: Final = {
+    "ssl.truststore.location": "kafka.ssl.cafile",
+    "ssl.truststore.type": "kafka.ssl.cafile",
+    "ssl.truststore.password": "kafka.ssl.cafile (a PEM file has no password)",
+    "ssl.keystore.location": "kafka.ssl.certfile and kafka.ssl.keyfile",
+    "ssl.keystore.type": "kafka.ssl.certfile and kafka.ssl.keyfile",
+    "ssl.keystore.password": "kafka.ssl.key.password",
+}
+
 # Handled by the connector itself, not passed to a client.
 _KAFKA_HANDLED: Final = frozenset({"bootstrap.servers", "isolation.level", "transactional.id"})
 _ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
@@ -182,6 +218,12 @@ class SourceOptions:
     # records and transaction markers (the offsets they take are gaps).
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     consumer: Mapping[str, Any] = field(default_factory=dict)
+    security: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def connection(self) -> dict[str, Any]:
+        """Where and how every client of the source connects (bootstrap servers, TLS)."""
+        return {"bootstrap_servers": self.bootstrap_servers, **self.security}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +236,12 @@ class SinkOptions:
     # query and Spark partition (transactional mode); None: plain at-least-once writes.
     transactional_id_prefix: str | None = None
     producer: Mapping[str, Any] = field(default_factory=dict)
+    security: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def connection(self) -> dict[str, Any]:
+        """Where and how every client of the sink connects (bootstrap servers, TLS)."""
+        return {"bootstrap_servers": self.bootstrap_servers, **self.security}
 
 
 def parse_duration_ms(text: str, *, option: str) -> int:
@@ -252,8 +300,8 @@ def _client_settings(
         if not key.startswith("kafka."):
             continue
         name = key[len("kafka.") :]
-        if name in _KAFKA_HANDLED:
-            continue
+        if name in _KAFKA_HANDLED or _is_security(name):
+            continue  # _security() reads (or refuses) those
         if name in _KAFKA_REFUSED:
             raise SparkOptionError(
                 f"option kafka.{name} is not supported: the raftka connector manages it itself"
@@ -261,10 +309,38 @@ def _client_settings(
         if name not in table:
             raise SparkOptionError(
                 f"option kafka.{name} is not a setting the raftka client takes here "
-                f"(known: {', '.join(sorted(table))})"
+                f"(known: {', '.join(sorted([*table, *SECURITY_SETTINGS]))})"
             )
         kwarg, parse = table[name]
         out[kwarg] = _parse(opts, key, parse, f"kafka.{name}")
+    return out
+
+
+def _is_security(name: str) -> bool:
+    return name in SECURITY_SETTINGS or name in _JAVA_TLS or name.startswith("sasl.")
+
+
+def _security(opts: Mapping[str, str]) -> dict[str, Any]:
+    """The ``kafka.`` TLS settings (SECURITY_SETTINGS); Java key stores and SASL are
+    refused by name."""
+    out: dict[str, Any] = {}
+    for key in sorted(opts):
+        name = key.removeprefix("kafka.")
+        if name == key:
+            continue
+        if name in _JAVA_TLS:
+            raise SparkOptionError(
+                f"option kafka.{name} is not supported (a Java key store): use {_JAVA_TLS[name]}"
+            )
+        if name.startswith("sasl."):
+            raise SparkOptionError(
+                f"option kafka.{name}: raftka's HTTP API has no SASL; it authenticates "
+                "clients by certificate (kafka.security.protocol=SSL, kafka.ssl.certfile, "
+                "kafka.ssl.keyfile)"
+            )
+        if name in SECURITY_SETTINGS:
+            kwarg, parse = SECURITY_SETTINGS[name]
+            out[kwarg] = _parse(opts, key, parse, f"kafka.{name}")
     return out
 
 
@@ -411,6 +487,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         timestamp_strategy="latest" if strategy == "latest" else "error",
         isolation_level=isolation_level,
         consumer=_client_settings(opts, CONSUMER_SETTINGS),
+        security=_security(opts),
     )
 
 
@@ -456,4 +533,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         replay_protection=replay_protection,
         transactional_id_prefix=prefix,
         producer=producer,
+        security=_security(opts),
     )

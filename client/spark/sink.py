@@ -123,9 +123,7 @@ async def _send_all(opts: SinkOptions, producer: AsyncProducer, batches: Iterato
 
 
 async def _produce_async(opts: SinkOptions, batches: Iterator[Any]) -> int:
-    async with AsyncProducer(
-        bootstrap_servers=opts.bootstrap_servers, **_producer_settings(opts)
-    ) as producer:
+    async with AsyncProducer(**opts.connection, **_producer_settings(opts)) as producer:
         return await _send_all(opts, producer, batches)
 
 
@@ -146,27 +144,28 @@ class _CommitView:
     last: dict[str, int] = field(default_factory=dict)
 
 
-# Per executor process, per bootstrap string. Bounded by the number of clusters a job
-# writes to; the clients' threads are daemons and end with the worker.
-_VIEWS: dict[str, _CommitView] = {}
+# Per executor process, per bootstrap string and TLS settings. Bounded by the number of
+# clusters a job writes to; the clients' threads are daemons and end with the worker.
+_VIEWS: dict[tuple[str, tuple[tuple[str, object], ...]], _CommitView] = {}
 _VIEWS_LOCK = threading.Lock()
 
 
 def _view(opts: SinkOptions) -> _CommitView:
-    view = _VIEWS.get(opts.bootstrap_servers)
+    key = (opts.bootstrap_servers, tuple(sorted(opts.security.items())))
+    view = _VIEWS.get(key)
     if view is None:
         view = _CommitView(
             admin=Admin(
-                bootstrap_servers=opts.bootstrap_servers,
+                **opts.connection,
                 default_api_timeout_ms=SINK_API_TIMEOUT_MS,
             ),
             consumer=Consumer(
-                bootstrap_servers=opts.bootstrap_servers,
+                **opts.connection,
                 auto_offset_reset="earliest",
                 default_api_timeout_ms=SINK_API_TIMEOUT_MS,
             ),
         )
-        _VIEWS[opts.bootstrap_servers] = view
+        _VIEWS[key] = view
     return view
 
 
@@ -199,9 +198,7 @@ def committed_batch(opts: SinkOptions, query_id: str) -> int:
 
 def record_commit(opts: SinkOptions, marker: CommitMarker) -> None:
     """Append the marker to the commit topic (created on first use) with acks=all."""
-    with Admin(
-        bootstrap_servers=opts.bootstrap_servers, default_api_timeout_ms=SINK_API_TIMEOUT_MS
-    ) as admin:
+    with Admin(**opts.connection, default_api_timeout_ms=SINK_API_TIMEOUT_MS) as admin:
         if SINK_COMMITS_TOPIC not in admin.list_topics(list_internal=True):
             brokers = len(admin.describe_cluster().brokers)
             replicas = max(1, min(3, brokers))
@@ -210,9 +207,7 @@ def record_commit(opts: SinkOptions, marker: CommitMarker) -> None:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics([NewTopic(SINK_COMMITS_TOPIC, 1, replicas, configs=configs)])
     key, value = encode_marker(marker)
-    with Producer(
-        bootstrap_servers=opts.bootstrap_servers, acks="all", max_block_ms=SINK_API_TIMEOUT_MS
-    ) as producer:
+    with Producer(**opts.connection, acks="all", max_block_ms=SINK_API_TIMEOUT_MS) as producer:
         producer.send(SINK_COMMITS_TOPIC, value, key, partition=0).result(
             SINK_API_TIMEOUT_MS / 1000 + 5
         )
@@ -234,7 +229,7 @@ async def _committed_batch_async(opts: SinkOptions, group: str, key: TopicPartit
     """The batch id committed for ``key`` in ``group``; -1 for none. read_committed:
     the lookup waits for a transaction still ending rather than miss its offset."""
     async with AsyncConsumer(
-        bootstrap_servers=opts.bootstrap_servers,
+        **opts.connection,
         group_id=group,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -260,7 +255,7 @@ async def _produce_transaction_async(
 ) -> int | None:
     settings = {**_producer_settings(opts), "transactional_id": target.transactional_id}
     group, key = target.group, target.key
-    async with AsyncProducer(bootstrap_servers=opts.bootstrap_servers, **settings) as producer:
+    async with AsyncProducer(**opts.connection, **settings) as producer:
         # First fence every earlier attempt: after this no other producer of this id can
         # commit, so the offset read next is final.
         await producer.init_transactions()

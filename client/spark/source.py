@@ -90,7 +90,7 @@ class _Cluster:
                 if k in ("client_id", "request_timeout_ms", "retry_backoff_ms")
             }
             self._admin = Admin(
-                bootstrap_servers=self._opts.bootstrap_servers,
+                **self._opts.connection,
                 default_api_timeout_ms=ADMIN_TIMEOUT_MS,
                 **common,
             )
@@ -107,7 +107,7 @@ class _Cluster:
     def _last_stable(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         if self._lso_reader is None:
             self._lso_reader = Consumer(
-                bootstrap_servers=self._opts.bootstrap_servers,
+                **self._opts.connection,
                 isolation_level="read_committed",
                 default_api_timeout_ms=ADMIN_TIMEOUT_MS,
                 **self._opts.consumer,
@@ -219,7 +219,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[Any]:
     # failOnDataLoss=false: records deleted meanwhile are skipped (reset to the log start).
     reset = "none" if opts.fail_on_data_loss else "earliest"
     with Consumer(
-        bootstrap_servers=opts.bootstrap_servers,
+        **opts.connection,
         auto_offset_reset=reset,
         isolation_level=opts.isolation_level,
         **settings,

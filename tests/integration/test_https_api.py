@@ -184,6 +184,50 @@ def test_the_kafka_python_adapter_takes_kafka_pythons_tls_options(env: Env) -> N
         consumer.close()
 
 
+def test_the_spark_connector_takes_tls_settings(env: Env) -> None:
+    """kafka.security.protocol and kafka.ssl.* reach the Spark connector's clients (run
+    here without Spark: the functions its source and sink run on the driver and the
+    executors): the sink's commit log (admin, producer, consumer) and the source's
+    partition listing (admin) and range reader (consumer)."""
+    from raftka.client.spark.commit_log import CommitMarker
+    from raftka.client.spark.options import parse_sink_options, parse_source_options
+    from raftka.client.spark.planning import OffsetRange
+    from raftka.client.spark.sink import committed_batch, record_commit
+    from raftka.client.spark.source import _Cluster, read_range
+
+    cert = env.pki.node  # the commit log's topic is created through the controllers
+    tls = {
+        "kafka.bootstrap.servers": env.brokers.bootstrap_servers,
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.cafile": str(env.pki.cafile),
+        "kafka.ssl.certfile": str(cert.certfile),
+        "kafka.ssl.keyfile": str(cert.keyfile),
+    }
+    sink = parse_sink_options({**tls, "topic": "spark-secured"})
+    record_commit(sink, CommitMarker(query_id="query-1", batch_id=4, records=10, committed_ms=0))
+    assert committed_batch(sink, "query-1") == 4
+    with Admin(
+        bootstrap_servers=env.brokers.bootstrap_servers, **_client_options(env.pki, cert)
+    ) as admin:
+        admin.create_topics([NewTopic("spark-secured", num_partitions=1, replication_factor=2)])
+    with Producer(
+        bootstrap_servers=env.brokers.bootstrap_servers,
+        acks="all",
+        **_client_options(env.pki, cert),
+    ) as producer:
+        for i in range(3):
+            producer.send("spark-secured", value=b"s%d" % i, partition=0)
+        producer.flush(timeout_ms=int(DEADLINE_S * 1000))
+    source = parse_source_options({**tls, "subscribe": "spark-secured"}, streaming=False)
+    cluster = _Cluster(source)
+    try:
+        assert [tp.topic for tp in cluster.partitions()] == ["spark-secured"]
+    finally:
+        cluster.close()
+    rows = sum(b.num_rows for b in read_range(source, OffsetRange("spark-secured", 0, 0, 3)))
+    assert rows == 3
+
+
 def test_connections_without_a_trusted_certificate_are_refused(env: Env) -> None:
     broker = next(iter(env.brokers.nodes()))
     for tls in (

@@ -44,6 +44,42 @@ T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 BASE = {"bootstrap.servers": "127.0.0.1:9096"}
 
 
+def test_tls_settings_reach_every_client_of_source_and_sink() -> None:
+    """kafka.security.protocol and kafka.ssl.* (the names of --command-config) become
+    the clients' TLS keywords, for the source's and the sink's clients alike; Java key
+    stores and SASL are refused by name."""
+    tls = {
+        "kafka.security.protocol": "ssl",
+        "kafka.ssl.cafile": "/tls/ca.pem",
+        "kafka.ssl.certfile": "/tls/app.pem",
+        "kafka.ssl.keyfile": "/tls/app-key.pem",
+        "kafka.ssl.key.password": "pw",
+        "kafka.ssl.endpoint.identification.algorithm": "",
+    }
+    expected = {
+        "security_protocol": "SSL",
+        "ssl_cafile": "/tls/ca.pem",
+        "ssl_certfile": "/tls/app.pem",
+        "ssl_keyfile": "/tls/app-key.pem",
+        "ssl_password": "pw",
+        "ssl_check_hostname": False,
+    }
+    source = parse_source_options({**BASE, "subscribe": "a", **tls}, streaming=True)
+    assert source.security == expected and source.consumer == {}
+    assert source.connection == {"bootstrap_servers": BASE["bootstrap.servers"], **expected}
+    sink = parse_sink_options({**BASE, **tls})
+    assert sink.security == expected and sink.producer == {}
+    assert sink.connection == {"bootstrap_servers": BASE["bootstrap.servers"], **expected}
+    for name, hint in (
+        ("kafka.ssl.truststore.location", "use kafka.ssl.cafile"),
+        ("kafka.ssl.keystore.password", "use kafka.ssl.key.password"),
+        ("kafka.sasl.mechanism", "no SASL"),
+        ("kafka.ssl.endpoint.identification.algorithm", "https or empty"),
+    ):
+        with pytest.raises(SparkOptionError, match=rf"{name}.*{hint}"):
+            parse_sink_options({**BASE, name: "x"})
+
+
 def test_source_defaults_and_case_insensitive_names() -> None:
     """Spark matches option names without case: SUBSCRIBE and maxoffsetspertrigger work;
     streaming starts at latest, batch at earliest and ends at latest."""

@@ -77,6 +77,9 @@ class LocalBrokers(NodeGroup):
         then come from a ``listener.security.protocol.map`` written beside them."""
         assert count >= 1
         assert ports is None or len(ports) == count
+        assert listener_names is None or kafka_listener or kafka_ports is not None, (
+            "listener_names names the HTTP API and the Kafka listener: ask for the latter"
+        )
         self.cluster = cluster
         base = Path(data_dir) if data_dir is not None else cluster.data_dir
         if kafka_ports is None and kafka_listener:

@@ -13,6 +13,7 @@ Errors print one line on stderr and exit with status 1; never a traceback.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import urllib.error
 import urllib.parse
@@ -134,7 +135,14 @@ command_config_option = client_tls.command_config_option(
 def command_tls() -> ssl.SSLContext | None:
     """This command's ``--command-config`` TLS context (None: plain HTTP)."""
     tls = client_tls.command_config()
-    return None if tls is None else tls.context()
+    return None if tls is None else _context(tls)
+
+
+@functools.lru_cache(maxsize=4)
+def _context(tls: client_tls.ClientTls) -> ssl.SSLContext | None:
+    # One context per settings: `raftka status` asks every node on every refresh, and
+    # a context reads its certificate files when it is made.
+    return tls.context()
 
 
 def _bootstrap(f: _F) -> _F:

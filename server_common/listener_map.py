@@ -28,6 +28,7 @@ Refused by name: a protocol other than Kafka's four; a listener the map does not
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -39,6 +40,7 @@ __all__ = ["MAP_KEY", "Renamed", "apply_protocol_map", "parse_protocol_map"]
 MAP_KEY: Final = "listener.security.protocol.map"
 _PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _PREFIX: Final = "listener.name."
+_KEY_PREFIX: Final = re.compile(r"listener\.name\.([^.\s'\"]+)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +53,11 @@ class Renamed:
 
     def explain(self, message: str) -> str:
         """``message`` with every renamed ``listener.name.<canonical>.`` prefix back in
-        the user's spelling."""
-        for canonical, original in self.names.items():
-            message = message.replace(
-                f"{_PREFIX}{canonical.lower()}.", f"{_PREFIX}{original.lower()}."
-            )
-        return message
+        the user's spelling (in one pass: a name may be another's canonical one)."""
+        back = {c.lower(): n.lower() for c, n in self.names.items()}
+        if not back:
+            return message
+        return _KEY_PREFIX.sub(lambda m: f"{_PREFIX}{back.get(m.group(1), m.group(1))}.", message)
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:

@@ -173,3 +173,19 @@ def test_a_combined_process_refuses_the_map() -> None:
     }
     with pytest.raises(ConfigError, match=r"not supported in a combined process yet"):
         combined_configs(props)
+
+
+def test_errors_are_explained_in_one_pass() -> None:
+    """A listener may be named after another's canonical name; the message still names
+    each key as written."""
+    renamed = apply_protocol_map(
+        {
+            "listeners": "SASL_SSL://127.0.0.1:1,HTTPS://127.0.0.1:2",
+            "listener.security.protocol.map": "SASL_SSL:SSL,HTTPS:SASL_SSL",
+        }
+    )
+    assert renamed.props["listeners"] == "HTTPS://127.0.0.1:1,SASL_SSL://127.0.0.1:2"
+    message = "listener.name.https.ssl.certfile and listener.name.sasl_ssl.ssl.keyfile"
+    assert renamed.explain(message) == (
+        "listener.name.sasl_ssl.ssl.certfile and listener.name.https.ssl.keyfile"
+    )

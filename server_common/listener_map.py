@@ -35,7 +35,7 @@ from typing import Final
 
 from raftka.server_common.process_config import ConfigError
 
-__all__ = ["MAP_KEY", "Renamed", "apply_protocol_map", "parse_protocol_map"]
+__all__ = ["MAP_KEY", "Renamed", "apply_protocol_map", "parse_protocol_map", "without_listeners"]
 
 MAP_KEY: Final = "listener.security.protocol.map"
 _PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -159,3 +159,14 @@ def apply_protocol_map(props: Mapping[str, str]) -> Renamed:
         )
     out[MAP_KEY] = ",".join(f"{c}:{protocols[n]}" for n, c in renames.items())
     return Renamed(out, {c: n for n, c in renames.items() if c != n})
+
+
+def without_listeners(props: Mapping[str, str], names: set[str]) -> dict[str, str]:
+    """``props`` without the ``listener.name.<name>.`` keys of ``names`` (upper case):
+    one half of a combined process, whose other half serves those listeners."""
+    lowered = {n.lower() for n in names}
+    return {
+        k: v
+        for k, v in props.items()
+        if not (k.startswith(_PREFIX) and k[len(_PREFIX) :].partition(".")[0].lower() in lowered)
+    }

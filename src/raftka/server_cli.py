@@ -13,6 +13,9 @@ The controller listener is the one named by ``controller.listener.names`` (defau
 ``CONTROLLER``); its port must be this node's voter port. The broker listener is the
 first other one. A broker listener named ``HTTPS`` makes the controller's HTTPS too,
 with the same ``listener.name.https.ssl.*`` settings (a cluster is HTTPS throughout).
+With ``listener.security.protocol.map`` each listener takes its protocol from the map
+and its own ``listener.name.<name>.*`` keys, as in Kafka; the controller listener and
+the broker's HTTP API must then both be SSL or both PLAINTEXT.
 The broker reaches the quorum over HTTP(S) exactly as a separate broker process would
 (its own controller is one of ``controller.quorum.voters``): one code path, and the
 controller API stays the only way in. ``metadata.log.dir`` defaults to
@@ -37,7 +40,7 @@ import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
 from raftka.server_common.cli import CommandError, config_file_option
-from raftka.server_common.listener_map import MAP_KEY
+from raftka.server_common.listener_map import MAP_KEY, parse_protocol_map, without_listeners
 from raftka.server_common.node_config import NodeConfig, node_config_from_properties
 from raftka.server_common.node_http import HTTPS_LISTENER, api_listener_name
 from raftka.server_common.process_config import ConfigError, read_config_file
@@ -82,14 +85,6 @@ def combined_configs(
     if roles == {"broker"}:
         node = node_config_from_properties(props, source=source, extra_keys=BROKER_KEYS)
         return None, broker_config(node)
-    if MAP_KEY in props:
-        # Each half would need its own renaming of shared listener.name.* keys (the
-        # controller half takes the HTTPS API's TLS settings); not built yet.
-        raise ConfigError(
-            f"{source}: {MAP_KEY} is not supported in a combined process yet: name its "
-            "listeners by protocol (CONTROLLER, HTTP or HTTPS, then PLAINTEXT, SSL, "
-            "SASL_PLAINTEXT or SASL_SSL), or run the controller and the broker separately"
-        )
     if "listeners" not in props:
         raise ConfigError(
             f"{source}: a combined process needs listeners for both roles, for example "
@@ -102,7 +97,12 @@ def combined_configs(
             f"{source}: listeners must name a controller listener ({names}) and a broker "
             f"listener, got {props['listeners']!r}"
         )
-    if api_listener_name({"listeners": broker_listener}) == HTTPS_LISTENER:
+    controller_base, broker_base = props, props
+    if MAP_KEY in props:
+        controller_base, broker_base = _mapped_halves(
+            props, controller_listener, broker_listener, source
+        )
+    elif api_listener_name({"listeners": broker_listener}) == HTTPS_LISTENER:
         # The whole cluster is HTTPS or none of it (server_common/node_http.py): the
         # controller half serves its listener with the same TLS settings.
         controller_listener = f"{HTTPS_LISTENER}://{controller_listener.split('://', 1)[-1]}"
@@ -110,12 +110,16 @@ def combined_configs(
     if not log_dirs:
         raise ConfigError(f"{source}: log.dirs is required for a broker")
     metadata_dir = props.get("metadata.log.dir") or str(Path(log_dirs[0]) / METADATA_DIR_NAME)
-    controller_props = {**props, "listeners": controller_listener, "metadata.log.dir": metadata_dir}
+    controller_props = {
+        **controller_base,
+        "listeners": controller_listener,
+        "metadata.log.dir": metadata_dir,
+    }
     # A controller advertises its voter address; advertised.listeners is the broker's.
     controller_props.pop("advertised.listeners", None)
     # Checked as a broker-only node: the controller's port rule is not the broker's.
     broker_props = {
-        **props,
+        **broker_base,
         "process.roles": "broker",
         "listeners": broker_listener,
         "metadata.log.dir": metadata_dir,
@@ -137,6 +141,34 @@ def combined_configs(
         return controller, broker_config(broker_node)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+
+
+def _mapped_halves(
+    props: Mapping[str, str], controller_listener: str, broker_listeners: str, source: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The controller's and the broker's keys of a combined process whose listeners
+    listener.security.protocol.map names: each half without the other's per-listener
+    keys (each listener has its own, as in Kafka). Refused: a controller listener that
+    is HTTPS while the broker's API is not, or the reverse (server_common/node_http.py:
+    the nodes reach each other with one scheme)."""
+    protocols = parse_protocol_map(props[MAP_KEY])
+    controller_name = _name(controller_listener)
+    broker_names = {_name(e) for e in broker_listeners.split(",")}
+    api_name = _name(broker_listeners.split(",", maxsplit=1)[0])
+    tls = {n: protocols.get(n) == "SSL" for n in (controller_name, api_name) if n in protocols}
+    if len(tls) == 2 and tls[controller_name] != tls[api_name]:
+        raise ConfigError(
+            f"{source}: {MAP_KEY}: the controller listener {controller_name} and the broker's "
+            f"HTTP API {api_name} must both be SSL or both PLAINTEXT (one cluster, one scheme)"
+        )
+    return (
+        without_listeners(props, broker_names - {controller_name}),
+        without_listeners(props, {controller_name}),
+    )
+
+
+def _name(entry: str) -> str:
+    return entry.split("://", 1)[0].strip().upper() if "://" in entry else ""
 
 
 async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig | None) -> int:

@@ -4,8 +4,6 @@ per-listener keys under the listener's own name, and errors in the config's name
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
@@ -162,17 +160,64 @@ def test_without_the_map_nothing_is_renamed() -> None:
     assert parse_protocol_map("a:ssl , b:plaintext") == {"A": "SSL", "B": "PLAINTEXT"}
 
 
-def test_a_combined_process_refuses_the_map() -> None:
-    props = {
+def _combined(**props: str) -> dict[str, str]:
+    return {
         "node.id": "1",
         "process.roles": "controller,broker",
         "controller.quorum.voters": VOTERS,
-        "listeners": "CONTROLLER://127.0.0.1:9093,API://127.0.0.1:8081",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,API:PLAINTEXT",
-        "log.dirs": str(Path("/tmp/unused")),
+        "listeners": "CONTROLLER://127.0.0.1:9093,API://127.0.0.1:8081,CLIENTS://127.0.0.1:9092",
+        "log.dirs": "/tmp/unused",
+        **props,
     }
-    with pytest.raises(ConfigError, match=r"not supported in a combined process yet"):
-        combined_configs(props)
+
+
+def test_a_combined_process_maps_each_half(
+    ca: CertificateAuthority, cert: IssuedCertificate
+) -> None:
+    """Each listener has its own keys: the controller's CONTROLLER and the broker's API
+    are both HTTPS, the broker's CLIENTS is its SASL_SSL Kafka listener."""
+    controller, broker = combined_configs(
+        _combined(
+            **{
+                "listener.security.protocol.map": "CONTROLLER:SSL,API:SSL,CLIENTS:SASL_SSL",
+                "listener.name.clients.sasl.enabled.mechanisms": "PLAIN",
+                "super.users": "User:CN=node-1",
+                **_tls("listener.name.controller.", ca, cert),
+                **_tls("listener.name.api.", ca, cert),
+                **_tls("listener.name.clients.", ca, cert),
+            }
+        )
+    )
+    assert controller is not None and broker is not None
+    assert controller.http.secure and broker.http.secure
+    assert (controller.listen_port, broker.listen_port) == (9093, 8081)
+    assert broker.kafka_listener is not None
+    assert broker.kafka_listener.security_protocol == "SASL_SSL"
+
+
+def test_a_combined_process_is_one_scheme(
+    ca: CertificateAuthority, cert: IssuedCertificate
+) -> None:
+    with pytest.raises(ConfigError, match=r"must both be SSL or both PLAINTEXT"):
+        combined_configs(
+            _combined(
+                **{
+                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,API:SSL,CLIENTS:SSL",
+                    **_tls("listener.name.api.", ca, cert),
+                    **_tls("listener.name.clients.", ca, cert),
+                }
+            )
+        )
+    plain_controller, plain_broker = combined_configs(
+        _combined(
+            **{
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,API:PLAINTEXT,CLIENTS:SSL",
+                **_tls("listener.name.clients.", ca, cert),
+            }
+        )
+    )
+    assert plain_controller is not None and not plain_controller.http.secure
+    assert plain_broker is not None and plain_broker.kafka_listener is not None
 
 
 def test_errors_are_explained_in_one_pass() -> None:

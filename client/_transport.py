@@ -391,7 +391,7 @@ class ConnectionConfig(Protocol):
     def send_buffer_bytes(self) -> int: ...
     @property
     def receive_buffer_bytes(self) -> int: ...
-    def ssl_context(self) -> ssl.SSLContext | None: ...
+    def tls_context(self) -> ssl.SSLContext | None: ...
 
 
 def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]:
@@ -402,7 +402,7 @@ def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]
         idle_ms=config.connections_max_idle_ms,
         send_buffer_bytes=config.send_buffer_bytes,
         receive_buffer_bytes=config.receive_buffer_bytes,
-        tls=config.ssl_context(),
+        tls=config.tls_context(),
     )
     metadata = MetadataCache(
         transport,

@@ -85,6 +85,7 @@ class SecurityOptions(TypedDict, total=False):
     ssl_keyfile: str | None
     ssl_password: str | None
     ssl_check_hostname: bool
+    ssl_context: ssl.SSLContext | None
 
 
 _SSL_OPTIONS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
@@ -113,6 +114,10 @@ class _CommonConfig:
     ssl_keyfile: str | None = None
     ssl_password: str | None = None
     ssl_check_hostname: bool = True
+    #: A ready context instead of the files (kafka-python's and aiokafka's
+    #: ``ssl_context``): it must present the client's certificate, and it checks the
+    #: node as it was made to; the ssl_* options above are then refused, not ignored.
+    ssl_context: ssl.SSLContext | None = None
 
     def _check_common(self) -> None:
         object.__setattr__(
@@ -151,6 +156,9 @@ class _CommonConfig:
             raise _fail("ssl_check_hostname", self.ssl_check_hostname, "expected a bool")
         if not self.ssl_check_hostname and protocol == "PLAINTEXT":
             raise _fail("ssl_check_hostname", False, "security_protocol is PLAINTEXT")
+        if self.ssl_context is not None:
+            self._check_ssl_context(protocol)
+            return
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise _fail("ssl_keyfile", self.ssl_keyfile, "ssl_certfile and ssl_keyfile go together")
         if protocol == "SSL" and self.ssl_certfile is None:
@@ -158,12 +166,35 @@ class _CommonConfig:
                 "ssl_certfile",
                 None,
                 "an HTTPS API authenticates clients by certificate: give ssl_certfile and "
-                "ssl_keyfile",
+                "ssl_keyfile (or an ssl_context that presents one)",
             )
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context of security_protocol=SSL (None for PLAINTEXT); reads the
-        files now, ClientConfigError naming the option that cannot be loaded."""
+    def _check_ssl_context(self, protocol: str) -> None:
+        context = self.ssl_context
+        if not isinstance(context, ssl.SSLContext):
+            raise _fail("ssl_context", context, "expected an ssl.SSLContext or None")
+        if protocol != "SSL":
+            raise _fail("ssl_context", context, "security_protocol is PLAINTEXT: nothing uses it")
+        for option in _SSL_OPTIONS:
+            if getattr(self, option) is not None:
+                raise _fail(
+                    option,
+                    getattr(self, option),
+                    "ssl_context is given: it carries the certificates (give one or the other)",
+                )
+        if not self.ssl_check_hostname:
+            raise _fail(
+                "ssl_check_hostname",
+                False,
+                "ssl_context is given: set check_hostname on the context itself",
+            )
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context of security_protocol=SSL (None for PLAINTEXT): ``ssl_context``
+        when given, else one made from the files now, ClientConfigError naming the
+        option that cannot be loaded."""
+        if self.ssl_context is not None:
+            return self.ssl_context
         tls = ClientTls(
             protocol=self.security_protocol,
             cafile=self.ssl_cafile,

@@ -82,7 +82,7 @@ class _Clients:
         self.admin = AsyncAdmin(**common)
         self.groups = AsyncGroupAdmin(**common)
         # The controllers' /v1/quorum, over HTTPS with the clients' certificate if set.
-        tls = self.admin.config.ssl_context()
+        tls = self.admin.config.tls_context()
         self._scheme = "http" if tls is None else "https"
         self.http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=QUORUM_TIMEOUT_S),

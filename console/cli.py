@@ -45,7 +45,7 @@ def console_command(
     try:
         # The certificate files are read here, so a bad one is one line, not a
         # traceback from the app's start-up.
-        AdminConfig(bootstrap_servers=bootstrap_server, **security).ssl_context()  # type: ignore[arg-type]
+        AdminConfig(bootstrap_servers=bootstrap_server, **security).tls_context()  # type: ignore[arg-type]
     except ClientConfigError as e:
         raise click.ClickException(str(e)) from None
     settings = ConsoleSettings(

@@ -8,9 +8,8 @@
   socket buffer sizes go onto the sockets, reconnect back-off onto ``retry_backoff_ms``,
   ``metrics_enabled`` onto ``metrics()``) or refuses the value by name where raftka
   cannot honour it (``None`` socket buffer sizes: the OS default, as in kafka-python).
-- *refused unless honourable*: a feature the adapters do not offer (aiokafka's
-  ``ssl_context``: raftka's client reads PEM files, which kafka-python's adapter maps;
-  SASL, which the HTTP API lacks;
+- *refused unless honourable*: a feature the adapters do not offer (TLS options
+  raftka's client lacks, such as ``ssl_crlfile``; SASL, which the HTTP API lacks;
   transactions, topic auto-creation, ...). The keyword is accepted only with a value
   that asks for nothing raftka lacks (``security_protocol="PLAINTEXT"``,
   ``ssl_cafile=None``, ...); any other value raises :class:`ClientConfigError`
@@ -84,11 +83,13 @@ NO_SASL: Final = (
 )
 
 #: kafka-python's TLS options that raftka's client takes under the same names and
-#: honours the same way (its HTTPS API: server_common/node_http.py); security_protocol
-#: SASL_* is refused by the client itself, by name.
+#: honours the same way (its HTTPS API: server_common/node_http.py); aiokafka's are
+#: security_protocol and ssl_context. security_protocol SASL_* is refused by the client
+#: itself, by name.
 TLS_MAPPED: Final = frozenset(
     {
         "security_protocol",
+        "ssl_context",
         "ssl_cafile",
         "ssl_certfile",
         "ssl_keyfile",
@@ -101,7 +102,7 @@ TLS_MAPPED: Final = frozenset(
 #: maps TLS_MAPPED instead of refusing them.
 SECURITY: Final[Mapping[str, Refusal]] = {
     "security_protocol": Refusal(equals("PLAINTEXT"), NO_TLS + "; and no SASL"),
-    "ssl_context": Refusal(is_none, NO_TLS + ", not an SSLContext"),
+    "ssl_context": Refusal(is_none, NO_TLS),
     "ssl_check_hostname": Refusal(equals(True), NO_TLS),
     "ssl_cafile": Refusal(is_none, NO_TLS),
     "ssl_certfile": Refusal(is_none, NO_TLS),

@@ -24,7 +24,6 @@ from raftka.client.compat._options import (
     NO_HEADERS,
     SECURITY,
     STATIC_MEMBERSHIP_SINCE,
-    TLS_MAPPED,
     ZSTD_SINCE,
     ClientOptions,
     Refusal,
@@ -34,6 +33,7 @@ from raftka.client.compat._options import (
     is_none,
     parse_api_version,
     sort_options,
+    tls_options,
 )
 from raftka.client.compat.kafka_python import (
     _AssignedPartitions,
@@ -53,15 +53,11 @@ __all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "ConsumerRecord", "RecordMeta
 #: getone / ``async for`` poll at most this long at a time.
 GETONE_POLL_TIMEOUT_MS: Final = 500
 
-#: aiokafka takes TLS as an ``ssl_context``, and raftka's client reads PEM files: this
-#: adapter passes no TLS on (kafka-python's adapter maps its ssl_* file options).
-AIO_NO_TLS: Final = (
-    "the aiokafka adapter passes no TLS settings on (raftka's client reads PEM files, "
-    "not an ssl_context): use raftka.client's ssl_* options or the kafka-python adapter"
-)
+#: aiokafka's TLS options (security_protocol, ssl_context) reach raftka's client; the
+#: ssl_* file options are kafka-python's, not aiokafka's.
+_AIOKAFKA_TLS: Final = frozenset({"security_protocol", "ssl_context"})
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
-    **SECURITY,
-    **{key: Refusal(SECURITY[key].honourable, AIO_NO_TLS) for key in TLS_MAPPED | {"ssl_context"}},
+    **{k: r for k, r in SECURITY.items() if k not in _AIOKAFKA_TLS},
     # aiokafka's default, unused unless security_protocol is SASL_*.
     "sasl_mechanism": Refusal(
         equals("PLAIN"),
@@ -177,6 +173,7 @@ class _Transaction:
 
 
 _PRODUCER_MAPPED: Final = {
+    **{k: k for k in _AIOKAFKA_TLS},
     "acks": "acks",
     "bootstrap_servers": "bootstrap_servers",
     "client_id": "client_id",
@@ -348,7 +345,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     opts = sort_options(
         face,
         configs,
-        mapped=CONSUMER_MAPPED,
+        mapped=CONSUMER_MAPPED | _AIOKAFKA_TLS,
         handled=HANDLED_COMMON | {"consumer_timeout_ms"},
         refused={
             **REFUSED_COMMON,
@@ -406,6 +403,7 @@ class AIOKafkaConsumer(_AsyncClosable, _AssignedPartitions):
         self._admin_options = {
             "bootstrap_servers": opts["bootstrap_servers"],
             "request_timeout_ms": opts["request_timeout_ms"],
+            **tls_options(opts),
         }
         self._admin: AsyncAdmin | None = None
         self._groupless: frozenset[str] | None = None

@@ -25,6 +25,7 @@ the nodes' principal.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -182,6 +183,35 @@ def test_the_kafka_python_adapter_takes_kafka_pythons_tls_options(env: Env) -> N
         assert "kp-secured" in consumer.topics()
     finally:
         consumer.close()
+
+
+def test_the_aiokafka_adapter_takes_an_ssl_context(env: Env) -> None:
+    """aiokafka's TLS is an ssl_context (made with the client's certificate, as
+    aiokafka.helpers.create_ssl_context makes it): it reaches the adapter's producer,
+    consumer and the admin behind topics()."""
+    from raftka import AIOKafkaConsumer, AIOKafkaProducer
+
+    servers = env.brokers.bootstrap_servers
+    with Admin(bootstrap_servers=servers, **_client_options(env.pki, env.pki.node)) as admin:
+        admin.create_topics([NewTopic("aio-secured", num_partitions=1, replication_factor=2)])
+    context = _context(env.pki, env.pki.app)
+    tls: dict[str, Any] = {"security_protocol": "SSL", "ssl_context": context}
+
+    async def run() -> bytes | None:
+        async with AIOKafkaProducer(bootstrap_servers=servers, acks="all", **tls) as producer:
+            await producer.send_and_wait("aio-secured", b"aiokafka over https")
+        consumer = AIOKafkaConsumer(
+            "aio-secured", bootstrap_servers=servers, auto_offset_reset="earliest", **tls
+        )
+        await consumer.start()
+        try:
+            assert "aio-secured" in await consumer.topics()
+            record = await asyncio.wait_for(consumer.getone(), DEADLINE_S)
+            return record.value
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == b"aiokafka over https"
 
 
 def test_the_spark_connector_takes_tls_settings(env: Env) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import ssl
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (KafkaProducer, "security_protocol", "SASL_SSL", "SASL"),
         (KafkaProducer, "ssl_cafile", "/ca.pem", "PLAINTEXT: nothing uses it"),
         (KafkaProducer, "ssl_crlfile", "/crl.pem", "revocation"),
-        (KafkaProducer, "ssl_context", object(), "PEM files"),
+        (KafkaProducer, "ssl_context", object(), "expected an ssl.SSLContext"),
         (KafkaProducer, "sasl_mechanism", "PLAIN", "SASL"),
         (KafkaProducer, "allow_auto_create_topics", True, "create_topics"),
         (KafkaProducer, "metric_reporters", [object], "metrics"),
@@ -65,8 +66,9 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (KafkaAdminClient, "sasl_plain_username", "u", "SASL"),
         (AIOKafkaProducer, "sasl_mechanism", "SCRAM-SHA-256", "SASL"),
         (AIOKafkaConsumer, "rebalance_timeout_ms", 10_000, "max_poll_interval_ms"),
-        (AIOKafkaConsumer, "ssl_context", object(), "kafka-python adapter"),
-        (AIOKafkaProducer, "security_protocol", "SSL", "kafka-python adapter"),
+        (AIOKafkaConsumer, "ssl_context", object(), "expected an ssl.SSLContext"),
+        (AIOKafkaProducer, "ssl_context", ssl.create_default_context(), "PLAINTEXT: nothing"),
+        (AIOKafkaProducer, "security_protocol", "SASL_SSL", "no SASL"),
         (KafkaProducer, "api_version", (0, 9), "0.10"),
         (KafkaProducer, "api_version", "x.y", "expects a version"),
         (KafkaProducer, "bootstrap_timeout_ms", 5_000, "no I/O"),

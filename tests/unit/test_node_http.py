@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -212,6 +213,16 @@ def _fields(http: NodeHttp) -> dict[str, object]:
     return {name: getattr(http, name) for name in NodeHttp.__dataclass_fields__}
 
 
+_CONTEXT = ssl.create_default_context()
+
+
+def test_a_ready_ssl_context_is_used_as_given() -> None:
+    config = ProducerConfig(
+        bootstrap_servers=("h:1",), security_protocol="SSL", ssl_context=_CONTEXT
+    )
+    assert config.tls_context() is _CONTEXT
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -220,9 +231,19 @@ def _fields(http: NodeHttp) -> dict[str, object]:
         ({"ssl_cafile": "ca.pem"}, "ssl_cafile='ca.pem'"),
         ({"security_protocol": "SSL"}, "ssl_certfile=None"),
         ({"security_protocol": "SSL", "ssl_certfile": "c.pem"}, "ssl_keyfile=None"),
+        ({"ssl_context": _CONTEXT}, "ssl_context=<ssl.SSLContext"),
+        ({"security_protocol": "SSL", "ssl_context": "ctx"}, "ssl_context='ctx'"),
+        (
+            {"security_protocol": "SSL", "ssl_context": _CONTEXT, "ssl_certfile": "c.pem"},
+            "ssl_certfile='c.pem': ssl_context is given",
+        ),
+        (
+            {"security_protocol": "SSL", "ssl_context": _CONTEXT, "ssl_check_hostname": False},
+            "ssl_check_hostname=False: ssl_context is given",
+        ),
     ],
 )
-def test_client_security_options_are_checked_by_name(options: dict[str, str], named: str) -> None:
+def test_client_security_options_are_checked_by_name(options: dict[str, Any], named: str) -> None:
     with pytest.raises(ClientConfigError) as caught:
         ProducerConfig(bootstrap_servers=("h:1",), **options)  # type: ignore[arg-type]
     assert caught.value.message.startswith(named), caught.value
@@ -237,7 +258,7 @@ def test_client_ssl_files_that_cannot_be_loaded_are_named(
         "ssl_certfile": str(app_cert.certfile),
         "ssl_keyfile": str(app_cert.keyfile),
     }
-    context = ProducerConfig(bootstrap_servers=("h:1",), **good).ssl_context()  # type: ignore[arg-type]
+    context = ProducerConfig(bootstrap_servers=("h:1",), **good).tls_context()  # type: ignore[arg-type]
     assert context is not None and context.verify_mode is ssl.CERT_REQUIRED
     for option in ("ssl_cafile", "ssl_certfile"):
         config = ProducerConfig(
@@ -245,7 +266,7 @@ def test_client_ssl_files_that_cannot_be_loaded_are_named(
             **{**good, option: str(tmp_path / "missing.pem")},  # type: ignore[arg-type]
         )
         with pytest.raises(ClientConfigError, match=f"INVALID_CONFIG: {option} "):
-            config.ssl_context()
+            config.tls_context()
 
 
 def test_a_combined_process_serves_both_listeners_over_https(

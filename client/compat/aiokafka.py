@@ -24,6 +24,7 @@ from raftka.client.compat._options import (
     NO_HEADERS,
     SECURITY,
     STATIC_MEMBERSHIP_SINCE,
+    TLS_MAPPED,
     ZSTD_SINCE,
     ClientOptions,
     Refusal,
@@ -58,6 +59,13 @@ GETONE_POLL_TIMEOUT_MS: Final = 500
 _AIOKAFKA_TLS: Final = frozenset({"security_protocol", "ssl_context"})
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **{k: r for k, r in SECURITY.items() if k not in _AIOKAFKA_TLS},
+    **{
+        k: Refusal(
+            SECURITY[k].honourable,
+            "aiokafka takes TLS as ssl_context (aiokafka.helpers.create_ssl_context)",
+        )
+        for k in TLS_MAPPED - _AIOKAFKA_TLS
+    },
     # aiokafka's default, unused unless security_protocol is SASL_*.
     "sasl_mechanism": Refusal(
         equals("PLAIN"),

@@ -69,6 +69,7 @@ def test_bootstrap_servers_get_kafkas_port_where_missing() -> None:
         (AIOKafkaConsumer, "ssl_context", object(), "expected an ssl.SSLContext"),
         (AIOKafkaProducer, "ssl_context", ssl.create_default_context(), "PLAINTEXT: nothing"),
         (AIOKafkaProducer, "security_protocol", "SASL_SSL", "no SASL"),
+        (AIOKafkaConsumer, "ssl_cafile", "/ca.pem", "takes TLS as ssl_context"),
         (KafkaProducer, "api_version", (0, 9), "0.10"),
         (KafkaProducer, "api_version", "x.y", "expects a version"),
         (KafkaProducer, "bootstrap_timeout_ms", 5_000, "no I/O"),

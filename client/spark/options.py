@@ -109,8 +109,11 @@ PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
 }
 
 
-def _upper(text: str) -> str:
-    return text.strip().upper()
+def _protocol(text: str) -> str:
+    protocol = text.strip().upper()
+    if protocol not in ("PLAINTEXT", "SSL"):
+        raise ValueError("expected PLAINTEXT or SSL: raftka's HTTP API has no SASL")
+    return protocol
 
 
 def _hostname_check(text: str) -> bool:
@@ -125,7 +128,7 @@ def _hostname_check(text: str) -> bool:
 #: (common/client_tls.py): PEM files, as Python's ssl module reads them. The files must
 #: be at these paths on the driver and on every executor.
 SECURITY_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
-    "security.protocol": ("security_protocol", _upper),
+    "security.protocol": ("security_protocol", _protocol),
     "ssl.cafile": ("ssl_cafile", _str),
     "ssl.certfile": ("ssl_certfile", _str),
     "ssl.keyfile": ("ssl_keyfile", _str),

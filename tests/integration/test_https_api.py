@@ -154,7 +154,8 @@ def test_client_with_a_certificate_produces_and_consumes_over_https(env: Env) ->
 def test_the_kafka_python_adapter_takes_kafka_pythons_tls_options(env: Env) -> None:
     """kafka-python's own keywords (security_protocol, ssl_cafile, ssl_certfile,
     ssl_keyfile) reach every client the adapter makes: its producer and consumer, the
-    admin behind partitions_for, and KafkaAdminClient's group admin."""
+    admins behind bootstrap_connected() and topics(), and KafkaAdminClient's group
+    admin."""
     from raftka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from raftka.admin import NewTopic as KpNewTopic
 

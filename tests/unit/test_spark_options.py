@@ -74,6 +74,7 @@ def test_tls_settings_reach_every_client_of_source_and_sink() -> None:
         ("kafka.ssl.truststore.location", "use kafka.ssl.cafile"),
         ("kafka.ssl.keystore.password", "use kafka.ssl.key.password"),
         ("kafka.sasl.mechanism", "no SASL"),
+        ("kafka.security.protocol", "expected PLAINTEXT or SSL"),
         ("kafka.ssl.endpoint.identification.algorithm", "https or empty"),
     ):
         with pytest.raises(SparkOptionError, match=rf"{name}.*{hint}"):

@@ -372,6 +372,22 @@ class ChaosCluster:
                 }
         return {}
 
+    def replicas_in_sync(self, topic: str) -> bool:
+        """Every broker answers, knows ``topic``, and sees each of its partitions with a
+        leader and every one of its replicas in the ISR (its own replicas: an internal
+        topic may have fewer than the brokers, see the coordinator topics' cap)."""
+        for name in self.broker_names:
+            md = self._get(name, "/v1/metadata")
+            if md is None:
+                return False
+            found = [t for t in md.get("topics", []) if t.get("name") == topic]
+            if not found or not found[0].get("partitions"):
+                return False
+            for p in found[0]["partitions"]:
+                if int(p["leader"]) < 0 or set(p.get("isr", [])) != set(p.get("replicas", [])):
+                    return False
+        return True
+
     def partition_leaders(self, topic: str) -> dict[int, tuple[int, list[int]]] | None:
         """partition -> (leader id, ISR) as the brokers that answer all agree on, or None
         when no broker answers or they disagree (metadata still propagating)."""

@@ -38,7 +38,7 @@ import orjson
 from aiohappyeyeballs import AddrInfoType
 
 from raftka.client.structs import Node, PartitionInfo, TopicPartition
-from raftka.common.client_tls import SSL_CLOSE_LEAKS
+from raftka.common.client_tls import connector_tls
 from raftka.common.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -163,11 +163,7 @@ class Transport:
                 limit_per_host=CONNECTIONS_PER_HOST_MAX,
                 keepalive_timeout=self._idle_ms / 1000,
                 socket_factory=self._new_socket if self._socket_options else None,
-                ssl=self._tls if self._tls is not None else True,
-                # A TLS connection closed while its shutdown is still under way leaks
-                # its socket on Pythons before CPython's fix (gh-118960, 3.12.8):
-                # aiohttp then aborts those at close.
-                enable_cleanup_closed=self._tls is not None and SSL_CLOSE_LEAKS,
+                **connector_tls(self._tls),  # type: ignore[arg-type]
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,

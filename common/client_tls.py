@@ -45,6 +45,7 @@ __all__ = [
     "ClientTls",
     "command_config",
     "command_config_option",
+    "connector_tls",
     "read_command_config",
 ]
 
@@ -55,6 +56,16 @@ __all__ = [
 SSL_CLOSE_LEAKS: Final = sys.version_info < (3, 12, 8) or (
     (3, 13, 0) <= sys.version_info < (3, 13, 1)
 )
+
+
+def connector_tls(context: ssl.SSLContext | None) -> dict[str, object]:
+    """aiohttp ``TCPConnector`` keywords for ``context`` (None: plain, or the system's
+    defaults for https): the context, and the cleanup of TLS connections closed
+    mid-shutdown where CPython leaks them (SSL_CLOSE_LEAKS)."""
+    if context is None:
+        return {"ssl": True, "enable_cleanup_closed": False}
+    return {"ssl": context, "enable_cleanup_closed": SSL_CLOSE_LEAKS}
+
 
 #: The keys a ``--command-config`` file may hold.
 COMMAND_CONFIG_KEYS: Final = (

@@ -28,7 +28,7 @@ from raftka.client.config import SecurityOptions
 from raftka.client.consumer.consumer import AsyncConsumer
 from raftka.client.group_admin import AsyncGroupAdmin
 from raftka.client.structs import ConsumerRecord, TopicDescription, TopicPartition
-from raftka.common.client_tls import SSL_CLOSE_LEAKS
+from raftka.common.client_tls import connector_tls
 from raftka.common.errors import InvalidRequestError, KafkaError, NetworkError
 from raftka.common.messages import decode
 from raftka.common.messages.controller import DescribeQuorumResponse
@@ -86,10 +86,7 @@ class _Clients:
         self._scheme = "http" if tls is None else "https"
         self.http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=QUORUM_TIMEOUT_S),
-            connector=aiohttp.TCPConnector(
-                ssl=True if tls is None else tls,
-                enable_cleanup_closed=tls is not None and SSL_CLOSE_LEAKS,
-            ),
+            connector=aiohttp.TCPConnector(**connector_tls(tls)),  # type: ignore[arg-type]
         )
 
     async def close(self) -> None:

@@ -35,7 +35,15 @@ from typing import Final
 
 from raftka.server_common.process_config import ConfigError
 
-__all__ = ["MAP_KEY", "Renamed", "apply_protocol_map", "parse_protocol_map", "without_listeners"]
+__all__ = [
+    "MAP_KEY",
+    "Renamed",
+    "apply_protocol_map",
+    "explain",
+    "listener_names",
+    "parse_protocol_map",
+    "without_listeners",
+]
 
 MAP_KEY: Final = "listener.security.protocol.map"
 _PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -52,12 +60,18 @@ class Renamed:
     names: Mapping[str, str] = field(default_factory=dict)
 
     def explain(self, message: str) -> str:
-        """``message`` with every renamed ``listener.name.<canonical>.`` prefix back in
-        the user's spelling (in one pass: a name may be another's canonical one)."""
-        back = {c.lower(): n.lower() for c, n in self.names.items()}
-        if not back:
-            return message
-        return _KEY_PREFIX.sub(lambda m: f"{_PREFIX}{back.get(m.group(1), m.group(1))}.", message)
+        """``message`` in the user's listener names (see :func:`explain`)."""
+        return explain(self.names, message)
+
+
+def explain(names: Mapping[str, str], message: str) -> str:
+    """``message`` with every ``listener.name.<canonical>.`` prefix of ``names``
+    (canonical -> as written) back in the user's spelling, in one pass (a name may be
+    another's canonical one)."""
+    back = {c.lower(): n.lower() for c, n in names.items()}
+    if not back:
+        return message
+    return _KEY_PREFIX.sub(lambda m: f"{_PREFIX}{back.get(m.group(1), m.group(1))}.", message)
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:
@@ -82,7 +96,8 @@ def parse_protocol_map(text: str) -> dict[str, str]:
     return out
 
 
-def _names(text: str) -> list[str]:
+def listener_names(text: str) -> list[str]:
+    """The upper-case names of a ``NAME://host:port,...`` list ("" for an unnamed entry)."""
     return [
         e.split("://", 1)[0].strip().upper() if "://" in e else ""
         for e in (e.strip() for e in text.split(","))
@@ -106,7 +121,7 @@ def apply_protocol_map(props: Mapping[str, str]) -> Renamed:
     if MAP_KEY not in props:
         return Renamed(dict(props))
     protocols = parse_protocol_map(props[MAP_KEY])
-    names = _names(props.get("listeners", ""))
+    names = listener_names(props.get("listeners", ""))
     renames: dict[str, str] = {}
     for index, name in enumerate(names):
         if not name:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from raftka.server_common.controller_config import ControllerConfig
-from raftka.server_common.listener_map import MAP_KEY, Renamed, apply_protocol_map
+from raftka.server_common.listener_map import MAP_KEY, apply_protocol_map, explain
 from raftka.server_common.node_http import HTTPS_KEYS, PLAIN_HTTP, NodeHttp, node_http
 from raftka.server_common.process_config import (
     ConfigError,
@@ -127,7 +127,7 @@ class NodeConfig:
 
     def explain(self, message: str) -> str:
         """A message about ``properties`` in the config's own listener names."""
-        return Renamed({}, self.renamed_listeners).explain(message)
+        return explain(self.renamed_listeners, message)
 
     @property
     def is_controller(self) -> bool:

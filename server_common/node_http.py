@@ -43,13 +43,14 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from raftka.common.acl import parse_principal
-from raftka.common.client_tls import SSL_CLOSE_LEAKS
+from raftka.common.client_tls import connector_tls
 from raftka.common.errors import (
     ClusterAuthorizationFailedError,
     KafkaError,
     SaslAuthenticationFailedError,
 )
 from raftka.server_common.http_errors import Handler, json_response
+from raftka.server_common.listener_map import listener_names
 from raftka.server_common.process_config import ConfigError
 from raftka.server_common.ssl_principal import (
     NoMatchingRuleError,
@@ -144,9 +145,7 @@ class NodeHttp:
     def connector(self, **kwargs: Any) -> aiohttp.TCPConnector:
         """A connector for sessions to peers (presenting this node's certificate)."""
         if self.client_ssl is not None:
-            kwargs["ssl"] = self.client_ssl
-            # See SSL_CLOSE_LEAKS: aiohttp then aborts such connections at close.
-            kwargs["enable_cleanup_closed"] = SSL_CLOSE_LEAKS
+            kwargs.update(connector_tls(self.client_ssl))
         return aiohttp.TCPConnector(**kwargs)
 
     def serving_nodes_only(self, nodes_only: bool) -> NodeHttp:
@@ -180,25 +179,20 @@ class NodeHttp:
             request[_NODE_KEY] = is_node
             request[_REFUSALS_KEY] = refusals
             if not is_node and request.path not in _OPEN_PATHS:
-                if self.nodes_only or request.path in _NODE_PATHS:
-                    refusals.cluster_authorization_failed += 1
+                refusal = None
                 if request.path in _NODE_PATHS:
-                    return _refuse(
-                        ClusterAuthorizationFailedError(
-                            f"{principal} is not a node (super.users): {request.path} is "
-                            "for nodes only"
-                        ),
-                        403,
+                    refusal = (
+                        f"{principal} is not a node (super.users): {request.path} is for nodes only"
                     )
-                if self.nodes_only:
-                    return _refuse(
-                        ClusterAuthorizationFailedError(
-                            f"{principal} is not in super.users: this node's HTTP API checks "
-                            "no ACLs, so it serves super.users only (applications use a "
-                            "broker's Kafka listener)"
-                        ),
-                        403,
+                elif self.nodes_only:
+                    refusal = (
+                        f"{principal} is not in super.users: this node's HTTP API checks "
+                        "no ACLs, so it serves super.users only (applications use a "
+                        "broker's Kafka listener)"
                     )
+                if refusal is not None:
+                    refusals.cluster_authorization_failed += 1
+                    return _refuse(ClusterAuthorizationFailedError(refusal), 403)
             return await handler(request)
 
         return authenticate
@@ -224,8 +218,8 @@ def require_node(request: web.Request, what: str) -> None:
 
 def api_listener_name(props: Mapping[str, str]) -> str:
     """The upper-case name of the first ``listeners`` entry ("" when unnamed or unset)."""
-    first = props.get("listeners", "").split(",", maxsplit=1)[0].strip()
-    return first.split("://", 1)[0].strip().upper() if "://" in first else ""
+    names = listener_names(props.get("listeners", ""))
+    return names[0] if names else ""
 
 
 def parse_super_users(props: Mapping[str, str]) -> frozenset[str]:

@@ -40,7 +40,12 @@ import click
 
 from raftka.broker.config import BROKER_KEYS, BrokerConfig, broker_config
 from raftka.server_common.cli import CommandError, config_file_option
-from raftka.server_common.listener_map import MAP_KEY, parse_protocol_map, without_listeners
+from raftka.server_common.listener_map import (
+    MAP_KEY,
+    listener_names,
+    parse_protocol_map,
+    without_listeners,
+)
 from raftka.server_common.node_config import NodeConfig, node_config_from_properties
 from raftka.server_common.node_http import HTTPS_LISTENER, api_listener_name
 from raftka.server_common.process_config import ConfigError, read_config_file
@@ -152,9 +157,9 @@ def _mapped_halves(
     is HTTPS while the broker's API is not, or the reverse (server_common/node_http.py:
     the nodes reach each other with one scheme)."""
     protocols = parse_protocol_map(props[MAP_KEY])
-    controller_name = _name(controller_listener)
-    broker_names = {_name(e) for e in broker_listeners.split(",")}
-    api_name = _name(broker_listeners.split(",", maxsplit=1)[0])
+    (controller_name,) = listener_names(controller_listener)
+    names = listener_names(broker_listeners)
+    broker_names, api_name = set(names), names[0]
     tls = {n: protocols.get(n) == "SSL" for n in (controller_name, api_name) if n in protocols}
     if len(tls) == 2 and tls[controller_name] != tls[api_name]:
         raise ConfigError(
@@ -165,10 +170,6 @@ def _mapped_halves(
         without_listeners(props, broker_names - {controller_name}),
         without_listeners(props, {controller_name}),
     )
-
-
-def _name(entry: str) -> str:
-    return entry.split("://", 1)[0].strip().upper() if "://" in entry else ""
 
 
 async def _serve(controller_config: NodeConfig | None, broker_cfg: BrokerConfig | None) -> int:

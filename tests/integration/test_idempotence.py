@@ -134,6 +134,11 @@ class Env:
         return ",".join(f"127.0.0.1:{p}" for p in self.proxy.ports.values())
 
     def topic(self, name: str, partitions: int = 1) -> str:
+        # A test before may leave a broker fenced for a while (one paused past its
+        # session timeout): RF 3 needs all three registered and unfenced. CI once failed
+        # three tests here with INVALID_REPLICATION_FACTOR (2026-11-29).
+        for broker_id in self.brokers.ids:
+            self.brokers.wait_unfenced(broker_id, DEADLINE_S)
         self.admin.create_topics(
             [NewTopic(name, partitions, 3, configs={"min.insync.replicas": "2"})],
             timeout_ms=API_TIMEOUT_MS,

@@ -25,12 +25,12 @@ message.max.bytes                          1048588     largest batch (topic: max
 controlled.shutdown.enable                 true        move leaderships away on SIGTERM
 controlled.shutdown.timeout.ms             30000       raftka's bound on that wait
 offsets.topic.num.partitions               50          __consumer_offsets partitions
-offsets.topic.replication.factor           3           its replication (capped: brokers)
+offsets.topic.replication.factor           3           its replication (not created below)
 offsets.commit.timeout.ms                  5000        acks=all wait of a commit append
 offsets.retention.minutes                  10080       committed offsets of empty groups
 transaction.state.log.num.partitions       50          __transaction_state partitions
-transaction.state.log.replication.factor   3           its replication (capped: brokers)
-transaction.state.log.min.isr              2           its min.insync.replicas (capped: RF)
+transaction.state.log.replication.factor   3           its replication (not created below)
+transaction.state.log.min.isr              2           its min.insync.replicas (<= RF)
 transaction.state.log.segment.bytes        104857600   its segment.bytes
 transaction.max.timeout.ms                 900000      largest transaction.timeout.ms
 transactional.id.expiration.ms             604800000   idle transactional ids expire
@@ -641,6 +641,16 @@ def _transaction_settings(props: Mapping[str, str]) -> dict[str, int]:
         "transaction.version",
     )
     settings = {key.replace(".", "_"): _int(props, key) for key in keys}
+    min_isr = settings["transaction_state_log_min_isr"]
+    replication = settings["transaction_state_log_replication_factor"]
+    if min_isr > replication:
+        # Kafka would create the topic and then refuse every write to it
+        # (NOT_ENOUGH_REPLICAS): say so at start instead.
+        raise ConfigError(
+            f"transaction.state.log.min.isr ({min_isr}) exceeds "
+            f"transaction.state.log.replication.factor ({replication}): every write to "
+            "__transaction_state would fail"
+        )
     if settings["transaction_version"] not in (1, 2):
         raise ConfigError(
             f"transaction.version must be 1 or 2, got {settings['transaction_version']}"

@@ -374,8 +374,8 @@ class ChaosCluster:
 
     def replicas_in_sync(self, topic: str) -> bool:
         """Every broker answers, knows ``topic``, and sees each of its partitions with a
-        leader and every one of its replicas in the ISR (its own replicas: an internal
-        topic may have fewer than the brokers, see the coordinator topics' cap)."""
+        leader and every one of its replicas in the ISR (its own replicas, read from the
+        metadata, not all brokers)."""
         for name in self.broker_names:
             md = self._get(name, "/v1/metadata")
             if md is None:

@@ -12,6 +12,11 @@ test's patience (:data:`LOCAL_BROKER_PROPERTIES`): heartbeat 250 ms, replica lag
 3000 ms, follower long-poll 200 ms, fetch backoff 100 ms, HW checkpoint 500 ms. The
 controllers' ``broker.session.timeout.ms`` decides how fast a dead broker is fenced:
 start the LocalCluster with a short one (for example 2000) when a test kills brokers.
+
+A cluster of fewer than three brokers also sizes the internal topics' replication to
+itself (:func:`internal_topic_properties`), as Kafka's single-broker example config
+does: with the default of 3, ``__consumer_offsets`` and ``__transaction_state`` would
+never be created there.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ from raftka.local.processes import (
     wait_for,
 )
 
-__all__ = ["BROKER_ID_BASE", "LOCAL_BROKER_PROPERTIES", "LocalBrokers"]
+__all__ = [
+    "BROKER_ID_BASE",
+    "LOCAL_BROKER_PROPERTIES",
+    "LocalBrokers",
+    "internal_topic_properties",
+]
 
 BROKER_ID_BASE: Final = 101
 LOCAL_BROKER_PROPERTIES: Final[Mapping[str, str]] = {
@@ -44,6 +54,18 @@ LOCAL_BROKER_PROPERTIES: Final[Mapping[str, str]] = {
     "request.timeout.ms": "10000",
     "controlled.shutdown.timeout.ms": "10000",
 }
+
+
+def internal_topic_properties(brokers: int) -> dict[str, str]:
+    """The internal topics' replication settings for a cluster of ``brokers`` brokers:
+    none (Kafka's defaults) from three on, else replication = the cluster's size."""
+    if brokers >= 3:
+        return {}
+    return {
+        "offsets.topic.replication.factor": str(brokers),
+        "transaction.state.log.replication.factor": str(brokers),
+        "transaction.state.log.min.isr": str(min(2, brokers)),
+    }
 
 
 class LocalBrokers(NodeGroup):
@@ -118,6 +140,7 @@ class LocalBrokers(NodeGroup):
                 "listeners": listeners,
                 "log.dirs": str(node_dir / "logs"),
                 **LOCAL_BROKER_PROPERTIES,
+                **internal_topic_properties(count),
                 **(extra_properties or {}),
             }
             self.brokers[broker_id] = configured_node(

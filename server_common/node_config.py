@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Final, Literal
 
 from raftka.server_common.controller_config import ControllerConfig
-from raftka.server_common.listener_map import MAP_KEY, apply_protocol_map, explain
+from raftka.server_common.listener_map import (
+    MAP_KEY,
+    apply_protocol_map,
+    explain,
+    listener_names,
+)
 from raftka.server_common.node_http import HTTPS_KEYS, PLAIN_HTTP, NodeHttp, node_http
 from raftka.server_common.process_config import (
     ConfigError,
@@ -172,6 +177,8 @@ def node_config_from_properties(
 ) -> NodeConfig:
     """Check and build a NodeConfig from flattened Kafka-style keys (listeners renamed
     by listener.security.protocol.map first; errors in the config's own names)."""
+    # Before the renaming, so that errors name the listeners as written.
+    _check_controller_listener_names(props, source)
     try:
         renamed = apply_protocol_map(props)
     except ConfigError as e:
@@ -181,6 +188,29 @@ def node_config_from_properties(
     except ConfigError as e:
         raise ConfigError(renamed.explain(str(e))) from None
     return dataclasses.replace(node, renamed_listeners=renamed.names)
+
+
+def _check_controller_listener_names(props: Mapping[str, str], source: str) -> None:
+    """Kafka's rules for ``controller.listener.names`` on a one-role process (combined
+    mode reads it to split its listeners, in server_cli): a controller's listener must
+    be one it names, and a broker's listeners none of them."""
+    given = props.get("controller.listener.names")
+    roles = tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
+    if given is None or len(roles) != 1:
+        return
+    names = {n.strip().upper() for n in given.split(",") if n.strip()}
+    ours = listener_names(props.get("listeners", "")) or ["CONTROLLER"]
+    if roles == ("controller",) and ours[0] not in names:
+        raise ConfigError(
+            f"{source}: controller.listener.names ({given}) does not name this controller's "
+            f"listener {ours[0]}"
+        )
+    if roles == ("broker",) and names & set(ours):
+        raise ConfigError(
+            f"{source}: controller.listener.names ({given}) names a listener of this broker "
+            f"({sorted(names & set(ours))[0]}): a broker-only process serves no controller "
+            "listener"
+        )
 
 
 def _node_config(props: Mapping[str, str], source: str, extra_keys: Collection[str]) -> NodeConfig:

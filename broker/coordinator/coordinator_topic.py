@@ -9,8 +9,11 @@ for transactions). What they share is here:
   count once it exists (placement must never change under a key), else the configured
   one. Any broker answers FindCoordinator from its metadata image.
 * **Creation.** The first FindCoordinator that finds no topic asks the active controller
-  to create it (replication capped at the live brokers, as a small cluster must still
-  work) and is answered COORDINATOR_NOT_AVAILABLE until it shows up.
+  to create it with the configured replication factor and is answered
+  COORDINATOR_NOT_AVAILABLE until it shows up. As in Kafka, the controller refuses a
+  factor above the usable brokers, so the topic is not created until enough brokers are
+  up (never with fewer replicas for good); the answer then names the setting to lower
+  (a one- or two-broker cluster sets it, as Kafka's single-broker config does).
 * **Appends** go to our own leader replica with acks=all (:meth:`CoordinatorTopic.append`);
   **loading** reads a partition's log from start to end (:meth:`read_partition`).
 * **Leadership.** :meth:`CoordinatorTopic.led_partitions` is the partitions this broker
@@ -66,6 +69,7 @@ class CoordinatorTopic:
         name: str,
         num_partitions: int,
         replication_factor: int,
+        replication_setting: str,
         configs: Mapping[str, str],
         replicas: ReplicaManager,
         channel: Callable[[], ControllerChannel | None],
@@ -82,7 +86,10 @@ class CoordinatorTopic:
         self._channel = channel
         self._request_timeout_ms = request_timeout_ms
         self._spawn = spawn
+        self._replication_setting = replication_setting
         self._creating: asyncio.Task[None] | None = None
+        #: Why the controller last refused to create the topic ("" if it did not).
+        self._refusal = ""
 
     def num_partitions(self) -> int:
         """The topic's own partition count once it exists, else the configured one."""
@@ -101,9 +108,13 @@ class CoordinatorTopic:
         topic = image.topics.topic_by_name(self.name)
         if topic is None or not topic.partitions:
             self.ensure_created()
-            return CoordinatorLocation(
-                CoordinatorNotAvailableError(f"{self.name} is being created")
-            )
+            why = f"{self.name} is being created"
+            if self._refusal:
+                why = (
+                    f"{self.name} cannot be created yet ({self._replication_setting}="
+                    f"{self._replication_factor}): {self._refusal}"
+                )
+            return CoordinatorLocation(CoordinatorNotAvailableError(why))
         reg = topic.partitions.get(self.partition_for(key))
         broker = (
             None if reg is None or reg.leader == NO_LEADER else image.cluster.broker(reg.leader)
@@ -182,12 +193,11 @@ class CoordinatorTopic:
         channel = self._channel()
         if channel is None:
             return
-        live = len(list(self._replicas.image.cluster.live_brokers()))
-        replication = max(1, min(self._replication_factor, live))
+        replication = self._replication_factor
         configs = dict(self._configs)
         if self._min_isr is not None:
-            # Capped at the replication: a min.isr above it would refuse every append.
-            configs["min.insync.replicas"] = str(min(self._min_isr, replication))
+            # At most the replication factor: the broker's config refuses more.
+            configs["min.insync.replicas"] = str(self._min_isr)
         body = {
             "topics": [
                 {
@@ -213,11 +223,23 @@ class CoordinatorTopic:
                 # (the image is published once the new logs are open): nothing to say.
                 return
             if error:
-                log.warning(
-                    "coordinator topic creation refused",
-                    extra={"fields": {**fields, "error": error}},
-                )
+                refusal = f"{error.get('error')}: {error.get('message', '')}".rstrip(": ")
+                if refusal != self._refusal:
+                    # Once per distinct refusal: FindCoordinator retries ask again and
+                    # again while too few brokers are up.
+                    log.warning(
+                        "coordinator topic creation refused",
+                        extra={
+                            "fields": {
+                                **fields,
+                                "error": error,
+                                self._replication_setting: replication,
+                            }
+                        },
+                    )
+                self._refusal = refusal
                 return
+        self._refusal = ""
         log.info(
             "created a coordinator topic",
             extra={

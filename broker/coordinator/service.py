@@ -7,8 +7,9 @@ Theory of operation
   topic ``__consumer_offsets``; the leader of that partition is its coordinator. Any
   broker answers FindCoordinator from its metadata image. The first FindCoordinator
   that finds no such topic asks the active controller to create it
-  (``offsets.topic.num.partitions``, ``offsets.topic.replication.factor`` capped at the
-  live brokers) and answers COORDINATOR_NOT_AVAILABLE until it shows up.
+  (``offsets.topic.num.partitions``, ``offsets.topic.replication.factor``; refused by the
+  controller while fewer brokers are usable, as in Kafka) and answers
+  COORDINATOR_NOT_AVAILABLE until it shows up.
 * **Ownership.** After every committed metadata change, :meth:`on_metadata` compares
   the offsets partitions this broker leads (the replica manager's view) with those the
   core owns. A newly led partition is *loaded*: its log is read from the start to the
@@ -239,6 +240,7 @@ class GroupCoordinatorService:
             name=OFFSETS_TOPIC,
             num_partitions=config.offsets_topic_num_partitions,
             replication_factor=config.offsets_topic_replication_factor,
+            replication_setting="offsets.topic.replication.factor",
             configs=OFFSETS_TOPIC_CONFIGS,
             replicas=replicas,
             channel=channel,

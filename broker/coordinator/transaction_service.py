@@ -8,9 +8,10 @@ Theory of operation
   ``transaction.state.log.num.partitions``, or the topic's own count once it exists);
   the leader of that partition is its coordinator. FindCoordinator with key_type 1 is
   answered from the metadata image by any broker; the first one that finds no topic
-  asks the controller to create it (``transaction.state.log.replication.factor`` capped
-  at the live brokers, ``min.insync.replicas`` = ``transaction.state.log.min.isr``
-  capped at that, ``segment.bytes`` = ``transaction.state.log.segment.bytes``).
+  asks the controller to create it (``transaction.state.log.replication.factor``,
+  refused while fewer brokers are usable, as in Kafka; ``min.insync.replicas`` =
+  ``transaction.state.log.min.isr``, which the config keeps at most the replication;
+  ``segment.bytes`` = ``transaction.state.log.segment.bytes``).
 * **Ownership.** After every committed metadata change :meth:`on_metadata` compares the
   partitions this broker leads (with their leader epochs) with those the core owns. A
   newly led partition is loaded: its log is replayed into the core, which answers
@@ -163,6 +164,7 @@ class TransactionCoordinatorService:
             name=TRANSACTION_STATE_TOPIC,
             num_partitions=config.transaction_state_log_num_partitions,
             replication_factor=config.transaction_state_log_replication_factor,
+            replication_setting="transaction.state.log.replication.factor",
             min_isr=config.transaction_state_log_min_isr,
             # Compacted: the latest record of each id is its state, so a load after a
             # failover reads about one record per live id (Kafka's topic configs).

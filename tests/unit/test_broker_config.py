@@ -71,6 +71,10 @@ def test_parses_with_defaults_and_overrides(tmp_path: Path) -> None:
         ("log.dirs=/tmp/x\nnum.recovery.threads.per.data.dir=0\n", "num.recovery.threads"),
         ("log.dirs=/tmp/x\nlog.flush.scheduler.interval.ms=0\n", "log.flush.scheduler.interval.ms"),
         ("log.dirs=/tmp/x\ntransaction.version=3\n", "transaction.version"),
+        (
+            "log.dirs=/tmp/x\ntransaction.state.log.replication.factor=1\n",
+            "transaction.state.log.min.isr",
+        ),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, extra: str, needle: str) -> None:

@@ -173,6 +173,35 @@ def test_controller_checks() -> None:
     assert config.metadata_log_dir == Path("/a")
 
 
+def test_controller_listener_names_on_one_role_processes() -> None:
+    """Kafka's rules: a controller's listener must be one controller.listener.names
+    names (its default listener name is CONTROLLER, and a renamed one is checked in
+    the user's spelling); a broker-only process may not serve one of those names."""
+    names = "controller.listener.names"
+    node_config_from_properties(_props(controller_listener_names="CONTROLLER"))
+    node_config_from_properties({**_props(listeners="CTRL://127.0.0.1:9093"), names: "OTHER,ctrl"})
+    with pytest.raises(ConfigError, match=r"does not name this controller's listener CTRL"):
+        node_config_from_properties({**_props(listeners="CTRL://127.0.0.1:9093"), names: "X"})
+    with pytest.raises(ConfigError, match=r"\(RAFT\) does not name .* listener QUORUM$"):
+        node_config_from_properties(
+            {
+                **_props(listeners="QUORUM://127.0.0.1:9093"),
+                "listener.security.protocol.map": "QUORUM:PLAINTEXT,RAFT:PLAINTEXT",
+                names: "RAFT",
+            }
+        )
+    broker = {
+        "node.id": "7",
+        "process.roles": "broker",
+        "controller.quorum.voters": VOTERS,
+        "log.dirs": "/d",
+        "listeners": "HTTP://127.0.0.1:8080",
+    }
+    node_config_from_properties({**broker, names: "CONTROLLER"})
+    with pytest.raises(ConfigError, match=r"names a listener of this broker \(HTTP\)"):
+        node_config_from_properties({**broker, names: "CONTROLLER,HTTP"})
+
+
 def test_properties_syntax_errors(tmp_path: Path) -> None:
     """A key set twice and an unreadable or invalid file are errors naming the file."""
     with pytest.raises(ConfigError, match="set twice"):

@@ -225,7 +225,8 @@ class BrokerCollector(StateCollector):
         for metric, doc, value in (
             (
                 "failed_authentication",
-                "Connections closed because SASL authentication failed.",
+                "Connections that failed authentication: SASL, a TLS handshake the "
+                "listener refused, or a client certificate no principal rule maps.",
                 kafka.authentication_failures,
             ),
             (

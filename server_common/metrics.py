@@ -94,17 +94,18 @@ def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
 
 def https_api_metrics(http: NodeHttp) -> Iterator[Metric]:
     """The refusals of an HTTPS API (none for plain HTTP), labelled ``listener="HTTPS"``
-    as Kafka labels its socket-server metrics. Kafka counts a connection's failed
-    authentication; here it is a request's (the API is HTTP, one certificate per
-    connection), and a TLS handshake refused outright is not counted (see HttpsRefusals)."""
+    as Kafka labels its socket-server metrics. A failed authentication is a TLS
+    handshake the server refused, as Kafka counts it, or a request refused 401 (the API
+    is HTTP: a connection's certificate is mapped per request, see HttpsRefusals)."""
     if not http.secure:
         return
     prefix = "kafka_server_socketservermetrics_"
     for name, doc, value in (
         (
             prefix + "failed_authentication",
-            "HTTPS API requests refused (401) because no ssl.principal.mapping.rules "
-            "rule maps the client certificate's subject.",
+            "HTTPS API connections whose TLS handshake failed (no client certificate, "
+            "another CA, not TLS) and requests refused (401) because no "
+            "ssl.principal.mapping.rules rule maps the client certificate's subject.",
             http.refusals.failed_authentication,
         ),
         (

@@ -61,6 +61,7 @@ from raftka.server_common.tls import (
     TLS_KEYS,
     ClientAuth,
     client_context,
+    on_handshake_failure,
     server_context,
     tls_settings,
 )
@@ -92,14 +93,18 @@ _NODE_KEY: Final = web.RequestKey("raftka.is_node", bool)
 
 @dataclass(slots=True)
 class HttpsRefusals:
-    """Requests an HTTPS API refused, for ``/metrics``. Every copy of a NodeHttp shares
-    one. A connection TLS itself refuses (no certificate, another CA) never becomes a
-    request, so it is not counted here (asyncio drops it before aiohttp sees it)."""
+    """What an HTTPS API refused, for ``/metrics``. Every copy of a NodeHttp shares
+    one."""
 
-    #: 401: a certificate no ``ssl.principal.mapping.rules`` rule maps.
+    #: A TLS handshake the server context refused (no certificate, another CA, not
+    #: TLS: :func:`~raftka.server_common.tls.on_handshake_failure`), or a request
+    #: refused 401 (a certificate no ``ssl.principal.mapping.rules`` rule maps).
     failed_authentication: int = 0
     #: 403: a principal that is not a node on a node route or a nodes-only API.
     cluster_authorization_failed: int = 0
+
+    def handshake_failed(self, error: ssl.SSLError) -> None:
+        self.failed_authentication += 1
 
 
 _REFUSALS_KEY: Final = web.RequestKey("raftka.https_refusals", HttpsRefusals)
@@ -268,9 +273,13 @@ def node_http(props: Mapping[str, str]) -> NodeHttp:
             "super.users: an HTTPS API needs the nodes' principals (e.g. User:CN=broker-1), "
             "or no node could reach another"
         )
+    refusals = HttpsRefusals()
+    server_ssl = server_context(settings)
+    on_handshake_failure(server_ssl, refusals.handshake_failed)
     return NodeHttp(
         scheme="https",
-        server_ssl=server_context(settings),
+        refusals=refusals,
+        server_ssl=server_ssl,
         client_ssl=client_context(settings),
         mapper=SslPrincipalMapper.from_rules(props.get(_RULES_KEY, "DEFAULT"), key=_RULES_KEY),
         node_principals=nodes,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -45,6 +45,7 @@ __all__ = [
     "ClientAuth",
     "TlsSettings",
     "client_context",
+    "on_handshake_failure",
     "server_context",
     "tls_keys_for",
     "tls_settings",
@@ -201,6 +202,32 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
         ClientAuth.NONE: ssl.CERT_NONE,
     }[settings.client_auth]
     return context
+
+
+def on_handshake_failure(context: ssl.SSLContext, callback: Callable[[ssl.SSLError], None]) -> None:
+    """Call ``callback`` for every TLS handshake a server ``context`` refuses: no client
+    certificate where one is required, a certificate from another CA, a protocol or
+    cipher it does not allow, bytes that are not TLS at all. Kafka counts these as
+    failed authentications (``failed-authentication-total``).
+
+    asyncio's servers drop such a connection before any protocol of ours sees it, so
+    the hook is the context's ``sslobject_class`` (public since Python 3.7): every
+    connection's TLS object is one of ours, whose handshake reports its own failure.
+    A peer that closes mid-handshake or stays silent until the handshake timeout fails
+    no handshake step, so it is not counted (a TCP probe of the port is not an
+    authentication)."""
+
+    class _Watched(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise  # a step of a handshake still under way
+            except ssl.SSLError as e:
+                callback(e)
+                raise
+
+    context.sslobject_class = _Watched
 
 
 def client_context(settings: TlsSettings) -> ssl.SSLContext:

@@ -29,7 +29,9 @@ On an SSL listener that asks for client certificates (``ssl.client.auth=required
 (:mod:`raftka.server_common.ssl_principal`, ``ssl.principal.mapping.rules``); a
 certificate no rule maps fails authentication and the connection is closed before any
 request is read, as Kafka does. Without a certificate the principal is
-``User:ANONYMOUS``.
+``User:ANONYMOUS``. A TLS handshake the listener refuses (no certificate where one is
+required, another CA, not TLS) never reaches this module, but is counted as a failed
+authentication all the same (:func:`raftka.server_common.tls.on_handshake_failure`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
@@ -53,6 +56,7 @@ from raftka.broker.kafka.framing import SIZE, FrameError, frame_size, parse_fixe
 from raftka.server_common.metrics import RequestMetrics, RequestTimer
 from raftka.server_common.sasl import ScramCredential
 from raftka.server_common.ssl_principal import NoMatchingRuleError, subject_name
+from raftka.server_common.tls import on_handshake_failure
 
 if TYPE_CHECKING:
     from raftka.broker.server import BrokerServer
@@ -98,6 +102,13 @@ class KafkaListener:
             return server.manager.image.scram_credential(user, mechanism)
 
         self._lookup = lookup
+        if config.ssl_context is not None:
+            on_handshake_failure(config.ssl_context, self._handshake_failed)
+
+    def _handshake_failed(self, error: ssl.SSLError) -> None:
+        # Kafka counts a failed TLS handshake as a failed authentication.
+        self.authentication_failures += 1
+        log.debug("kafka connection: TLS handshake failed", extra={"fields": {"error": str(error)}})
 
     @property
     def security_protocol(self) -> str:

@@ -260,7 +260,12 @@ def test_the_spark_connector_takes_tls_settings(env: Env) -> None:
 
 
 def test_connections_without_a_trusted_certificate_are_refused(env: Env) -> None:
+    """Each refused TLS handshake is refused and counted as a failed authentication,
+    as Kafka counts it."""
     broker = next(iter(env.brokers.nodes()))
+    app = _context(env.pki, env.pki.app)
+    metric = "kafka_server_socketservermetrics_failed_authentication"
+    before = _refused(broker.address, app, metric)
     for tls in (
         _context(env.pki, None),  # no client certificate
         _context(env.pki, env.pki.impostor),  # the nodes' name, another CA
@@ -270,8 +275,14 @@ def test_connections_without_a_trusted_certificate_are_refused(env: Env) -> None
     with pytest.raises(OSError):
         http_json(broker.address, "/health")  # plain HTTP on the HTTPS port
     # The same port answers a trusted certificate (the refusals were not a dead port).
-    status, _ = http_json(broker.address, "/health", tls=_context(env.pki, env.pki.app))
+    status, _ = http_json(broker.address, "/health", tls=app)
     assert status == 200
+    wait_for(
+        lambda: _refused(broker.address, app, metric) >= before + 3,
+        timeout_s=10,
+        message="the three refused handshakes were not counted",
+    )
+    assert _refused(broker.address, app, metric) == before + 3
 
 
 def test_the_application_principal_cannot_act_as_a_node(env: Env) -> None:
@@ -306,15 +317,17 @@ def test_the_application_principal_cannot_act_as_a_node(env: Env) -> None:
         admin.create_topics([NewTopic("not-allowed", num_partitions=1, replication_factor=1)])
 
 
-def _refused(address: str, tls: ssl.SSLContext) -> float:
-    """The node's raftka_https_cluster_authorization_failed_total (its /metrics)."""
+def _refused(
+    address: str, tls: ssl.SSLContext, name: str = "raftka_https_cluster_authorization_failed"
+) -> float:
+    """A counter of the node's HTTPS refusals, ``name``_total (its /metrics)."""
     with urllib.request.urlopen(f"https://{address}/metrics", context=tls, timeout=10) as r:
         text = r.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "raftka_https_cluster_authorization_failed_total":
+            if sample.name == f"{name}_total":
                 return sample.value
-    raise AssertionError(f"{address}: no raftka_https_cluster_authorization_failed_total")
+    raise AssertionError(f"{address}: no {name}_total")
 
 
 def test_a_broker_with_a_certificate_from_another_ca_never_registers(env: Env) -> None:

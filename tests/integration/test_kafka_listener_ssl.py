@@ -204,6 +204,7 @@ def test_a_client_that_fails_tls_gets_nothing(
             config.pop(key)
         else:
             config[key] = tls.get(value, value)
+    failed = _ssl_authentications(tls, "failed")
     admin = AdminClient(config)
     # librdkafka never gets a Metadata answer: the handshake (or the plaintext
     # request on a TLS port) fails on every connection it tries.
@@ -211,6 +212,13 @@ def test_a_client_that_fails_tls_gets_nothing(
 
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
+    # The broker counts each refused handshake as Kafka does (an untrusted broker's
+    # client aborts the handshake with an alert, which fails the broker's side too).
+    wait_for(
+        lambda: _ssl_authentications(tls, "failed") > failed,
+        timeout_s=DEADLINE_S,
+        message="failed_authentication_total{listener=SSL} did not count the handshake",
+    )
 
 
 def _ssl_authentications(tls: dict[str, Any], outcome: str) -> float:

@@ -301,3 +301,66 @@ def test_inter_broker_listener_name_may_only_name_the_http_api(
     assert broker is not None and broker.http.secure
     with pytest.raises(ConfigError, match=r"inter\.broker\.listener\.name=PLAINTEXT: the nodes"):
         combined_configs({**base, "inter.broker.listener.name": "PLAINTEXT"})
+
+
+def test_refused_tls_handshakes_count_as_failed_authentications(
+    ca: CertificateAuthority,
+    node_cert: IssuedCertificate,
+    app_cert: IssuedCertificate,
+    tmp_path: Path,
+) -> None:
+    """No client certificate, one from another CA, and plain HTTP on the TLS port each
+    fail the handshake and count once; a bare TCP connect (a port probe) and a trusted
+    client do not."""
+    http = node_http(_https(ca, node_cert))
+    stranger = new_ca(tmp_path / "other").issue(tmp_path / "other", "node-1")
+    no_cert = ssl.create_default_context(cafile=str(ca.cafile))
+
+    async def attempt(port: int, tls: ssl.SSLContext | None) -> None:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.wait_for(reader.read(), timeout=10)
+            writer.close()
+        except (OSError, ssl.SSLError):
+            pass  # refused, as it should be; the count below is what the test checks
+
+    async def counted(expected: int) -> None:
+        for _ in range(1000):
+            if http.refusals.failed_authentication >= expected:
+                break
+            await asyncio.sleep(0.01)  # the server notes the failure on its own turn
+        assert http.refusals.failed_authentication == expected, "refused handshakes"
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def body() -> None:
+        app = web.Application(middlewares=[http.middleware()])
+        app.add_routes([web.get("/health", health)])
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=http.server_ssl)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            await attempt(port, no_cert)
+            await counted(1)
+            await attempt(port, _client(ca, stranger))
+            await counted(2)
+            await attempt(port, None)  # plain HTTP
+            await counted(3)
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            async with (
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=_client(ca, app_cert))
+                ) as s,
+                s.get(f"https://127.0.0.1:{port}/health") as r,
+            ):
+                assert r.status == 200
+            await counted(3)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(body())

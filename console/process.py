@@ -21,11 +21,21 @@ STOP_DEADLINE_S: Final = 10.0
 class ConsoleProcess:
     """``raftka console --port PORT --bootstrap-server ...``, its output in ``log_path``."""
 
-    def __init__(self, *, host: str, port: int, bootstrap_servers: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        bootstrap_servers: str,
+        log_path: Path,
+        command_config: Path | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.bootstrap_servers = bootstrap_servers
         self.log_path = log_path
+        #: The clients' settings for an HTTPS API (``--command-config``).
+        self.command_config = command_config
         self.popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -35,6 +45,8 @@ class ConsoleProcess:
     def start(self) -> None:
         args = [sys.executable, "-m", "raftka", "console", "--host", self.host]
         args += ["--port", str(self.port), "--bootstrap-server", self.bootstrap_servers]
+        if self.command_config is not None:
+            args += ["--command-config", str(self.command_config)]
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

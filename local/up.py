@@ -14,12 +14,14 @@ SIGTERM stops the console, then the brokers (SIGTERM: controlled shutdown, while
 controllers still run to move their leaderships), then the controllers, waits for every
 child and exits 0.
 
-``--secure`` serves the brokers' Kafka listeners as SASL_SSL (:mod:`raftka.local.secure`:
-a throwaway CA and broker certificate, SCRAM-SHA-512, ACLs enforced, a user ``admin``
-(the authorizer's super user) whose credential is committed once the cluster is ready
-and whose password is printed, client settings in ``<data>/secure``; a resumed cluster
-keeps them, and resuming it without ``--secure`` is refused rather than falling back to
-plaintext). raftka's HTTP API is not secured by it: it stays on loopback.
+``--secure`` serves the brokers' Kafka listeners as SASL_SSL and every node's HTTP API
+as HTTPS with client certificates (:mod:`raftka.local.secure`: a throwaway CA, broker,
+node and client certificates, SCRAM-SHA-512, ACLs enforced, a user ``admin`` (the
+authorizer's super user, and on the HTTPS API by its certificate) whose credential is
+committed once the cluster is ready and whose password is printed, client settings in
+``<data>/secure``; a resumed cluster keeps them, and resuming it without ``--secure`` is
+refused rather than falling back to plaintext). The probes, the console and
+``raftka status --data-dir`` use the user's certificate from there.
 
 Run again on the same data directory it resumes: the same ids, ports and engine as
 ``cluster.json`` records (``--base-port`` moves the ports; a different node count or
@@ -45,6 +47,7 @@ import os
 import select
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,11 +59,13 @@ from typing import Any, Final
 import click
 import orjson
 
-from raftka.common.errors import KafkaError
+from raftka.common.client_tls import command_config, read_command_config
+from raftka.common.errors import InvalidConfigError, KafkaError
 from raftka.console.process import ConsoleProcess
 from raftka.local.brokers import BROKER_ID_BASE, LocalBrokers
 from raftka.local.processes import LocalCluster, NodeProcess, http_json, port_in_use, wait_for
 from raftka.local.secure import (
+    RAFTKA_CLIENT_FILE,
     SaslSslSetup,
     add_scram_user,
     sasl_ssl_setup,
@@ -754,10 +759,20 @@ def brokers_from_metadata_records(records: Sequence[Mapping[str, Any]]) -> dict[
 
 
 def _probe(address: str, path: str) -> Answer:
-    try:
-        return http_json(address, path, timeout_s=PROBE_TIMEOUT_S, tls=command_tls())
-    except OSError:
-        return None
+    """One probe, over HTTPS when the command was given a ``--command-config``."""
+    return prober(command_tls())(address, path)
+
+
+def prober(tls: ssl.SSLContext | None) -> Callable[[str, str], Answer]:
+    """Probes over HTTPS with ``tls`` (a client context with a certificate), or HTTP."""
+
+    def probe(address: str, path: str) -> Answer:
+        try:
+            return http_json(address, path, timeout_s=PROBE_TIMEOUT_S, tls=tls)
+        except OSError:
+            return None
+
+    return probe
 
 
 def probe_status(
@@ -1005,8 +1020,9 @@ def _exited(nodes: Sequence[NodeProcess]) -> NodeProcess | None:
     is_flag=True,
     help="Serve the brokers' Kafka listeners as SASL_SSL (a throwaway CA, SCRAM-SHA-512 "
     "user 'admin' whose password is printed, client settings written in "
-    "<data-dir>/secure) with ACLs enforced ('admin' is the super user); raftka's HTTP "
-    "API stays open, on loopback.",
+    "<data-dir>/secure) with ACLs enforced ('admin' is the super user), and every "
+    "node's HTTP API as HTTPS with client certificates (admin's in "
+    "<data-dir>/secure/raftka-client.properties, for --command-config).",
 )
 def up_command(
     *,
@@ -1105,13 +1121,18 @@ def _run(
     console_port: int | None = None,
     secure: bool = False,
 ) -> int:
-    setup = sasl_ssl_setup(data_dir / SECURE_DIR) if secure else None
+    setup = sasl_ssl_setup(data_dir / SECURE_DIR, https=True) if secure else None
+    tls = None if setup is None else setup.client_tls()
     cluster = LocalCluster(
         data_dir,
         controllers=len(plan.controllers),
         ports=[n.port for n in plan.controllers],
         engine=plan.engine,
-        extra_properties=UP_LOCAL_PROPERTIES,
+        extra_properties={
+            **UP_LOCAL_PROPERTIES,
+            **(setup.https_properties if setup is not None else {}),
+        },
+        https=tls,
     )
     local_brokers = LocalBrokers(
         cluster,
@@ -1123,6 +1144,7 @@ def _run(
             **(setup.broker_properties if setup is not None else {}),
         },
         kafka_security_protocol="PLAINTEXT" if setup is None else "SASL_SSL",
+        https=tls,
     )
     assert sorted(cluster.controllers) == [n.id for n in plan.controllers]
     assert sorted(local_brokers.brokers) == [n.id for n in plan.brokers]
@@ -1152,7 +1174,7 @@ def _run(
                     f"{dead.role} {dead.node_id} exited with {dead.popen.returncode} "  # type: ignore[union-attr]
                     f"(log: {dead.log_path}); its last lines:\n{dead.tail()}"
                 )
-            status = probe_status(plan.nodes)
+            status = probe_status(plan.nodes, prober(tls))
             last[0] = status
             return status if status.ready else None
 
@@ -1174,6 +1196,9 @@ def _run(
                 port=console_port,
                 bootstrap_servers=status.bootstrap_servers,
                 log_path=data_dir / "console.log",
+                command_config=None
+                if setup is None
+                else data_dir / SECURE_DIR / RAFTKA_CLIENT_FILE,
             )
             console.start()
             click.echo(f"web console: {console.url} (log: {console.log_path})")
@@ -1251,13 +1276,16 @@ def _secure_user(setup: SaslSslSetup, bootstrap_servers: str, directory: Path) -
         raise RuntimeError(f"--secure: the user {setup.user!r} was not created: {e}") from e
     # "running" is printed only once a client can authenticate at every broker.
     wait_until_brokers_know(bootstrap_servers.split(","), setup, timeout_s=READY_DEADLINE_S)
-    librdkafka, java = setup.write_client_files(directory)
+    librdkafka, java, raftka = setup.write_client_files(directory)
     click.echo(
         f"kafka listeners: SASL_SSL, {setup.mechanism}; user {setup.user!r}, "
         f"password {setup.password!r}; CA certificate {setup.cafile}"
     )
     click.echo(f"client settings: {librdkafka} (librdkafka, kcat -F), {java} (Kafka's tools)")
-    click.echo("raftka's HTTP API (its own client, the console) is not secured: loopback only")
+    click.echo(
+        f"raftka's HTTP API: HTTPS, client certificates; {setup.user!r}'s is in {raftka} "
+        "(raftka's commands: --command-config)"
+    )
 
 
 def _with_file_pids(
@@ -1317,12 +1345,15 @@ def status_command(
     if sum(x is not None for x in (data_dir, bootstrap, bootstrap_server)) > 1:
         raise click.UsageError("give one of --data-dir, --bootstrap-controller, --bootstrap-server")
     deadline_s = time.monotonic() + wait_s
+    get: Callable[[str, str], Answer] = _probe
+    if bootstrap is None and bootstrap_server is None:
+        get = _data_dir_prober(data_dir)
     while True:
         # While waiting, a cluster still starting may have no cluster.json or no
         # answering controller yet: those count as "not yet" until the deadline.
         try:
             nodes = _status_nodes(data_dir, bootstrap, bootstrap_server)
-            status = probe_status(nodes)
+            status = probe_status(nodes, get)
             if not status.reachable:
                 raise _Problem(
                     "nothing is reachable: no node answers at "
@@ -1342,6 +1373,18 @@ def status_command(
     if not status.healthy:
         waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
         raise _Problem(f"the cluster is not healthy{waited}")
+
+
+def _data_dir_prober(data_dir: Path | None) -> Callable[[str, str], Answer]:
+    """The probes of a cluster raftka up made: with the client certificate it wrote
+    when it was started with --secure, unless --command-config says otherwise."""
+    secured = (data_dir or Path(DEFAULT_DATA_DIR)) / SECURE_DIR / RAFTKA_CLIENT_FILE
+    if command_config() is not None or not secured.exists():
+        return _probe
+    try:
+        return prober(read_command_config(secured).context())
+    except InvalidConfigError as e:
+        raise _Problem(str(e)) from None
 
 
 def _status_nodes(

@@ -3,7 +3,10 @@ with a throwaway CA and a SCRAM-SHA-512 user ``admin``, the authorizer's super u
 client settings it writes work unchanged with confluent-kafka (produce, then consume)
 and with kcat's ``-F``; another user gets TOPIC_AUTHORIZATION_FAILED and sees no topic
 until an ACL grants it; a client that skips TLS, gives a wrong password, or trusts
-another CA gets nothing; a resumed cluster keeps the same CA and password."""
+another CA gets nothing; a resumed cluster keeps the same CA and password. raftka's
+HTTP API is HTTPS with client certificates: plain HTTP gets nothing, raftka's commands
+get in with the ``raftka-client.properties`` it writes, and ``raftka status --data-dir``
+finds that file by itself."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from raftka.local import free_port_run, wait_for
+from raftka.local import free_port_run, http_json, wait_for
 from raftka.local.certs import new_ca
 
 pytestmark = pytest.mark.slow
@@ -97,6 +100,9 @@ def _produce_and_consume(config: dict[str, Any]) -> list[bytes]:
 
 
 def _raftka(*args: str) -> None:
+    """A raftka command; ``--command-config FILE`` first goes after the subcommand(s)."""
+    if args[:1] == ("--command-config",):
+        args = (*args[2:], *args[:2])
     done = subprocess.run(
         [sys.executable, "-m", "raftka", *args],
         check=False,
@@ -105,6 +111,19 @@ def _raftka(*args: str) -> None:
         timeout=60,
     )
     assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+def cluster_status(data: Path) -> int:
+    """``raftka status --data-dir data``'s exit status (0: healthy)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "raftka", "status", "--data-dir", str(data), "--wait", "30"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "nothing is reachable" not in done.stderr, done.stderr
+    return done.returncode
 
 
 def _produce_once(config: dict[str, Any]) -> Any:
@@ -166,10 +185,16 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
             listed = _kcat_list(kcat, secure / "client.properties", kafka)
             assert listed.returncode == 0 and "secure-topic" in listed.stdout, listed.stderr
 
-        # The authorizer is on, admin its super user: another user gets only what ACLs
-        # grant. bob, without an ACL, is refused the topic and does not see it listed.
+        # raftka's HTTP API is HTTPS with client certificates: plain HTTP gets nothing;
+        # raftka's commands get in with admin's certificate (--command-config), and
+        # `raftka status --data-dir` finds it there by itself.
         http = cluster["bootstrap_servers"]
+        with pytest.raises(OSError):
+            http_json(http.split(",")[0], "/health")
+        assert cluster_status(data) == 0
+        command_config = ("--command-config", str(secure / "raftka-client.properties"))
         _raftka(
+            *command_config,
             "users",
             "add",
             "--user",
@@ -186,6 +211,7 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
         assert "secure-topic" not in _topics(bob), "bob saw a topic he may not describe"
         assert refused
         _raftka(
+            *command_config,
             "acls",
             "add",
             "--allow-principal",

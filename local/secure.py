@@ -194,8 +194,11 @@ class SaslSslSetup:
 
 def sasl_ssl_setup(directory: Path, *, user: str = "admin", https: bool = False) -> SaslSslSetup:
     """The setup kept in ``directory``: reused when it is there and its certificates
-    are not about to expire, else made anew (a new CA, certificates and password).
-    ``https``: with the node and client certificates of an HTTPS API."""
+    are not about to expire, else made anew (a new CA and certificates; the password
+    is kept when there is one). ``https``: with the node and client certificates of an
+    HTTPS API."""
+    if user in ("broker", NODE_NAME):
+        raise ValueError(f"user {user!r}: the name of one of the setup's certificates")
     directory.mkdir(parents=True, exist_ok=True)
     cafile = directory / "ca.pem"
     names = ["broker"] + ([NODE_NAME, user] if https else [])

@@ -1345,15 +1345,15 @@ def status_command(
     if sum(x is not None for x in (data_dir, bootstrap, bootstrap_server)) > 1:
         raise click.UsageError("give one of --data-dir, --bootstrap-controller, --bootstrap-server")
     deadline_s = time.monotonic() + wait_s
-    get: Callable[[str, str], Answer] = _probe
-    if bootstrap is None and bootstrap_server is None:
-        get = _data_dir_prober(data_dir)
+    from_file = bootstrap is None and bootstrap_server is None
     while True:
         # While waiting, a cluster still starting may have no cluster.json or no
         # answering controller yet: those count as "not yet" until the deadline.
         try:
             nodes = _status_nodes(data_dir, bootstrap, bootstrap_server)
-            status = probe_status(nodes, get)
+            # Asked on every round: raftka up --secure writes its client file once the
+            # cluster is ready.
+            status = probe_status(nodes, _data_dir_prober(data_dir) if from_file else _probe)
             if not status.reachable:
                 raise _Problem(
                     "nothing is reachable: no node answers at "

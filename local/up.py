@@ -1283,8 +1283,8 @@ def _secure_user(setup: SaslSslSetup, bootstrap_servers: str, directory: Path) -
     )
     click.echo(f"client settings: {librdkafka} (librdkafka, kcat -F), {java} (Kafka's tools)")
     click.echo(
-        f"raftka's HTTP API: HTTPS, client certificates; {setup.user!r}'s is in {raftka} "
-        "(raftka's commands: --command-config)"
+        f"raftka's HTTP API: HTTPS with client certificates; user {setup.user!r}'s "
+        f"settings: {raftka} (--command-config of raftka's commands)"
     )
 
 

@@ -242,7 +242,14 @@ class Transport:
                 f"{method} {address}{path}: no answer within {total_ms} ms"
             ) from None
         except aiohttp.ClientError as e:
-            raise NetworkError(f"{method} {address}{path}: {type(e).__name__}: {e}") from None
+            hint = ""
+            if self._scheme == "http" and isinstance(e, aiohttp.ServerDisconnectedError):
+                # What an HTTPS API does to a plain request: its TLS handshake fails.
+                hint = (
+                    " (asked in plain HTTP: if the node's API is HTTPS, give "
+                    "security_protocol='SSL' and a certificate, or --command-config)"
+                )
+            raise NetworkError(f"{method} {address}{path}: {type(e).__name__}: {e}{hint}") from None
 
     async def request_json(
         self,

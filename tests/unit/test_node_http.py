@@ -20,8 +20,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from raftka.client._transport import Transport
 from raftka.client.config import ClientConfigError, ProducerConfig
-from raftka.common.errors import KafkaError
+from raftka.common.errors import KafkaError, NetworkError
 from raftka.local.certs import CertificateAuthority, IssuedCertificate, new_ca
 from raftka.server_cli import combined_configs
 from raftka.server_common.http_errors import Handler
@@ -310,8 +311,8 @@ def test_refused_tls_handshakes_count_as_failed_authentications(
     tmp_path: Path,
 ) -> None:
     """No client certificate, one from another CA, and plain HTTP on the TLS port each
-    fail the handshake and count once; a bare TCP connect (a port probe) and a trusted
-    client do not."""
+    fail the handshake and count once (raftka's client in plain HTTP hears how to ask
+    over HTTPS); a bare TCP connect (a port probe) and a trusted client do not."""
     http = node_http(_https(ca, node_cert))
     stranger = new_ca(tmp_path / "other").issue(tmp_path / "other", "node-1")
     no_cert = ssl.create_default_context(cafile=str(ca.cafile))
@@ -325,12 +326,14 @@ def test_refused_tls_handshakes_count_as_failed_authentications(
         except (OSError, ssl.SSLError):
             pass  # refused, as it should be; the count below is what the test checks
 
-    async def counted(expected: int) -> None:
+    async def counted(expected: int, *, exactly: bool = True) -> int:
         for _ in range(1000):
             if http.refusals.failed_authentication >= expected:
                 break
             await asyncio.sleep(0.01)  # the server notes the failure on its own turn
-        assert http.refusals.failed_authentication == expected, "refused handshakes"
+        found = http.refusals.failed_authentication
+        assert found == expected if exactly else found >= expected, "refused handshakes"
+        return found
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({})
@@ -350,6 +353,15 @@ def test_refused_tls_handshakes_count_as_failed_authentications(
             await counted(2)
             await attempt(port, None)  # plain HTTP
             await counted(3)
+            # raftka's client asking in plain HTTP is told what to change.
+            plain = Transport(client_id="t", request_timeout_ms=5_000, idle_ms=1_000)
+            try:
+                with pytest.raises(NetworkError, match=r"security_protocol='SSL'"):
+                    await plain.request(f"127.0.0.1:{port}", "GET", "/health")
+            finally:
+                await plain.close()
+            # aiohttp tries a disconnected GET twice: each try is a refused handshake.
+            refused = await counted(4, exactly=False)
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
             async with (
@@ -359,7 +371,7 @@ def test_refused_tls_handshakes_count_as_failed_authentications(
                 s.get(f"https://127.0.0.1:{port}/health") as r,
             ):
                 assert r.status == 200
-            await counted(3)
+            await counted(refused)
         finally:
             await runner.cleanup()
 

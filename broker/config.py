@@ -25,11 +25,11 @@ message.max.bytes                          1048588     largest batch (topic: max
 controlled.shutdown.enable                 true        move leaderships away on SIGTERM
 controlled.shutdown.timeout.ms             30000       raftka's bound on that wait
 offsets.topic.num.partitions               50          __consumer_offsets partitions
-offsets.topic.replication.factor           3           its replication (not created below)
+offsets.topic.replication.factor           3           its replication (needs as many brokers)
 offsets.commit.timeout.ms                  5000        acks=all wait of a commit append
 offsets.retention.minutes                  10080       committed offsets of empty groups
 transaction.state.log.num.partitions       50          __transaction_state partitions
-transaction.state.log.replication.factor   3           its replication (not created below)
+transaction.state.log.replication.factor   3           its replication (needs as many brokers)
 transaction.state.log.min.isr              2           its min.insync.replicas (<= RF)
 transaction.state.log.segment.bytes        104857600   its segment.bytes
 transaction.max.timeout.ms                 900000      largest transaction.timeout.ms

@@ -1345,15 +1345,20 @@ def status_command(
     if sum(x is not None for x in (data_dir, bootstrap, bootstrap_server)) > 1:
         raise click.UsageError("give one of --data-dir, --bootstrap-controller, --bootstrap-server")
     deadline_s = time.monotonic() + wait_s
-    from_file = bootstrap is None and bootstrap_server is None
+    # A cluster raftka up --secure made, probed from its cluster.json: with the client
+    # certificate it wrote, unless --command-config says otherwise.
+    look_for_secured = bootstrap is None and bootstrap_server is None and not command_config()
+    secured: Callable[[str, str], Answer] | None = None
     while True:
         # While waiting, a cluster still starting may have no cluster.json or no
         # answering controller yet: those count as "not yet" until the deadline.
         try:
             nodes = _status_nodes(data_dir, bootstrap, bootstrap_server)
-            # Asked on every round: raftka up --secure writes its client file once the
-            # cluster is ready.
-            status = probe_status(nodes, _data_dir_prober(data_dir) if from_file else _probe)
+            if look_for_secured and secured is None:
+                # raftka up writes the file once the cluster is ready: until it is
+                # there, look again on every round.
+                secured = _secured_prober(data_dir)
+            status = probe_status(nodes, secured or _probe)
             if not status.reachable:
                 raise _Problem(
                     "nothing is reachable: no node answers at "
@@ -1375,12 +1380,12 @@ def status_command(
         raise _Problem(f"the cluster is not healthy{waited}")
 
 
-def _data_dir_prober(data_dir: Path | None) -> Callable[[str, str], Answer]:
-    """The probes of a cluster raftka up made: with the client certificate it wrote
-    when it was started with --secure, unless --command-config says otherwise."""
+def _secured_prober(data_dir: Path | None) -> Callable[[str, str], Answer] | None:
+    """Probes with the client certificate raftka up --secure wrote in ``data_dir``
+    (None: no such file)."""
     secured = (data_dir or Path(DEFAULT_DATA_DIR)) / SECURE_DIR / RAFTKA_CLIENT_FILE
-    if command_config() is not None or not secured.exists():
-        return _probe
+    if not secured.exists():
+        return None
     try:
         return prober(read_command_config(secured).context())
     except InvalidConfigError as e:

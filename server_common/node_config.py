@@ -190,12 +190,17 @@ def node_config_from_properties(
     return dataclasses.replace(node, renamed_listeners=renamed.names)
 
 
+def _roles(props: Mapping[str, str]) -> tuple[str, ...]:
+    """``process.roles`` as written (checked by _node_config)."""
+    return tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
+
+
 def _check_controller_listener_names(props: Mapping[str, str], source: str) -> None:
     """Kafka's rules for ``controller.listener.names`` on a one-role process (combined
     mode reads it to split its listeners, in server_cli): a controller's listener must
     be one it names, and a broker's listeners none of them."""
     given = props.get("controller.listener.names")
-    roles = tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
+    roles = _roles(props)
     if given is None or len(roles) != 1:
         return
     names = {n.strip().upper() for n in given.split(",") if n.strip()}
@@ -223,7 +228,7 @@ def _node_config(props: Mapping[str, str], source: str, extra_keys: Collection[s
     if "node.id" not in props:
         raise ConfigError(f"{source}: node.id is required")
     node_id = int_property(props, "node.id", 0, 0)
-    roles = tuple(r.strip() for r in props.get("process.roles", "controller").split(",") if r)
+    roles = _roles(props)
     if not roles or any(r not in _ROLES for r in roles) or len(set(roles)) != len(roles):
         raise ConfigError(
             f"{source}: process.roles must list controller and/or broker, "

@@ -70,11 +70,12 @@ def test_checker_bites_read_uncommitted_readers(cluster: ChaosCluster, tmp_path:
     read) must be reported as aborted reads, or the zero above would prove nothing."""
     # CI once failed here (2026-11-29) with no transaction at all in the 8 s run, right
     # after the test before had killed and restarted a broker. One possible cause: an
-    # internal topic made while a broker is down has only two replicas (the coordinator
-    # topics' replication is capped at the live brokers), and with min.insync.replicas=2
-    # it takes no write until the restarted one is back in its ISR. So: wait for every
-    # internal partition to have all its replicas in sync, and give the transactions
-    # longer around the pipeline's kill.
+    # internal topic then had only two replicas (the coordinator topics' replication was
+    # capped at the live brokers; since 2026-11-29 it is not created until enough are
+    # up), and an internal partition whose restarted replica is not yet back in its ISR
+    # takes no write with min.insync.replicas=2. So: wait for every internal partition
+    # to have all its replicas in sync, and give the transactions longer around the
+    # pipeline's kill.
     internal = ("__transaction_state", "__consumer_offsets")
     wait_for(
         lambda: all(cluster.replicas_in_sync(t) for t in internal),

@@ -229,6 +229,7 @@ class ControllerEventLoop:
             if self._started:
                 await self.engine.stop()
         finally:
+            self.loader.signal.close()
             await self._close_listener()
         log.info("controller stopped", extra={"fields": {"node_id": self.config.node_id}})
 

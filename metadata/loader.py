@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from raftka.common.errors import KafkaError, RequestTimedOutError
+from raftka.common.errors import KafkaError, NotControllerError, RequestTimedOutError
 from raftka.metadata.delta import MetadataDelta, image_from_records
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.metadata_fetch import CommitSignal
@@ -232,6 +232,8 @@ class MetadataLoader:
             waiter = self.signal.waiter()
             if self._image.offset >= offset:
                 return
+            if self.signal.closed:
+                raise NotControllerError("the controller is shutting down")
             remaining = deadline_ms - clock_ms()
             if remaining <= 0 or not await CommitSignal.wait(waiter, remaining):
                 if self._image.offset >= offset:

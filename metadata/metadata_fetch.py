@@ -56,6 +56,20 @@ class CommitSignal:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread_id: int | None = None
         self._event = asyncio.Event()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: parked fetches answer at once from then on."""
+        return self._closed
+
+    def close(self) -> None:
+        """Wake every parked fetch for good (the controller is stopping). Until it is
+        woken, a fetch whose observer went away keeps its connection busy, and aiohttp's
+        shutdown waits for it: up to the observer's whole max_wait_ms (5 s for a
+        broker)."""
+        self._closed = True
+        self.notify()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the waiters run on; notify from other threads goes through it."""
@@ -135,6 +149,9 @@ async def fetch_metadata(
     while True:
         waiter = signal.waiter()
         high_watermark = engine.high_watermark
+        if signal.closed:
+            # Stopping: the engine's log may be closed already; nothing new is coming.
+            return MetadataFetchResult((), offset, high_watermark)
         try:
             batches = tuple(engine.read_committed(offset, records_max))
         except OffsetOutOfRangeError:

@@ -239,7 +239,9 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
             {**config, "ssl.ca.location": str(other_ca.cafile)},
         ):
             errors: list[Any] = []
-            producer = Producer({**wrong, "message.timeout.ms": 3000, "error_cb": errors.append})
+            # A refusal comes within milliseconds (auth or handshake); the delivery
+            # report, at the message timeout: keep that short.
+            producer = Producer({**wrong, "message.timeout.ms": 1000, "error_cb": errors.append})
             outcome: list[Any] = []
             producer.produce("secure-topic", b"x", on_delivery=lambda e, m, o=outcome: o.append(e))
             producer.flush(15)

@@ -32,12 +32,18 @@ from typing import Final, Literal, TypeVar
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from raftka.client.admin import Admin
 from raftka.client.config import ClientConfigError, SecurityOptions
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.structs import TopicDescription
-from raftka.common.client_tls import command_config, command_config_option
+from raftka.common.client_tls import (
+    ClientTls,
+    command_config,
+    command_config_option,
+    read_command_config,
+)
 from raftka.common.errors import InvalidGroupIdError, InvalidTopicError, KafkaError
 from raftka.common.structs import TopicPartition
 
@@ -47,6 +53,7 @@ __all__ = [
     "CLUSTER_FILE",
     "CLUSTER_FILE_BYTES_MAX",
     "DEFAULT_BOOTSTRAP_SERVERS",
+    "LOCAL_CLIENT_CONFIG",
     "api_timeout_option",
     "bootstrap_option",
     "check_name",
@@ -55,6 +62,7 @@ __all__ = [
     "default_bootstrap_servers",
     "describe_topic",
     "error_line",
+    "local_cluster_tls",
     "many_names",
     "name_options",
     "one_line_errors",
@@ -71,6 +79,10 @@ BOOTSTRAP_ENV: Final = "RAFTKA_BOOTSTRAP_SERVERS"
 #: What ``raftka up`` writes (its default data directory).
 CLUSTER_FILE: Final = "raftka-data/cluster.json"
 CLUSTER_FILE_BYTES_MAX: Final = 1 << 20
+#: The client settings ``raftka up --secure`` writes beside that file (its admin's
+#: certificate, for --command-config; raftka.local.up's SECURE_DIR/RAFTKA_CLIENT_FILE,
+#: which a unit test keeps equal: the client may not import raftka.local).
+LOCAL_CLIENT_CONFIG: Final = "raftka-data/secure/raftka-client.properties"
 #: How long a command waits for the cluster (metadata, a controller) before it gives
 #: up with one line: shorter than the client's 60 s default, since a person waits.
 API_TIMEOUT_MS_DEFAULT: Final = 15_000
@@ -105,7 +117,9 @@ _F = TypeVar("_F", bound=Callable[..., object])
 _command_config_option = command_config_option(
     "Client settings for an HTTPS cluster, as Kafka's tools take them: a properties "
     "file of security.protocol=SSL, ssl.cafile, ssl.certfile, ssl.keyfile, "
-    "ssl.key.password, ssl.endpoint.identification.algorithm."
+    "ssl.key.password, ssl.endpoint.identification.algorithm. Default: none, except "
+    f"for ./{CLUSTER_FILE}'s cluster (no --bootstrap-server, no ${BOOTSTRAP_ENV}) "
+    f"when raftka up --secure made it: then ./{LOCAL_CLIENT_CONFIG}."
 )
 
 
@@ -115,9 +129,10 @@ def bootstrap_option(f: _F) -> _F:
 
 
 def security_options() -> SecurityOptions:
-    """The clients' security settings of this command's ``--command-config`` (none
-    given: PLAINTEXT, the clients' default)."""
-    tls = command_config()
+    """The clients' security settings of this command's ``--command-config``; none
+    given: ``raftka up --secure``'s for its local cluster (:func:`local_cluster_tls`),
+    else PLAINTEXT, the clients' default."""
+    tls = command_config() or local_cluster_tls(env=os.environ, cwd=Path.cwd())
     if tls is None:
         return {}
     if tls.protocol != "SSL":
@@ -130,6 +145,23 @@ def security_options() -> SecurityOptions:
         "ssl_password": tls.password,
         "ssl_check_hostname": tls.check_hostname,
     }
+
+
+def local_cluster_tls(*, env: Mapping[str, str], cwd: Path) -> ClientTls | None:
+    """``raftka up --secure``'s client settings when this command talks to the cluster
+    of ``./raftka-data/cluster.json`` by default (neither ``--bootstrap-server`` nor
+    ``$RAFTKA_BOOTSTRAP_SERVERS``) and that cluster is a secure one (a data directory
+    with the file is never resumed without --secure); None otherwise. As the bootstrap
+    default comes from that directory, so do the credentials to reach it."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or env.get(BOOTSTRAP_ENV):
+        return None
+    if ctx.get_parameter_source("bootstrap_server") is not ParameterSource.DEFAULT:
+        return None  # given on the command line (or the command has no such option)
+    path = cwd / LOCAL_CLIENT_CONFIG
+    if not (cwd / CLUSTER_FILE).is_file() or not path.is_file():
+        return None
+    return read_command_config(path)
 
 
 api_timeout_option = click.option(

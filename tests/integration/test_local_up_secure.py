@@ -6,10 +6,11 @@ until an ACL grants it; a client that skips TLS, gives a wrong password, or trus
 another CA gets nothing; a resumed cluster keeps the same CA and password. raftka's
 HTTP API is HTTPS with client certificates: plain HTTP gets nothing, raftka's commands
 get in with the ``raftka-client.properties`` it writes, and ``raftka status --data-dir``
-finds that file by itself."""
+finds that file by itself, as does a command run where ``./raftka-data`` is."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -99,8 +100,9 @@ def _produce_and_consume(config: dict[str, Any]) -> list[bytes]:
     return got
 
 
-def _raftka(*args: str) -> None:
-    """A raftka command; ``--command-config FILE`` first goes after the subcommand(s)."""
+def _raftka(*args: str, cwd: Path | None = None) -> str:
+    """A raftka command's stdout; ``--command-config FILE`` first goes after the
+    subcommand(s)."""
     if args[:1] == ("--command-config",):
         args = (*args[2:], *args[:2])
     done = subprocess.run(
@@ -109,8 +111,11 @@ def _raftka(*args: str) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=cwd,
+        env={k: v for k, v in os.environ.items() if k != "RAFTKA_BOOTSTRAP_SERVERS"},
     )
     assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
 
 
 def cluster_status(data: Path) -> int:
@@ -160,7 +165,8 @@ def _topics(config: dict[str, Any]) -> set[str]:
 def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -> None:
     from confluent_kafka import KafkaError, Producer
 
-    data, log = tmp_path / "data", tmp_path / "up.log"
+    # The default data directory's name: commands run in tmp_path find it by themselves.
+    data, log = tmp_path / "raftka-data", tmp_path / "up.log"
     up = _up(data, log, "--base-port", str(free_port_run(9)))
     try:
         _wait_running(up, log, 1)
@@ -192,6 +198,9 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
         with pytest.raises(OSError):
             http_json(http.split(",")[0], "/health")
         assert cluster_status(data) == 0
+        # Run where ./raftka-data is, without --bootstrap-server or --command-config, a
+        # command reaches that cluster with its client certificate by itself.
+        assert "secure-topic" in _raftka("topics", "list", cwd=tmp_path).split()
         command_config = ("--command-config", str(secure / "raftka-client.properties"))
         _raftka(
             *command_config,

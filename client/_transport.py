@@ -507,6 +507,11 @@ class MetadataCache:
         self._next_address = 0
         #: Brokers that failed to answer, asked last until one answers a refresh.
         self._suspects: set[str] = set()
+        #: The broker that answered the last refresh, asked first while it answers:
+        #: Kafka's clients prefer a node they are connected to (leastLoadedNode). With
+        #: a plain rotation, a broker that hangs without refusing (paused, cut off)
+        #: cost a whole request timeout every few calls, not only once.
+        self._answering: str | None = None
 
     @property
     def topics(self) -> frozenset[str]:
@@ -545,13 +550,19 @@ class MetadataCache:
     def _addresses(self) -> list[str]:
         known = [f"{n.host}:{n.port}" for n in self.view.brokers.values()]
         ordered = list(dict.fromkeys([*known, *self._bootstrap]))
-        # Rotate so that a dead broker is not always asked first; suspects go last.
+        # Rotate so that a dead broker is not always asked first; suspects go last; the
+        # broker that answered the last refresh goes first while it is no suspect.
         start = self._next_address % len(ordered)
         self._next_address += 1
         rotated = ordered[start:] + ordered[:start]
-        return [a for a in rotated if a not in self._suspects] + [
-            a for a in rotated if a in self._suspects
-        ]
+        first = self._answering
+        if first in self._suspects or first not in rotated:
+            first = None
+        return (
+            ([first] if first is not None else [])
+            + [a for a in rotated if a not in self._suspects and a != first]
+            + [a for a in rotated if a in self._suspects]
+        )
 
     async def refresh(self, *, all_topics: bool = False) -> ClusterView:
         """Fetch metadata (sharing an in-flight refresh). Tries every known broker once
@@ -597,8 +608,11 @@ class MetadataCache:
                 last = e
                 if isinstance(e, NetworkError | RequestTimedOutError):
                     self._suspects.add(address)
+                if address == self._answering:
+                    self._answering = None
                 continue
             self._suspects.discard(address)
+            self._answering = address
             view = keep_newer_leaders(self.view, parse_cluster_view(answer, monotonic_ms()))
             if not all_topics:
                 self.view = view

@@ -383,6 +383,12 @@ class ControllerEventLoop:
             return  # the caller gave up (its connection closed)
         try:
             response = await self._execute(command.run)
+        except asyncio.CancelledError:
+            # The queue stops with the controller. The caller would otherwise wait for
+            # good (and aiohttp's shutdown with it) on an answer that never comes.
+            if future is not None and not future.done():
+                future.set_exception(NotControllerError("the controller is shutting down"))
+            raise
         except KafkaError as e:
             if future is not None and not future.done():
                 future.set_exception(e)

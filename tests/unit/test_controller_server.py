@@ -663,3 +663,47 @@ def test_the_brokers_senders_speak_the_routes_messages(tmp_path: Path) -> None:
             assert follower.image == server.loader.image and applied
 
     run(tmp_path, scenario)
+
+
+class _HangingEngine(MemoryEngine):
+    """Appends that never commit once ``hang`` is set, as when the quorum is gone."""
+
+    hang = False
+
+    async def append(self, payloads: Sequence[bytes], *, timeout_ms: int) -> int:
+        if self.hang:
+            self.appends += 1
+            await asyncio.Event().wait()
+        return await super().append(payloads, timeout_ms=timeout_ms)
+
+
+def test_a_command_in_progress_when_the_controller_stops_is_answered(tmp_path: Path) -> None:
+    """The queue's task is cancelled on stop; a command it was running (its records
+    appended, the commit never coming) answers NOT_CONTROLLER instead of leaving its
+    caller, and aiohttp's shutdown, waiting: three combined-mode nodes stopped together
+    hung one of them for over a minute."""
+    engine = _HangingEngine()
+
+    async def scenario(client: Any, server: ControllerServer) -> None:
+        engine.hang = True
+        pending = asyncio.ensure_future(
+            call(
+                client,
+                "POST",
+                "/v1/brokers/register",
+                {
+                    "broker_id": 7,
+                    "incarnation_id": str(uuid.UUID(int=7)),
+                    "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9107}],
+                },
+            )
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        while engine.appends == 0:
+            assert asyncio.get_running_loop().time() < deadline, "the register never appended"
+            await asyncio.sleep(0.01)
+        await server.stop()
+        status, body = await asyncio.wait_for(pending, 10)
+        assert status != 200 and "NOT_CONTROLLER" in str(body), (status, body)
+
+    run(tmp_path, scenario, engine=engine)

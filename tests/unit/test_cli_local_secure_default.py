@@ -30,7 +30,6 @@ def _show(bootstrap_server: str) -> None:
 
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    _layout(cwd)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(cwd)
         result = CliRunner().invoke(_show, list(args), env={BOOTSTRAP_ENV: "", **(env or {})})
@@ -39,48 +38,41 @@ def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, 
     return loaded
 
 
-_LAYOUT: dict[str, str] = {}
-
-
-def _layout(here: Path) -> None:
-    for name, text in _LAYOUT.items():
-        (here / name).parent.mkdir(parents=True, exist_ok=True)
-        (here / name).write_text(text)
-
-
-@pytest.fixture(autouse=True)
-def _secure_local_cluster() -> None:
-    _LAYOUT.clear()
-    _LAYOUT[CLUSTER_FILE] = orjson.dumps({"bootstrap_servers": "127.0.0.1:9096"}).decode()
-    _LAYOUT[LOCAL_CLIENT_CONFIG] = (
+@pytest.fixture
+def here(tmp_path: Path) -> Path:
+    """A directory where raftka up --secure ran with its default data directory."""
+    (tmp_path / LOCAL_CLIENT_CONFIG).parent.mkdir(parents=True)
+    (tmp_path / CLUSTER_FILE).write_bytes(orjson.dumps({"bootstrap_servers": "127.0.0.1:9096"}))
+    (tmp_path / LOCAL_CLIENT_CONFIG).write_text(
         "security.protocol=SSL\nssl.cafile=ca.pem\nssl.certfile=admin.pem\nssl.keyfile=admin.key\n"
     )
+    return tmp_path
 
 
-def test_the_local_secure_cluster_is_reached_with_its_client_file(tmp_path: Path) -> None:
-    shown = _run(tmp_path)
+def test_the_local_secure_cluster_is_reached_with_its_client_file(here: Path) -> None:
+    shown = _run(here)
     assert shown["bootstrap"] == "127.0.0.1:9096"
     assert shown["security_protocol"] == "SSL"
     assert (shown["ssl_cafile"], shown["ssl_certfile"]) == ("ca.pem", "admin.pem")
 
 
-def test_another_cluster_named_on_the_command_line_gets_no_credentials(tmp_path: Path) -> None:
-    assert _run(tmp_path, "--bootstrap-server", "10.0.0.1:9096") == {"bootstrap": "10.0.0.1:9096"}
+def test_another_cluster_named_on_the_command_line_gets_no_credentials(here: Path) -> None:
+    assert _run(here, "--bootstrap-server", "10.0.0.1:9096") == {"bootstrap": "10.0.0.1:9096"}
 
 
-def test_another_cluster_named_in_the_environment_gets_no_credentials(tmp_path: Path) -> None:
-    shown = _run(tmp_path, env={BOOTSTRAP_ENV: "10.0.0.1:9096"})
+def test_another_cluster_named_in_the_environment_gets_no_credentials(here: Path) -> None:
+    shown = _run(here, env={BOOTSTRAP_ENV: "10.0.0.1:9096"})
     assert shown == {"bootstrap": "10.0.0.1:9096"}
 
 
-def test_a_plain_local_cluster_stays_plain(tmp_path: Path) -> None:
-    del _LAYOUT[LOCAL_CLIENT_CONFIG]
-    assert _run(tmp_path) == {"bootstrap": "127.0.0.1:9096"}
+def test_a_plain_local_cluster_stays_plain(here: Path) -> None:
+    (here / LOCAL_CLIENT_CONFIG).unlink()
+    assert _run(here) == {"bootstrap": "127.0.0.1:9096"}
 
 
-def test_command_config_wins(tmp_path: Path) -> None:
-    _LAYOUT["plain.properties"] = "security.protocol=PLAINTEXT\n"
-    shown = _run(tmp_path, "--command-config", "plain.properties")
+def test_command_config_wins(here: Path) -> None:
+    (here / "plain.properties").write_text("security.protocol=PLAINTEXT\n")
+    shown = _run(here, "--command-config", "plain.properties")
     assert shown == {"bootstrap": "127.0.0.1:9096", "security_protocol": "PLAINTEXT"}
 
 

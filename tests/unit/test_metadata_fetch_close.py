@@ -14,7 +14,7 @@ import pytest
 
 from raftka.common.errors import NotControllerError
 from raftka.metadata.loader import MetadataLoader
-from raftka.metadata.metadata_fetch import CommitSignal, fetch_metadata
+from raftka.metadata.metadata_fetch import CommitSignal, MetadataFetchResult, fetch_metadata
 from raftka.raft.quorum.engine import CommittedRecord
 
 # Far longer than the test waits for the answer: an answer in time is the wake-up's.
@@ -38,30 +38,9 @@ def _clock_ms() -> int:
     return int(asyncio.get_running_loop().time() * 1000)
 
 
-def test_close_answers_a_parked_fetch_at_once() -> None:
-    asyncio.run(_close_answers_a_parked_fetch())
-
-
-async def _close_answers_a_parked_fetch() -> None:
-    signal = CommitSignal()
-    signal.bind(asyncio.get_running_loop())
-    fetch = asyncio.ensure_future(
-        fetch_metadata(
-            _EmptyEngine(),  # type: ignore[arg-type]
-            signal,
-            offset=7,
-            records_max=10,
-            max_wait_ms=PARKED_MS,
-            clock_ms=_clock_ms,
-        )
-    )
-    await asyncio.sleep(0)  # the fetch parks
-    assert not fetch.done(), "the fetch did not park"
-    signal.close()
-    result = await asyncio.wait_for(fetch, ANSWER_S)
-    assert result.batches == () and result.next_offset == 7 and result.high_watermark == 7
-    # And a fetch that comes after the close does not park at all.
-    later = fetch_metadata(
+async def _fetch_at_the_end(signal: CommitSignal) -> MetadataFetchResult:
+    """An observer's fetch at the engine's end: it parks for up to PARKED_MS."""
+    return await fetch_metadata(
         _EmptyEngine(),  # type: ignore[arg-type]
         signal,
         offset=7,
@@ -69,7 +48,23 @@ async def _close_answers_a_parked_fetch() -> None:
         max_wait_ms=PARKED_MS,
         clock_ms=_clock_ms,
     )
-    assert (await asyncio.wait_for(later, ANSWER_S)).batches == ()
+
+
+def test_close_answers_a_parked_fetch_at_once() -> None:
+    asyncio.run(_close_answers_a_parked_fetch())
+
+
+async def _close_answers_a_parked_fetch() -> None:
+    signal = CommitSignal()
+    signal.bind(asyncio.get_running_loop())
+    fetch = asyncio.ensure_future(_fetch_at_the_end(signal))
+    await asyncio.sleep(0)  # the fetch parks
+    assert not fetch.done(), "the fetch did not park"
+    signal.close()
+    result = await asyncio.wait_for(fetch, ANSWER_S)
+    assert result.batches == () and result.next_offset == 7 and result.high_watermark == 7
+    # And a fetch that comes after the close does not park at all.
+    assert (await asyncio.wait_for(_fetch_at_the_end(signal), ANSWER_S)).batches == ()
 
 
 def test_close_fails_a_wait_for_an_apply_with_not_controller() -> None:

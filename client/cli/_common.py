@@ -158,10 +158,18 @@ def local_cluster_tls(*, env: Mapping[str, str], cwd: Path) -> ClientTls | None:
         return None
     if ctx.get_parameter_source("bootstrap_server") is not ParameterSource.DEFAULT:
         return None  # given on the command line (or the command has no such option)
+    if _LOCAL_TLS_META_KEY in ctx.meta:  # a command may build several clients: read once
+        found: ClientTls | None = ctx.meta[_LOCAL_TLS_META_KEY]
+        return found
     path = cwd / LOCAL_CLIENT_CONFIG
-    if not (cwd / CLUSTER_FILE).is_file() or not path.is_file():
-        return None
-    return read_command_config(path)
+    found = None
+    if (cwd / CLUSTER_FILE).is_file() and path.is_file():
+        found = read_command_config(path)
+    ctx.meta[_LOCAL_TLS_META_KEY] = found
+    return found
+
+
+_LOCAL_TLS_META_KEY: Final = "raftka.local_cluster_tls"
 
 
 api_timeout_option = click.option(

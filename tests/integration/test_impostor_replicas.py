@@ -148,6 +148,15 @@ def _place_topic(
     p = _create_topic(controllers, brokers)
     leader_id: int = p["leader"]
     follower_id: int = next(b for b in p["replicas"] if b != leader_id)
+    # The first broker's metadata named the leader; the leader's own may lag it (a
+    # produce there was once refused with UNKNOWN_TOPIC_OR_PARTITION).
+    wait_for(
+        lambda: (q := _partition(brokers, only=leader_id)) is not None and q["leader"] == leader_id,
+        timeout_s=DEADLINE_S,
+        message=lambda: (
+            f"broker {leader_id} does not see itself lead: {_partition(brokers, only=leader_id)}"
+        ),
+    )
     return p, leader_id, follower_id, brokers[leader_id].address
 
 

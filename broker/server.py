@@ -78,6 +78,7 @@ from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.logging_setup import configure_logging
 from raftka.server_common.metrics import metrics_route, new_registry
 from raftka.server_common.node_http import require_node
+from raftka.server_common.sasl import ScramCredential
 from raftka.server_common.supervision import (
     Supervisor,
     install_process_fatal,
@@ -420,7 +421,11 @@ class BrokerServer:
         middlewares = [self.metrics.requests.middleware(), error_middleware(_error_response, log)]
         if self.config.http.secure:
             # Innermost: handlers see only authenticated requests (node_http.py).
-            middlewares.append(self.config.http.middleware())
+            def credential(user: str, mechanism: str) -> ScramCredential | None:
+                # The image of the moment: a user added or removed counts at once.
+                return self.manager.image.scram_credential(user, mechanism)
+
+            middlewares.append(self.config.http.middleware(credential))
         app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
         app[_SERVER_KEY] = self
         app.add_routes(

@@ -37,6 +37,7 @@ import aiohttp
 import orjson
 from aiohappyeyeballs import AddrInfoType
 
+from raftka.client._http_sasl import SASL_PATH, SaslLogin, SessionTokens
 from raftka.client.structs import Node, PartitionInfo, TopicPartition
 from raftka.common.client_tls import connector_tls
 from raftka.common.errors import (
@@ -135,8 +136,11 @@ class Transport:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         tls: ssl.SSLContext | None = None,
+        sasl: SaslLogin | None = None,
     ) -> None:
         self._client_id = client_id
+        #: security_protocol=SASL_SSL: each node's session token (client/_http_sasl.py).
+        self._tokens = None if sasl is None else SessionTokens(sasl, self._post_exchange)
         #: security_protocol=SSL: https with this context (its client certificate).
         self._tls = tls
         self._scheme = "http" if tls is None else "https"
@@ -226,6 +230,52 @@ class Transport:
         query: list[tuple[str, str]] = []
         for k, v in (params or {}).items():
             query.extend((k, x) for x in ([v] if isinstance(v, str) else v))
+        if self._tokens is None or path == SASL_PATH:
+            return await self._send(
+                session,
+                address,
+                method,
+                path,
+                data=data,
+                headers=headers,
+                query=query,
+                total_ms=total_ms,
+            )
+        for attempt in (1, 2):
+            token = await self._tokens.token(address)
+            headers["Authorization"] = f"Bearer {token}"
+            answer = await self._send(
+                session,
+                address,
+                method,
+                path,
+                data=data,
+                headers=headers,
+                query=query,
+                total_ms=total_ms,
+            )
+            if answer[0] != 401 or attempt == 2:
+                return answer
+            # The node forgot the session (restart, connections.max.reauth.ms or .idle.ms)
+            # and refused the request before running it: authenticate again, send again.
+            self._tokens.forget(address, token)
+        raise AssertionError("unreachable")
+
+    async def _post_exchange(self, address: str, body: dict[str, Any]) -> Any:
+        return await self.request_json(address, "POST", SASL_PATH, json_body=body)
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        data: bytes | None,
+        headers: dict[str, str],
+        query: list[tuple[str, str]],
+        total_ms: int,
+    ) -> tuple[int, bytes, str]:
         try:
             async with session.request(
                 method,
@@ -395,6 +445,7 @@ class ConnectionConfig(Protocol):
     @property
     def receive_buffer_bytes(self) -> int: ...
     def tls_context(self) -> ssl.SSLContext | None: ...
+    def sasl_login(self) -> SaslLogin | None: ...
 
 
 def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]:
@@ -406,6 +457,7 @@ def open_connection(config: ConnectionConfig) -> tuple[Transport, MetadataCache]
         send_buffer_bytes=config.send_buffer_bytes,
         receive_buffer_bytes=config.receive_buffer_bytes,
         tls=config.tls_context(),
+        sasl=config.sasl_login(),
     )
     metadata = MetadataCache(
         transport,

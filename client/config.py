@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypedDict
 
+from raftka.client._http_sasl import MECHANISMS as SASL_MECHANISMS
+from raftka.client._http_sasl import SaslLogin
 from raftka.common.client_tls import ClientTls
 from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import Compression
@@ -79,7 +81,10 @@ def _check_callable(option: str, value: object) -> None:
 class SecurityOptions(TypedDict, total=False):
     """Kafka's client security settings every client takes (see _CommonConfig)."""
 
-    security_protocol: Literal["PLAINTEXT", "SSL"]
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"]
+    sasl_mechanism: str | None
+    sasl_plain_username: str | None
+    sasl_plain_password: str | None
     ssl_cafile: str | None
     ssl_certfile: str | None
     ssl_keyfile: str | None
@@ -106,13 +111,20 @@ class _CommonConfig:
     #: Kafka's security.protocol: PLAINTEXT, or SSL for nodes whose HTTP API is HTTPS
     #: (server_common/node_http.py), where the client presents ``ssl_certfile`` (its
     #: principal) and checks the node against ``ssl_cafile`` (the system's CAs when
-    #: None) and, unless ``ssl_check_hostname`` is False, its host name. The HTTP API
-    #: has no SASL: SASL_PLAINTEXT and SASL_SSL are refused by name.
+    #: None) and, unless ``ssl_check_hostname`` is False, its host name. SASL_SSL: the
+    #: same TLS, and the client authenticates as ``sasl_plain_username`` by
+    #: ``sasl_mechanism`` (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, kafka-python's
+    #: names; client/_http_sasl.py), a certificate then optional. SASL_PLAINTEXT is
+    #: refused: the HTTP API carries SASL over TLS only.
     security_protocol: str = "PLAINTEXT"
+    #: None: PLAIN under SASL_SSL (kafka-python's and aiokafka's default).
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    ssl_password: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
     ssl_check_hostname: bool = True
     #: A ready context instead of the files (kafka-python's and aiokafka's
     #: ``ssl_context``): it must present the client's certificate, and it checks the
@@ -137,15 +149,17 @@ class _CommonConfig:
 
     def _check_security(self) -> None:
         protocol = self.security_protocol
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        if protocol == "SASL_PLAINTEXT":
             raise _fail(
                 "security_protocol",
                 protocol,
-                "raftka's HTTP API has no SASL (it authenticates by client certificate: "
-                "use SSL); SASL is on the Kafka listener, for Kafka clients",
+                "raftka's HTTP API carries SASL over TLS only: use SASL_SSL",
             )
-        if protocol not in ("PLAINTEXT", "SSL"):
-            raise _fail("security_protocol", protocol, "expected PLAINTEXT or SSL")
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_SSL"):
+            raise _fail("security_protocol", protocol, "expected PLAINTEXT, SSL or SASL_SSL")
+        self._check_sasl(protocol)
+        if protocol == "SASL_SSL":
+            protocol = "SSL"  # the same TLS; the checks below but for the certificate
         for option in _SSL_OPTIONS:
             value = getattr(self, option)
             if value is not None and not isinstance(value, str):
@@ -161,13 +175,44 @@ class _CommonConfig:
             return
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise _fail("ssl_keyfile", self.ssl_keyfile, "ssl_certfile and ssl_keyfile go together")
-        if protocol == "SSL" and self.ssl_certfile is None:
+        if self.security_protocol == "SSL" and self.ssl_certfile is None:
             raise _fail(
                 "ssl_certfile",
                 None,
                 "an HTTPS API authenticates clients by certificate: give ssl_certfile and "
                 "ssl_keyfile (or an ssl_context that presents one)",
             )
+
+    def _check_sasl(self, protocol: str) -> None:
+        options = ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+        for option in options:
+            value = getattr(self, option)
+            if value is not None and not isinstance(value, str):
+                raise _fail(option, value, "expected a string or None")
+            if value is not None and protocol != "SASL_SSL":
+                raise _fail(option, value, f"security_protocol is {protocol}: nothing uses it")
+        if protocol != "SASL_SSL":
+            return
+        mechanism = self.sasl_mechanism or "PLAIN"
+        if mechanism not in SASL_MECHANISMS:
+            raise _fail(
+                "sasl_mechanism", mechanism, f"expected one of {', '.join(SASL_MECHANISMS)}"
+            )
+        if not self.sasl_plain_username or not self.sasl_plain_password:
+            raise _fail(
+                "sasl_plain_username",
+                self.sasl_plain_username,
+                "SASL_SSL needs sasl_plain_username and sasl_plain_password",
+            )
+
+    def sasl_login(self) -> SaslLogin | None:
+        """Who the client authenticates as under SASL_SSL (None otherwise)."""
+        if self.security_protocol != "SASL_SSL":
+            return None
+        assert self.sasl_plain_username is not None and self.sasl_plain_password is not None
+        return SaslLogin(
+            self.sasl_mechanism or "PLAIN", self.sasl_plain_username, self.sasl_plain_password
+        )
 
     def _check_ssl_context(self, protocol: str) -> None:
         context = self.ssl_context
@@ -196,7 +241,7 @@ class _CommonConfig:
         if self.ssl_context is not None:
             return self.ssl_context
         tls = ClientTls(
-            protocol=self.security_protocol,
+            protocol="PLAINTEXT" if self.security_protocol == "PLAINTEXT" else "SSL",
             cafile=self.ssl_cafile,
             certfile=self.ssl_certfile,
             keyfile=self.ssl_keyfile,

@@ -22,7 +22,8 @@ and whether to check the node's host name (Kafka's
     # ssl.endpoint.identification.algorithm=   (empty: no host-name check)
 
 Any other key is refused by name (Java key store names with the PEM name to use), and
-SASL is refused: the HTTP API has none (it is on the Kafka listener).
+SASL is refused: the commands log in by certificate only (some, such as ``raftka
+status``, call the controllers without the client library, which holds the SASL login).
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ def read_command_config(path: Path | str) -> ClientTls:
             )
         if key.startswith("sasl."):
             raise InvalidConfigError(
-                f"{path}: {key}: raftka's HTTP API has no SASL (it authenticates by "
-                "certificate); SASL is on the Kafka listener"
+                f"{path}: {key}: raftka's commands reach the HTTP API by certificate "
+                "only (SASL_SSL is the client library's and the Kafka listener's)"
             )
         if key not in COMMAND_CONFIG_KEYS:
             raise InvalidConfigError(
@@ -153,7 +154,7 @@ def read_command_config(path: Path | str) -> ClientTls:
     if protocol not in ("PLAINTEXT", "SSL"):
         raise InvalidConfigError(
             f"{path}: security.protocol={protocol}: expected PLAINTEXT or SSL (raftka's "
-            "HTTP API has no SASL)"
+            "commands reach the HTTP API by certificate only)"
         )
     if protocol == "PLAINTEXT" and values:
         raise InvalidConfigError(

@@ -19,7 +19,8 @@ keeps its user. The nodes map a certificate's ``CN`` to the principal's name
 (``ssl.principal.mapping.rules``), so the user is ``User:<user>`` on both listeners,
 and ``super.users`` names the nodes and the user: the authorizer's super users, and
 the HTTPS API's node principals (a node's HTTP API serves only those, see
-server_common/node_http.py).
+server_common/node_http.py). The HTTPS API also takes the user's SCRAM login (SASL_SSL
+in raftka's client, server_common/http_sasl.py), so the password alone reaches it too.
 
 :attr:`SaslSslSetup.broker_properties` is for the brokers (their Kafka listener and
 their HTTPS API), :attr:`SaslSslSetup.https_properties` for the controllers. The
@@ -124,6 +125,9 @@ class SaslSslSetup:
             prefix + "ssl.cafile": str(self.cafile),
             # CN=admin is User:admin, as the SASL user is on the Kafka listener.
             prefix + "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
+            # raftka's own client may log in as the user instead of presenting its
+            # certificate (server_common/http_sasl.py).
+            prefix + "sasl.enabled.mechanisms": self.mechanism,
             "super.users": self.super_users,
         }
 

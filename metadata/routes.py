@@ -55,6 +55,7 @@ from raftka.metadata.topic_control import describe_configs
 from raftka.raft.quorum.engine import QuorumInfo, VoterState
 from raftka.server_common.http_errors import error_middleware, json_response
 from raftka.server_common.metrics import metrics_route
+from raftka.server_common.sasl import ScramCredential
 
 if TYPE_CHECKING:
     from raftka.metadata.metrics import ControllerMetrics
@@ -105,7 +106,12 @@ def build_controller_app(
         # /metrics (its peer routes, the metadata log and admin alike) serves node
         # principals (super.users) only: a certificate for the Kafka listener must not
         # reach around the brokers' authorizer.
-        middlewares.append(http.serving_nodes_only(True).middleware())
+
+        def credential(user: str, mechanism: str) -> ScramCredential | None:
+            # The image of the moment: a user added or removed counts at once.
+            return events.loader.image.scram_credential(user, mechanism)
+
+        middlewares.append(http.serving_nodes_only(True).middleware(credential))
     app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
     app[_EVENTS_KEY] = events
 

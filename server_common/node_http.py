@@ -5,11 +5,15 @@ Theory of operation
 Every node serves raftka's HTTP API on the first entry of ``listeners``. When that
 entry is named ``HTTPS`` (``listeners=HTTPS://host:port``, on a controller, a broker
 or a combined node) the API is served over TLS 1.2+ and every connection must present
-a client certificate signed by the listener's CA: the HTTP API has no SASL, so the
-certificate is how a request is authenticated. Its settings are the TLS settings of
-:mod:`raftka.server_common.tls` under Kafka's per-listener prefix
+a client certificate signed by the listener's CA: the certificate is how a request is
+authenticated. With ``listener.name.https.sasl.enabled.mechanisms`` a request may
+instead carry the session token of a SCRAM or PLAIN login
+(:mod:`raftka.server_common.http_sasl`, whose route the middleware serves itself);
+TLS then requests a certificate instead of requiring one. Its settings are the TLS
+settings of :mod:`raftka.server_common.tls` under Kafka's per-listener prefix
 ``listener.name.https.`` (``listener.name.https.ssl.certfile``, ``...ssl.keyfile``,
-``...ssl.cafile``; ``...ssl.client.auth`` may only be ``required``), and
+``...ssl.cafile``; ``...ssl.client.auth`` may only be ``required``, or ``requested``
+with SASL), and
 ``listener.name.https.ssl.principal.mapping.rules`` names each request's principal
 after its certificate's subject (Kafka's rules, :mod:`raftka.server_common.ssl_principal`;
 a subject no rule maps is refused with SASL_AUTHENTICATION_FAILED, HTTP 401).
@@ -39,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
-from aiohttp import web
+import orjson
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
 from raftka.common.acl import parse_principal
@@ -50,8 +55,16 @@ from raftka.common.errors import (
     SaslAuthenticationFailedError,
 )
 from raftka.server_common.http_errors import Handler, json_response
+from raftka.server_common.http_sasl import (
+    EXCHANGE_BODY_MAX,
+    SASL_PATH,
+    HttpSasl,
+    HttpSaslSettings,
+    bearer_token,
+)
 from raftka.server_common.listener_map import listener_names
 from raftka.server_common.process_config import ConfigError
+from raftka.server_common.sasl import SASL_MECHANISMS, CredentialLookup
 from raftka.server_common.ssl_principal import (
     NoMatchingRuleError,
     SslPrincipalMapper,
@@ -83,8 +96,14 @@ __all__ = [
 HTTPS_LISTENER: Final = "HTTPS"
 _PREFIX: Final = "listener.name.https."
 _RULES_KEY: Final = _PREFIX + "ssl.principal.mapping.rules"
+#: SASL on the HTTPS API (server_common/http_sasl.py), with Kafka's per-listener names.
+_SASL_KEY: Final = _PREFIX + "sasl.enabled.mechanisms"
+_REAUTH_KEY: Final = _PREFIX + "connections.max.reauth.ms"
+_IDLE_KEY: Final = _PREFIX + "connections.max.idle.ms"
 #: The keys only an HTTPS HTTP API reads (refused by name on a plain one).
-HTTPS_KEYS: Final = frozenset({_PREFIX + k for k in TLS_KEYS} | {_RULES_KEY})
+HTTPS_KEYS: Final = frozenset(
+    {_PREFIX + k for k in TLS_KEYS} | {_RULES_KEY, _SASL_KEY, _REAUTH_KEY, _IDLE_KEY}
+)
 
 #: Where the middleware leaves a request's principal (``User:...``).
 PRINCIPAL_KEY: Final = web.RequestKey("raftka.principal", str)
@@ -137,6 +156,8 @@ class NodeHttp:
     #: Only node principals use this HTTP API at all: a controller's (it checks no
     #: ACLs), and a broker's when it runs the authorizer.
     nodes_only: bool = False
+    #: SASL beside client certificates (listener.name.https.sasl.enabled.mechanisms).
+    sasl: HttpSaslSettings | None = None
     refusals: HttpsRefusals = dataclasses.field(default_factory=HttpsRefusals, compare=False)
 
     @property
@@ -157,28 +178,76 @@ class NodeHttp:
         """This, serving only node principals when ``nodes_only``."""
         return dataclasses.replace(self, nodes_only=nodes_only)
 
-    def middleware(self) -> Middleware:
-        """Authenticates each request by its certificate and keeps node routes for
-        nodes (see the module doc)."""
+    def middleware(self, lookup: CredentialLookup | None = None) -> Middleware:
+        """Authenticates each request by its session token (SASL) or its certificate
+        and keeps node routes for nodes (see the module doc). ``lookup`` finds the SCRAM
+        credentials of the node's metadata image; an API with SASL needs it."""
         mapper = self.mapper
         assert mapper is not None, "only an HTTPS API authenticates"
         refusals = self.refusals
+        sasl = None
+        if self.sasl is not None:
+            assert lookup is not None, "an API with SASL needs the credentials"
+            sasl = HttpSasl(self.sasl, lookup)
 
-        @web.middleware
-        async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        async def exchange(request: web.Request, sasl: HttpSasl) -> web.Response:
+            try:
+                if request.method != "POST":
+                    raise SaslAuthenticationFailedError(f"{SASL_PATH} takes POST")
+                size = request.content_length
+                if size is None or size > EXCHANGE_BODY_MAX:
+                    # Unauthenticated: bounded as Kafka bounds a frame before SASL
+                    # completes (sasl.server.max.receive.size), not by the API's limit.
+                    raise SaslAuthenticationFailedError(
+                        f"an exchange request needs a Content-Length of at most "
+                        f"{EXCHANGE_BODY_MAX} bytes"
+                    )
+                try:
+                    body = orjson.loads(await request.read())
+                except orjson.JSONDecodeError:
+                    raise SaslAuthenticationFailedError("expected a JSON object") from None
+                return json_response(sasl.step(body))
+            except KafkaError as e:
+                refusals.failed_authentication += 1
+                return _refuse(e, 401)
+
+        def principal_of(request: web.Request) -> str | KafkaError:
+            token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
+            if token is not None:
+                if sasl is None:
+                    return SaslAuthenticationFailedError(
+                        f"this HTTPS API has no SASL ({_SASL_KEY} is not set): authenticate "
+                        "with a client certificate"
+                    )
+                try:
+                    return sasl.principal(token)
+                except KafkaError as e:
+                    return e
             transport = request.transport
             ssl_object = None if transport is None else transport.get_extra_info("ssl_object")
             der = None if ssl_object is None else ssl_object.getpeercert(binary_form=True)
             if der is None:
-                # The context requires a certificate, so only a connection TLS did not
-                # cover gets here; refuse it all the same.
-                refusals.failed_authentication += 1
-                return _refuse(SaslAuthenticationFailedError("no client certificate"), 401)
+                # Without SASL the context requires a certificate, so only a connection
+                # TLS did not cover gets here; refuse it all the same.
+                if sasl is None:
+                    return SaslAuthenticationFailedError("no client certificate")
+                return SaslAuthenticationFailedError(
+                    "no client certificate and no session: authenticate with POST "
+                    f"{SASL_PATH} ({', '.join(sasl.settings.mechanisms)}) or a certificate"
+                )
             try:
-                principal = mapper.principal(subject_name(der))
+                return mapper.principal(subject_name(der))
             except NoMatchingRuleError as e:
+                return SaslAuthenticationFailedError(str(e))
+
+        @web.middleware
+        async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if sasl is not None and request.path == SASL_PATH:
+                return await exchange(request, sasl)
+            principal = principal_of(request)
+            if isinstance(principal, KafkaError):
                 refusals.failed_authentication += 1
-                return _refuse(SaslAuthenticationFailedError(str(e)), 401)
+                return _refuse(principal, 401)
             is_node = principal in self.node_principals
             request[PRINCIPAL_KEY] = principal
             request[_NODE_KEY] = is_node
@@ -256,12 +325,22 @@ def node_http(props: Mapping[str, str]) -> NodeHttp:
     # Only the prefixed key counts: a broker's plain ssl.client.auth is its Kafka SSL
     # listener's, which may ask for less.
     auth_key = _PREFIX + "ssl.client.auth"
-    if auth_key in props and settings.client_auth is not ClientAuth.REQUIRED:
+    sasl = _sasl_settings(props)
+    if sasl is None:
+        if auth_key in props and settings.client_auth is not ClientAuth.REQUIRED:
+            raise ConfigError(
+                f"{auth_key}={settings.client_auth.value}: without {_SASL_KEY} the HTTPS API "
+                "authenticates every client by its certificate, so it must be required"
+            )
+        settings = dataclasses.replace(settings, client_auth=ClientAuth.REQUIRED)
+    elif auth_key not in props:
+        # Clients may authenticate by SASL instead; the nodes still present theirs.
+        settings = dataclasses.replace(settings, client_auth=ClientAuth.REQUESTED)
+    elif settings.client_auth is ClientAuth.NONE:
         raise ConfigError(
-            f"{auth_key}={settings.client_auth.value}: the HTTPS API authenticates every "
-            "client by its certificate, so it must be required"
+            f"{auth_key}=none: the nodes authenticate to each other by certificate, so "
+            "the HTTPS API must at least request one (requested)"
         )
-    settings = dataclasses.replace(settings, client_auth=ClientAuth.REQUIRED)
     if settings.certfile is None or settings.cafile is None:
         raise ConfigError(
             f"listeners: an HTTPS API needs {_PREFIX}ssl.certfile, {_PREFIX}ssl.keyfile "
@@ -283,4 +362,38 @@ def node_http(props: Mapping[str, str]) -> NodeHttp:
         client_ssl=client_context(settings),
         mapper=SslPrincipalMapper.from_rules(props.get(_RULES_KEY, "DEFAULT"), key=_RULES_KEY),
         node_principals=nodes,
+        sasl=sasl,
     )
+
+
+def _sasl_settings(props: Mapping[str, str]) -> HttpSaslSettings | None:
+    """SASL on the HTTPS API, or None when its mechanisms are not set (certificates
+    only); ConfigError naming the key for a wrong value."""
+    given = [m.strip() for m in props.get(_SASL_KEY, "").split(",") if m.strip()]
+    for mechanism in given:
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"{_SASL_KEY}: {mechanism!r} is not served (raftka serves "
+                f"{', '.join(SASL_MECHANISMS)})"
+            )
+    for key in (_REAUTH_KEY, _IDLE_KEY):
+        if key in props and not given:
+            raise ConfigError(f"{key}: the HTTPS API has no SASL sessions ({_SASL_KEY} is unset)")
+    if not given:
+        return None
+    reauth = _non_negative(props, _REAUTH_KEY, 0, low=0)
+    idle = _non_negative(props, _IDLE_KEY, 600_000, low=1)
+    return HttpSaslSettings(tuple(dict.fromkeys(given)), reauth_ms=reauth, idle_ms=idle)
+
+
+def _non_negative(props: Mapping[str, str], key: str, default: int, *, low: int) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: {raw!r} is not an integer") from None
+    if value < low:
+        raise ConfigError(f"{key}: {value} is below {low}")
+    return value

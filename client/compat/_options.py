@@ -35,6 +35,7 @@ from raftka.common.errors import UnsupportedVersionError
 __all__ = [
     "CLIENT_OPTIONS",
     "DEFAULT_PORT",
+    "SASL_MAPPED",
     "TLS_MAPPED",
     "ClientOptions",
     "Refusal",
@@ -79,29 +80,36 @@ NO_TLS: Final = (
     "ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname)"
 )
 NO_SASL: Final = (
-    "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's"
+    "raftka's client logs in with SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN only "
+    "(security_protocol='SASL_SSL', sasl_mechanism, sasl_plain_username, sasl_plain_password)"
 )
+#: kafka-python's and aiokafka's SASL options, which raftka's client takes under the same
+#: names (SASL_SSL on its HTTPS API: client/_http_sasl.py).
+SASL_MAPPED: Final = frozenset({"sasl_mechanism", "sasl_plain_username", "sasl_plain_password"})
 
-#: kafka-python's TLS options that raftka's client takes under the same names and
-#: honours the same way (its HTTPS API: server_common/node_http.py); aiokafka's are
-#: security_protocol and ssl_context. security_protocol SASL_* is refused by the client
-#: itself, by name.
-TLS_MAPPED: Final = frozenset(
-    {
-        "security_protocol",
-        "ssl_context",
-        "ssl_cafile",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_password",
-        "ssl_check_hostname",
-    }
+#: kafka-python's TLS and SASL options that raftka's client takes under the same names
+#: and honours the same way (its HTTPS API: server_common/node_http.py); aiokafka's are
+#: security_protocol, ssl_context and the SASL ones. security_protocol SASL_PLAINTEXT
+#: is refused by the client itself, by name.
+TLS_MAPPED: Final = (
+    frozenset(
+        {
+            "security_protocol",
+            "ssl_context",
+            "ssl_cafile",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_password",
+            "ssl_check_hostname",
+        }
+    )
+    | SASL_MAPPED
 )
 
 #: Security options, the same in kafka-python and aiokafka; the kafka-python adapter
 #: maps TLS_MAPPED instead of refusing them.
 SECURITY: Final[Mapping[str, Refusal]] = {
-    "security_protocol": Refusal(equals("PLAINTEXT"), NO_TLS + "; and no SASL"),
+    "security_protocol": Refusal(equals("PLAINTEXT"), NO_TLS),
     "ssl_context": Refusal(is_none, NO_TLS),
     "ssl_check_hostname": Refusal(equals(True), NO_TLS),
     "ssl_cafile": Refusal(is_none, NO_TLS),
@@ -110,8 +118,6 @@ SECURITY: Final[Mapping[str, Refusal]] = {
     "ssl_crlfile": Refusal(is_none, "raftka's client checks no certificate revocation list"),
     "ssl_password": Refusal(is_none, NO_TLS),
     "ssl_ciphers": Refusal(is_none, "raftka's client takes Python's default TLS 1.2+ ciphers"),
-    "sasl_plain_username": Refusal(is_none, NO_SASL),
-    "sasl_plain_password": Refusal(is_none, NO_SASL),
     "sasl_kerberos_name": Refusal(is_none, NO_SASL),
     "sasl_kerberos_service_name": Refusal(equals("kafka"), NO_SASL),
     "sasl_kerberos_domain_name": Refusal(is_none, NO_SASL),

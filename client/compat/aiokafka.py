@@ -22,6 +22,7 @@ from raftka.client.compat._options import (
     HEADERS_SINCE,
     IDEMPOTENCE_SINCE,
     NO_HEADERS,
+    SASL_MAPPED,
     SECURITY,
     STATIC_MEMBERSHIP_SINCE,
     TLS_MAPPED,
@@ -30,7 +31,6 @@ from raftka.client.compat._options import (
     Refusal,
     bootstrap_with_ports,
     check_ms,
-    equals,
     is_none,
     parse_api_version,
     sort_options,
@@ -54,9 +54,9 @@ __all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "ConsumerRecord", "RecordMeta
 #: getone / ``async for`` poll at most this long at a time.
 GETONE_POLL_TIMEOUT_MS: Final = 500
 
-#: aiokafka's TLS options (security_protocol, ssl_context) reach raftka's client; the
-#: ssl_* file options are kafka-python's, not aiokafka's.
-_AIOKAFKA_TLS: Final = frozenset({"security_protocol", "ssl_context"})
+#: aiokafka's TLS options (security_protocol, ssl_context) and its SASL ones reach
+#: raftka's client; the ssl_* file options are kafka-python's, not aiokafka's.
+_AIOKAFKA_TLS: Final = frozenset({"security_protocol", "ssl_context"}) | SASL_MAPPED
 REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
     **{k: r for k, r in SECURITY.items() if k not in _AIOKAFKA_TLS},
     **{
@@ -66,11 +66,6 @@ REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
         )
         for k in TLS_MAPPED - _AIOKAFKA_TLS
     },
-    # aiokafka's default, unused unless security_protocol is SASL_*.
-    "sasl_mechanism": Refusal(
-        equals("PLAIN"),
-        "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's",
-    ),
     "loop": Refusal(is_none, "the client uses the running event loop (aiokafka >= 0.7 too)"),
 }
 #: aiokafka's options about versions that the adapter honours itself.
@@ -202,6 +197,14 @@ _PRODUCER_MAPPED: Final = {
 }
 
 
+def _drop_unused_mechanism(opts: dict[str, Any]) -> None:
+    """aiokafka's default sasl_mechanism ("PLAIN"), which aiokafka itself uses only under
+    SASL_*: without SASL it asks for nothing, so it is not passed on (where raftka's
+    client would refuse it as unused)."""
+    if opts.get("sasl_mechanism") == "PLAIN" and opts.get("security_protocol") != "SASL_SSL":
+        del opts["sasl_mechanism"]
+
+
 def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
     """aiokafka's AIOKafkaProducer keywords as raftka AsyncProducer keywords, with
     aiokafka's defaults: ``enable_idempotence=False``, ``acks=1`` (``"all"`` with
@@ -214,6 +217,7 @@ def producer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
         handled=HANDLED_COMMON | {"send_backoff_ms"},
         refused=REFUSED_COMMON,
     )
+    _drop_unused_mechanism(given)
     version = parse_api_version(face, given.pop("api_version", None))
     # aiokafka's wait before a batch is sent again: raftka's is retry_backoff_ms, so
     # the longer of the two honours both.
@@ -363,6 +367,7 @@ def consumer_options(configs: Mapping[str, Any]) -> dict[str, Any]:
             ),
         },
     )
+    _drop_unused_mechanism(opts)
     client = ClientOptions(
         "AIOKafkaConsumer", parse_api_version("AIOKafkaConsumer", opts.pop("api_version", None))
     )

@@ -102,13 +102,7 @@ NO_AUTO_CREATE: Final = (
     "auto.create.topics.enable=false does); create it with KafkaAdminClient.create_topics"
 )
 
-REFUSED_COMMON: Final[Mapping[str, Refusal]] = {
-    **SECURITY,
-    "sasl_mechanism": Refusal(
-        is_none,
-        "raftka's client (its HTTP API) has no SASL authentication; SASL is the Kafka listener's",
-    ),
-}
+REFUSED_COMMON: Final[Mapping[str, Refusal]] = SECURITY
 
 
 def _in_flight_per_connection(face: str, opts: dict[str, Any]) -> None:

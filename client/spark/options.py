@@ -22,6 +22,8 @@ from raftka.client.spark.offsets import (
     parse_offsets_json,
 )
 from raftka.client.structs import TopicPartition
+from raftka.common.errors import InvalidConfigError
+from raftka.common.jaas import parse_login
 
 __all__ = [
     "DEFAULT_MAX_TRIGGER_DELAY_MS",
@@ -111,8 +113,10 @@ PRODUCER_SETTINGS: Final[Mapping[str, tuple[str, Callable[[str], Any]]]] = {
 
 def _protocol(text: str) -> str:
     protocol = text.strip().upper()
-    if protocol not in ("PLAINTEXT", "SSL"):
-        raise ValueError("expected PLAINTEXT or SSL: raftka's HTTP API has no SASL")
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_SSL"):
+        raise ValueError(
+            "expected PLAINTEXT, SSL or SASL_SSL (raftka's HTTP API carries SASL over TLS only)"
+        )
     return protocol
 
 
@@ -335,16 +339,53 @@ def _security(opts: Mapping[str, str]) -> dict[str, Any]:
             raise SparkOptionError(
                 f"option kafka.{name} is not supported (a Java key store): use {_JAVA_TLS[name]}"
             )
-        if name.startswith("sasl."):
+        if name.startswith("sasl.") and name not in _SASL_SETTINGS:
             raise SparkOptionError(
-                f"option kafka.{name}: raftka's HTTP API has no SASL; it authenticates "
-                "clients by certificate (kafka.security.protocol=SSL, kafka.ssl.certfile, "
-                "kafka.ssl.keyfile)"
+                f"option kafka.{name} is not supported: raftka's client logs in with "
+                f"{' and '.join('kafka.' + n for n in _SASL_SETTINGS)} only"
             )
         if name in SECURITY_SETTINGS:
             kwarg, parse = SECURITY_SETTINGS[name]
             out[kwarg] = _parse(opts, key, parse, f"kafka.{name}")
+    out.update(_sasl_login(opts, out.get("security_protocol", "PLAINTEXT")))
     return out
+
+
+#: Kafka's SASL client settings for a SCRAM or PLAIN login (SASL_SSL on raftka's HTTPS
+#: API, client/_http_sasl.py).
+_SASL_SETTINGS: Final = ("sasl.mechanism", "sasl.jaas.config")
+
+
+def _sasl_login(opts: Mapping[str, str], protocol: str) -> dict[str, Any]:
+    """The client's SASL keywords from kafka.sasl.mechanism (Kafka's default GSSAPI,
+    which raftka does not serve) and kafka.sasl.jaas.config."""
+    given = {n: opts[f"kafka.{n}"] for n in _SASL_SETTINGS if f"kafka.{n}" in opts}
+    if protocol != "SASL_SSL":
+        if given:
+            name = sorted(given)[0]
+            raise SparkOptionError(
+                f"option kafka.{name}: kafka.security.protocol is {protocol}, nothing uses it"
+            )
+        return {}
+    mechanism = given.get("sasl.mechanism", "GSSAPI").strip()
+    if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+        raise SparkOptionError(
+            f"option kafka.sasl.mechanism={mechanism}: raftka's client logs in with "
+            "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (Kafka's default is GSSAPI: set it)"
+        )
+    if "sasl.jaas.config" not in given:
+        raise SparkOptionError("option kafka.sasl.jaas.config: SASL_SSL needs the login")
+    try:
+        user, password = parse_login(
+            given["sasl.jaas.config"], mechanism, key="kafka.sasl.jaas.config"
+        )
+    except InvalidConfigError as e:
+        raise SparkOptionError(f"option {e.message}") from None
+    return {
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
 
 
 def _isolation(opts: Mapping[str, str]) -> Literal["read_uncommitted", "read_committed"]:

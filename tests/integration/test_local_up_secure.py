@@ -6,7 +6,9 @@ until an ACL grants it; a client that skips TLS, gives a wrong password, or trus
 another CA gets nothing; a resumed cluster keeps the same CA and password. raftka's
 HTTP API is HTTPS with client certificates: plain HTTP gets nothing, raftka's commands
 get in with the ``raftka-client.properties`` it writes, and ``raftka status --data-dir``
-finds that file by itself, as does a command run where ``./raftka-data`` is."""
+finds that file by itself, as does a command run where ``./raftka-data`` is. raftka's
+own client logs in there with SCRAM instead (SASL_SSL): admin produces and consumes,
+bob is refused (the HTTP API serves super users only), a wrong password fails."""
 
 from __future__ import annotations
 
@@ -156,6 +158,53 @@ def _topic_authorization_failed(config: dict[str, Any]) -> bool:
     return True
 
 
+def _raftka_client_logs_in_with_scram(http: str, settings: dict[str, str]) -> None:
+    """raftka's own client on the HTTPS API with SASL_SSL and no certificate: admin (a
+    super user) produces and reads back; bob authenticates but is refused, since the
+    HTTP API checks no ACLs and so serves super users only; a wrong password fails the
+    exchange itself."""
+    from raftka.client import Admin, Consumer, Producer
+    from raftka.common.errors import (
+        ClusterAuthorizationFailedError,
+        SaslAuthenticationFailedError,
+    )
+
+    def login(user: str, password: str) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": http,
+            "security_protocol": "SASL_SSL",
+            "ssl_cafile": settings["ssl.ca.location"],
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user,
+            "sasl_plain_password": password,
+        }
+
+    admin = login("admin", settings["sasl.password"])
+    with Producer(acks="all", **admin) as producer:
+        producer.send("secure-topic", value=b"over-scram")
+        producer.flush(timeout_ms=int(DEADLINE_S * 1000))
+    seen: list[bytes | None] = []
+    with Consumer(group_id="over-scram", auto_offset_reset="earliest", **admin) as consumer:
+        consumer.subscribe(["secure-topic"])
+
+        def read() -> bool:
+            for records in consumer.poll(timeout_ms=500).values():
+                seen.extend(r.value for r in records)
+            return b"over-scram" in seen
+
+        wait_for(read, timeout_s=DEADLINE_S, message=lambda: f"admin read only {seen}")
+    with (
+        Admin(**login("bob", "bob-secret")) as bob,
+        pytest.raises(ClusterAuthorizationFailedError, match=r"User:bob is not in super\.users"),
+    ):
+        bob.list_topics()
+    with (
+        Admin(**login("admin", "not-it")) as wrong,
+        pytest.raises(SaslAuthenticationFailedError, match="invalid credentials"),
+    ):
+        wrong.list_topics()
+
+
 def _topics(config: dict[str, Any]) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
@@ -238,6 +287,7 @@ def test_up_secure_serves_sasl_ssl_with_the_settings_it_writes(tmp_path: Path) -
             message="bob's record was not acknowledged once WRITE was granted",
         )
         assert "secure-topic" in _topics(bob)  # WRITE implies DESCRIBE
+        _raftka_client_logs_in_with_scram(http, settings)
 
         # No TLS (a SASL_PLAINTEXT client), a wrong password, and a client that trusts
         # another CA (so not the brokers' certificate): nothing delivered.

@@ -61,7 +61,7 @@ def test_a_command_config_reads_kafka_client_names(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("ssl.truststore.location=/t.jks\n", r"Java key store\); use ssl.cafile"),
-        ("sasl.mechanism=PLAIN\n", "has no SASL"),
+        ("sasl.mechanism=PLAIN\n", "by certificate only"),
         ("bootstrap.servers=x:1\n", "unknown key 'bootstrap.servers'"),
         ("security.protocol=SASL_SSL\n", "expected PLAINTEXT or SSL"),
         ("ssl.cafile=/ca.pem\n", "security.protocol is PLAINTEXT, nothing uses it"),

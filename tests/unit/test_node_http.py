@@ -227,7 +227,8 @@ def test_a_ready_ssl_context_is_used_as_given() -> None:
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"security_protocol": "SASL_SSL"}, "security_protocol='SASL_SSL'"),
+        ({"security_protocol": "SASL_SSL"}, "sasl_plain_username=None: SASL_SSL needs"),
+        ({"security_protocol": "SASL_PLAINTEXT"}, "security_protocol='SASL_PLAINTEXT'"),
         ({"security_protocol": "TLS"}, "security_protocol='TLS'"),
         ({"ssl_cafile": "ca.pem"}, "ssl_cafile='ca.pem'"),
         ({"security_protocol": "SSL"}, "ssl_certfile=None"),

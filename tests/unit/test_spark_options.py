@@ -73,12 +73,46 @@ def test_tls_settings_reach_every_client_of_source_and_sink() -> None:
     for name, hint in (
         ("kafka.ssl.truststore.location", "use kafka.ssl.cafile"),
         ("kafka.ssl.keystore.password", "use kafka.ssl.key.password"),
-        ("kafka.sasl.mechanism", "no SASL"),
-        ("kafka.security.protocol", "expected PLAINTEXT or SSL"),
+        ("kafka.sasl.mechanism", "security.protocol is PLAINTEXT, nothing uses it"),
+        ("kafka.sasl.kerberos.service.name", "logs in with kafka.sasl.mechanism and"),
+        ("kafka.security.protocol", "expected PLAINTEXT, SSL or SASL_SSL"),
         ("kafka.ssl.endpoint.identification.algorithm", "https or empty"),
     ):
         with pytest.raises(SparkOptionError, match=rf"{name}.*{hint}"):
             parse_sink_options({**BASE, name: "x"})
+
+
+_JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="se\\"cret";'
+)
+
+
+def test_sasl_ssl_takes_kafkas_mechanism_and_jaas_line() -> None:
+    sasl = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.ssl.cafile": "/tls/ca.pem",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": _JAAS,
+    }
+    sink = parse_sink_options({**BASE, **sasl})
+    assert sink.security == {
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": "/tls/ca.pem",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": 'se"cret',
+    }
+    for change, hint in (
+        ({"kafka.sasl.mechanism": None}, "GSSAPI.*set it"),
+        ({"kafka.sasl.jaas.config": None}, "SASL_SSL needs the login"),
+        ({"kafka.sasl.mechanism": "PLAIN"}, "PLAIN logs in with .*PlainLoginModule"),
+        ({"kafka.sasl.jaas.config": _JAAS.replace("required", "optional")}, "'required'"),
+        ({"kafka.sasl.jaas.config": _JAAS.rstrip(";")}, "ends with ';'"),
+    ):
+        options = {k: v for k, v in {**BASE, **sasl, **change}.items() if v is not None}
+        with pytest.raises(SparkOptionError, match=hint):
+            parse_sink_options(options)
 
 
 def test_source_defaults_and_case_insensitive_names() -> None:

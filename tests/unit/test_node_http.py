@@ -286,6 +286,12 @@ def test_a_combined_process_serves_both_listeners_over_https(
     assert controller is not None and broker is not None
     assert controller.http.secure and broker.http.secure
     assert controller.listen_port == 9093 and broker.listen_port == 9092
+    # SASL on the HTTPS API holds for both listeners too.
+    sasl = {**props, "listener.name.https.sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    controller, broker = combined_configs(sasl)
+    assert controller is not None and broker is not None
+    assert controller.http.sasl is not None and broker.http.sasl is not None
+    assert controller.http.sasl.mechanisms == broker.http.sasl.mechanisms == ("SCRAM-SHA-256",)
 
 
 def test_inter_broker_listener_name_may_only_name_the_http_api(

@@ -26,6 +26,7 @@ timeout as a disconnect and refreshes its metadata).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -230,30 +231,15 @@ class Transport:
         query: list[tuple[str, str]] = []
         for k, v in (params or {}).items():
             query.extend((k, x) for x in ([v] if isinstance(v, str) else v))
+        send = functools.partial(
+            self._send, session, address, method, path, data=data, query=query, total_ms=total_ms
+        )
         if self._tokens is None or path == SASL_PATH:
-            return await self._send(
-                session,
-                address,
-                method,
-                path,
-                data=data,
-                headers=headers,
-                query=query,
-                total_ms=total_ms,
-            )
+            return await send(headers=headers)
         for attempt in (1, 2):
             token = await self._tokens.token(address)
             headers["Authorization"] = f"Bearer {token}"
-            answer = await self._send(
-                session,
-                address,
-                method,
-                path,
-                data=data,
-                headers=headers,
-                query=query,
-                total_ms=total_ms,
-            )
+            answer = await send(headers=headers)
             if answer[0] != 401 or attempt == 2:
                 return answer
             # The node forgot the session (restart, connections.max.reauth.ms or .idle.ms)

@@ -63,7 +63,7 @@ from raftka.server_common.http_sasl import (
     bearer_token,
 )
 from raftka.server_common.listener_map import listener_names
-from raftka.server_common.process_config import ConfigError
+from raftka.server_common.process_config import ConfigError, int_property
 from raftka.server_common.sasl import SASL_MECHANISMS, CredentialLookup
 from raftka.server_common.ssl_principal import (
     NoMatchingRuleError,
@@ -381,19 +381,6 @@ def _sasl_settings(props: Mapping[str, str]) -> HttpSaslSettings | None:
             raise ConfigError(f"{key}: the HTTPS API has no SASL sessions ({_SASL_KEY} is unset)")
     if not given:
         return None
-    reauth = _non_negative(props, _REAUTH_KEY, 0, low=0)
-    idle = _non_negative(props, _IDLE_KEY, 600_000, low=1)
+    reauth = int_property(props, _REAUTH_KEY, 0, 0)
+    idle = int_property(props, _IDLE_KEY, 600_000, 1)
     return HttpSaslSettings(tuple(dict.fromkeys(given)), reauth_ms=reauth, idle_ms=idle)
-
-
-def _non_negative(props: Mapping[str, str], key: str, default: int, *, low: int) -> int:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{key}: {raw!r} is not an integer") from None
-    if value < low:
-        raise ConfigError(f"{key}: {value} is below {low}")
-    return value

@@ -263,11 +263,11 @@ def test_sasl_on_the_https_api_requests_certificates_instead_of_requiring_them(
         ),
         (
             {_SASL: "PLAIN", "listener.name.https.connections.max.idle.ms": "0"},
-            "listener.name.https.connections.max.idle.ms: 0 is below 1",
+            "listener.name.https.connections.max.idle.ms must be at least 1, got 0",
         ),
         (
             {_SASL: "PLAIN", "listener.name.https.connections.max.reauth.ms": "x"},
-            "listener.name.https.connections.max.reauth.ms: 'x' is not an integer",
+            "listener.name.https.connections.max.reauth.ms must be an integer, got 'x'",
         ),
     ],
 )

@@ -71,6 +71,17 @@ def _replicas(env: RaftkaCluster, topic: str) -> dict[int, tuple[int, ...]]:
     return {p.partition: p.replicas for p in d.partitions}
 
 
+def _wait_replicas(env: RaftkaCluster, topic: str, replicas: dict[int, tuple[int, ...]]) -> None:
+    """Until a broker's metadata shows ``replicas``: the controller answers that a move
+    completed (list_partition_reassignments) as soon as it commits, and the broker that
+    describe_topics asks may apply that record a moment later."""
+    wait_for(
+        lambda: _replicas(env, topic) == replicas,
+        timeout_s=DEADLINE_S,
+        message=lambda: f"{topic}: replicas {_replicas(env, topic)}, not {replicas}",
+    )
+
+
 def test_moving_the_leaders_replica_under_load_loses_nothing(
     env: RaftkaCluster, tmp_path: Path
 ) -> None:
@@ -159,7 +170,7 @@ def test_moving_the_leaders_replica_under_load_loses_nothing(
         writer.join(timeout=60)
     assert not writer.is_alive()
 
-    assert _replicas(env, topic) == {0: (102, 103, 104)}
+    _wait_replicas(env, topic, {0: (102, 103, 104)})
     verify = _run(env, "--verify", "--reassignment-json-file", plan)
     assert verify.exit_code == 0, verify.output
     assert f"Reassignment of partition {topic}-0 is completed." in verify.output
@@ -360,7 +371,7 @@ def test_throttled_move_is_slowed_and_the_throttle_is_removed(
     )
     elapsed_s = time.monotonic() - started_s
     assert elapsed_s >= 0.5 * size / rate, f"{size} bytes moved in {elapsed_s:.1f} s"
-    assert _replicas(env, topic) == {0: (102, 103, 104)}
+    _wait_replicas(env, topic, {0: (102, 103, 104)})
 
     verify = _run(env, "--verify", "--reassignment-json-file", plan)
     assert verify.exit_code == 0, verify.output

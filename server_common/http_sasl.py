@@ -144,7 +144,6 @@ class HttpSasl:
             raise SaslAuthenticationFailedError("expected a JSON object")
         mechanism = body.get("mechanism")
         exchange_id = body.get("exchange")
-        token = _auth_bytes(body.get("auth_bytes"))
         if exchange_id is None:
             if not isinstance(mechanism, str):
                 raise SaslAuthenticationFailedError("mechanism: expected a mechanism name")
@@ -171,8 +170,9 @@ class HttpSasl:
                     f"({found.session.mechanism}): start over"
                 )
             exchange = found
-        # A failing step raises and the exchange is not put back: it is over.
-        answer = exchange.session.step(token)
+        # A failing step raises and the exchange is not put back: it is over (so is one
+        # whose next token is malformed).
+        answer = exchange.session.step(_auth_bytes(body.get("auth_bytes")))
         reply: dict[str, Any] = {
             "exchange": exchange_id,
             "auth_bytes": base64.b64encode(answer).decode("ascii"),

@@ -116,6 +116,14 @@ def test_a_finished_or_failed_exchange_cannot_go_on() -> None:
     assert (server.exchanges, server.sessions) == (0, 0)
 
 
+def test_a_malformed_next_token_ends_the_exchange() -> None:
+    server = _server()
+    answer = _scram_first(server)
+    with pytest.raises(SaslAuthenticationFailedError, match="not base64"):
+        server.step({"exchange": answer["exchange"], "auth_bytes": "***"})
+    assert server.exchanges == 0
+
+
 def test_an_exchange_expires_and_cannot_switch_mechanism() -> None:
     clock = Clock()
     server = _server(clock)

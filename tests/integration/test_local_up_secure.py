@@ -163,7 +163,7 @@ def _raftka_client_logs_in_with_scram(http: str, settings: dict[str, str]) -> No
     super user) produces and reads back; bob authenticates but is refused, since the
     HTTP API checks no ACLs and so serves super users only; a wrong password fails the
     exchange itself."""
-    from raftka.client import Admin, Consumer, Producer
+    from raftka.client import Admin, Consumer, Producer, TopicPartition
     from raftka.common.errors import (
         ClusterAuthorizationFailedError,
         SaslAuthenticationFailedError,
@@ -181,11 +181,12 @@ def _raftka_client_logs_in_with_scram(http: str, settings: dict[str, str]) -> No
 
     admin = login("admin", settings["sasl.password"])
     with Producer(acks="all", **admin) as producer:
-        producer.send("secure-topic", value=b"over-scram")
-        producer.flush(timeout_ms=int(DEADLINE_S * 1000))
+        written = producer.send("secure-topic", value=b"over-scram").result(timeout=DEADLINE_S)
     seen: list[bytes | None] = []
-    with Consumer(group_id="over-scram", auto_offset_reset="earliest", **admin) as consumer:
-        consumer.subscribe(["secure-topic"])
+    # Assigned, not subscribed: a group's first join waits out the initial rebalance
+    # delay, and the group APIs are more of the same HTTP API.
+    with Consumer(auto_offset_reset="earliest", **admin) as consumer:
+        consumer.assign([TopicPartition("secure-topic", written.partition)])
 
         def read() -> bool:
             for records in consumer.poll(timeout_ms=500).values():

@@ -34,8 +34,6 @@ __all__ = ["SASL_PATH", "SaslLogin", "SessionTokens"]
 
 #: The exchange's route on every node (server_common/http_sasl.SASL_PATH).
 SASL_PATH: Final = "/v1/sasl-authenticate"
-SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-MECHANISMS: Final = (*SCRAM_MECHANISMS, "PLAIN")
 
 #: Posts one exchange request to a node: (address, JSON body) -> the JSON answer,
 #: raising the node's error typed.

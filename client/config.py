@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypedDict
 
-from raftka.client._http_sasl import MECHANISMS as SASL_MECHANISMS
 from raftka.client._http_sasl import SaslLogin
 from raftka.common.client_tls import ClientTls
 from raftka.common.errors import InvalidConfigError
 from raftka.common.record.header import Compression
+from raftka.common.scram import SASL_MECHANISMS
 
 __all__ = [
     "INT32_MAX",

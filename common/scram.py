@@ -25,6 +25,7 @@ __all__ = [
     "ITERATIONS_MAX",
     "ITERATIONS_MIN",
     "SALT_BYTES_MIN",
+    "SASL_MECHANISMS",
     "SCRAM_MECHANISMS",
     "check_iterations",
     "check_mechanism",
@@ -35,6 +36,9 @@ __all__ = [
 
 #: Kafka's SCRAM mechanisms and the hash each uses.
 SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+#: The SASL mechanisms raftka serves and its clients log in with: SCRAM, and PLAIN
+#: checked against the same credentials.
+SASL_MECHANISMS: Final = (*SCRAM_MECHANISMS, "PLAIN")
 #: Kafka's bounds on a SCRAM credential's iteration count.
 ITERATIONS_MIN: Final = 4096
 ITERATIONS_MAX: Final = 16384

@@ -134,8 +134,8 @@ def apply_protocol_map(props: Mapping[str, str]) -> Renamed:
             if protocol.startswith("SASL_"):
                 raise ConfigError(
                     f"{MAP_KEY}: {name}:{protocol}: the first listener is raftka's HTTP API, "
-                    "which authenticates by client certificate, not SASL: map it to SSL "
-                    "(or PLAINTEXT)"
+                    "which is TLS or plain: map it to SSL (or PLAINTEXT); SASL logins on it "
+                    f"come from listener.name.{name.lower()}.sasl.enabled.mechanisms"
                 )
             canonical = "HTTPS" if protocol == "SSL" else "HTTP"
         else:

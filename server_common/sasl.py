@@ -50,6 +50,7 @@ from raftka.common.errors import (
 from raftka.common.scram import (
     ITERATIONS_MAX,
     ITERATIONS_MIN,
+    SASL_MECHANISMS,
     SCRAM_MECHANISMS,
     check_iterations,
     check_mechanism,
@@ -70,7 +71,6 @@ __all__ = [
     "new_scram_credential",
 ]
 
-SASL_MECHANISMS: Final = (*SCRAM_MECHANISMS, "PLAIN")
 #: Random salt bytes of a new credential (scramp's default length).
 SALT_BYTES: Final = 16
 #: The largest client token a session reads (Kafka's sasl.server.max.receive.size).

@@ -24,6 +24,7 @@ from raftka.client.spark.offsets import (
 from raftka.client.structs import TopicPartition
 from raftka.common.errors import InvalidConfigError
 from raftka.common.jaas import parse_login
+from raftka.common.scram import SASL_MECHANISMS
 
 __all__ = [
     "DEFAULT_MAX_TRIGGER_DELAY_MS",
@@ -368,10 +369,10 @@ def _sasl_login(opts: Mapping[str, str], protocol: str) -> dict[str, Any]:
             )
         return {}
     mechanism = given.get("sasl.mechanism", "GSSAPI").strip()
-    if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+    if mechanism not in SASL_MECHANISMS:
         raise SparkOptionError(
             f"option kafka.sasl.mechanism={mechanism}: raftka's client logs in with "
-            "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (Kafka's default is GSSAPI: set it)"
+            f"{', '.join(SASL_MECHANISMS)} (Kafka's default is GSSAPI: set it)"
         )
     if "sasl.jaas.config" not in given:
         raise SparkOptionError("option kafka.sasl.jaas.config: SASL_SSL needs the login")

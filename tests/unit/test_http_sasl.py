@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from https_helpers import https_props
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -234,27 +235,16 @@ def node_cert(ca: CertificateAuthority) -> IssuedCertificate:
     return ca.issue(ca.cafile.parent, "node-1")
 
 
-def _https(ca: CertificateAuthority, cert: IssuedCertificate, **more: str) -> dict[str, str]:
-    return {
-        "listeners": "HTTPS://127.0.0.1:9093",
-        "listener.name.https.ssl.certfile": str(cert.certfile),
-        "listener.name.https.ssl.keyfile": str(cert.keyfile),
-        "listener.name.https.ssl.cafile": str(ca.cafile),
-        "super.users": "User:CN=node-1;User:alice",
-        **more,
-    }
-
-
 _SASL = "listener.name.https.sasl.enabled.mechanisms"
 
 
 def test_sasl_on_the_https_api_requests_certificates_instead_of_requiring_them(
     ca: CertificateAuthority, node_cert: IssuedCertificate
 ) -> None:
-    http = node_http(_https(ca, node_cert, **{_SASL: "SCRAM-SHA-512, PLAIN"}))
+    http = node_http(https_props(ca, node_cert, **{_SASL: "SCRAM-SHA-512, PLAIN"}))
     assert http.sasl == HttpSaslSettings(("SCRAM-SHA-512", "PLAIN"), reauth_ms=0, idle_ms=600_000)
     assert http.server_ssl is not None and http.server_ssl.verify_mode is ssl.CERT_OPTIONAL
-    assert node_http(_https(ca, node_cert)).sasl is None
+    assert node_http(https_props(ca, node_cert)).sasl is None
 
 
 @pytest.mark.parametrize(
@@ -283,7 +273,7 @@ def test_wrong_sasl_settings_are_refused_by_name(
     ca: CertificateAuthority, node_cert: IssuedCertificate, change: dict[str, str], named: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        node_http(_https(ca, node_cert, **change))
+        node_http(https_props(ca, node_cert, **change))
     assert str(caught.value).startswith(named), caught.value
 
 
@@ -331,7 +321,7 @@ def test_the_client_password_stays_out_of_its_config_repr() -> None:
 async def _serve(
     ca: CertificateAuthority, node_cert: IssuedCertificate, port: int = 0
 ) -> tuple[web.AppRunner, int]:
-    http = node_http(_https(ca, node_cert, **{_SASL: ",".join(MECHANISMS)}))
+    http = node_http(https_props(ca, node_cert, **{_SASL: ",".join(MECHANISMS)}))
 
     async def whoami(request: web.Request) -> web.Response:
         return web.json_response({"principal": request[PRINCIPAL_KEY]})

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from https_helpers import https_props
 
 from raftka.client._transport import Transport
 from raftka.client.config import ClientConfigError, ProducerConfig
@@ -56,17 +57,6 @@ def app_cert(ca: CertificateAuthority) -> IssuedCertificate:
     return ca.issue(ca.cafile.parent, "app")
 
 
-def _https(ca: CertificateAuthority, cert: IssuedCertificate, **more: str) -> dict[str, str]:
-    return {
-        "listeners": "HTTPS://127.0.0.1:9093",
-        "listener.name.https.ssl.certfile": str(cert.certfile),
-        "listener.name.https.ssl.keyfile": str(cert.keyfile),
-        "listener.name.https.ssl.cafile": str(ca.cafile),
-        "super.users": "User:CN=node-1",
-        **more,
-    }
-
-
 def _controller(props: dict[str, str]) -> dict[str, str]:
     return {
         "node.id": "1",
@@ -79,7 +69,7 @@ def _controller(props: dict[str, str]) -> dict[str, str]:
 def test_an_https_listener_builds_contexts_and_https_urls(
     ca: CertificateAuthority, node_cert: IssuedCertificate
 ) -> None:
-    config = node_config_from_properties(_controller(_https(ca, node_cert)))
+    config = node_config_from_properties(_controller(https_props(ca, node_cert)))
     http = config.http
     assert http.secure and http.scheme == "https"
     assert http.url("127.0.0.1:9094", "/v1/metadata") == "https://127.0.0.1:9094/v1/metadata"
@@ -106,7 +96,7 @@ def test_an_https_listener_builds_contexts_and_https_urls(
 def test_wrong_or_useless_https_settings_are_refused_by_name(
     ca: CertificateAuthority, node_cert: IssuedCertificate, change: dict[str, str], named: str
 ) -> None:
-    props = _controller(_https(ca, node_cert, **change))
+    props = _controller(https_props(ca, node_cert, **change))
     with pytest.raises(ConfigError) as caught:
         node_config_from_properties(props)
     assert named in str(caught.value), caught.value
@@ -164,7 +154,7 @@ async def _render_kafka_errors(request: web.Request, handler: Handler) -> web.St
 def test_node_routes_serve_node_principals_only(
     ca: CertificateAuthority, node_cert: IssuedCertificate, app_cert: IssuedCertificate
 ) -> None:
-    http = node_http(_https(ca, node_cert))
+    http = node_http(https_props(ca, node_cert))
     paths = [
         ("POST", "/v1/brokers/register"),
         ("POST", "/v1/fetch"),
@@ -198,7 +188,7 @@ def test_a_certificate_no_rule_maps_is_refused(
 ) -> None:
     rules = "RULE:^CN=(node-[0-9]+)$/$1/"
     http = node_http(
-        _https(ca, node_cert, **{"listener.name.https.ssl.principal.mapping.rules": rules})
+        https_props(ca, node_cert, **{"listener.name.https.ssl.principal.mapping.rules": rules})
     )
     http = NodeHttp(**{**_fields(http), "node_principals": frozenset({"User:node-1"})})
     assert asyncio.run(_ask(http, _client(ca, node_cert), [("GET", "/v1/produce")])) == [
@@ -275,7 +265,7 @@ def test_a_combined_process_serves_both_listeners_over_https(
     ca: CertificateAuthority, node_cert: IssuedCertificate, tmp_path: Path
 ) -> None:
     props = {
-        **_https(ca, node_cert),
+        **https_props(ca, node_cert),
         "node.id": "1",
         "process.roles": "controller,broker",
         "controller.quorum.voters": VOTERS,
@@ -298,7 +288,7 @@ def test_inter_broker_listener_name_may_only_name_the_http_api(
     ca: CertificateAuthority, node_cert: IssuedCertificate, tmp_path: Path
 ) -> None:
     base = {
-        **_https(ca, node_cert),
+        **https_props(ca, node_cert),
         "node.id": "101",
         "process.roles": "broker",
         "controller.quorum.voters": VOTERS,
@@ -320,7 +310,7 @@ def test_refused_tls_handshakes_count_as_failed_authentications(
     """No client certificate, one from another CA, and plain HTTP on the TLS port each
     fail the handshake and count once (raftka's client in plain HTTP hears how to ask
     over HTTPS); a bare TCP connect (a port probe) and a trusted client do not."""
-    http = node_http(_https(ca, node_cert))
+    http = node_http(https_props(ca, node_cert))
     stranger = new_ca(tmp_path / "other").issue(tmp_path / "other", "node-1")
     no_cert = ssl.create_default_context(cafile=str(ca.cafile))
 

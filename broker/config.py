@@ -113,7 +113,8 @@ listener: ``authorizer.class.name`` accepts Kafka's KRaft
 ``org.apache.kafka.metadata.authorizer.StandardAuthorizer`` (any other class is
 refused), and ``super.users`` (unless the HTTP API is HTTPS, which reads it too) or
 ``allow.everyone.if.no.acl.found`` without it are refused by name rather than accepted
-and ignored. With it on, an HTTPS HTTP API (which checks no ACLs) serves ``super.users``
+and ignored. With it on, an HTTPS HTTP API checks the same ACLs on the routes raftka's
+client uses (``raftka.broker.http_acls``) and serves its other routes to ``super.users``
 only.
 
 ``controlled.shutdown.timeout.ms`` is raftka's: Kafka's KRaft broker waits for the
@@ -794,7 +795,8 @@ def _broker_config(node: NodeConfig) -> BrokerConfig:
             props, "transaction.partition.verification.enable", True
         ),
         log_defaults=log_defaults,
-        # With the authorizer on, only super.users may use an HTTPS API (it checks no ACLs).
+        # With the authorizer on, only super.users may use an HTTPS API but for the routes
+        # that check ACLs (broker/http_acls.py).
         http=node.http.serving_nodes_only(authorizer is not None),
         properties=dict(props),
     )

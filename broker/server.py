@@ -39,9 +39,18 @@ from raftka.broker.coordinator.transaction_routes import transaction_routes
 from raftka.broker.coordinator.transaction_service import TransactionCoordinatorService
 from raftka.broker.delete_records import delete_records_routes
 from raftka.broker.describe_producers import describe_producers_route
+from raftka.broker.http_acls import (
+    ACL_PATHS,
+    HttpAcls,
+    install,
+    refuse_producer,
+    request_access,
+    topic_refused,
+)
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
+from raftka.broker.kafka.authorization import Access, has_idempotent_batch
 from raftka.broker.leader_hws import LeaderHighWatermarks
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
@@ -53,11 +62,13 @@ from raftka.broker.replication.fetcher import ReplicaFetcherManager
 from raftka.broker.replication.manager import (
     FetchPartition,
     FetchResult,
+    ListOffsetsResult,
     ProduceResult,
     ReplicaManager,
 )
 from raftka.broker.txn_markers import TxnMarkerHook, write_txn_markers_route
 from raftka.broker.txn_verification import TxnVerifier, has_transactional_batch
+from raftka.common.acl import AclOperation
 from raftka.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
@@ -99,6 +110,10 @@ _STATUS: Final = {
     "REQUEST_TIMED_OUT": 503,
     # A follower fetch or verification from a principal that is not a node (HTTPS).
     "CLUSTER_AUTHORIZATION_FAILED": 403,
+    # A principal the ACLs refuse (broker/http_acls.py).
+    "TOPIC_AUTHORIZATION_FAILED": 403,
+    "GROUP_AUTHORIZATION_FAILED": 403,
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 403,
 }
 
 
@@ -425,9 +440,11 @@ class BrokerServer:
                 # The image of the moment: a user added or removed counts at once.
                 return self.manager.image.scram_credential(user, mechanism)
 
-            middlewares.append(self.config.http.middleware(credential))
+            middlewares.append(self.config.http.middleware(credential, ACL_PATHS))
         app = web.Application(middlewares=middlewares, client_max_size=REQUEST_BYTES_MAX)
         app[_SERVER_KEY] = self
+        # Kafka's ACL checks on the routes raftka's client uses (broker/http_acls.py).
+        install(app, HttpAcls(self.config.authorizer, lambda: self.manager.image))
         app.add_routes(
             [
                 web.get("/health", _health),
@@ -585,12 +602,7 @@ async def _produce(request: web.Request) -> web.StreamResponse:
         for entry, payload in zip(header.partitions, payloads, strict=True)
     ]
     server = _server(request)
-    results = await server.produce(
-        entries,
-        acks=header.acks,
-        timeout_ms=header.timeout_ms,
-        transactional_id=header.transactional_id,
-    )
+    results = await _authorized_produce(server, request_access(request), entries, header)
     server.metrics.topics.record_produce(entries, results)
     if header.acks == 0:
         return web.Response(status=204)
@@ -612,11 +624,45 @@ async def _produce(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def _authorized_produce(
+    server: BrokerServer,
+    access: Access,
+    entries: list[tuple[str, int, bytes]],
+    header: api.ProduceRequest,
+) -> list[ProduceResult]:
+    """The produce of the partitions the principal may write; the others answered
+    Kafka's authorization error (as the Kafka listener's Produce)."""
+    tid = header.transactional_id
+    refused: KafkaError | None = None
+    if access.authorizer is not None and (
+        tid is not None or any(has_idempotent_batch(d) for _, _, d in entries)
+    ):
+        refused = refuse_producer(access, tid)
+    if refused is not None:
+        return [ProduceResult(t, i, refused) for t, i, _ in entries]
+    writable = access.topics(AclOperation.WRITE, (t for t, _, _ in entries))
+    allowed = [e for e in entries if e[0] in writable]
+    done = iter(
+        await server.produce(
+            allowed, acks=header.acks, timeout_ms=header.timeout_ms, transactional_id=tid
+        )
+        if allowed
+        else ()
+    )
+    return [
+        next(done) if t in writable else ProduceResult(t, i, topic_refused(t, AclOperation.WRITE))
+        for t, i, _ in entries
+    ]
+
+
 async def _init_producer_id(request: web.Request) -> web.Response:
     """InitProducerId: an idempotent producer's here; a transactional producer's (with a
     ``transactional_id``) is the transaction coordinator's."""
     # An empty body is every field's default.
     body = decode(await request.read() or b"{}", api.InitProducerIdRequest)
+    refused = refuse_producer(request_access(request), body.transactional_id)
+    if refused is not None:
+        raise refused
     server = _server(request)
     if body.transactional_id is not None:
         return _message(await server.transactions.init_producer_id(body))
@@ -677,15 +723,29 @@ async def _fetch(request: web.Request) -> web.Response:
         # A follower's fetch (Kafka checks CLUSTER_ACTION): nodes only over HTTPS.
         require_node(request, "a fetch naming a replica_id")
     server = _server(request)
-    results = await server.manager.fetch(
-        replica_id=fetch.replica_id,
-        broker_epoch=fetch.broker_epoch,
-        max_wait_ms=fetch.max_wait_ms,
-        min_bytes=fetch.min_bytes,
-        max_bytes=fetch.max_bytes,
-        partitions=fetch_partitions(fetch),
-        isolation_level=fetch.isolation_level,
+    partitions = fetch_partitions(fetch)
+    # A consumer's fetch: READ on each topic (a follower's is a node's, checked above).
+    readable = request_access(request).topics(AclOperation.READ, (p.topic for p in partitions))
+    allowed = [p for p in partitions if p.topic in readable]
+    done = iter(
+        await server.manager.fetch(
+            replica_id=fetch.replica_id,
+            broker_epoch=fetch.broker_epoch,
+            max_wait_ms=fetch.max_wait_ms,
+            min_bytes=fetch.min_bytes,
+            max_bytes=fetch.max_bytes,
+            partitions=allowed,
+            isolation_level=fetch.isolation_level,
+        )
+        if allowed
+        else ()
     )
+    results = [
+        next(done)
+        if p.topic in readable
+        else FetchResult(p.topic, p.partition, topic_refused(p.topic, AclOperation.READ))
+        for p in partitions
+    ]
     server.metrics.topics.record_fetch(results, follower=fetch.replica_id >= 0)
     frame = api.encode_frame(
         api.FetchResponse(responses=tuple(_fetch_response(r) for r in results)),
@@ -696,10 +756,24 @@ async def _fetch(request: web.Request) -> web.Response:
 
 async def _list_offsets(request: web.Request) -> web.Response:
     body = decode(await request.read(), api.ListOffsetsRequest)
-    results = _server(request).manager.list_offsets(
-        [(p.topic, p.partition, p.timestamp) for p in body.partitions],
-        isolation_level=body.isolation_level,
+    access = request_access(request)
+    describable = access.topics(AclOperation.DESCRIBE, (p.topic for p in body.partitions))
+    done = iter(
+        _server(request).manager.list_offsets(
+            [
+                (p.topic, p.partition, p.timestamp)
+                for p in body.partitions
+                if p.topic in describable
+            ],
+            isolation_level=body.isolation_level,
+        )
     )
+    results = [
+        next(done)
+        if p.topic in describable
+        else ListOffsetsResult(p.topic, p.partition, topic_refused(p.topic, AclOperation.DESCRIBE))
+        for p in body.partitions
+    ]
     return _message(
         api.ListOffsetsResponse(
             responses=tuple(
@@ -733,6 +807,11 @@ async def _metadata(request: web.Request) -> web.Response:
     image = server.manager.image
     wanted = _metadata_request(request).topics
     names = None if wanted is None else set(wanted)
+    # DESCRIBE on each topic: the others are left out of "every topic" and, named,
+    # answered TOPIC_AUTHORIZATION_FAILED whether or not they exist (no name leaks).
+    visible = request_access(request).topics(
+        AclOperation.DESCRIBE, image.topics.by_name if names is None else names
+    )
     brokers = []
     for b in image.cluster.live_brokers():
         endpoint = b.endpoint(LISTENER_NAME) or (b.endpoints[0] if b.endpoints else None)
@@ -746,7 +825,7 @@ async def _metadata(request: web.Request) -> web.Response:
         )
     topics: list[api.MetadataTopic] = []
     for name in sorted(image.topics.by_name):
-        if names is not None and name not in names:
+        if name not in visible:
             continue
         topic = image.topics.by_name[name]
         topics.append(
@@ -767,7 +846,10 @@ async def _metadata(request: web.Request) -> web.Response:
                 ),
             )
         )
-    for name in sorted((names or set()) - set(image.topics.by_name)):
+    for name in sorted((names or set()) - visible):
+        error = api.error_object(topic_refused(name, AclOperation.DESCRIBE))
+        topics.append(api.MetadataTopic(name=name, error=error))
+    for name in sorted(visible - set(image.topics.by_name)):
         topics.append(
             api.MetadataTopic(
                 name=name,

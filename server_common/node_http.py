@@ -23,9 +23,10 @@ messages, broker registration and heartbeats, AlterPartition, producer-id blocks
 brokers' metadata fetch, WriteTxnMarkers, and a fetch that names a replica id) answer
 any other principal CLUSTER_AUTHORIZATION_FAILED (HTTP 403), as Kafka checks
 CLUSTER_ACTION on them. The other routes serve any authenticated principal, unless
-the broker runs the authorizer (``authorizer.class.name``): the HTTP API has no ACL
-checks, so there only ``super.users`` may use it and applications governed by ACLs use
-the Kafka listener.
+the broker runs the authorizer (``authorizer.class.name``): then only ``super.users``
+may use the HTTP API, but for the routes raftka's client needs to produce, consume,
+join groups and run transactions, whose handlers check Kafka's ACLs
+(:mod:`raftka.broker.http_acls`).
 
 A node whose API is HTTPS talks HTTPS to every other node, presenting its own
 certificate (``ssl.certfile``) and checking the peer's against ``ssl.cafile`` and, unless
@@ -153,8 +154,9 @@ class NodeHttp:
     client_ssl: ssl.SSLContext | None = None
     mapper: SslPrincipalMapper | None = None
     node_principals: frozenset[str] = frozenset()
-    #: Only node principals use this HTTP API at all: a controller's (it checks no
-    #: ACLs), and a broker's when it runs the authorizer.
+    #: Only node principals use this HTTP API, but for the routes whose handlers
+    #: check ACLs (``middleware``'s ``acl_paths``): a controller's (it checks no ACLs),
+    #: and a broker's when it runs the authorizer.
     nodes_only: bool = False
     #: SASL beside client certificates (listener.name.https.sasl.enabled.mechanisms).
     sasl: HttpSaslSettings | None = None
@@ -178,10 +180,15 @@ class NodeHttp:
         """This, serving only node principals when ``nodes_only``."""
         return dataclasses.replace(self, nodes_only=nodes_only)
 
-    def middleware(self, lookup: CredentialLookup | None = None) -> Middleware:
+    def middleware(
+        self, lookup: CredentialLookup | None = None, acl_paths: frozenset[str] = frozenset()
+    ) -> Middleware:
         """Authenticates each request by its session token (SASL) or its certificate
         and keeps node routes for nodes (see the module doc). ``lookup`` finds the SCRAM
-        credentials of the node's metadata image; an API with SASL needs it."""
+        credentials of the node's metadata image; an API with SASL needs it.
+        ``acl_paths``: the routes whose handlers check Kafka's ACLs themselves (a
+        broker's, :mod:`raftka.broker.http_acls`), open to any principal even where
+        the API is for nodes only."""
         mapper = self.mapper
         assert mapper is not None, "only an HTTPS API authenticates"
         refusals = self.refusals
@@ -258,11 +265,11 @@ class NodeHttp:
                     refusal = (
                         f"{principal} is not a node (super.users): {request.path} is for nodes only"
                     )
-                elif self.nodes_only:
+                elif self.nodes_only and request.path not in acl_paths:
                     refusal = (
-                        f"{principal} is not in super.users: this node's HTTP API checks "
-                        "no ACLs, so it serves super.users only (applications use a "
-                        "broker's Kafka listener)"
+                        f"{principal} is not in super.users: {request.path} on this node's "
+                        "HTTP API checks no ACLs, so it serves super.users only (the Kafka "
+                        "listener serves every API under the ACLs)"
                     )
                 if refusal is not None:
                     refusals.cluster_authorization_failed += 1

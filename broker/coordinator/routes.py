@@ -17,6 +17,7 @@ from typing import Any, Final, Generic, TypeVar
 from aiohttp import web
 
 from raftka.broker.coordinator.service import GroupCoordinatorService, RequestContext
+from raftka.broker.http_acls import check_coordinator_request, request_access
 from raftka.common.messages import Message, decode, encode
 from raftka.common.messages import coordinator as api
 from raftka.common.messages import transactions as txn_api
@@ -71,8 +72,12 @@ def route_handler(
             # AddPartitionsToTxn's verification is a partition leader's call (Kafka
             # checks CLUSTER_ACTION): nodes only over HTTPS.
             require_node(request, "AddPartitionsToTxn with verify_only")
+        # Kafka's ACL checks (broker/http_acls.py): a refusal raises its error.
+        shown = check_coordinator_request(request_access(request), message)
         context = RequestContext(client_host=f"/{request.remote or 'unknown'}")
         answer = await method(service, message, context)
+        if shown is not None:
+            answer = shown(answer)
         return web.Response(body=encode(answer), content_type="application/json")
 
     return handle

@@ -7,8 +7,11 @@ another CA gets nothing; a resumed cluster keeps the same CA and password. raftk
 HTTP API is HTTPS with client certificates: plain HTTP gets nothing, raftka's commands
 get in with the ``raftka-client.properties`` it writes, and ``raftka status --data-dir``
 finds that file by itself, as does a command run where ``./raftka-data`` is. raftka's
-own client logs in there with SCRAM instead (SASL_SSL): admin produces and consumes,
-bob is refused (the HTTP API serves super users only), a wrong password fails."""
+own client logs in there with SCRAM instead (SASL_SSL): admin produces and consumes, a
+wrong password fails, and bob is held to his ACLs: with WRITE on a topic he sees it,
+writes to it and is refused reading it and the admin API; granted READ on the topic and
+his group and WRITE on his transactional id, he consumes in a group and commits a
+transaction with the group's offsets."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,14 +164,10 @@ def _topic_authorization_failed(config: dict[str, Any]) -> bool:
 
 def _raftka_client_logs_in_with_scram(http: str, settings: dict[str, str]) -> None:
     """raftka's own client on the HTTPS API with SASL_SSL and no certificate: admin (a
-    super user) produces and reads back; bob authenticates but is refused, since the
-    HTTP API checks no ACLs and so serves super users only; a wrong password fails the
-    exchange itself."""
+    super user) produces and reads back; a wrong password fails the exchange itself;
+    bob is held to his ACLs (:func:`_raftka_client_under_acls`)."""
     from raftka.client import Admin, Consumer, Producer, TopicPartition
-    from raftka.common.errors import (
-        ClusterAuthorizationFailedError,
-        SaslAuthenticationFailedError,
-    )
+    from raftka.common.errors import SaslAuthenticationFailedError
 
     def login(user: str, password: str) -> dict[str, Any]:
         return {
@@ -195,15 +195,95 @@ def _raftka_client_logs_in_with_scram(http: str, settings: dict[str, str]) -> No
 
         wait_for(read, timeout_s=DEADLINE_S, message=lambda: f"admin read only {seen}")
     with (
-        Admin(**login("bob", "bob-secret")) as bob,
-        pytest.raises(ClusterAuthorizationFailedError, match=r"User:bob is not in super\.users"),
-    ):
-        bob.list_topics()
-    with (
         Admin(**login("admin", "not-it")) as wrong,
         pytest.raises(SaslAuthenticationFailedError, match="invalid credentials"),
     ):
         wrong.list_topics()
+    _raftka_client_under_acls(admin, login("bob", "bob-secret"))
+
+
+def _raftka_client_under_acls(admin: dict[str, Any], bob: dict[str, Any]) -> None:
+    """bob, with WRITE on secure-topic only, through raftka's client on the HTTPS API:
+    the broker routes check Kafka's ACLs as the Kafka listener does."""
+    from acl_helpers import acl
+
+    from raftka.client import Admin, Consumer, Producer, TopicPartition
+    from raftka.common.acl import AclOperation, ResourceType
+    from raftka.common.errors import (
+        ClusterAuthorizationFailedError,
+        TopicAuthorizationFailedError,
+    )
+
+    with Admin(**bob) as as_bob:
+        # DESCRIBE (implied by WRITE) shows his topic, and only it; the listings and
+        # the admin API stay for super users.
+        assert as_bob.list_topics(list_internal=True) == {"secure-topic"}
+        with pytest.raises(ClusterAuthorizationFailedError, match=r"User:bob is not in super"):
+            as_bob.describe_acls()
+    # WRITE on a topic lets an idempotent producer in (KIP-679).
+    with Producer(acks="all", **bob) as producer:
+        written = producer.send("secure-topic", value=b"bob-plain").result(timeout=DEADLINE_S)
+    partition = TopicPartition("secure-topic", written.partition)
+    with Consumer(auto_offset_reset="earliest", **bob) as consumer:
+        consumer.assign([partition])
+
+        def read_refused() -> bool:
+            try:
+                got = consumer.poll(timeout_ms=500)
+            except TopicAuthorizationFailedError as e:
+                assert "READ on topic 'secure-topic'" in str(e), e
+                return True
+            assert not got, f"bob read without READ: {got}"
+            return False
+
+        wait_for(read_refused, timeout_s=DEADLINE_S, message="bob's fetch was not refused")
+
+    group, tid = ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    with Admin(**admin) as as_admin:
+        as_admin.create_acls(
+            [
+                acl("User:bob", AclOperation.READ, "secure-topic"),
+                acl("User:bob", AclOperation.READ, "bob-group", resource_type=group),
+                acl("User:bob", AclOperation.WRITE, "bob-tx", resource_type=tid),
+            ]
+        )
+    seen: list[bytes | None] = []
+    with Consumer(
+        group_id="bob-group",
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **bob,
+    ) as consumer:
+        consumer.subscribe(["secure-topic"])
+
+        def read(value: bytes) -> Callable[[], bool]:
+            def seen_it() -> bool:
+                try:
+                    for records in consumer.poll(timeout_ms=500).values():
+                        seen.extend(r.value for r in records)
+                except TopicAuthorizationFailedError:
+                    pass  # the grant has not reached every broker yet
+                return value in seen
+
+            return seen_it
+
+        wait_for(read(b"bob-plain"), timeout_s=DEADLINE_S, message=lambda: f"bob read {seen}")
+        with Producer(transactional_id="bob-tx", **bob) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("secure-topic", value=b"bob-txn", partition=partition.partition)
+            position = consumer.position(partition)
+            producer.send_offsets_to_transaction({partition: position}, consumer.group_metadata())
+            producer.commit_transaction()
+        wait_for(read(b"bob-txn"), timeout_s=DEADLINE_S, message=lambda: f"bob read {seen}")
+
+        def offsets_committed() -> bool:
+            # The group's offsets count once the marker reaches __consumer_offsets.
+            committed = consumer.committed([partition])[partition]
+            return committed is not None and committed.offset == position
+
+        wait_for(offsets_committed, timeout_s=DEADLINE_S, message="bob's offsets not committed")
 
 
 def _topics(config: dict[str, Any]) -> set[str]:

@@ -114,7 +114,10 @@ def _client(ca: CertificateAuthority, cert: IssuedCertificate) -> ssl.SSLContext
 
 
 async def _ask(
-    http: NodeHttp, client: ssl.SSLContext, paths: list[tuple[str, str]]
+    http: NodeHttp,
+    client: ssl.SSLContext,
+    paths: list[tuple[str, str]],
+    acl_paths: frozenset[str] = frozenset(),
 ) -> list[tuple[int, str]]:
     """Serve a tiny app behind ``http``'s middleware over TLS; ask each (method, path)."""
 
@@ -123,7 +126,7 @@ async def _ask(
             require_node(request, "a follower fetch")
         return web.json_response({"principal": request[PRINCIPAL_KEY]})
 
-    app = web.Application(middlewares=[_render_kafka_errors, http.middleware()])
+    app = web.Application(middlewares=[_render_kafka_errors, http.middleware(None, acl_paths)])
     app.add_routes([web.route("*", "/{tail:.*}", echo)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -181,6 +184,12 @@ def test_node_routes_serve_node_principals_only(
     assert (refused.labels, refused.value) == ({"listener": "HTTPS"}, 5)
     assert scraped["kafka_server_socketservermetrics_failed_authentication"].value == 0
     assert list(https_api_metrics(PLAIN_HTTP)) == []
+    # A broker with the authorizer: the routes whose handlers check ACLs are open to
+    # any principal, the node routes stay for nodes.
+    as_app = asyncio.run(
+        _ask(nodes_only, _client(ca, app_cert), paths, acl_paths=frozenset({"/v1/produce"}))
+    )
+    assert [status for status, _ in as_app] == [403, 403, 200, 200]
 
 
 def test_a_certificate_no_rule_maps_is_refused(

@@ -18,8 +18,9 @@ What each route checks (as :mod:`raftka.broker.kafka.apis` does for the same API
 - Fetch (a consumer's) and ListOffsets: READ and DESCRIBE on each topic, per partition.
 - InitProducerId: WRITE on the transactional id, or the idempotent producer's right.
 - FindCoordinator: DESCRIBE on the group or transactional id.
-- JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: READ on the
-  group; committing needs READ on each topic, fetching offsets DESCRIBE on each.
+- JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit: READ on the group
+  (committing also READ on each topic); OffsetFetch: DESCRIBE on the group and on each
+  topic (KIP-163).
 - AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit: WRITE on the
   transactional id, plus WRITE on the topics added, READ on the group and READ on the
   topics whose offsets are committed.
@@ -178,7 +179,7 @@ def check_coordinator_request(access: Access, message: Message) -> AnswerFilter 
         _need_topics(access, _O.READ, (t.name for t in message.topics))
         return None
     if isinstance(message, api.OffsetFetchRequest):
-        _need_group(access, _O.READ, message.group_id)
+        _need_group(access, _O.DESCRIBE, message.group_id)
         return _offset_fetch_filter(access, named=message.topics is not None)
     group_id = getattr(message, "group_id", None)
     if isinstance(group_id, str):

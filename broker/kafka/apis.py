@@ -2403,7 +2403,8 @@ class KafkaApis:
             fields,
             group_api.OffsetFetchRequest,
             answer=answer,
-            refused=self._group_refused(call, AclOperation.READ, request.group_id),
+            # DESCRIBE on the group, Kafka's since KIP-163 (READ implies it).
+            refused=self._group_refused(call, AclOperation.DESCRIBE, request.group_id),
             topics=(),
         )
 

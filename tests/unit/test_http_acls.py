@@ -133,6 +133,16 @@ def test_a_super_user_and_no_authorizer_pass_everything(message: Message) -> Non
     assert check_coordinator_request(Access(None, BOB, ""), message) is None
 
 
+def test_offset_fetch_needs_describe_on_the_group_not_read() -> None:
+    """KIP-163: fetching a group's offsets is a DESCRIBE, which READ implies."""
+    describe = acl(BOB, OP.DESCRIBE, "g", resource_type=GROUP)
+    check_coordinator_request(_access(describe), api.OffsetFetchRequest(group_id="g"))
+    with pytest.raises(GroupAuthorizationFailedError, match="DESCRIBE on group 'g'"):
+        check_coordinator_request(_access(), api.OffsetFetchRequest(group_id="g"))
+    with pytest.raises(GroupAuthorizationFailedError, match="READ on group 'g'"):
+        check_coordinator_request(_access(describe), _commit("g", "t"))
+
+
 def test_offset_fetch_shows_only_the_topics_it_may_describe() -> None:
     """Every topic: the hidden ones are left out; named: refused, offsets withheld."""
     partition = api.OffsetFetchPartitionResponse(partition=0, offset=7)

@@ -33,7 +33,7 @@ which it could read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -228,9 +228,9 @@ def _need_transactional_id(access: Access, operation: AclOperation, tid: str) ->
         )
 
 
-def _need_topics(access: Access, operation: AclOperation, names: Any) -> None:
-    names = list(names)
-    allowed = access.topics(operation, names)
-    for name in names:
+def _need_topics(access: Access, operation: AclOperation, names: Iterable[str]) -> None:
+    wanted = list(names)
+    allowed = access.topics(operation, wanted)
+    for name in wanted:
         if name not in allowed:
             raise topic_refused(name, operation)

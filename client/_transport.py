@@ -42,6 +42,7 @@ from raftka.client._http_sasl import SASL_PATH, SaslLogin, SessionTokens
 from raftka.client.structs import Node, PartitionInfo, TopicPartition
 from raftka.common.client_tls import connector_tls
 from raftka.common.errors import (
+    AuthorizationError,
     KafkaError,
     KafkaTimeoutError,
     NetworkError,
@@ -672,7 +673,9 @@ class MetadataCache:
     async def wait_for_topic(self, topic: str, deadline_ms: int) -> TopicView:
         """The topic's metadata with at least one partition, refreshing with backoff
         until ``deadline_ms``; then the last error (UnknownTopicOrPartitionError if the
-        cluster said it has no such topic, else KafkaTimeoutError)."""
+        cluster said it has no such topic, else KafkaTimeoutError). A topic the
+        principal may not DESCRIBE raises TopicAuthorizationFailedError at once, as
+        Kafka's clients do: waiting would not change the ACLs' answer."""
         self.add_topics([topic])
         last: KafkaError | None = None
         while True:
@@ -705,6 +708,8 @@ class MetadataCache:
             if found is not None and found.error is None and found.partitions:
                 return found
             if found is not None and found.error is not None:
+                if isinstance(found.error, AuthorizationError):
+                    raise found.error
                 last = found.error
             await asyncio.sleep(min(self._backoff_ms, max(deadline_ms - monotonic_ms(), 0)) / 1000)
 
@@ -846,6 +851,8 @@ async def list_offsets(
             leader = metadata.view.leader_address(tp)
             if leader is None:
                 topic = metadata.view.topics.get(tp.topic)
+                if topic is not None and isinstance(topic.error, AuthorizationError):
+                    raise topic.error  # not DESCRIBE: no wait changes the ACLs' answer
                 if topic is not None and topic.error is not None:
                     last = topic.error
                 elif topic is not None and tp.partition >= len(topic.partitions):

@@ -1,6 +1,7 @@
 """Which broker the client asks for metadata: the one that answered last, while it
 answers (Kafka's clients prefer a node they are connected to); a broker that hangs is
-met once, not on every turn of a rotation."""
+met once, not on every turn of a rotation. A topic the ACLs hide is refused at once,
+not waited for."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import pytest
 
 from raftka.client._transport import MetadataCache
-from raftka.common.errors import RequestTimedOutError
+from raftka.common.errors import RequestTimedOutError, TopicAuthorizationFailedError
 from raftka.common.messages import broker as api
+from raftka.common.time import monotonic_ms
 
 BROKERS = {101: "127.0.0.1:9101", 102: "127.0.0.1:9102", 103: "127.0.0.1:9103"}
 
@@ -23,6 +25,7 @@ class _Transport:
     def __init__(self) -> None:
         self.asked: list[str] = []
         self.hanging: set[str] = set()
+        self.topics: tuple[api.MetadataTopic, ...] = ()
 
     async def request_message(self, address: str, *_args: Any, **_kwargs: Any) -> Any:
         self.asked.append(address)
@@ -32,7 +35,8 @@ class _Transport:
             brokers=tuple(
                 api.MetadataBroker(id=i, host=a.split(":")[0], port=int(a.split(":")[1]))
                 for i, a in BROKERS.items()
-            )
+            ),
+            topics=self.topics,
         )
 
 
@@ -89,5 +93,23 @@ def test_without_an_answering_broker_the_rotation_covers_every_broker(
         cache._answering = answering  # none, or one no longer known
         firsts = {cache.broker_addresses()[0] for _ in range(3)}
         assert firsts == set(BROKERS.values())
+
+    asyncio.run(run())
+
+
+def test_a_topic_the_acls_hide_is_refused_at_once_not_waited_for() -> None:
+    """TOPIC_AUTHORIZATION_FAILED in the metadata answer: a producer's wait for the
+    topic raises it on the first answer instead of retrying until max_block_ms."""
+
+    async def run() -> None:
+        transport = _Transport()
+        refused = api.ErrorObject(
+            error="TOPIC_AUTHORIZATION_FAILED", error_code=29, message="DESCRIBE is needed"
+        )
+        transport.topics = (api.MetadataTopic(name="secret", error=refused),)
+        cache = _cache(transport, BROKERS[101])
+        with pytest.raises(TopicAuthorizationFailedError, match="DESCRIBE is needed"):
+            await cache.wait_for_topic("secret", monotonic_ms() + 60_000)
+        assert len(transport.asked) == 1
 
     asyncio.run(run())

@@ -44,6 +44,7 @@ from raftka.client._sync import ClosingOnExit, LoopThread
 from raftka.client._transport import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    ClusterView,
     MetadataCache,
     Transport,
     list_offsets,
@@ -67,7 +68,13 @@ from raftka.client.structs import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from raftka.common.errors import IllegalStateError, KafkaError, NoOffsetForPartitionError
+from raftka.common.errors import (
+    AuthorizationError,
+    IllegalStateError,
+    KafkaError,
+    NoOffsetForPartitionError,
+    TopicAuthorizationFailedError,
+)
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], KafkaError | None], Any]
 
@@ -163,6 +170,8 @@ class AsyncConsumer(AsyncStartedOnEnter):
         self._metadata: MetadataCache | None = None
         self._fetcher: Fetcher | None = None
         self._closed = False
+        # The metadata answer last looked at for subscribed topics the ACLs hide.
+        self._hidden_checked: ClusterView | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -496,7 +505,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
         """Records from the assigned partitions, waiting at most ``timeout_ms`` for
         some; ``{}`` when none arrive in time. At most ``max_records`` (default
         ``max_poll_records``)."""
-        _, _, fetcher = self._ensure_started()
+        _, metadata, fetcher = self._ensure_started()
         limit = self.config.max_poll_records if max_records is None else max_records
         if limit < 1:
             raise ValueError(f"max_records must be >= 1, not {limit}")
@@ -508,6 +517,7 @@ class AsyncConsumer(AsyncStartedOnEnter):
         while True:
             if self._coordinator is not None:
                 await self._coordinator.poll(deadline)
+                self._raise_hidden_topics(metadata.view)
             needing = self._subs.needing_reset()
             if needing:
                 # A reset is a lookup with its own bound (a poll(0) still positions).
@@ -526,6 +536,22 @@ class AsyncConsumer(AsyncStartedOnEnter):
             if self._coordinator is not None and self._coordinator.rejoin_needed:
                 continue  # the group needs this poll: rejoin now
             await fetcher.wait(remaining / 1000)
+
+    def _raise_hidden_topics(self, view: ClusterView) -> None:
+        """Kafka's consumer: subscribed topics the principal may not DESCRIBE raise
+        TopicAuthorizationFailedError from ``poll``, once per metadata answer (the
+        topics it may read are consumed on)."""
+        if self._subscription is None or view is self._hidden_checked:
+            return
+        self._hidden_checked = view
+        hidden = sorted(
+            t
+            for t in self._subscription.topics
+            if (topic := view.topics.get(t)) is not None
+            and isinstance(topic.error, AuthorizationError)
+        )
+        if hidden:
+            raise TopicAuthorizationFailedError(f"not authorized to access topics: {hidden}")
 
     async def getmany(
         self, timeout_ms: int = 0, max_records: int | None = None

@@ -11,7 +11,8 @@ own client logs in there with SCRAM instead (SASL_SSL): admin produces and consu
 wrong password fails, and bob is held to his ACLs: with WRITE on a topic he sees it,
 writes to it and is refused reading it and the admin API; granted READ on the topic and
 his group and WRITE on his transactional id, he consumes in a group and commits a
-transaction with the group's offsets."""
+transaction with the group's offsets (a topic in his subscription that he may not
+describe raises TOPIC_AUTHORIZATION_FAILED from poll)."""
 
 from __future__ import annotations
 
@@ -255,20 +256,25 @@ def _raftka_client_under_acls(admin: dict[str, Any], bob: dict[str, Any]) -> Non
         enable_auto_commit=False,
         **bob,
     ) as consumer:
-        consumer.subscribe(["secure-topic"])
+        # A subscribed topic he may not DESCRIBE (it need not exist): poll raises
+        # Kafka's error for it, and the consumer reads on from the topic he may read.
+        consumer.subscribe(["secure-topic", "not-bobs"])
+        refusals: list[str] = []
 
         def read(value: bytes) -> Callable[[], bool]:
             def seen_it() -> bool:
                 try:
                     for records in consumer.poll(timeout_ms=500).values():
                         seen.extend(r.value for r in records)
-                except TopicAuthorizationFailedError:
-                    pass  # the grant has not reached every broker yet
+                except TopicAuthorizationFailedError as e:
+                    # Also while the grant has not reached every broker yet.
+                    refusals.append(str(e))
                 return value in seen
 
             return seen_it
 
         wait_for(read(b"bob-plain"), timeout_s=DEADLINE_S, message=lambda: f"bob read {seen}")
+        assert any("not-bobs" in r for r in refusals), refusals
         with Producer(transactional_id="bob-tx", **bob) as producer:
             producer.init_transactions()
             producer.begin_transaction()

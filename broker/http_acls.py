@@ -15,7 +15,7 @@ What each route checks (as :mod:`raftka.broker.kafka.apis` does for the same API
 - Produce: WRITE on each topic (TOPIC_AUTHORIZATION_FAILED per partition); a
   transactional produce needs WRITE on its transactional id, an idempotent one
   IDEMPOTENT_WRITE on the cluster or WRITE on some topic (every partition refused).
-- Fetch (a consumer's) and ListOffsets: READ and DESCRIBE on each topic, per partition.
+- Fetch (a consumer's): READ on each topic; ListOffsets: DESCRIBE; per partition.
 - InitProducerId: WRITE on the transactional id, or the idempotent producer's right.
 - FindCoordinator: DESCRIBE on the group or transactional id.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit: READ on the group

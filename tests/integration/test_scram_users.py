@@ -7,11 +7,12 @@ confluent-kafka's admin clients.
 What "every broker sees it" means here: each broker answers
 ``GET /v1/scram-credentials`` from its own metadata image (as Kafka's brokers answer
 DescribeUserScramCredentials from their metadata cache), so the user, mechanism and
-iteration count it shows are what that broker replayed. Brokers do not serve SASL yet
-(another piece of issue #17), so the SASL exchange itself runs in this process: a
-:class:`SaslServerSession` over an image replayed from each controller's committed
-metadata log (the records every broker replays) authenticates a scramp client with the
-right password and refuses a wrong one.
+iteration count it shows are what that broker replayed. The SASL exchange here runs in
+this process: a :class:`SaslServerSession` over an image replayed from each
+controller's committed metadata log (the records every broker replays) authenticates a
+scramp client with the right password and refuses a wrong one. The brokers' own SASL is
+tested with real clients in test_kafka_listener_sasl.py (the Kafka listener) and
+test_local_up_secure.py (the HTTPS API).
 """
 
 from __future__ import annotations

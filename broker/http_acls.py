@@ -39,7 +39,7 @@ from typing import Any, Final
 import msgspec
 from aiohttp import web
 
-from raftka.broker.kafka.authorization import Access, AuthorizerCache
+from raftka.broker.kafka.authorization import ALLOW_ALL, Access, AuthorizerCache
 from raftka.common.acl import AclOperation
 from raftka.common.errors import (
     ClusterAuthorizationFailedError,
@@ -91,9 +91,6 @@ ACL_PATHS: Final = frozenset(
     }
 )
 
-#: Everything allowed: the authorizer off, or a plain-HTTP API (nobody authenticated).
-_ALLOW_ALL: Final = Access(None, "", "")
-
 
 class HttpAcls:
     """The authorizer of the broker's current image, for its HTTP routes."""
@@ -104,9 +101,9 @@ class HttpAcls:
 
     def access(self, request: web.Request) -> Access:
         principal = request.get(PRINCIPAL_KEY)
-        if principal is None or not self._cache.enabled:
-            return _ALLOW_ALL
-        return Access(self._cache.authorizer(self._image()), principal, request.remote or "")
+        if principal is None:
+            return ALLOW_ALL  # plain HTTP authenticates nobody and so refuses nobody
+        return self._cache.access(self._image, principal, request.remote or "")
 
 
 _KEY: Final = web.AppKey("raftka.http_acls", HttpAcls)
@@ -120,7 +117,7 @@ def request_access(request: web.Request) -> Access:
     """What the request's principal may do (all of it where no :class:`HttpAcls` is
     installed: a controller's coordinator-free app, a test's)."""
     acls = request.app.get(_KEY)
-    return _ALLOW_ALL if acls is None else acls.access(request)
+    return ALLOW_ALL if acls is None else acls.access(request)
 
 
 def refuse_producer(access: Access, transactional_id: str | None) -> KafkaError | None:

@@ -24,8 +24,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import orjson
@@ -642,17 +642,35 @@ async def _authorized_produce(
         return [ProduceResult(t, i, refused) for t, i, _ in entries]
     writable = access.topics(AclOperation.WRITE, (t for t, _, _ in entries))
     allowed = [e for e in entries if e[0] in writable]
-    done = iter(
+    done = (
         await server.produce(
             allowed, acks=header.acks, timeout_ms=header.timeout_ms, transactional_id=tid
         )
         if allowed
-        else ()
+        else []
     )
-    return [
-        next(done) if t in writable else ProduceResult(t, i, topic_refused(t, AclOperation.WRITE))
-        for t, i, _ in entries
-    ]
+    return _in_request_order(
+        entries,
+        lambda e: e[0] in writable,
+        done,
+        lambda e: ProduceResult(e[0], e[1], topic_refused(e[0], AclOperation.WRITE)),
+    )
+
+
+_Asked = TypeVar("_Asked")
+_Answer = TypeVar("_Answer")
+
+
+def _in_request_order(
+    asked: Sequence[_Asked],
+    allowed: Callable[[_Asked], bool],
+    done: Iterable[_Answer],
+    refused: Callable[[_Asked], _Answer],
+) -> list[_Answer]:
+    """One answer per item of ``asked``, in its order: the next of ``done`` (the
+    answers to the allowed items, in order) where ``allowed``, else ``refused(item)``."""
+    answers = iter(done)
+    return [next(answers) if allowed(a) else refused(a) for a in asked]
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
@@ -727,7 +745,7 @@ async def _fetch(request: web.Request) -> web.Response:
     # A consumer's fetch: READ on each topic (a follower's is a node's, checked above).
     readable = request_access(request).topics(AclOperation.READ, (p.topic for p in partitions))
     allowed = [p for p in partitions if p.topic in readable]
-    done = iter(
+    done = (
         await server.manager.fetch(
             replica_id=fetch.replica_id,
             broker_epoch=fetch.broker_epoch,
@@ -738,14 +756,14 @@ async def _fetch(request: web.Request) -> web.Response:
             isolation_level=fetch.isolation_level,
         )
         if allowed
-        else ()
+        else []
+    )  # nothing to wait max_wait_ms for
+    results = _in_request_order(
+        partitions,
+        lambda p: p.topic in readable,
+        done,
+        lambda p: FetchResult(p.topic, p.partition, topic_refused(p.topic, AclOperation.READ)),
     )
-    results = [
-        next(done)
-        if p.topic in readable
-        else FetchResult(p.topic, p.partition, topic_refused(p.topic, AclOperation.READ))
-        for p in partitions
-    ]
     server.metrics.topics.record_fetch(results, follower=fetch.replica_id >= 0)
     frame = api.encode_frame(
         api.FetchResponse(responses=tuple(_fetch_response(r) for r in results)),
@@ -758,22 +776,18 @@ async def _list_offsets(request: web.Request) -> web.Response:
     body = decode(await request.read(), api.ListOffsetsRequest)
     access = request_access(request)
     describable = access.topics(AclOperation.DESCRIBE, (p.topic for p in body.partitions))
-    done = iter(
-        _server(request).manager.list_offsets(
-            [
-                (p.topic, p.partition, p.timestamp)
-                for p in body.partitions
-                if p.topic in describable
-            ],
-            isolation_level=body.isolation_level,
-        )
+    done = _server(request).manager.list_offsets(
+        [(p.topic, p.partition, p.timestamp) for p in body.partitions if p.topic in describable],
+        isolation_level=body.isolation_level,
     )
-    results = [
-        next(done)
-        if p.topic in describable
-        else ListOffsetsResult(p.topic, p.partition, topic_refused(p.topic, AclOperation.DESCRIBE))
-        for p in body.partitions
-    ]
+    results = _in_request_order(
+        body.partitions,
+        lambda p: p.topic in describable,
+        done,
+        lambda p: ListOffsetsResult(
+            p.topic, p.partition, topic_refused(p.topic, AclOperation.DESCRIBE)
+        ),
+    )
     return _message(
         api.ListOffsetsResponse(
             responses=tuple(

@@ -44,7 +44,12 @@ from raftka.broker.kafka.authentication import (
     SASL_HANDSHAKE_KEY,
     ConnectionAuth,
 )
-from raftka.broker.kafka.authorization import Access, AuthorizerCache, has_idempotent_batch
+from raftka.broker.kafka.authorization import (
+    ALLOW_ALL,
+    Access,
+    AuthorizerCache,
+    has_idempotent_batch,
+)
 from raftka.broker.kafka.framing import API_VERSIONS_KEY, FrameError, encode_response, parse_header
 from raftka.broker.log_dirs import describe_log_dirs
 from raftka.broker.replication.manager import FetchPartition
@@ -170,8 +175,6 @@ _NO_OPERATIONS: Final = -2147483648
 
 _NO_TIME: Final = datetime.timedelta(0)
 _TXN_ID_REFUSED: Final = ErrorCode.transactional_id_authorization_failed
-#: Every request's access with no authorizer configured.
-_ALLOW_ALL: Final = Access(None, ANONYMOUS, "")
 
 
 def _code(error: KafkaError | ErrorObject | None) -> ErrorCode:
@@ -446,9 +449,11 @@ class KafkaApis:
         if self._authorizers is None:
             self._authorizers = AuthorizerCache(self._server.config.authorizer)
         if not self._authorizers.enabled:
-            return _ALLOW_ALL  # off: neither the image nor the call is looked at
-        authorizer = self._authorizers.authorizer(self._server.manager.image)
-        return Access(authorizer, call.principal, call.client_host)
+            return ALLOW_ALL  # off: neither the image nor the call is looked at
+        return self._authorizers.access(self._image, call.principal, call.client_host)
+
+    def _image(self) -> MetadataImage:
+        return self._server.manager.image
 
     def _cluster_id(self) -> str:
         config = self._server.config

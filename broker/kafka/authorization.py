@@ -31,11 +31,18 @@ from raftka.common.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceTy
 from raftka.common.errors import KafkaError
 from raftka.common.record.header import iter_batches
 from raftka.metadata.authorizer import AclAuthorizer, AuthorizerConfig
+from raftka.server_common.ssl_principal import ANONYMOUS
 
 if TYPE_CHECKING:
     from raftka.metadata.image import MetadataImage
 
-__all__ = ["SUPPORTED_OPERATIONS", "Access", "AuthorizerCache", "has_idempotent_batch"]
+__all__ = [
+    "ALLOW_ALL",
+    "SUPPORTED_OPERATIONS",
+    "Access",
+    "AuthorizerCache",
+    "has_idempotent_batch",
+]
 
 _T = TypeVar("_T")
 
@@ -88,6 +95,13 @@ class AuthorizerCache:
             self._bindings = bindings
         return self._authorizer
 
+    def access(self, image: Callable[[], MetadataImage], principal: str, host: str) -> Access:
+        """What ``principal`` from ``host`` may do under the ACLs of ``image()``;
+        :data:`ALLOW_ALL` when the authorizer is off (the image is not even read)."""
+        if self._config is None:
+            return ALLOW_ALL
+        return Access(self.authorizer(image()), principal, host)
+
 
 @dataclass(frozen=True, slots=True)
 class Access:
@@ -129,6 +143,8 @@ class Access:
 
     def topics(self, operation: AclOperation, names: Iterable[str]) -> set[str]:
         """The distinct ``names`` whose topic allows ``operation``."""
+        if self.authorizer is None:
+            return set(names)  # off: no question per name on the data path
         return {n for n in set(names) if self.may_topic(operation, n)}
 
     def describable(
@@ -147,6 +163,10 @@ class Access:
             for op in SUPPORTED_OPERATIONS[resource_type]
             if self.may(op, resource_type, name)
         )
+
+
+#: Everything allowed: the authorizer off, or nobody authenticated (plain HTTP).
+ALLOW_ALL: Final = Access(None, ANONYMOUS, "")
 
 
 def has_idempotent_batch(data: bytes | bytearray | memoryview) -> bool:

@@ -19,16 +19,24 @@ SCRAM-SHA-512, the authorizer on) runs beside the PLAINTEXT one, its clients a u
 each request pays the authorizer's check; the
 repeats alternate between the two, so both see the same machine, and the medians'
 ratios SASL_SSL / PLAINTEXT are printed.
+
+``--py-spy DIR``: the last repeat runs with ``py-spy record`` attached to each broker
+(py-spy is not a dependency: ``pip install py-spy``); their collapsed stacks are
+written to DIR, and the functions taking the most of the brokers' samples (self and
+inclusive) are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import json
 import os
+import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +61,8 @@ from raftka.local.processes import http_json
 from raftka.local.secure import add_scram_user, sasl_ssl_setup, wait_until_brokers_know
 
 RECORD_SIZE = 100
+#: The consumer's fetch.queue.backoff.ms (see ``run``); --consumer-defaults: 1000.
+FETCH_QUEUE_BACKOFF_MS = 10
 PARTITIONS = 3
 
 
@@ -64,8 +74,19 @@ def cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def run(
-    kafka: str, pids: list[int], topic: str, records: int, security: dict[str, str]
+    kafka: str,
+    pids: list[int],
+    topic: str,
+    records: int,
+    security: dict[str, str],
+    *,
+    fetch_queue_backoff_ms: int = FETCH_QUEUE_BACKOFF_MS,
 ) -> dict[str, Any]:
     """One produce-then-consume run; ``security`` is the clients' security settings."""
     kafka_config = {"bootstrap.servers": kafka, **security}
@@ -83,7 +104,7 @@ def run(
     )
     producer = Producer({**kafka_config, "acks": "all", "compression.type": "none"})
     value = b"x" * RECORD_SIZE
-    cpu0, t0 = cpu_s(pids), time.perf_counter()
+    cpu0, own0, t0 = cpu_s(pids), _own_cpu_s(), time.perf_counter()
     for _ in range(records):
         while True:
             try:
@@ -94,22 +115,41 @@ def run(
         producer.poll(0)
     assert producer.flush(300) == 0
     produce_s, produce_cpu = time.perf_counter() - t0, cpu_s(pids) - cpu0
+    produce_own = _own_cpu_s() - own0
 
-    consumer = Consumer({**kafka_config, "group.id": f"bench-{topic}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": f"bench-{topic}",
+            "enable.auto.commit": False,
+            # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by
+            # default) once its local queue holds queued.min.messages (100,000): with
+            # the default, the timing holds a second of client-side pause
+            # (docs/benchmarks.md measures both).
+            "fetch.queue.backoff.ms": fetch_queue_backoff_ms,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    got, cpu0, t0 = 0, cpu_s(pids), time.perf_counter()
+    got, cpu0, own0, t0 = 0, cpu_s(pids), _own_cpu_s(), time.perf_counter()
     while got < records:
-        for m in consumer.consume(10_000, 1.0):
+        # Never ask for more than is left: consume() waits its whole timeout for a
+        # batch it cannot fill, which timed the last call's second, not the brokers.
+        for m in consumer.consume(min(10_000, records - got), 1.0):
             if m.error() is None:
                 got += 1
     consume_s, consume_cpu = time.perf_counter() - t0, cpu_s(pids) - cpu0
+    consume_own = _own_cpu_s() - own0
     consumer.close()
     return {
         "records": records,
         "produce_records_per_s": round(records / produce_s),
         "produce_broker_cpu_us_per_record": round(produce_cpu / records * 1e6, 1),
+        # The benchmark's own process (librdkafka's threads and the Python loop), in
+        # cores: near 1 means the client, not the brokers, bounds the rate.
+        "produce_client_cores": round(produce_own / produce_s, 2),
         "consume_records_per_s": round(records / consume_s),
         "consume_broker_cpu_us_per_record": round(consume_cpu / records * 1e6, 1),
+        "consume_client_cores": round(consume_own / consume_s, 2),
     }
 
 
@@ -142,6 +182,47 @@ def _grant_bench(brokers: LocalBrokers) -> None:
     wait_for(everywhere, timeout_s=60, message="the brokers never learnt bench's ACLs")
 
 
+def _py_spy(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy sampling each broker until stopped (SIGINT), collapsed stacks to ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            [
+                *("py-spy", "record", "--format", "raw", "--rate", "200", "--nonblocking"),
+                *("-o", str(out / f"broker-{pid}.txt"), "-p", str(pid)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in pids
+    ]
+
+
+def _py_spy_summary(spies: list[subprocess.Popen[bytes]], out: Path, top: int = 25) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        spy.wait(60)
+    own: collections.Counter[str] = collections.Counter()
+    within: collections.Counter[str] = collections.Counter()
+    total = 0
+    for path in out.glob("broker-*.txt"):
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            n = int(count)
+            frames = stack.split(";")
+            total += n
+            own[frames[-1]] += n
+            for frame in set(frames):
+                within[frame] += n
+    print(f"py-spy: {total} samples over the brokers; self time:")
+    for frame, n in own.most_common(top):
+        print(f"  {n / total:6.1%}  {frame}")
+    print("inclusive:")
+    for frame, n in within.most_common(top * 2):
+        print(f"  {n / total:6.1%}  {frame}")
+
+
 def _medians(results: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in results) for k in results[0]}
 
@@ -151,7 +232,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sasl-ssl", action="store_true", help="also a SASL_SSL cluster")
+    parser.add_argument(
+        "--consumer-defaults",
+        action="store_true",
+        help="leave librdkafka's fetch.queue.backoff.ms at its default (1000)",
+    )
+    parser.add_argument("--py-spy", type=Path, default=None, help="profile the last repeat")
     args = parser.parse_args()
+    backoff_ms = 1000 if args.consumer_defaults else FETCH_QUEUE_BACKOFF_MS
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         setups: list[tuple[str, str, list[int], dict[str, str]]] = []
@@ -189,7 +277,19 @@ def main() -> None:
         results: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in setups}
         for i in range(args.repeats):
             for protocol, kafka, pids, security in setups:
-                result = run(kafka, pids, f"bench-{i}", args.records, security)
+                profiled = args.py_spy is not None and i == args.repeats - 1
+                out = args.py_spy / protocol if args.py_spy is not None else tmp
+                spies = _py_spy(pids, out) if profiled else []
+                result = run(
+                    kafka,
+                    pids,
+                    f"bench-{i}",
+                    args.records,
+                    security,
+                    fetch_queue_backoff_ms=backoff_ms,
+                )
+                if spies:
+                    _py_spy_summary(spies, out)
                 print(json.dumps({"security_protocol": protocol, **result}), flush=True)
                 results[protocol].append(result)
         medians = {name: _medians(runs) for name, runs in results.items()}

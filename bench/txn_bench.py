@@ -169,6 +169,11 @@ def main() -> None:
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument(
+        "--sizes",
+        default=",".join(map(str, TXN_SIZES)),
+        help="records per transaction, comma-separated (default: %(default)s)",
+    )
     args = parser.parse_args()
     value = b"v" * args.record_size
     results: list[dict[str, Any]] = []
@@ -185,7 +190,7 @@ def main() -> None:
         ]
         idem_s = statistics.median(idem)
         results.append({"mode": "idempotent", "records_per_s": round(args.records / idem_s)})
-        for size in TXN_SIZES:
+        for size in (int(s) for s in args.sizes.split(",")):
             # Small transactions are slow: at most 200 of them per run.
             n = min(args.records, 200 * size)
             runs = [

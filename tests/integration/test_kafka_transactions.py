@@ -17,7 +17,9 @@ outside through the real libraries:
   transaction leaves the group's offsets uncommitted, a committed one commits them;
 - kafka-python's transactional producer (it has one since 2.1) commits and aborts, its
   read_committed consumer sees the committed records only, and its admin client's
-  DescribeTransactions and ListTransactions show the transactional id.
+  DescribeTransactions and ListTransactions show the transactional id;
+- kafka-python's consume-transform-produce: its group consumer's offsets sent with
+  ``send_offsets_to_transaction`` are committed with the output, or not at all.
 
 Every client call has a timeout; waits poll a condition with a deadline.
 """
@@ -362,3 +364,85 @@ def test_many_transactions_of_one_producer(kafka: str) -> None:
     assert sorted(read(kafka, topic, len(committed), isolation="read_committed")) == sorted(
         committed
     )
+
+
+def test_kafka_python_send_offsets_to_transaction(kafka: str) -> None:
+    """kafka-python's consume-transform-produce: a read_committed group consumer reads
+    the input, and a transactional producer writes the output with the consumer's
+    offsets (``send_offsets_to_transaction`` with ``group_metadata()``, KIP-447). Aborted,
+    neither the output nor the offsets show; committed, both do."""
+    from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+
+    source, sink, group = "kp-eos-in", "kp-eos-out", "kp-eos"
+    create_topic(kafka, source)
+    create_topic(kafka, sink)
+    seed = txn_producer(kafka, "kp-eos-seed")
+    seed.begin_transaction()
+    produce(seed, source, "in")
+    seed.commit_transaction(DEADLINE_S)
+    servers = kafka.split(",")
+
+    consumer = KafkaConsumer(
+        source,
+        bootstrap_servers=servers,
+        group_id=group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+    )
+    producer = KafkaProducer(bootstrap_servers=servers, transactional_id="kp-eos-id")
+    try:
+        consumed: dict[TopicPartition, list[Any]] = {}
+
+        def poll() -> bool:
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                consumed.setdefault(tp, []).extend(records)
+            return sum(map(len, consumed.values())) >= N
+
+        wait_for(poll, timeout_s=DEADLINE_S, message=f"consumed {consumed} of {N} records")
+        offsets = {
+            tp: OffsetAndMetadata(records[-1].offset + 1, "", -1)
+            for tp, records in consumed.items()
+        }
+        outputs = [r.value.upper() for records in consumed.values() for r in records]
+        producer.init_transactions()
+        for commit in (False, True):
+            producer.begin_transaction()
+            for value in outputs:
+                producer.send(sink, value=value)
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+                assert {tp: consumer.committed(tp) for tp in offsets} == dict.fromkeys(offsets)
+        wait_for(
+            lambda: all(consumer.committed(tp) == o.offset for tp, o in offsets.items()),
+            timeout_s=DEADLINE_S,
+            message="the transaction's offsets were never committed",
+        )
+    finally:
+        producer.close(timeout=DEADLINE_S)
+        consumer.close()
+
+    reader = KafkaConsumer(
+        bootstrap_servers=servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    try:
+        reader.assign([TopicPartition(sink, p) for p in (0, 1)])
+        seen: list[bytes] = []
+
+        def read_output() -> bool:
+            for records in reader.poll(timeout_ms=500).values():
+                seen.extend(r.value for r in records)
+            return len(seen) >= len(outputs)
+
+        wait_for(read_output, timeout_s=DEADLINE_S, message=f"read {len(seen)} of {len(outputs)}")
+        reader.poll(timeout_ms=1000)  # nothing more: the aborted copies stay hidden
+        assert sorted(seen) == sorted(outputs)
+    finally:
+        reader.close()

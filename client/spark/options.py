@@ -218,6 +218,10 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    # minPartitions and maxRecordsPerPartition: how far each partition's offset range
+    # is cut into more Spark input partitions (planning.split_ranges).
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     # startingOffsetsByTimestampStrategy: what a partition with no record at or after
     # startingTimestamp does ("error" as Spark's default, or "latest").
@@ -469,9 +473,58 @@ def _offsets_spec(
     )
 
 
+#: The source's own options (lower case; ``kafka.`` settings are checked apart).
+_SOURCE_OPTIONS: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "isolation.level",
+        *_SUBSCRIPTION_OPTIONS,
+        "startingoffsets",
+        "startingtimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "endingoffsets",
+        "failondataloss",
+        "includeheaders",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "kafkaconsumer.polltimeoutms",
+    }
+)
+
+#: Spark's Kafka source options this connector does not offer, and why.
+_SOURCE_REFUSED: Final = {
+    "groupidprefix": "the raftka connector reads without a consumer group",
+    "fetchoffset.numretries": "offset lookups retry inside raftka's client",
+    "fetchoffset.retryintervalms": "offset lookups retry inside raftka's client",
+    "startingoffsetsbytimestamp": "use startingTimestamp (one timestamp for every "
+    "partition) or startingOffsets",
+    "endingoffsetsbytimestamp": "use endingOffsets",
+    "endingtimestamp": "use endingOffsets",
+}
+
+
+def _refuse_unknown(options: Mapping[str, str], known: frozenset[str]) -> None:
+    """Every option is one this connector honours: an unknown one (a typo, or a Spark
+    option it does not offer) is refused by name, as given, rather than ignored."""
+    for given in sorted(options):
+        key = given.lower()
+        if key.startswith("kafka.") or key in known:
+            continue
+        if key in _SOURCE_REFUSED:
+            raise SparkOptionError(f"option {given} is not supported: {_SOURCE_REFUSED[key]}")
+        raise SparkOptionError(
+            f"option {given} is not one the raftka source takes (known: "
+            f"{', '.join(sorted(known))}, and kafka.* client settings)"
+        )
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """The source's settings for a batch (``streaming=False``) or streaming read."""
     opts = _lower(options)
+    _refuse_unknown(options, _SOURCE_OPTIONS)
     isolation_level = _isolation(opts)
     if "kafka.transactional.id" in opts:
         raise SparkOptionError(
@@ -528,6 +581,10 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger"),
         max_trigger_delay_ms=max_trigger_delay_ms,
+        min_partitions=_positive(opts, "minpartitions", "minPartitions"),
+        max_records_per_partition=_positive(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition"
+        ),
         poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll_timeout_ms is None else poll_timeout_ms,
         timestamp_strategy="latest" if strategy == "latest" else "error",
         isolation_level=isolation_level,

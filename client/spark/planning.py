@@ -10,6 +10,8 @@ Pure: positions, end offsets and the clock come in as arguments; decisions come 
   enough: stay put), then the max split.
 - :func:`plan_ranges` turns (start, end) into per-partition ranges and finds data loss
   (a partition that vanished, an offset that went backwards, records already deleted).
+- :func:`split_ranges` cuts those ranges into more Spark input partitions, for
+  ``minPartitions`` and ``maxRecordsPerPartition`` (Spark's Kafka source options).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "TriggerLimit",
     "next_end",
     "plan_ranges",
+    "split_ranges",
     "split_read_limit",
 ]
 
@@ -171,3 +174,39 @@ def plan_ranges(
             "; ".join(problems) + " (set failOnDataLoss=false to skip the lost records and go on)"
         )
     return ranges, problems
+
+
+def split_ranges(
+    ranges: list[OffsetRange],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """``ranges`` cut into consecutive, non-empty pieces that cover exactly the same
+    offsets, as Spark's Kafka source plans them (its KafkaOffsetRangeCalculator):
+
+    - ``min_partitions``: when there are fewer ranges than that, each range is cut in
+      proportion to its size, into ``ceil(size / (total / min_partitions))`` pieces, so
+      there are at least ``min_partitions`` (a range is never cut below one record);
+    - ``max_records_per_partition``: no piece holds more records than that.
+
+    Neither given, or enough ranges already: ``ranges`` unchanged. Pieces of one range
+    differ in size by at most one record, the larger ones first."""
+    total = sum(r.count for r in ranges)
+    out: list[OffsetRange] = []
+    for r in ranges:
+        pieces = 1
+        if min_partitions is not None and len(ranges) < min_partitions and total > 0:
+            # ceil(count * min_partitions / total), in integers: no float rounding.
+            pieces = max(pieces, -(-r.count * min_partitions // total))
+        if max_records_per_partition is not None:
+            pieces = max(pieces, -(-r.count // max_records_per_partition))
+        pieces = max(1, min(pieces, r.count))
+        size, extra = divmod(r.count, pieces)
+        start = r.start
+        for i in range(pieces):
+            end = start + size + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+            start = end
+        assert start == r.end, (r, pieces)
+    return out

@@ -35,6 +35,7 @@ from raftka.client.spark.planning import (
     TriggerLimit,
     next_end,
     plan_ranges,
+    split_ranges,
 )
 from raftka.client.structs import ConsumerRecord, TopicPartition
 from raftka.common.errors import UnknownTopicOrPartitionError
@@ -202,7 +203,12 @@ def _planned_partitions(
     ranges, problems = plan_ranges(start, end, earliest, fail_on_data_loss=opts.fail_on_data_loss)
     for problem in problems:
         log.warning("raftka source: %s (failOnDataLoss=false: skipped)", problem)
-    return [RangePartition(r) for r in ranges]
+    pieces = split_ranges(
+        ranges,
+        min_partitions=opts.min_partitions,
+        max_records_per_partition=opts.max_records_per_partition,
+    )
+    return [RangePartition(r) for r in pieces]
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[Any]:

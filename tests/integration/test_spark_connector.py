@@ -309,16 +309,32 @@ def test_streaming_restart_and_replayed_batch(
         assert sum(got.values()) == 160 + replayed
 
 
+def test_min_partitions_cuts_the_read_into_more_tasks(spark: Any, env: Env) -> None:
+    """minPartitions=4 over one Kafka partition of 40 records: four Spark partitions of
+    10 consecutive offsets each, the same 40 records as the one-task read."""
+    topic = env.topic("min-partitions", partitions=1)
+    _produce(env, topic, [(0, b"v%02d" % i, 1_700_000_000_000 + i) for i in range(40)])
+    whole = _read(spark, env, subscribe=topic)
+    cut = _read(spark, env, subscribe=topic, minPartitions="4")
+    assert whole.rdd.getNumPartitions() == 1
+    assert cut.rdd.getNumPartitions() == 4
+    per_task = cut.rdd.mapPartitions(lambda rows: [sorted(r.offset for r in rows)]).collect()
+    assert per_task == [list(range(i, i + 10)) for i in range(0, 40, 10)]
+    assert sorted(r.value for r in cut.collect()) == sorted(r.value for r in whole.collect())
+
+
 def test_bad_options_name_the_option(spark: Any, env: Env) -> None:
-    """Two subscription options, malformed offsets JSON and an unknown topic (with the
-    default failOnDataLoss=true) each fail when the query is planned, with a message
-    naming the option."""
+    """Two subscription options, malformed offsets JSON, an unknown topic (with the
+    default failOnDataLoss=true) and an unknown option each fail when the query is
+    planned, with a message naming the option."""
     topic = env.topic("bad-options", partitions=1)
     cases = [
         ({"subscribe": topic, "subscribePattern": "bad.*"}, "subscribePattern"),
         ({"subscribe": topic, "startingOffsets": '{"bad-options": {"0": }'}, "startingOffsets"),
         ({"subscribe": topic, "endingOffsets": '{"bad-options": {"x": 3}}'}, "endingOffsets"),
         ({"subscribe": "no-such-topic"}, "failOnDataLoss"),
+        # An unknown option (a typo): refused, not ignored (Spark lower-cases names).
+        ({"subscribe": topic, "maxOffsetPerTrigger": "5"}, "maxoffsetpertrigger is not one"),
     ]
     for options, named in cases:
         with pytest.raises(Exception) as failure:

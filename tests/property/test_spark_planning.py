@@ -6,11 +6,15 @@
 - next_end with a max limit, applied trigger after trigger, reaches the availableNow
   target without ever passing it;
 - streaming offsets survive to_offset_dict -> JSON -> from_offset_dict unchanged, and
-  equal offsets always print as the same string.
+  equal offsets always print as the same string;
+- split_ranges covers exactly the offsets it was given, in consecutive non-empty pieces,
+  at least min(minPartitions, records) of them when there were fewer ranges, none
+  larger than maxRecordsPerPartition, and changes nothing when neither asks for more.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import orjson
@@ -18,7 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.client.spark.offsets import from_offset_dict, to_offset_dict
-from raftka.client.spark.planning import TriggerLimit, next_end, plan_ranges, split_read_limit
+from raftka.client.spark.planning import (
+    OffsetRange,
+    TriggerLimit,
+    next_end,
+    plan_ranges,
+    split_ranges,
+    split_read_limit,
+)
 from raftka.client.structs import TopicPartition
 
 partitions = st.lists(
@@ -89,3 +100,54 @@ def test_offsets_round_trip_and_print_stably(
     assert from_offset_dict(orjson.loads(text)) == offsets
     shuffled = dict(sorted(offsets.items(), key=lambda kv: (-kv[0].partition, kv[0].topic)))
     assert orjson.dumps(to_offset_dict(shuffled)) == text
+
+
+@st.composite
+def offset_ranges(draw: st.DrawFn) -> list[OffsetRange]:
+    tps = draw(partitions)
+    out = []
+    for tp in tps:
+        start = draw(st.integers(0, 10_000))
+        out.append(OffsetRange(tp.topic, tp.partition, start, start + draw(st.integers(1, 500))))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    offset_ranges(),
+    st.none() | st.integers(1, 40),
+    st.none() | st.integers(1, 600),
+)
+def test_split_ranges_covers_the_same_offsets(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None
+) -> None:
+    pieces = split_ranges(
+        ranges, min_partitions=min_partitions, max_records_per_partition=max_records
+    )
+    # The same offsets, each once, in consecutive non-empty pieces per partition.
+    for r in ranges:
+        mine = [p for p in pieces if (p.topic, p.partition) == (r.topic, r.partition)]
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+        assert all(p.count > 0 for p in mine)
+        # Pieces of a range differ by at most one record.
+        assert max(p.count for p in mine) - min(p.count for p in mine) <= 1
+    total = sum(r.count for r in ranges)
+    if min_partitions is not None and len(ranges) < min_partitions:
+        assert len(pieces) >= min(min_partitions, total)
+    if max_records is not None:
+        assert all(p.count <= max_records for p in pieces)
+    if max_records is None and (min_partitions is None or len(ranges) >= min_partitions):
+        assert pieces == ranges
+
+
+def test_split_ranges_in_proportion_to_size() -> None:
+    """Spark's rule: a range of 3/4 of the records gets 3 of 4 pieces."""
+    ranges = [OffsetRange("t", 0, 0, 300), OffsetRange("t", 1, 50, 150)]
+    pieces = split_ranges(ranges, min_partitions=4)
+    assert [(p.partition, p.start, p.end) for p in pieces] == [
+        (0, 0, 100),
+        (0, 100, 200),
+        (0, 200, 300),
+        (1, 50, 150),
+    ]

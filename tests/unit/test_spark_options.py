@@ -181,6 +181,14 @@ def test_kafka_prefixed_settings_pass_to_the_client() -> None:
         ),
         ({"subscribe": "a", "kafka.transactional.id": "t"}, "kafka.transactional.id"),
         ({"assign": '{"a": [0]}', "startingOffsets": '{"a": {"1": 0}}'}, "startingOffsets"),
+        ({"subscribe": "a", "minPartitions": "0"}, "minPartitions"),
+        ({"subscribe": "a", "maxRecordsPerPartition": "lots"}, "maxRecordsPerPartition"),
+        # Unknown options, and Spark's Kafka options the connector does not offer, are
+        # refused by name as given, never silently ignored.
+        ({"subscribe": "a", "maxOffsetPerTrigger": "5"}, "maxOffsetPerTrigger is not one"),
+        ({"subscribe": "a", "groupIdPrefix": "g"}, "groupIdPrefix is not supported"),
+        ({"subscribe": "a", "endingTimestamp": "5"}, "endingTimestamp is not supported"),
+        ({"subscribe": "a", "fetchOffset.numRetries": "3"}, "fetchOffset.numRetries"),
     ],
 )
 def test_bad_batch_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -377,3 +385,14 @@ def test_commit_markers_fold_to_the_last_batch_per_query() -> None:
     assert encode_marker(markers[0])[0] == b"q1"
     assert last_committed([m for m in decoded if m is not None], {}) == {"q1": 1, "q2": 4}
     assert decode_marker(b"not json") is None and decode_marker(b'{"version": 99}') is None
+
+
+def test_min_partitions_and_max_records_per_partition() -> None:
+    """Spark's names, any case; unset: None (one input partition per Kafka partition)."""
+    opts = parse_source_options(
+        {**BASE, "subscribe": "a", "MINPARTITIONS": "4", "maxRecordsPerPartition": "1000"},
+        streaming=True,
+    )
+    assert (opts.min_partitions, opts.max_records_per_partition) == (4, 1000)
+    plain = parse_source_options({**BASE, "subscribe": "a"}, streaming=False)
+    assert (plain.min_partitions, plain.max_records_per_partition) == (None, None)

@@ -1,7 +1,7 @@
 """Spark connector benchmark: rows/s through the streaming source and through the sink,
 against the plain Python client in the same run.
 
-    python bench/spark_bench.py [--records N] [--repeats R] [--dir DIR]
+    python bench/spark_bench.py [--records N] [--repeats R] [--dir DIR] [--min-partitions M]
 
 One ``LocalCluster`` (3 controllers) + ``LocalBrokers`` (3 brokers) on loopback and one
 local Spark (``local[2]``), all on this machine. The input topic has 3 partitions (RF 3,
@@ -12,7 +12,9 @@ Each figure is the median of R runs:
   records (the Python client's own rate, no Spark);
 - ``streaming source``: ``readStream.format("raftka")`` from earliest, trigger
   availableNow, into Spark's ``noop`` sink, each run with a fresh checkpoint; the time
-  from ``start()`` to termination (query start-up included);
+  from ``start()`` to termination (query start-up included); each micro-batch's phases
+  (Spark's ``durationMs``: ``addBatch`` is the reading) are printed too;
+- with ``--min-partitions M``, the streaming source again with ``minPartitions=M``;
 - ``plain producer``: one ``AsyncProducer`` (acks=all) sends N 100-byte records;
 - ``sink``: ``df.write.format("raftka")`` of N rows (100-byte binary values made by
   ``spark.range``), acks=all, into a 3-partition topic.
@@ -107,13 +109,19 @@ def _spark() -> Any:
     return session
 
 
-def _stream_source(spark: Any, bootstrap: str, topic: str, checkpoint: Path) -> None:
-    query = (
+def _stream_source(
+    spark: Any, bootstrap: str, topic: str, checkpoint: Path, min_partitions: int | None = None
+) -> None:
+    reader = (
         spark.readStream.format("raftka")
         .option("bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .load()
+    )
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
+    query = (
+        reader.load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -123,6 +131,12 @@ def _stream_source(spark: Any, bootstrap: str, topic: str, checkpoint: Path) -> 
     assert query.exception() is None, query.exception()
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     assert rows > 0, "the streaming source read nothing"
+    # Where a run's time goes: Spark's own phases of each micro-batch (ms), so the
+    # per-query cost can be told from the reading (addBatch runs the source's tasks).
+    for p in query.recentProgress:
+        print(
+            json.dumps({"micro_batch": p["batchId"], "rows": p["numInputRows"], **p["durationMs"]})
+        )
 
 
 def _sink(spark: Any, bootstrap: str, topic: str, records: int) -> None:
@@ -154,6 +168,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument(
+        "--min-partitions",
+        type=int,
+        default=None,
+        help="also time the streaming source with this minPartitions",
+    )
     args = parser.parse_args()
     n, repeats = args.records, args.repeats
     base = args.dir or Path(tempfile.mkdtemp(prefix="raftka-spark-bench-"))
@@ -179,6 +199,18 @@ def main() -> None:
                             lambda c=checkpoint: _stream_source(spark, bootstrap, source, c),  # type: ignore[misc]
                         )
                     )
+                    if args.min_partitions is not None:
+                        label = f"streaming source, minPartitions={args.min_partitions}"
+                        checkpoint = base / f"checkpoint-{r}-min"
+                        results.setdefault(label, []).append(
+                            _timed(
+                                label,
+                                n,
+                                lambda c=checkpoint: _stream_source(  # type: ignore[misc]
+                                    spark, bootstrap, source, c, args.min_partitions
+                                ),
+                            )
+                        )
                     out = _topic(admin, f"bench-out-producer-{r}")
                     time.sleep(2)
                     results.setdefault("plain producer", []).append(

@@ -506,17 +506,32 @@ _SOURCE_REFUSED: Final = {
 }
 
 
-def _refuse_unknown(options: Mapping[str, str], known: frozenset[str]) -> None:
+#: The sink's own options. Spark adds ``checkpointLocation`` to a streaming query's.
+_SINK_OPTIONS: Final = frozenset(
+    {"bootstrap.servers", "topic", "replayprotection", "checkpointlocation"}
+)
+
+_SINK_REFUSED: Final = {
+    "path": "the raftka sink writes to the topic option or the topic column",
+}
+
+
+def _refuse_unknown(
+    options: Mapping[str, str],
+    known: frozenset[str],
+    refused: Mapping[str, str],
+    side: Literal["source", "sink"],
+) -> None:
     """Every option is one this connector honours: an unknown one (a typo, or a Spark
     option it does not offer) is refused by name, as given, rather than ignored."""
     for given in sorted(options):
         key = given.lower()
         if key.startswith("kafka.") or key in known:
             continue
-        if key in _SOURCE_REFUSED:
-            raise SparkOptionError(f"option {given} is not supported: {_SOURCE_REFUSED[key]}")
+        if key in refused:
+            raise SparkOptionError(f"option {given} is not supported: {refused[key]}")
         raise SparkOptionError(
-            f"option {given} is not one the raftka source takes (known: "
+            f"option {given} is not one the raftka {side} takes (known: "
             f"{', '.join(sorted(known))}, and kafka.* client settings)"
         )
 
@@ -524,7 +539,7 @@ def _refuse_unknown(options: Mapping[str, str], known: frozenset[str]) -> None:
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """The source's settings for a batch (``streaming=False``) or streaming read."""
     opts = _lower(options)
-    _refuse_unknown(options, _SOURCE_OPTIONS)
+    _refuse_unknown(options, _SOURCE_OPTIONS, _SOURCE_REFUSED, "source")
     isolation_level = _isolation(opts)
     if "kafka.transactional.id" in opts:
         raise SparkOptionError(
@@ -596,6 +611,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """The sink's settings (batch and streaming)."""
     opts = _lower(options)
+    _refuse_unknown(options, _SINK_OPTIONS, _SINK_REFUSED, "sink")
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise SparkOptionError("option topic: must not be empty")

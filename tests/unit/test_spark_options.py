@@ -396,3 +396,18 @@ def test_min_partitions_and_max_records_per_partition() -> None:
     assert (opts.min_partitions, opts.max_records_per_partition) == (4, 1000)
     plain = parse_source_options({**BASE, "subscribe": "a"}, streaming=False)
     assert (plain.min_partitions, plain.max_records_per_partition) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"topc": "t"}, "topc is not one the raftka sink takes"),
+        ({"topic": "t", "path": "/tmp/x"}, "path is not supported"),
+    ],
+)
+def test_sink_refuses_unknown_options_by_name(options: dict[str, str], named: str) -> None:
+    """A typo or a path is refused, not ignored; Spark's own checkpointLocation (which
+    it passes to a streaming sink) is taken."""
+    with pytest.raises(SparkOptionError, match=named):
+        parse_sink_options({**BASE, **options})
+    parse_sink_options({**BASE, "topic": "t", "checkpointLocation": "/tmp/cp"})

@@ -1,14 +1,17 @@
 """confluent-kafka (librdkafka) through raftka's Kafka listener: produce and consume.
 
     python bench/kafka_listener_bench.py [--records N] [--repeats N] [--sasl-ssl]
+        [--consumer-defaults] [--py-spy DIR]
 
 One ``LocalCluster`` (3 controllers) + ``LocalBrokers`` (3 brokers, each with a Kafka
 listener) on loopback, real OS processes on this shared machine. Each run: a fresh
 topic of 3 partitions, RF 3, min.insync.replicas 2; confluent-kafka's producer with
 acks=all, its default batching, no compression, ``--records`` 100-byte values, timed
 from the first produce() to the end of flush(); then a confluent-kafka consumer
-(assigned partitions, from the beginning) reads them all back, timed likewise. Broker
-CPU is the brokers' user+system time over the run (from /proc), per record.
+(assigned partitions, from the beginning, ``fetch.queue.backoff.ms=10``: see ``run``;
+``--consumer-defaults`` keeps librdkafka's 1000) reads them all back, timed likewise.
+Broker CPU is the brokers' user+system time over the run (from /proc), per record; the
+client's cores are the benchmark process's own CPU time over the phase, per second.
 
 Prints one JSON line per run and the medians.
 

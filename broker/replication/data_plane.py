@@ -36,20 +36,32 @@ __all__ = [
 
 
 class Signal:
-    """Wakes every task waiting on "this partition changed" (an append, a HW move)."""
+    """Wakes every fetch waiting on "this partition changed" (an append, a HW move).
 
-    __slots__ = ("_event",)
+    A parked fetch hands the same future to the signal of each partition it reads
+    (``watch``) and takes it back when it wakes (``unwatch``): two set operations per
+    partition, where a task per partition waiting on an event cost a task's creation,
+    scheduling and cancellation each time a follower's fetch of idle partitions parked
+    (docs/benchmarks.md, idle partitions)."""
+
+    __slots__ = ("_futures",)
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._futures: set[asyncio.Future[None]] = set()
 
-    def waiter(self) -> asyncio.Event:
-        """Take it before reading, so a change in between is not missed."""
-        return self._event
+    def watch(self, future: asyncio.Future[None]) -> None:
+        """Resolve ``future`` at the next change. Call it before reading, so a change
+        in between is not missed."""
+        self._futures.add(future)
+
+    def unwatch(self, future: asyncio.Future[None]) -> None:
+        self._futures.discard(future)
 
     def fire(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
+        futures, self._futures = self._futures, set()
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
 
 
 @dataclass(slots=True)

@@ -952,29 +952,45 @@ class ReplicaManager:
         if len(partitions) > REQUEST_PARTITIONS_MAX:
             raise CorruptMessageError(f"more than {REQUEST_PARTITIONS_MAX} partitions in one fetch")
         deadline_ms = self._clock_ms() + max(0, min(max_wait_ms, FETCH_WAIT_MS_MAX))
+        loop = asyncio.get_running_loop()
         while True:
             await self._worker_jobs_ended(partitions, deadline_ms)
-            waiters = [
-                p.signal.waiter()
+            # Watched before reading, so a change in between is not missed.
+            changed: asyncio.Future[None] = loop.create_future()
+            signals = {
+                p.signal
                 for req in partitions
                 if (p := self.partitions.get((req.topic, req.partition))) is not None
-            ]
-            results = self._read_all(
-                replica_id, broker_epoch, max_bytes, partitions, isolation_level
-            )
-            size = sum(len(r.records) for r in results)
-            urgent = any(r.error is not None or r.diverging_epoch is not None for r in results)
-            remaining_ms = deadline_ms - self._clock_ms()
-            if size >= min_bytes or urgent or remaining_ms <= 0 or not waiters or self._stopping:
-                return results
-            self.fetch_waiters += 1
-            parked = time.perf_counter()
+            }
+            for signal in signals:
+                signal.watch(changed)
             try:
-                await _wait_any(waiters, remaining_ms)
+                results = self._read_all(
+                    replica_id, broker_epoch, max_bytes, partitions, isolation_level
+                )
+                size = sum(len(r.records) for r in results)
+                urgent = any(r.error is not None or r.diverging_epoch is not None for r in results)
+                remaining_ms = deadline_ms - self._clock_ms()
+                if (
+                    size >= min_bytes
+                    or urgent
+                    or remaining_ms <= 0
+                    or not signals
+                    or self._stopping
+                ):
+                    return results
+                self.fetch_waiters += 1
+                parked = time.perf_counter()
+                try:
+                    await asyncio.wait((changed,), timeout=remaining_ms / 1000)
+                finally:
+                    self.fetch_waiters -= 1
+                    # The long poll's wait for min_bytes: Kafka's RemoteTimeMs.
+                    add_remote(time.perf_counter() - parked)
             finally:
-                self.fetch_waiters -= 1
-                # The long poll's wait for min_bytes: Kafka's RemoteTimeMs.
-                add_remote(time.perf_counter() - parked)
+                for signal in signals:
+                    signal.unwatch(changed)
+                changed.cancel()  # resolved or not, nobody waits on it any more
 
     async def _worker_jobs_ended(
         self, partitions: Sequence[FetchPartition], deadline_ms: int
@@ -1828,16 +1844,6 @@ class ReplicaManager:
         for p in self.partitions.values():
             self._snapshot_producers(p)  # a clean shutdown's snapshot
         self.logs.close_all()
-
-
-async def _wait_any(events: Sequence[asyncio.Event], timeout_ms: int) -> None:
-    """Until one of ``events`` is set or ``timeout_ms`` passes."""
-    tasks = [asyncio.ensure_future(e.wait()) for e in dict.fromkeys(events)]
-    try:
-        await asyncio.wait(tasks, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
 
 
 def _room(req: FetchPartition, budget: int) -> int | None:

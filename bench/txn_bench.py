@@ -16,7 +16,8 @@ local cluster (3 controllers + 3 brokers, separate processes).
   until a read_committed / read_uncommitted consumer polls it; median and p99 of
   ``--samples``.
 
-Usage: ``python bench/txn_bench.py [--records 2000] [--repeats 3] [--samples 50]``.
+Usage: ``python bench/txn_bench.py [--records 2000] [--repeats 3] [--samples 50]
+[--sizes 1,10,100,1000]`` (``--sizes``: records per transaction).
 The machine is shared while it runs (say so with the numbers).
 """
 

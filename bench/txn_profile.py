@@ -3,7 +3,8 @@ timed on the client, for ``--transactions`` transactions of ``--records`` record
 3 partitions (local cluster: 3 controllers + 3 brokers), plus the partition leaders'
 own WriteTxnMarkers timings from their /metrics.
 
-Usage: ``python bench/txn_profile.py [--records 1] [--transactions 40]``. It wraps the
+Usage: ``python bench/txn_profile.py [--records 1] [--transactions 40] [--timeline]``
+(``--timeline``: each step's median start and end within a transaction). It wraps the
 client transport's two request methods to time them (and counts the transaction
 manager's retry backoffs by error); nothing else changes.
 """

@@ -57,6 +57,11 @@ class Signal:
     def unwatch(self, future: asyncio.Future[None]) -> None:
         self._futures.discard(future)
 
+    @property
+    def watchers(self) -> int:
+        """How many parked fetches this partition would wake now."""
+        return len(self._futures)
+
     def fire(self) -> None:
         futures, self._futures = self._futures, set()
         for future in futures:

@@ -204,6 +204,29 @@ def test_parked_consumer_fetch_is_woken_by_the_append(tmp_path: Path) -> None:
     run(body)
 
 
+def test_a_fetch_leaves_no_watch_behind(tmp_path: Path) -> None:
+    """A parked fetch that times out, and one woken by an append, take their watch back
+    from the partition's signal: an idle partition's signal does not collect a future
+    per fetch that ever parked on it."""
+
+    async def body() -> None:
+        h = _Harness(tmp_path)
+        h.topic(leader=1, isr=(1,))
+        signal = h.manager.partitions[("t", 0)].signal
+        timed_out = await h.consume(0, max_wait_ms=30)
+        assert timed_out.records == b""
+        assert signal.watchers == 0
+        fetch = asyncio.create_task(h.consume(0, max_wait_ms=10_000))
+        await asyncio.sleep(0)
+        assert signal.watchers == 1  # parked
+        await h.manager.produce(acks=1, timeout_ms=1_000, entries=[("t", 0, _batch(b"hello"))])
+        await asyncio.wait_for(fetch, 2)
+        assert signal.watchers == 0
+        await h.manager.close()
+
+    run(body)
+
+
 def test_errors_name_the_leader(tmp_path: Path) -> None:
     """A produce or consumer fetch on a follower answers NOT_LEADER_OR_FOLLOWER with the
     current leader's id, epoch and address; an unknown topic UNKNOWN_TOPIC_OR_PARTITION;

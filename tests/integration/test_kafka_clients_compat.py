@@ -12,16 +12,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_env import Env, kafka_env
 
 from raftka.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raftka.common.errors import UnknownTopicOrPartitionError
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.local import wait_for
 
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -32,26 +31,14 @@ DEADLINE_S = 60.0
 CLIENTS = ("confluent-kafka", "kafka-python")
 
 
-@dataclass
-class Env:
-    brokers: LocalBrokers
-    kafka: str  # the Kafka listeners, for Kafka's clients
-    http: str  # the HTTP API, for raftka's client
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("kafka-clients")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        props = {
-            "offsets.topic.num.partitions": "3",
-            "group.initial.rebalance.delay.ms": "100",
-        }
-        with LocalBrokers(cluster, extra_properties=props, kafka_listener=True) as brokers:
-            brokers.start()
-            yield Env(brokers, brokers.kafka_bootstrap_servers, brokers.bootstrap_servers)
+    props = {
+        "offsets.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "100",
+    }
+    with kafka_env(tmp_path_factory.mktemp("kafka-clients"), props) as e:
+        yield e
 
 
 def _create_topic(env: Env, name: str, partitions: int) -> None:

@@ -36,17 +36,15 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka_env import Env, kafka_env
 
 from raftka.client import Consumer, Producer, TopicPartition
-from raftka.local import LocalCluster, wait_for
-from raftka.local.brokers import LocalBrokers
+from raftka.local import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -54,27 +52,15 @@ DEADLINE_S = 60.0
 RECORDS = 1000
 
 
-@dataclass
-class Env:
-    brokers: LocalBrokers
-    kafka: str  # the Kafka listeners, for Kafka's clients
-    http: str  # the HTTP API, for raftka's client
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp: Path = tmp_path_factory.mktemp("kafka-protocol")
-    with LocalCluster(tmp) as cluster:
-        cluster.start()
-        cluster.wait_leader()
-        props = {
-            "offsets.topic.num.partitions": "3",
-            "group.initial.rebalance.delay.ms": "100",
-            "group.min.session.timeout.ms": "1000",
-        }
-        with LocalBrokers(cluster, extra_properties=props, kafka_listener=True) as brokers:
-            brokers.start()
-            yield Env(brokers, brokers.kafka_bootstrap_servers, brokers.bootstrap_servers)
+    props = {
+        "offsets.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "100",
+        "group.min.session.timeout.ms": "1000",
+    }
+    with kafka_env(tmp_path_factory.mktemp("kafka-protocol"), props) as e:
+        yield e
 
 
 def create_topic_confluent(env: Env, name: str, partitions: int = 3) -> None:

@@ -50,7 +50,7 @@ from raftka.broker.http_acls import (
 from raftka.broker.io_workers import LoopLagMonitor
 from raftka.broker.kafka import KafkaListener
 from raftka.broker.kafka.apis import KAFKA_ENDPOINT
-from raftka.broker.kafka.authorization import Access, has_idempotent_batch
+from raftka.broker.kafka.authorization import ALLOW_ALL, Access, has_idempotent_batch
 from raftka.broker.leader_hws import LeaderHighWatermarks
 from raftka.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from raftka.broker.log_cleaning import LogCleanerService
@@ -742,8 +742,10 @@ async def _fetch(request: web.Request) -> web.Response:
         require_node(request, "a fetch naming a replica_id")
     server = _server(request)
     partitions = fetch_partitions(fetch)
-    # A consumer's fetch: READ on each topic (a follower's is a node's, checked above).
-    readable = request_access(request).topics(AclOperation.READ, (p.topic for p in partitions))
+    # A consumer's fetch: READ on each topic. A follower's is a node's, checked above:
+    # no question per topic on the replication path.
+    access = ALLOW_ALL if fetch.replica_id >= 0 else request_access(request)
+    readable = access.topics(AclOperation.READ, (p.topic for p in partitions))
     allowed = [p for p in partitions if p.topic in readable]
     done = (
         await server.manager.fetch(

@@ -495,10 +495,12 @@ _SOURCE_OPTIONS: Final = frozenset(
 )
 
 #: Spark's Kafka source options this connector does not offer, and why.
+_OFFSET_LOOKUPS: Final = "offset lookups are raftka's admin client's, bounded by its own timeout"
+
 _SOURCE_REFUSED: Final = {
     "groupidprefix": "the raftka connector reads without a consumer group",
-    "fetchoffset.numretries": "offset lookups retry inside raftka's client",
-    "fetchoffset.retryintervalms": "offset lookups retry inside raftka's client",
+    "fetchoffset.numretries": _OFFSET_LOOKUPS,
+    "fetchoffset.retryintervalms": _OFFSET_LOOKUPS,
     "startingoffsetsbytimestamp": "use startingTimestamp (one timestamp for every "
     "partition) or startingOffsets",
     "endingoffsetsbytimestamp": "use endingOffsets",
